@@ -1,0 +1,119 @@
+"""Keep `torch.compile` results across kernel restarts and machines.
+
+Load the extension, then put a cell that compiles under ``%%compile_cache NAME``::
+
+    %load_ext jupyter_compile_cache
+
+    %%compile_cache mymodel
+    model = torch.compile(Net())
+    with torch.no_grad():
+        y = model(x)
+
+The first run compiles as usual and saves a *bundle* named ``mymodel``: the files in torch's cache directories
+that this cell compiled or used (FX graphs, AOTAutograd entries, C++ and Triton kernels, autotune results,
+Dynamo precompile entries, PGO state). After a kernel restart, or on another machine with the same store, the
+cell restores the bundle before it runs, and the compiled call is as fast as if the kernel had never stopped.
+
+Cell options: ``--store DIR`` (another local store), ``--no-restore``, ``--no-save``, ``--force-save`` (save even
+if nothing new was compiled), ``--quiet``, ``--no-precompile`` (leave Dynamo precompile off for this cell).
+
+Line commands: ``%compile_cache status`` (per-layer table), ``list``, ``explain NAME`` (why a bundle would or
+would not restore here, and what the last run hit and missed), ``rm NAME``, ``gc [--max-size SIZE]``,
+``enable LAYER`` / ``disable LAYER`` (flip torch's switch for a cache layer).
+
+The local store is ``$JUPYTER_COMPILE_CACHE_DIR`` or the user cache directory (never /tmp). Bundles are only
+restored into a kernel whose torch, Python, GPU/CUDA (for GPU bundles) and CPU ISA (for C++ kernels) match, and
+only after every file's sha256 verified. Dynamo precompile entries are only used while the code they were
+compiled from is unchanged: edit a function or a global it reads, and the cell compiles the new code.
+
+Python API (used by the panel and the CLI): ``status()``, ``restore(name)``, ``save(name)``, ``bundles()``,
+``explain(name)`` and ``cell(name)``, a context manager doing in a script what the magic does in a notebook.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .session import CellOptions, CellReport, CompileCacheSession, RestoreResult
+
+_session: CompileCacheSession | None = None
+
+
+def get_session() -> CompileCacheSession:
+    """The kernel's one session (created on first use)."""
+    global _session
+    if _session is None:
+        from .session import CompileCacheSession
+
+        _session = CompileCacheSession()
+    return _session
+
+
+def status() -> dict[str, Any]:
+    """Per-layer cache state: torch switch, entries and bytes on disk, this kernel's hits / misses / bypasses."""
+    return get_session().status()
+
+
+def restore(name: str, store: str | None = None, quiet: bool = False) -> RestoreResult:
+    """Restore the newest compatible version of bundle NAME into torch's cache dirs (before compiling)."""
+    return get_session().restore(name, store, quiet)
+
+
+def bundles(store: str | None = None) -> list[dict[str, Any]]:
+    """Bundles in the local store with size, age, writer and whether they match this machine."""
+    return get_session().bundles(store)
+
+
+def explain(name: str, store: str | None = None) -> dict[str, Any]:
+    """Field by field why NAME would or would not restore here, and the per-layer result of its last run."""
+    return get_session().explain(name, store)
+
+
+def cell(name: str, options: CellOptions | None = None) -> Any:
+    """``with cell("name"): ...`` restores NAME, runs the block, and saves what it compiled."""
+    return get_session().cell(name, options)
+
+
+def save(name: str, store: str | None = None, quiet: bool = False) -> CellReport:
+    """Save everything in torch's cache dirs now as bundle NAME (outside a cell there is no finer scope)."""
+    from .session import CellOptions
+
+    session = get_session()
+    opts = CellOptions(store=store, restore=False, force_save=True, quiet=quiet, whole_cache=True)
+    with session.cell(name, opts) as report:
+        pass
+    return report
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    from IPython.core.error import UsageError
+
+    from .session import torch_problem
+
+    problem = torch_problem()
+    if problem:
+        raise UsageError(problem)
+    from .magics import CompileCacheMagics
+
+    session = get_session()
+    ipython.register_magics(CompileCacheMagics(ipython, session))
+    ipython.events.register("pre_run_cell", session.prewarm.before_cell)
+    session.prewarm.start()
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    global _session
+    magics = ipython.magics_manager.magics
+    magics["cell"].pop("compile_cache", None)
+    magics["line"].pop("compile_cache", None)
+    ipython.magics_manager.registry.pop("CompileCacheMagics", None)
+    if _session is not None:
+        try:
+            ipython.events.unregister("pre_run_cell", _session.prewarm.before_cell)
+        except ValueError:
+            pass
+        _session.close()
+        _session = None

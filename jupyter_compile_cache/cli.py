@@ -1,0 +1,93 @@
+"""Command line: `python -m jupyter_compile_cache list | show NAME | rm NAME | gc | export NAME FILE | import FILE`.
+
+A view over the same session and store API as the magics, for use outside notebooks (CI jobs, shells, scripts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import tarfile
+from collections.abc import Sequence
+
+from . import report
+from .bundle import BundleError, Manifest
+from .session import CompileCacheSession, check_name
+from .store import human_bytes, parse_size
+
+EXPORT_MANIFEST = "manifest.json"
+EXPORT_PAYLOAD = "payload.tar.zst"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m jupyter_compile_cache", description=__doc__.splitlines()[0])
+    p.add_argument("--store", help="local store directory (default: $JUPYTER_COMPILE_CACHE_DIR or the user cache)")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="bundles in the store")
+    sub.add_parser("show", help="explain one bundle: versions, fingerprint check, last run").add_argument("name")
+    sub.add_parser("rm", help="delete all versions of a bundle").add_argument("name")
+    gc = sub.add_parser("gc", help="evict least recently used versions down to a size")
+    gc.add_argument("--max-size", default="10G")
+    export = sub.add_parser("export", help="write the newest version of NAME to one file")
+    export.add_argument("name")
+    export.add_argument("file")
+    sub.add_parser("import", help="add a bundle file made by export").add_argument("file")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    session = CompileCacheSession(store_root=args.store)
+    store = session.store()
+    try:
+        if args.command in ("show", "rm", "export"):
+            check_name(args.name)
+        if args.command == "list":
+            print(repr(report.BundleTable(session.bundles())))
+        elif args.command == "show":
+            print(repr(report.Explanation(session.explain(args.name))))
+        elif args.command == "rm":
+            removed = store.remove(args.name)
+            if not removed:
+                print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
+                return 1
+            print(f"removed {removed} version(s) of {args.name!r}")
+        elif args.command == "gc":
+            evicted = store.gc(parse_size(args.max_size))
+            print(f"evicted {len(evicted)} version(s), {human_bytes(sum(e[2] for e in evicted))}")
+        elif args.command == "export":
+            versions = store.versions(args.name)
+            if not versions:
+                print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
+                return 1
+            export_bundle(store, versions[0], args.file)
+            print(f"exported {args.name!r} version {versions[0].version} to {args.file}")
+        elif args.command == "import":
+            manifest = import_bundle(store, args.file)
+            print(f"imported {manifest.name!r} version {manifest.version} ({human_bytes(manifest.payload_bytes)})")
+    except (ValueError, BundleError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def export_bundle(store, manifest: Manifest, path: str) -> None:  # noqa: ANN001 (LocalStore)
+    data = json.dumps(manifest.to_json()).encode()
+    with tarfile.open(path, "w") as tar:
+        info = tarfile.TarInfo(EXPORT_MANIFEST)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        tar.add(store.payload_path(manifest), arcname=EXPORT_PAYLOAD)
+
+
+def import_bundle(store, path: str) -> Manifest:  # noqa: ANN001 (LocalStore)
+    """Read an exported file without extracting it: only the two expected regular members are read."""
+    with tarfile.open(path, "r") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        if set(members) != {EXPORT_MANIFEST, EXPORT_PAYLOAD} or not all(m.isreg() for m in members.values()):
+            raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache")
+        manifest = Manifest.from_json(json.load(tar.extractfile(members[EXPORT_MANIFEST])))  # type: ignore[arg-type]
+        check_name(manifest.name)
+        return store.adopt(manifest, tar.extractfile(members[EXPORT_PAYLOAD]))

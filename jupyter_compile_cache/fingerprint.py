@@ -1,0 +1,141 @@
+"""The environment a bundle was compiled in, and whether this kernel can use it.
+
+Compiled artifacts are only valid for the same torch build, Triton, CUDA/HIP, GPU model and (for C++ kernels)
+CPU instruction set. Each bundle stores the fingerprint of the kernel that saved it; `compare` says field by field
+whether this kernel matches. GPU fields only matter for bundles holding GPU kernels, CPU ISA only for bundles
+holding compiled C++ (`.so`) kernels, so a CPU-only bundle still restores on a GPU machine with the same torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import platform
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+# Fields that must be equal for a bundle to be usable at all.
+HARD_FIELDS = ("torch", "torch_git", "python", "platform")
+GPU_FIELDS = ("cuda", "hip", "triton", "gpu_name", "gpu_capability")
+CPU_FIELDS = ("cpu_isa",)
+# Reported by `explain`, never blocking: torch's own cache keys include them, so a mismatch only costs hits.
+SOFT_FIELDS = ("cpu_model", "inductor_config")
+
+# CPU flags that decide which vectorised C++ kernels inductor emits (torch._inductor.cpu_vec_isa).
+_ISA_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512dq",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+)
+
+_INDUCTOR_CONFIG_KEYS = ("max_autotune", "max_autotune_gemm", "cpp_wrapper", "freezing", "coordinate_descent_tuning")
+
+
+@functools.cache
+def _cpu_flags_and_model() -> tuple[str, str]:
+    flags: set[str] = set()
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("flags", "Features") and not flags:
+                    flags = set(value.split())
+                elif key == "model name" and model in ("", platform.machine()):
+                    model = value.strip()
+    except OSError:
+        pass
+    isa = "+".join(flag for flag in _ISA_FLAGS if flag in flags)
+    return f"{platform.machine()}:{isa}", model
+
+
+def _package_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _inductor_config() -> dict[str, Any]:
+    # Only once the compiler is imported: importing it here would cost a cell with nothing to compile ~1 s.
+    inductor_config = sys.modules.get("torch._inductor.config")
+    if inductor_config is None:
+        return {}
+    return {key: getattr(inductor_config, key, None) for key in _INDUCTOR_CONFIG_KEYS}
+
+
+@dataclass(frozen=True)
+class FieldCheck:
+    field: str
+    saved: Any
+    current: Any
+    blocking: bool  # a mismatch here makes the bundle unusable
+    relevant: bool  # False when the bundle does not contain artifacts this field governs
+
+    @property
+    def ok(self) -> bool:
+        return self.saved == self.current or not self.relevant
+
+
+def current(with_gpu: bool = True) -> dict[str, Any]:
+    """This kernel's fingerprint. Cheap: no compiler import, CUDA queried only if it is available."""
+    import torch
+
+    cpu_isa, cpu_model = _cpu_flags_and_model()
+    gpu_name = gpu_capability = None
+    if with_gpu and torch.cuda.is_available():
+        gpu_name = torch.cuda.get_device_name()
+        gpu_capability = ".".join(map(str, torch.cuda.get_device_capability()))
+    return {
+        "torch": torch.__version__,
+        "torch_git": getattr(torch.version, "git_version", None),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "platform": f"{sys.platform}-{platform.machine()}",
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
+        "triton": _package_version("triton", "pytorch-triton", "pytorch-triton-rocm"),
+        "gpu_name": gpu_name,
+        "gpu_capability": gpu_capability,
+        "cpu_isa": cpu_isa,
+        "cpu_model": cpu_model,
+        "inductor_config": _inductor_config(),
+    }
+
+
+def digest(fingerprint: dict[str, Any]) -> str:
+    """Short stable id of the blocking fields, used in version ids and hub keys."""
+    blocking = {k: fingerprint.get(k) for k in HARD_FIELDS + GPU_FIELDS + CPU_FIELDS}
+    return hashlib.sha256(json.dumps(blocking, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def compare(saved: dict[str, Any], now: dict[str, Any], uses_gpu: bool, uses_cpu_kernels: bool) -> list[FieldCheck]:
+    checks = [FieldCheck(f, saved.get(f), now.get(f), True, True) for f in HARD_FIELDS]
+    checks += [FieldCheck(f, saved.get(f), now.get(f), True, uses_gpu) for f in GPU_FIELDS]
+    checks += [FieldCheck(f, saved.get(f), now.get(f), True, uses_cpu_kernels) for f in CPU_FIELDS]
+    checks += [FieldCheck(f, saved.get(f), now.get(f), False, True) for f in SOFT_FIELDS]
+    return checks
+
+
+def mismatch_reason(checks: list[FieldCheck]) -> str | None:
+    """One line naming the blocking fields that differ, or None when the bundle is usable here."""
+    bad = [c for c in checks if c.blocking and not c.ok]
+    if not bad:
+        return None
+    return "; ".join(f"{c.field}: bundle {c.saved!r} vs this kernel {c.current!r}" for c in bad)

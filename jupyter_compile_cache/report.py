@@ -1,0 +1,159 @@
+"""Tables for `status`, `list` and `explain`: plain text in a terminal, HTML in a notebook, raw data in `.data`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .store import human_bytes
+
+
+def _age(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    seconds = max(0.0, time.time() - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def _text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class _View:
+    title = ""
+    headers: Sequence[str] = ()
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def rows(self) -> list[list[Any]]:
+        return []
+
+    def preamble(self) -> list[str]:
+        return []
+
+    def __repr__(self) -> str:
+        return "\n".join([*self.preamble(), _text_table(self.headers, self.rows())])
+
+    def _repr_html_(self) -> str:
+        pre = "".join(f"<div>{html.escape(line)}</div>" for line in self.preamble())
+        return pre + _html_table(self.headers, self.rows())
+
+
+class StatusView(_View):
+    headers = ("layer", "enabled", "entries", "on disk", "hits", "misses", "bypasses", "torch switch")
+
+    def preamble(self) -> list[str]:
+        d = self.data
+        lines = [f"cache dir: {d['cache_dir']}", f"local store: {d['store']} ({human_bytes(d['store_bytes'])})"]
+        if d.get("hub"):
+            lines.append(f"hub: {d['hub']}")
+        if d.get("stale_rejected"):
+            lines.append(f"stale precompile entries refused this session: {d['stale_rejected']}")
+        return lines
+
+    def rows(self) -> list[list[Any]]:
+        out = []
+        for row in self.data["layers"]:
+            enabled = "n/a" if not row["supported"] else ("on" if row["enabled"] else "off")
+            out.append(
+                [
+                    row["title"],
+                    enabled,
+                    row["entries"],
+                    human_bytes(row["bytes"]),
+                    row["hits"],
+                    row["misses"],
+                    row["bypasses"],
+                    row["switch"] or "(always on)",
+                ]
+            )
+        return out
+
+
+class BundleTable(_View):
+    headers = ("name", "version", "size", "files", "age", "last used", "writer", "matches this machine")
+
+    def rows(self) -> list[list[Any]]:
+        return [
+            [
+                b["name"],
+                b["version"][-17:],
+                human_bytes(b["bytes"]),
+                b["files"],
+                _age(b["created"]),
+                _age(b["last_used"]),
+                b["writer"],
+                "yes" if b["compatible"] else "no",
+            ]
+            for b in self.data
+        ]
+
+    def preamble(self) -> list[str]:
+        return [] if self.data else ["no bundles"]
+
+
+class Explanation(_View):
+    headers = ("field", "bundle", "this kernel", "verdict")
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines())
+
+    def _repr_html_(self) -> str:
+        return "<pre>" + html.escape(repr(self)) + "</pre>"
+
+    def lines(self) -> list[str]:
+        d = self.data
+        out = [f"bundle {d['name']!r} in {d['store']}"]
+        if not d["versions"]:
+            out.append("  no versions stored")
+        for v in d["versions"]:
+            created = _dt.datetime.fromtimestamp(v["created"]).isoformat(timespec="seconds")
+            verdict = "WOULD RESTORE" if v["reason"] is None else "would NOT restore"
+            out.append(
+                f"version {v['version']} ({human_bytes(v['bytes'])}, {v['files']} files, {created}, "
+                f"by {v['writer']}): {verdict}"
+            )
+            rows = []
+            for f in v["fields"]:
+                if not f["relevant"]:
+                    verdict = "not relevant (no such artifacts)"
+                elif f["saved"] == f["current"]:
+                    verdict = "match"
+                else:
+                    verdict = "MISMATCH (blocks)" if f["blocking"] else "differs (reported only)"
+                rows.append([f["field"], f["saved"], f["current"], verdict])
+            out.extend("  " + line for line in _text_table(self.headers, rows).splitlines())
+        run = d.get("last_run")
+        if run:
+            out.append(
+                f"last run of this cell: {run['body_seconds']:.2f} s, restored from "
+                f"{(run.get('restore') or {}).get('source') or 'nothing'}"
+            )
+            rows = [
+                [name, c.get("hits", 0), c.get("misses", 0), c.get("bypasses", 0), c.get("written", 0)]
+                for name, c in run.get("layers", {}).items()
+            ]
+            out.extend(
+                "  " + line
+                for line in _text_table(("layer", "hits", "misses", "bypasses", "files written"), rows).splitlines()
+            )
+        else:
+            out.append("no recorded run of this cell")
+        return out

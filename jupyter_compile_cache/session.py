@@ -1,0 +1,505 @@
+"""The logic behind `%%compile_cache`: restore before a cell, watch it, save after it.
+
+One `CompileCacheSession` lives in each kernel. The magics, the panel, the CLI and the Python API all call it;
+it calls the bundle and store modules. Nothing here raises into the user's cell except the user's own exception:
+store and hub failures become warnings, and the cell's result stands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import hashlib
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from . import bundle, capture, fingerprint, layers
+from .bundle import BundleError, Manifest, UnsafeBundle
+from .precompile import COUNTER_GROUP, PrecompileGuard
+from .prewarm import Prewarm
+from .store import LocalStore, human_bytes
+
+MIN_TORCH = (2, 7)
+
+
+def check_name(name: str) -> str:
+    """Bundle names: letters, digits, '._-', at most 128 characters, not only dots."""
+    if not isinstance(name, str) or not bundle.NAME_RE.match(name):
+        raise ValueError(f"invalid bundle name {name!r}: use letters, digits, '.', '_', '-' (at most 128 characters)")
+    return name
+
+
+def torch_problem() -> str | None:
+    """Why torch cannot be used with this extension, or None."""
+    try:
+        import torch
+    except ImportError:
+        return "jupyter_compile_cache needs PyTorch: pip install torch (2.7 or newer)"
+    version = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2])
+    compiler = getattr(torch, "compiler", None)
+    if version < MIN_TORCH or not hasattr(compiler, "save_cache_artifacts"):
+        return f"jupyter_compile_cache needs PyTorch 2.7 or newer with torch.compiler caches; found {torch.__version__}"
+    return None
+
+
+@dataclass
+class CellOptions:
+    store: str | None = None
+    restore: bool = True
+    save: bool = True
+    force_save: bool = False
+    quiet: bool = False
+    precompile: bool | None = None  # None: the session's default
+    whole_cache: bool = False  # bundle every file in the cache dirs, not only this block's (API `save`)
+
+
+@dataclass
+class RestoreResult:
+    name: str
+    source: str | None = None  # "local", "hub"; None when nothing was restored
+    version: str | None = None
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # why versions were not used
+
+    @property
+    def restored(self) -> bool:
+        return self.source is not None
+
+
+@dataclass
+class CellReport:
+    name: str
+    ok: bool = True
+    restore: RestoreResult | None = None
+    saved_version: str | None = None
+    saved_bytes: int = 0
+    saved_files: int = 0
+    body_seconds: float = 0.0
+    layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
+    stale_rejected: int = 0
+    warnings: list[str] = field(default_factory=list)
+    finished: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CompileCacheSession:
+    def __init__(self, store_root: str | None = None, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.store_root = store_root
+        self._out = out
+        self._err = err
+        self.precompile_default = True
+        self.guard = PrecompileGuard()
+        self.prewarm = Prewarm()
+        self.prewarm.before_probe = self._restore_toolchain
+        self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
+        self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
+        self.listeners: list[Callable[[CellReport], None]] = []  # the panel refreshes through this
+        self._restored_paths: dict[str, list[str]] = {}
+
+    # -- plumbing -----------------------------------------------------------------------------------------------
+    @property
+    def out(self) -> TextIO:
+        return self._out or sys.stdout
+
+    @property
+    def err(self) -> TextIO:
+        return self._err or sys.stderr
+
+    def warn(self, message: str, report: CellReport | None = None) -> None:
+        print(f"compile_cache: warning: {message}", file=self.err)
+        if report is not None:
+            report.warnings.append(message)
+
+    def store(self, root: str | None = None) -> LocalStore:
+        return LocalStore(root or self.store_root)
+
+    def close(self) -> None:
+        """Undo everything this session changed in torch (used by %unload_ext)."""
+        self.guard.uninstall()
+        self.listeners.clear()
+
+    # -- restore ------------------------------------------------------------------------------------------------
+    def restore(
+        self, name: str, store_root: str | None = None, quiet: bool = False, report: CellReport | None = None
+    ) -> RestoreResult:
+        """Restore the newest compatible version of NAME into torch's cache dirs."""
+        check_name(name)
+        result = RestoreResult(name)
+        store = self.store(store_root)
+        start = time.perf_counter()
+        now = fingerprint.current()
+        roots = capture.cache_roots()
+        versions = store.versions(name)
+        for problem in store.problems:
+            self.warn(problem, report)
+        store.problems.clear()
+        for manifest in versions:
+            checks = fingerprint.compare(manifest.fingerprint, now, manifest.uses_gpu, manifest.uses_cpu_kernels)
+            reason = fingerprint.mismatch_reason(checks)
+            if reason:
+                result.skipped.append(f"version {manifest.version}: incompatible ({reason})")
+                continue
+            try:
+                with store.open_payload(manifest) as payload:
+                    written = bundle.extract(payload, manifest, roots)
+            except FileNotFoundError:  # pruned by another kernel between listing and reading
+                continue
+            except BundleError as exc:
+                kind = "refused (unsafe)" if isinstance(exc, UnsafeBundle) else "damaged"
+                where = store.quarantine(manifest, str(exc))
+                self.warn(f"bundle {name!r} version {manifest.version} is {kind}: {exc}; moved to {where}", report)
+                result.skipped.append(f"version {manifest.version}: {kind}: {exc}")
+                continue
+            except OSError as exc:
+                self.warn(f"could not restore bundle {name!r} into {roots['inductor']}: {exc}", report)
+                result.skipped.append(f"version {manifest.version}: {exc}")
+                break
+            store.touch(manifest)
+            self._restored_paths[name] = written
+            result.source, result.version = "local", manifest.version
+            result.files, result.bytes = len(written), manifest.payload_bytes
+            break
+        result.seconds = time.perf_counter() - start
+        if not quiet:
+            if result.restored:
+                print(
+                    f"compile_cache: restored {name!r} from the {result.source} store ({result.files} files, "
+                    f"{human_bytes(result.bytes)}) in {result.seconds:.2f} s",
+                    file=self.out,
+                )
+            elif result.skipped:
+                print(f"compile_cache: {name!r} not restored: " + "; ".join(result.skipped), file=self.out)
+        return result
+
+    # -- the cell -----------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def cell(self, name: str, options: CellOptions | None = None) -> Iterator[CellReport]:
+        """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts."""
+        opts = options or CellOptions()
+        check_name(name)
+        self.prewarm.join()
+        report = CellReport(name)
+        precompile = self.precompile_default if opts.precompile is None else opts.precompile
+        precompile = precompile and PrecompileGuard.available()
+        previous_precompile = self._set_precompile(precompile)
+        try:
+            if opts.restore:
+                report.restore = self.restore(name, opts.store, opts.quiet, report)
+            roots = capture.cache_roots()
+            watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
+            before = layers.counter_snapshot()
+            stale_before = _stale_count()
+            context_before = _precompile_context_snapshot() if precompile else {}
+            loaded_before = set(self.guard.loaded_keys)
+            watcher.start()
+            start = time.perf_counter()
+            try:
+                yield report
+            except BaseException:
+                watcher.stop()
+                report.ok = False
+                report.body_seconds = time.perf_counter() - start
+                self._finish(report)
+                raise
+            report.body_seconds = time.perf_counter() - start
+            dynamo_keys: set[str] = set()
+            digest_files: list[str] = []
+            if precompile:
+                dynamo_keys = self._save_precompile_entries(context_before, loaded_before, report)
+                digest_files = self.guard.write_digests(dynamo_keys)
+            digest_files += self.prewarm.created  # the CPU ISA probe's programs: a new machine needs them too
+            if opts.whole_cache:
+                dynamo_keys |= _all_dynamo_keys(roots)
+                digest_files += capture.all_files(roots)
+            cell_files = watcher.collect(dynamo_keys if precompile else None, digest_files)
+            delta = layers.counter_delta(before, layers.counter_snapshot())
+            for layer_name, counts in delta.items():
+                counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
+            report.layers = delta
+            report.stale_rejected = _stale_count() - stale_before
+            compiled_new = sum(n for layer_name, n in cell_files.new_by_layer.items() if layer_name != "pgo") > 0
+            if opts.save and cell_files.files and (compiled_new or opts.force_save):
+                self._save(name, cell_files, report, opts)
+            if opts.save:
+                self._save_toolchain(opts.store, report)
+            self._finish(report, opts.store)
+            if not opts.quiet:
+                print(self.summary_line(report), file=self.out)
+        finally:
+            self._set_precompile(previous_precompile)
+
+    def _finish(self, report: CellReport, store_root: str | None = None) -> None:
+        report.finished = time.time()
+        self.history.append(report)
+        if report.ok:
+            with contextlib.suppress(OSError):
+                self.store(store_root).save_run(report.name, report.to_json())
+        for listener in list(self.listeners):
+            with contextlib.suppress(Exception):  # a broken view must never break the cell
+                listener(report)
+
+    def _set_precompile(self, enabled: bool) -> bool | None:
+        """Switch torch's caching_precompile (and our guard with it); returns the previous value."""
+        if not PrecompileGuard.available():
+            return None
+        import torch._dynamo.config as dynamo_config
+
+        previous = bool(dynamo_config.caching_precompile)
+        if enabled:
+            self.guard.install()
+        dynamo_config.caching_precompile = bool(enabled)
+        return previous
+
+    def _save_precompile_entries(
+        self, context_before: dict[str, int], loaded_before: set[str], report: CellReport
+    ) -> set[str]:
+        """Write Dynamo precompile entries to the cache dir; return the keys this cell compiled or restored."""
+        try:
+            from torch._dynamo.precompile_context import PrecompileContext
+        except ImportError:
+            return set()
+        try:
+            PrecompileContext.save_to_dynamo_cache()
+        except Exception as exc:  # torch's own failure: the other layers still get saved
+            self.warn(f"torch could not write Dynamo precompile entries: {exc}", report)
+        entries = getattr(PrecompileContext, "_dynamo_cache_entries", {})
+        compiled = {key for key, entry in entries.items() if context_before.get(key) != id(entry)}
+        return compiled | (self.guard.loaded_keys - loaded_before)
+
+    def _save(self, name: str, cell_files: capture.CellFiles, report: CellReport, opts: CellOptions) -> None:
+        store = self.store(opts.store)
+        now = fingerprint.current()
+        manifest = Manifest(
+            name=name,
+            version=bundle.new_version_id(fingerprint.digest(now)),
+            created=time.time(),
+            writer=_writer(),
+            fingerprint=now,
+            fingerprint_id=fingerprint.digest(now),
+            payload_sha256="",
+            payload_bytes=0,
+            members=[],
+            cell_sha256=_cell_hash(),
+            stats={
+                "body_seconds": report.body_seconds,
+                "layers": report.layers,
+                "layer_bytes": cell_files.layer_bytes(),
+            },
+        )
+        try:
+            manifest = store.write(manifest, cell_files.files)
+        except OSError as exc:
+            self.warn(f"could not save bundle {name!r} to {store.root}: {exc}; the cell's result stands", report)
+            return
+        report.saved_version = manifest.version
+        report.saved_bytes = manifest.payload_bytes
+        report.saved_files = len(manifest.members)
+
+    # -- the per-machine toolchain bundle ---------------------------------------------------------------------
+    def toolchain_store(self, store_root: str | None = None) -> LocalStore:
+        """Programs torch compiles once per process to probe the CPU (pick_vec_isa): one bundle per fingerprint."""
+        return LocalStore(os.path.join(self.store(store_root).root, "toolchain"), max_versions=1)
+
+    def _restore_toolchain(self) -> None:
+        now = fingerprint.current(with_gpu=False)
+        store = self.toolchain_store()
+        for manifest in store.versions(fingerprint.digest(now)):
+            try:
+                with store.open_payload(manifest) as payload:
+                    bundle.extract(payload, manifest, capture.cache_roots())
+                return
+            except BundleError as exc:
+                store.quarantine(manifest, str(exc))
+            except OSError:
+                return
+
+    def _save_toolchain(self, store_root: str | None, report: CellReport) -> None:
+        files = [p for p in self.prewarm.created if os.path.exists(p)]
+        if not files:
+            return
+        now = fingerprint.current(with_gpu=False)
+        store = self.toolchain_store(store_root)
+        if store.versions(fingerprint.digest(now)):
+            return
+        roots = capture.cache_roots()
+        members = {capture.member_name(p, roots): p for p in files}
+        manifest = _new_manifest(fingerprint.digest(now), now, {})
+        try:
+            store.write(manifest, {k: v for k, v in members.items() if k})
+        except OSError as exc:
+            self.warn(f"could not save the CPU probe programs to {store.root}: {exc}", report)
+
+    def summary_line(self, report: CellReport) -> str:
+        hits = sum(v["hits"] for v in report.layers.values())
+        misses = sum(v["misses"] for v in report.layers.values())
+        parts = [
+            f"compile_cache: {report.name!r} ran in {report.body_seconds:.2f} s, {hits} cache hits, {misses} misses"
+        ]
+        if report.stale_rejected:
+            parts.append(f"{report.stale_rejected} stale precompile entries refused (code changed)")
+        if report.saved_version:
+            parts.append(f"saved {report.saved_files} files ({human_bytes(report.saved_bytes)}) to the local store")
+        else:
+            parts.append("nothing new to save")
+        return "; ".join(parts)
+
+    # -- views ----------------------------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Per-layer state: switch, env var, entries and bytes on disk, this kernel's hits / misses / bypasses."""
+        roots = capture.cache_roots()
+        usage = layers.disk_usage(roots["inductor"])
+        totals = _session_counters()
+        layer_rows = []
+        for layer in layers.LAYERS:
+            counts = totals.get(layer.name, {"hits": 0, "misses": 0, "bypasses": 0})
+            layer_rows.append(
+                {
+                    "layer": layer.name,
+                    "title": layer.title,
+                    "enabled": layer.switch_value() if layer.switch else True,
+                    "supported": layer.supported(),
+                    "switch": ".".join(layer.switch) if layer.switch else None,
+                    "env_var": layer.env_var,
+                    "env_value": os.environ.get(layer.env_var) if layer.env_var else None,
+                    "place": layer.place,
+                    **usage.get(layer.name, {"entries": 0, "bytes": 0}),
+                    **counts,
+                }
+            )
+        store = self.store()
+        return {
+            "cache_dir": roots["inductor"],
+            "store": store.root,
+            "store_bytes": store.total_bytes(),
+            "precompile_default": self.precompile_default,
+            "stale_rejected": _stale_count(),
+            "layers": layer_rows,
+            "cells": [asdict(r) for r in self.history],
+        }
+
+    def bundles(self, store_root: str | None = None) -> list[dict[str, Any]]:
+        now = fingerprint.current(with_gpu=True)
+        rows = []
+        for stored in self.store(store_root).bundles():
+            m = stored.manifest
+            checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
+            rows.append(
+                {
+                    "name": m.name,
+                    "version": m.version,
+                    "bytes": m.payload_bytes,
+                    "files": len(m.members),
+                    "created": m.created,
+                    "last_used": stored.last_used,
+                    "writer": m.writer,
+                    "store": stored.store,
+                    "compatible": fingerprint.mismatch_reason(checks) is None,
+                    "fingerprint_id": m.fingerprint_id,
+                }
+            )
+        return rows
+
+    def explain(self, name: str, store_root: str | None = None) -> dict[str, Any]:
+        """Field by field why each version of NAME would or would not restore here, and the last run's layers."""
+        check_name(name)
+        store = self.store(store_root)
+        now = fingerprint.current()
+        versions = []
+        for m in store.versions(name):
+            checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
+            versions.append(
+                {
+                    "version": m.version,
+                    "bytes": m.payload_bytes,
+                    "files": len(m.members),
+                    "created": m.created,
+                    "writer": m.writer,
+                    "reason": fingerprint.mismatch_reason(checks),
+                    "fields": [asdict(c) | {"ok": c.ok} for c in checks],
+                }
+            )
+        return {"name": name, "store": store.root, "versions": versions, "last_run": store.last_run(name)}
+
+    def set_layer(self, layer_name: str, enabled: bool) -> layers.Layer:
+        layer = layers.resolve(layer_name)
+        if layer.name == "dynamo_precompile":
+            # Our cells switch precompile on per cell; the session default is what `disable` must change.
+            self.precompile_default = enabled
+            if not PrecompileGuard.available():
+                raise ValueError("this torch has no Dynamo precompile (torch._dynamo.config.caching_precompile)")
+        layer.set_switch(enabled)
+        return layer
+
+
+def _new_manifest(name: str, now: dict[str, Any], stats: dict[str, Any]) -> Manifest:
+    """A manifest before its payload is written (the store fills in members and hashes)."""
+    fp_id = fingerprint.digest(now)
+    return Manifest(
+        name=name,
+        version=bundle.new_version_id(fp_id),
+        created=time.time(),
+        writer=_writer(),
+        fingerprint=now,
+        fingerprint_id=fp_id,
+        payload_sha256="",
+        payload_bytes=0,
+        members=[],
+        cell_sha256=_cell_hash(),
+        stats=stats,
+    )
+
+
+def _writer() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _cell_hash() -> str:
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        cell = ip.user_ns.get("_ih", [""])[-1] if ip is not None else ""
+    except Exception:
+        cell = ""
+    return hashlib.sha256(cell.encode()).hexdigest()
+
+
+def _stale_count() -> int:
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return 0
+    return int(counters.get(COUNTER_GROUP, {}).get("precompile_stale_rejected", 0))
+
+
+def _session_counters() -> dict[str, dict[str, int]]:
+    return layers.counter_delta({}, layers.counter_snapshot())
+
+
+def _all_dynamo_keys(roots: dict[str, str]) -> set[str]:
+    try:
+        return set(os.listdir(os.path.join(roots["inductor"], "dynamo")))
+    except OSError:
+        return set()
+
+
+def _precompile_context_snapshot() -> dict[str, int]:
+    try:
+        from torch._dynamo.precompile_context import PrecompileContext
+    except ImportError:
+        return {}
+    return {key: id(entry) for key, entry in getattr(PrecompileContext, "_dynamo_cache_entries", {}).items()}

@@ -1,0 +1,309 @@
+"""Where bundles live: the storage protocol and the local store.
+
+Layout of a local store (default: the user cache dir, never /tmp, which tmpfs and reboots wipe):
+
+    <root>/bundles/<NAME>/<version>.tar.zst   payload, renamed into place when complete
+    <root>/bundles/<NAME>/<version>.json      manifest, written last: a version exists once this file exists
+    <root>/quarantine/<NAME>/<version>.*      damaged bundles, moved aside with a .reason file
+    <root>/runs/<NAME>.json                   what the last run of that cell hit and missed (for `explain`)
+
+Versions are named by creation time, fingerprint and a random suffix, so two kernels saving the same NAME at once
+each commit their own complete version. Pruning and eviction take a file lock. The manifest's mtime records last
+use, which drives least-recently-used eviction in `gc`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, Any, Protocol
+
+from . import bundle
+from .bundle import DamagedBundle, Manifest
+
+DEFAULT_MAX_VERSIONS = 3
+PAYLOAD_SUFFIX = ".tar.zst"
+
+
+class BundleStore(Protocol):
+    """What the session needs from any place bundles are kept (local directory, Redis hub)."""
+
+    label: str
+
+    def versions(self, name: str) -> list[Manifest]: ...
+
+    def names(self) -> list[str]: ...
+
+    def remove(self, name: str, version: str | None = None) -> int: ...
+
+
+def default_root() -> str:
+    env = os.environ.get("JUPYTER_COMPILE_CACHE_DIR")
+    if env:
+        return os.path.abspath(os.path.expanduser(env))
+    import platformdirs
+
+    return platformdirs.user_cache_dir("jupyter_compile_cache", appauthor=False)
+
+
+@dataclass
+class StoredBundle:
+    manifest: Manifest
+    last_used: float
+    store: str
+
+
+class LocalStore:
+    label = "local"
+
+    def __init__(self, root: str | None = None, max_versions: int = DEFAULT_MAX_VERSIONS) -> None:
+        self.root = os.path.abspath(root or default_root())
+        self.max_versions = max_versions
+        self.problems: list[str] = []  # manifests skipped while listing, for the caller to report
+
+    # -- paths ------------------------------------------------------------------------------------------------
+    def _name_dir(self, name: str) -> str:
+        return os.path.join(self.root, "bundles", name)
+
+    def manifest_path(self, manifest: Manifest) -> str:
+        return os.path.join(self._name_dir(manifest.name), manifest.version + ".json")
+
+    def payload_path(self, manifest: Manifest) -> str:
+        return os.path.join(self._name_dir(manifest.name), manifest.version + PAYLOAD_SUFFIX)
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        import filelock  # a torch dependency, so always present
+
+        os.makedirs(self.root, exist_ok=True)
+        with filelock.FileLock(os.path.join(self.root, ".lock"), timeout=60):
+            yield
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        base = os.path.join(self.root, "bundles")
+        try:
+            return sorted(n for n in os.listdir(base) if os.path.isdir(os.path.join(base, n)))
+        except OSError:
+            return []
+
+    def versions(self, name: str) -> list[Manifest]:
+        """Committed versions of NAME, newest first. Unreadable manifests are quarantined and reported."""
+        directory = self._name_dir(name)
+        try:
+            files = sorted((f for f in os.listdir(directory) if f.endswith(".json")), reverse=True)
+        except OSError:
+            return []
+        result = []
+        for fname in files:
+            path = os.path.join(directory, fname)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    manifest = Manifest.from_json(json.load(f))
+            except FileNotFoundError:  # pruned by another kernel while we listed
+                continue
+            except (OSError, ValueError, DamagedBundle) as exc:
+                version = fname[: -len(".json")]
+                self._quarantine_files(name, version, f"unreadable manifest: {exc}")
+                self.problems.append(f"bundle {name!r} version {version}: unreadable manifest, quarantined ({exc})")
+                continue
+            result.append(manifest)
+        return result
+
+    def bundles(self) -> list[StoredBundle]:
+        out = []
+        for name in self.names():
+            for manifest in self.versions(name):
+                try:
+                    last_used = os.stat(self.manifest_path(manifest)).st_mtime
+                except OSError:
+                    continue
+                out.append(StoredBundle(manifest, last_used, self.label))
+        return out
+
+    def open_payload(self, manifest: Manifest) -> IO[bytes]:
+        return open(self.payload_path(manifest), "rb")
+
+    def touch(self, manifest: Manifest) -> None:
+        """Record a use, for least-recently-used eviction."""
+        with contextlib.suppress(OSError):
+            os.utime(self.manifest_path(manifest))
+
+    def total_bytes(self) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for fname in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(dirpath, fname)).st_size
+        return total
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def write(self, manifest: Manifest, files: Mapping[str, str]) -> Manifest:
+        """Write a new version holding `files` ({member name: path}); payload fields of `manifest` are filled in."""
+        directory = self._name_dir(manifest.name)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=PAYLOAD_SUFFIX, dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                members, sha, size = bundle.write_payload(files, out)
+                out.flush()
+                os.fsync(out.fileno())
+            manifest.members, manifest.payload_sha256, manifest.payload_bytes = members, sha, size
+            manifest.uses_gpu, manifest.uses_cpu_kernels = bundle.classify(members)
+            return self._commit(manifest, tmp)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def adopt(self, manifest: Manifest, payload: IO[bytes]) -> Manifest:
+        """Store a bundle that arrives as a manifest and a payload stream (hub pull, `import`). Verifies the hash."""
+        import hashlib
+
+        directory = self._name_dir(manifest.name)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=PAYLOAD_SUFFIX, dir=directory)
+        try:
+            sha = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out:
+                while chunk := payload.read(1 << 20):
+                    sha.update(chunk)
+                    out.write(chunk)
+            if sha.hexdigest() != manifest.payload_sha256:
+                raise DamagedBundle("payload fails its sha256 check")
+            return self._commit(manifest, tmp)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _commit(self, manifest: Manifest, tmp_payload: str) -> Manifest:
+        os.replace(tmp_payload, self.payload_path(manifest))
+        _write_json_atomic(self.manifest_path(manifest), manifest.to_json())
+        self.prune(manifest.name)
+        return manifest
+
+    def prune(self, name: str) -> list[str]:
+        """Keep the newest `max_versions` per fingerprint; also sweep temp files that died with their writer."""
+        removed = []
+        with self._lock():
+            per_fp: dict[str, int] = {}
+            for manifest in self.versions(name):
+                per_fp[manifest.fingerprint_id] = per_fp.get(manifest.fingerprint_id, 0) + 1
+                if per_fp[manifest.fingerprint_id] > self.max_versions:
+                    self._delete_version(manifest.name, manifest.version)
+                    removed.append(manifest.version)
+            directory = self._name_dir(name)
+            with contextlib.suppress(OSError):
+                for fname in os.listdir(directory):
+                    path = os.path.join(directory, fname)
+                    if fname.startswith(".tmp-") and time.time() - os.stat(path).st_mtime > 3600:
+                        os.unlink(path)
+        return removed
+
+    def _delete_version(self, name: str, version: str) -> None:
+        # Manifest first: from then on no reader can pick the version up.
+        for suffix in (".json", PAYLOAD_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self._name_dir(name), version + suffix))
+
+    def remove(self, name: str, version: str | None = None) -> int:
+        """Delete one version or all of NAME; returns how many versions went."""
+        with self._lock():
+            targets = [m.version for m in self.versions(name) if version in (None, m.version)]
+            for v in targets:
+                self._delete_version(name, v)
+            if version is None:
+                shutil.rmtree(self._name_dir(name), ignore_errors=True)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._run_path(name))
+        return len(targets)
+
+    def gc(self, max_bytes: int) -> list[tuple[str, str, int]]:
+        """Evict least recently used versions until the bundles take at most max_bytes; returns what went."""
+        evicted = []
+        with self._lock():
+            entries = sorted(self.bundles(), key=lambda b: b.last_used)
+            total = sum(b.manifest.payload_bytes for b in entries)
+            for entry in entries:
+                if total <= max_bytes:
+                    break
+                self._delete_version(entry.manifest.name, entry.manifest.version)
+                total -= entry.manifest.payload_bytes
+                evicted.append((entry.manifest.name, entry.manifest.version, entry.manifest.payload_bytes))
+        return evicted
+
+    # -- damaged bundles --------------------------------------------------------------------------------------
+    def quarantine(self, manifest: Manifest, reason: str) -> str:
+        return self._quarantine_files(manifest.name, manifest.version, reason)
+
+    def _quarantine_files(self, name: str, version: str, reason: str) -> str:
+        target = os.path.join(self.root, "quarantine", name)
+        os.makedirs(target, exist_ok=True)
+        for suffix in (".json", PAYLOAD_SUFFIX):
+            src = os.path.join(self._name_dir(name), version + suffix)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(src, os.path.join(target, version + suffix))
+        with open(os.path.join(target, version + ".reason"), "w", encoding="utf-8") as f:
+            f.write(reason + "\n")
+        return target
+
+    # -- last run of each cell, for `explain` -----------------------------------------------------------------
+    def _run_path(self, name: str) -> str:
+        return os.path.join(self.root, "runs", name + ".json")
+
+    def save_run(self, name: str, data: Mapping[str, Any]) -> None:
+        path = self._run_path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write_json_atomic(path, dict(data))
+
+    def last_run(self, name: str) -> dict[str, Any] | None:
+        try:
+            with open(self._run_path(name), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+
+def _write_json_atomic(path: str, data: Any) -> None:
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def parse_size(text: str) -> int:
+    """'500M', '2G', '1.5GiB', '1000' -> bytes."""
+    units = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    num = s.rstrip("kmgt")
+    unit = s[len(num) :]
+    try:
+        value = float(num)
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (use e.g. 500M, 2G)") from None
+    if value < 0 or unit not in units:
+        raise ValueError(f"not a size: {text!r} (use e.g. 500M, 2G)")
+    return int(value * units[unit])
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
