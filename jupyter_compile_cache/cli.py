@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "import":
             manifest = import_bundle(store, args.file)
             print(f"imported {manifest.name!r} version {manifest.version} ({human_bytes(manifest.payload_bytes)})")
-    except (ValueError, BundleError, OSError) as exc:
+    except (ValueError, BundleError, OSError, tarfile.TarError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

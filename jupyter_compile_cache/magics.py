@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import shlex
 from typing import Any, NoReturn
 
@@ -48,7 +49,7 @@ def _cell_parser() -> _Parser:
 
 def _line_parser() -> _Parser:
     p = _Parser(prog="%compile_cache", usage_line=LINE_USAGE)
-    sub = p.add_subparsers(dest="command", parser_class=_Parser, usage_line=LINE_USAGE)
+    sub = p.add_subparsers(dest="command", parser_class=functools.partial(_Parser, usage_line=LINE_USAGE))
     sub.add_parser("status")
     sub.add_parser("list").add_argument("--store", default=None)
     for command in ("explain", "rm"):

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from kernels import Kernel  # noqa: E402
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    """A private store and cache dirs for one test, so tests never share torch or store state."""
+    paths = {name: tmp_path / name for name in ("store", "cache_a", "cache_b", "cache_c")}
+    for path in paths.values():
+        path.mkdir()
+    return paths
+
+
+@pytest.fixture
+def kernel_factory():
+    started: list[Kernel] = []
+
+    def start(**env: str) -> Kernel:
+        kernel = Kernel({k: str(v) for k, v in env.items()})
+        started.append(kernel)
+        return kernel
+
+    yield start
+    for kernel in started:
+        kernel.shutdown()

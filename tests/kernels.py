@@ -1,0 +1,115 @@
+"""Real Jupyter kernels for tests: start, run cells, restart with a fresh cache dir, read torch's counters."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+from dataclasses import dataclass, field
+
+from jupyter_client.manager import KernelManager
+
+COUNTERS_CODE = (
+    "import json as _json\n"
+    "from torch._dynamo.utils import counters as _c\n"
+    "print('COUNTERS=' + _json.dumps({k: dict(v) for k, v in _c.items()}))"
+)
+
+
+@dataclass
+class CellResult:
+    stdout: str = ""
+    stderr: str = ""
+    error: dict | None = None  # {'ename', 'evalue', 'traceback'}
+    results: list[str] = field(default_factory=list)  # text/plain of execute_result / display_data
+    status: str = "ok"
+
+    @property
+    def usage_error(self) -> str | None:
+        """IPython prints a UsageError to stderr (no traceback, no error message) and marks the reply as error."""
+        if self.status == "error" and "UsageError: " in self.stderr:
+            return self.stderr.split("UsageError: ", 1)[1]
+        return None
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def check(self) -> CellResult:
+        assert self.status == "ok" and self.error is None, f"cell failed: {self.output}"
+        assert self.error is None, f"cell failed: {self.error['ename']}: {self.error['evalue']}\n{self.output}"
+        return self
+
+
+class Kernel:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = {**os.environ, "PYTHONWARNINGS": "ignore", **env}
+        self._start()
+
+    def _start(self) -> None:
+        self.km = KernelManager(kernel_name="python3")
+        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        self.km.start_kernel(env=self.env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+
+    def run(self, code: str, timeout: float = 600) -> CellResult:
+        msg_id = self.kc.execute(code)
+        result = CellResult()
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"cell did not finish in {timeout} s:\n{code}") from None
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                if content["name"] == "stdout":
+                    result.stdout += content["text"]
+                else:
+                    result.stderr += content["text"]
+            elif kind in ("execute_result", "display_data"):
+                result.results.append(content["data"].get("text/plain", ""))
+            elif kind == "error":
+                result.error = content
+            elif kind == "status" and content["execution_state"] == "idle":
+                break
+        reply = self.kc.get_shell_msg(timeout=timeout)
+        result.status = reply["content"]["status"]
+        return result
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        out = self.run(COUNTERS_CODE).check().stdout
+        line = [x for x in out.splitlines() if x.startswith("COUNTERS=")][-1]
+        return json.loads(line[len("COUNTERS=") :])
+
+    def value(self, expr: str) -> object:
+        out = self.run(f"import json as _json\nprint('VALUE=' + _json.dumps({expr}))").check().stdout
+        line = [x for x in out.splitlines() if x.startswith("VALUE=")][-1]
+        return json.loads(line[len("VALUE=") :])
+
+    def restart(self, env: dict[str, str] | None = None) -> None:
+        """A kernel restart; with `env` the new kernel gets those variables (a fresh cache dir, say)."""
+        if env is not None:
+            self.env.update(env)
+            self.shutdown()
+            self._start()  # a new kernel process, as after "Restart kernel", with the new environment
+        else:
+            self.km.restart_kernel(now=True)
+            self.kc.wait_for_ready(timeout=120)
+
+    def shutdown(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def misses(counters: dict[str, dict[str, int]]) -> dict[str, int]:
+    """torch's cache-miss counters that must stay at zero after a full restore."""
+    return {
+        "fxgraph_cache_miss": counters.get("inductor", {}).get("fxgraph_cache_miss", 0),
+        "autograd_cache_miss": counters.get("aot_autograd", {}).get("autograd_cache_miss", 0),
+        "dynamo_cache_miss": counters.get("dynamo_cache", {}).get("dynamo_cache_miss", 0),
+    }

@@ -1,0 +1,86 @@
+"""The CLI and the script API (`with jupyter_compile_cache.cell(...)`), in fresh Python processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, torch, jupyter_compile_cache as jcc
+    from torch._dynamo.utils import counters
+
+    def f(a):
+        return (a.sin() + a.cos()).relu() * 3
+
+    x = torch.randn(64)
+    with jcc.cell("script_fn") as report:
+        y = torch.compile(f)(x)
+    assert torch.allclose(y, f(x))
+    print("REPORT", json.dumps({"saved": report.saved_version is not None,
+                                "restored": bool(report.restore and report.restore.restored),
+                                "fx_miss": counters["inductor"]["fxgraph_cache_miss"]}))
+    """
+)
+
+
+def _python(args, env, **kw):
+    return subprocess.run(
+        [sys.executable, *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=600, **kw
+    )
+
+
+def _report(proc):
+    assert proc.returncode == 0, proc.stderr
+    line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT ")][-1]
+    import json
+
+    return json.loads(line[len("REPORT ") :])
+
+
+def test_script_api_then_cli_export_import_on_another_store(tmp_path):
+    store_a, store_b = tmp_path / "store_a", tmp_path / "store_b"
+    env_a = {"JUPYTER_COMPILE_CACHE_DIR": str(store_a), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache_a")}
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    first = _report(_python([str(script)], env_a))
+    assert first == {"saved": True, "restored": False, "fx_miss": first["fx_miss"]} and first["fx_miss"] >= 1
+
+    listing = _python(["-m", "jupyter_compile_cache", "list"], env_a)
+    assert listing.returncode == 0 and "script_fn" in listing.stdout
+    shown = _python(["-m", "jupyter_compile_cache", "show", "script_fn"], env_a)
+    assert "WOULD RESTORE" in shown.stdout
+
+    exported = tmp_path / "script_fn.jcc"
+    out = _python(["-m", "jupyter_compile_cache", "export", "script_fn", str(exported)], env_a)
+    assert out.returncode == 0 and exported.stat().st_size > 0
+    env_b = {"JUPYTER_COMPILE_CACHE_DIR": str(store_b), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache_b")}
+    out = _python(["-m", "jupyter_compile_cache", "import", str(exported)], env_b)
+    assert out.returncode == 0, out.stderr
+
+    # a "colleague" with the imported store and an empty cache dir gets every graph from the bundle
+    second = _report(_python([str(script)], env_b))
+    assert second == {"saved": False, "restored": True, "fx_miss": 0}
+
+    out = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", "0"], env_b)
+    assert out.returncode == 0 and "evicted 1" in out.stdout
+    out = _python(["-m", "jupyter_compile_cache", "rm", "script_fn"], env_a)
+    assert out.returncode == 0
+    out = _python(["-m", "jupyter_compile_cache", "rm", "script_fn"], env_a)
+    assert out.returncode == 1 and "no bundle" in out.stderr
+
+
+def test_cli_refuses_bad_names_and_foreign_files(tmp_path):
+    env = {"JUPYTER_COMPILE_CACHE_DIR": str(tmp_path / "s")}
+    out = _python(["-m", "jupyter_compile_cache", "show", "../x"], env)
+    assert out.returncode == 2 and "invalid bundle name" in out.stderr
+    junk = tmp_path / "junk.jcc"
+    junk.write_bytes(b"not a tar")
+    out = _python(["-m", "jupyter_compile_cache", "import", str(junk)], env)
+    assert out.returncode == 2 and "error:" in out.stderr

@@ -1,0 +1,97 @@
+"""Environment fingerprints, and the code digest that keeps Dynamo precompile entries from running stale code."""
+
+from __future__ import annotations
+
+import types
+
+import torch
+
+from jupyter_compile_cache import fingerprint
+from jupyter_compile_cache.precompile import code_digest
+
+
+def test_fingerprint_has_the_fields_that_decide_compatibility():
+    fp = fingerprint.current()
+    assert fp["torch"] == torch.__version__
+    assert fp["python"].count(".") == 1
+    assert fp["cpu_isa"].split(":")[0]
+    assert len(fingerprint.digest(fp)) == 12
+
+
+def test_cpu_bundle_ignores_gpu_fields_but_not_torch():
+    saved = fingerprint.current()
+    now = dict(saved, gpu_name="NVIDIA H100", cuda="13.0")
+    assert fingerprint.mismatch_reason(fingerprint.compare(saved, now, uses_gpu=False, uses_cpu_kernels=True)) is None
+    assert "gpu_name" in fingerprint.mismatch_reason(fingerprint.compare(saved, now, True, True))
+    older = dict(saved, torch="2.7.0")
+    assert "torch" in fingerprint.mismatch_reason(fingerprint.compare(older, now, False, False))
+
+
+def test_cpu_isa_only_matters_for_cpu_kernels():
+    saved = fingerprint.current()
+    now = dict(saved, cpu_isa="x86_64:avx2")
+    assert fingerprint.mismatch_reason(fingerprint.compare(saved, now, False, False)) is None
+    assert "cpu_isa" in fingerprint.mismatch_reason(fingerprint.compare(saved, now, False, True))
+
+
+def _cell(source: str, filename: str) -> dict:
+    """Run source like a notebook cell: module __main__-like namespace, a per-kernel file name."""
+    ns = {"__name__": "__main__", "torch": torch}
+    exec(compile(source, filename, "exec"), ns)
+    return ns
+
+
+NET = """
+SCALE = 2.0
+def helper(x):
+    return x.relu()
+class Block(torch.nn.Module):
+    def forward(self, x):
+        return x * 3
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(4, 4)
+        self.b = Block()
+    def forward(self, x):
+        return self.b(helper(self.l(x)).sin()) * SCALE
+"""
+
+
+def _digest(source: str, filename: str = "/tmp/ipykernel_1/1.py") -> str:
+    ns = _cell(source, filename)
+    torch.manual_seed(0)
+    return code_digest(ns["Net"]().forward)
+
+
+def test_digest_is_stable_across_kernels_with_other_cell_filenames():
+    assert _digest(NET, "/tmp/ipykernel_1/111.py") == _digest(NET, "/tmp/ipykernel_2/222.py")
+
+
+def test_digest_changes_when_forward_helper_global_or_submodule_changes():
+    base = _digest(NET)
+    assert _digest(NET.replace(".sin()", ".tanh()")) != base
+    assert _digest(NET.replace("x.relu()", "x.abs()")) != base
+    assert _digest(NET.replace("SCALE = 2.0", "SCALE = 3.0")) != base
+    assert _digest(NET.replace("x * 3", "x * 4")) != base
+
+
+def test_digest_sees_closures_and_defaults():
+    def make(k):
+        def f(x, y=1):
+            return x * k + y
+
+        return f
+
+    assert code_digest(make(2)) != code_digest(make(3))
+    g = types.FunctionType(make(2).__code__, make(2).__globals__, "f", (5,), make(2).__closure__)
+    assert code_digest(g) != code_digest(make(2))
+
+
+def test_library_modules_digest_is_stable_across_instances():
+    # torch classes are named, not walked (the fingerprint pins torch), so two equal models digest equally
+    a = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    b = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    assert code_digest(a.forward) == code_digest(b.forward)
+    c = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, norm_first=True)
+    assert code_digest(a.forward) != code_digest(c.forward)  # a constant attribute differs

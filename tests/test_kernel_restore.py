@@ -1,0 +1,277 @@
+"""The restart story in real kernels: compile, restart on an EMPTY cache dir, restore, and never run stale code.
+
+Every test here drives ipykernel through jupyter_client and compiles with real torch.compile on the CPU.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+from kernels import misses
+
+pytestmark = pytest.mark.slow
+
+DEFINE = """
+import torch
+torch.manual_seed(0)
+SCALE = 2.0
+def helper(x):
+    return x.relu()
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(32, 64)
+        self.l2 = torch.nn.Linear(64, 32)
+    def forward(self, x):
+        return self.l2(helper(self.l1(x)).sin()) * SCALE
+model = Net()
+x = torch.randn(8, 32)
+"""
+
+COMPILE = """%%compile_cache {name} {options}
+with torch.no_grad():
+    compiled = torch.compile(model)
+    y = compiled(x)
+    expected = model(x)
+print("MATCHES_EAGER", torch.allclose(y, expected, atol=1e-5))
+"""
+
+
+def _start(kernel_factory, dirs, cache="cache_a", **env):
+    k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=dirs[cache], JUPYTER_COMPILE_CACHE_DIR=dirs["store"], **env)
+    k.run("%load_ext jupyter_compile_cache").check()
+    return k
+
+
+def _compile(k, name="net", options="", define=DEFINE):
+    k.run(define).check()
+    out = k.run(COMPILE.format(name=name, options=options)).check()
+    assert "MATCHES_EAGER True" in out.stdout, out.output
+    return out
+
+
+def test_restart_on_empty_cache_dir_restores_with_no_misses(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    first = _compile(k)
+    assert "saved" in first.stdout
+    cold = k.counters()
+    assert cold["inductor"]["fxgraph_cache_miss"] >= 1  # it really compiled
+
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})  # a new kernel on an EMPTY cache dir
+    assert os.listdir(dirs["cache_b"]) == []
+    k.run("%load_ext jupyter_compile_cache").check()
+    second = _compile(k)
+    assert "restored 'net' from the local store" in second.stdout
+    assert "nothing new to save" in second.stdout
+    warm = k.counters()
+    assert misses(warm) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    assert warm["dynamo_cache"]["dynamo_cache_hit"] >= 1
+
+    # torch issue: after a precompile entry is installed, the next fresh compile in __main__ used to fail with
+    # "Name '__builtins_dict___0' already exists in scope". It must compile and run.
+    out = k.run(
+        "f = torch.compile(lambda a: a.cos() + 1)\nprint('OK', float(f(x).sum()) == float((x.cos() + 1).sum()))"
+    )
+    assert "OK True" in out.check().stdout
+
+    status = k.value("[(r['layer'], r['hits']) for r in __import__('jupyter_compile_cache').status()['layers']]")
+    assert dict(status)["dynamo_precompile"] >= 1
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        (".sin()", ".tanh()"),  # the measured hazard: same class, same line, new body
+        ("x.relu()", "x.abs()"),  # a helper the forward calls
+        ("SCALE = 2.0", "SCALE = 3.0"),  # a global it reads
+    ],
+    ids=["forward", "helper", "global"],
+)
+def test_edited_code_never_runs_stale_compiled_code(kernel_factory, dirs, edit):
+    k = _start(kernel_factory, dirs)
+    _compile(k)
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    k.run("%load_ext jupyter_compile_cache").check()
+    out = _compile(k, options="--no-save", define=DEFINE.replace(*edit))  # asserts MATCHES_EAGER True
+    assert "restored 'net'" in out.stdout
+    assert "stale precompile entries refused" in out.stdout
+    assert k.counters()["jupyter_compile_cache"]["precompile_stale_rejected"] == 1
+
+
+def test_training_step_restores_forward_and_backward(kernel_factory, dirs):
+    train = """%%compile_cache train
+compiled = torch.compile(model)
+loss = compiled(x).pow(2).mean()
+loss.backward()
+grad = model.l1.weight.grad.clone()
+model.zero_grad()
+model(x).pow(2).mean().backward()
+print("GRAD_MATCHES", torch.allclose(grad, model.l1.weight.grad, atol=1e-5))
+"""
+    k = _start(kernel_factory, dirs)
+    k.run(DEFINE).check()
+    assert "GRAD_MATCHES True" in k.run(train).check().stdout
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    k.run("%load_ext jupyter_compile_cache").check()
+    k.run(DEFINE).check()
+    out = k.run(train).check()
+    assert "GRAD_MATCHES True" in out.stdout and "restored 'train'" in out.stdout
+    assert misses(k.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+
+
+def test_without_precompile_fx_and_aot_layers_hit(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    _compile(k, options="--no-precompile")
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    k.run("%load_ext jupyter_compile_cache").check()
+    _compile(k, options="--no-precompile")
+    c = k.counters()
+    assert c["inductor"]["fxgraph_cache_hit"] >= 1 or c["aot_autograd"]["autograd_cache_hit"] >= 1
+    assert misses(c) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+
+
+def test_failing_cell_saves_nothing_and_reraises_the_users_exception(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    k.run(DEFINE).check()
+    out = k.run("%%compile_cache broken\ny = torch.compile(model)(x)\nraise ValueError('user bug 42')")
+    assert out.error["ename"] == "ValueError" and out.error["evalue"] == "user bug 42"
+    assert out.status == "error"
+    assert k.value("[b['name'] for b in __import__('jupyter_compile_cache').bundles()]") == []
+
+
+def test_last_expression_is_displayed_like_a_normal_cell(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    out = k.run("%%compile_cache plain --no-save\n1 + 41").check()
+    assert out.results == ["42"]
+
+
+def _only_version(dirs, name):
+    manifests = glob.glob(str(dirs["store"] / "bundles" / name / "*.json"))
+    assert len(manifests) == 1
+    return manifests[0]
+
+
+def test_damaged_bundle_is_quarantined_and_the_cell_compiles_cold(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    _compile(k)
+    payload = _only_version(dirs, "net").replace(".json", ".tar.zst")
+    size = os.path.getsize(payload)
+    with open(payload, "r+b") as f:
+        f.truncate(size // 2)
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    k.run("%load_ext jupyter_compile_cache").check()
+    out = _compile(k)
+    assert "is damaged" in out.stderr and "net" in out.stderr and "quarantine" in out.stderr
+    assert "saved" in out.stdout  # compiled cold and saved again
+    assert glob.glob(str(dirs["store"] / "quarantine" / "net" / "*.reason"))
+    assert k.counters()["inductor"]["fxgraph_cache_miss"] >= 1
+
+
+def test_incompatible_bundle_is_skipped_with_the_reason(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    _compile(k)
+    path = _only_version(dirs, "net")
+    with open(path) as f:
+        manifest = json.load(f)
+    manifest["fingerprint"]["torch"] = "2.7.0+other"
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    k.run("%load_ext jupyter_compile_cache").check()
+    k.run(DEFINE).check()
+    out = k.run(COMPILE.format(name="net", options="--no-save")).check()
+    assert "not restored" in out.stdout and "incompatible" in out.stdout and "2.7.0+other" in out.stdout
+    explained = repr(k.run("%compile_cache explain net").check().results)
+    assert "MISMATCH" in explained and "would NOT restore" in explained
+
+
+def test_unsafe_bundle_is_refused_and_nothing_lands_outside_the_cache(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    _compile(k)
+    path = _only_version(dirs, "net")
+    with open(path) as f:
+        manifest = json.load(f)
+    manifest["members"][0]["name"] = "inductor/../../escaped.py"
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    k.run("%load_ext jupyter_compile_cache").check()
+    out = _compile(k)
+    assert "refused (unsafe)" in out.stderr
+    assert not list(dirs["cache_b"].parent.glob("escaped.py"))
+    assert not list(dirs["cache_b"].parent.parent.glob("escaped.py"))
+
+
+def test_unwritable_store_warns_and_the_cells_result_stands(kernel_factory, dirs):
+    blocker = dirs["store"] / "not-a-dir"
+    blocker.write_text("a file where the store should be")
+    k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=dirs["cache_a"], JUPYTER_COMPILE_CACHE_DIR=blocker / "store")
+    k.run("%load_ext jupyter_compile_cache").check()
+    out = _compile(k)
+    assert "could not save bundle 'net'" in out.stderr
+    assert k.value("float(y.sum())") == pytest.approx(k.value("float(expected.sum())"), rel=1e-5)
+
+
+def test_usage_errors_show_the_usage_line(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    for line in (
+        "%%compile_cache ../evil\npass",
+        "%%compile_cache ok --frobnicate\npass",
+        "%%compile_cache\npass",
+        "%%compile_cache " + "x" * 129 + "\npass",
+    ):
+        out = k.run(line)
+        assert out.usage_error and "usage: %%compile_cache NAME" in out.usage_error, (line, out.output)
+    for line in (
+        "%compile_cache frobnicate",
+        "%compile_cache enable nosuchlayer",
+        "%compile_cache explain a/b",
+        "%compile_cache gc --max-size lots",
+    ):
+        out = k.run(line)
+        assert out.usage_error and "usage: %compile_cache" in out.usage_error, (line, out.output)
+    assert k.value("1") == 1  # the kernel is fine
+
+
+def test_status_list_explain_enable_disable(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    _compile(k)
+    status = repr(k.run("%compile_cache status").check().results)
+    for title in ("Dynamo precompile", "AOTAutograd", "FX graph", "Inductor/Triton kernels", "Autotune", "PGO"):
+        assert title in status
+    listing = repr(k.run("%compile_cache list").check().results)
+    assert "net" in listing and "yes" in listing
+    explained = repr(k.run("%compile_cache explain net").check().results)
+    assert "WOULD RESTORE" in explained and "last run of this cell" in explained
+    k.run("%compile_cache disable fx_graph").check()
+    assert k.value("__import__('torch._inductor.config').__dict__['_inductor'].config.fx_graph_cache") is False
+    k.run("%compile_cache enable fx_graph").check()
+    assert k.value("__import__('torch._inductor.config').__dict__['_inductor'].config.fx_graph_cache") is True
+    k.run("%compile_cache disable precompile").check()
+    assert k.value("__import__('jupyter_compile_cache').get_session().precompile_default") is False
+    k.run("%compile_cache rm net").check()
+    assert k.value("[b['name'] for b in __import__('jupyter_compile_cache').bundles()]") == []
+
+
+def test_unload_removes_magics_and_hooks(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    _compile(k)
+    k.run("%unload_ext jupyter_compile_cache").check()
+    out = k.run("%compile_cache status")
+    assert out.usage_error and "not found" in out.usage_error
+    assert (
+        k.value("'load' in vars(__import__('torch._dynamo.package').__dict__['_dynamo'].package.DynamoCache)") is False
+    )
+    k.run("%load_ext jupyter_compile_cache").check()  # and it comes back cleanly
+    k.run("%compile_cache status").check()
+
+
+def test_load_ext_without_torch_says_so(kernel_factory, dirs):
+    k = kernel_factory(JUPYTER_COMPILE_CACHE_DIR=dirs["store"])
+    out = k.run(
+        "import sys\nsys.modules['torch'] = None  # torch absent from this kernel\n%load_ext jupyter_compile_cache"
+    )
+    assert out.usage_error and "needs PyTorch" in out.usage_error

@@ -1,0 +1,141 @@
+"""The local store: atomic versions, bounded history, LRU eviction, quarantine, concurrent writers."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from jupyter_compile_cache import bundle
+from jupyter_compile_cache.bundle import Manifest
+from jupyter_compile_cache.store import LocalStore, parse_size
+
+
+def _manifest(name="m", fp="a" * 12):
+    return Manifest(
+        name=name,
+        version=bundle.new_version_id(fp),
+        created=time.time(),
+        writer="w",
+        fingerprint={},
+        fingerprint_id=fp,
+        payload_sha256="",
+        payload_bytes=0,
+        members=[],
+    )
+
+
+def _write(store, tmp_path, name="m", size=1000, fp="a" * 12):
+    src = tmp_path / f"f{time.time_ns()}"
+    src.write_bytes(os.urandom(size))
+    return store.write(_manifest(name, fp), {"inductor/ab/x.so": str(src)})
+
+
+def test_write_then_versions_newest_first(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    first = _write(store, tmp_path)
+    second = _write(store, tmp_path)
+    assert [m.version for m in store.versions("m")] == [second.version, first.version]
+    assert os.path.exists(store.payload_path(second))
+    assert not [f for f in os.listdir(os.path.dirname(store.payload_path(second))) if f.startswith(".tmp-")]
+
+
+def test_versions_are_bounded_per_fingerprint(tmp_path):
+    store = LocalStore(str(tmp_path / "s"), max_versions=2)
+    for _ in range(4):
+        _write(store, tmp_path)
+    other = _write(store, tmp_path, fp="b" * 12)
+    kept = store.versions("m")
+    assert len(kept) == 3
+    assert other.version in {m.version for m in kept}
+
+
+def test_gc_evicts_least_recently_used(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    old = _write(store, tmp_path, name="old", size=50_000)
+    new = _write(store, tmp_path, name="new", size=50_000)
+    past = time.time() - 3600
+    os.utime(store.manifest_path(new), (past, past))
+    store.touch(old)  # used just now: survives
+    evicted = store.gc(new.payload_bytes + 10)
+    assert [e[0] for e in evicted] == ["new"]
+    assert store.versions("old") and not store.versions("new")
+
+
+def test_unreadable_manifest_is_quarantined_and_reported(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    m = _write(store, tmp_path)
+    with open(store.manifest_path(m), "w") as f:
+        f.write("{not json")
+    assert store.versions("m") == []
+    assert store.problems and "quarantined" in store.problems[0]
+    assert os.path.exists(os.path.join(store.root, "quarantine", "m", m.version + ".reason"))
+
+
+def test_remove_deletes_all_versions(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    _write(store, tmp_path)
+    _write(store, tmp_path)
+    assert store.remove("m") == 2
+    assert store.versions("m") == [] and store.names() == []
+
+
+def _writer_process(root, src, n):
+    store = LocalStore(root, max_versions=100)
+    for _ in range(n):
+        store.write(_manifest(), {"inductor/ab/x.so": src})
+
+
+def test_two_processes_saving_the_same_name_both_commit_complete_versions(tmp_path):
+    root = str(tmp_path / "s")
+    src = tmp_path / "payload"
+    src.write_bytes(os.urandom(300_000))
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer_process, args=(root, str(src), 5)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    store = LocalStore(root)
+    versions = store.versions("m")
+    assert len(versions) == 10
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for m in versions:  # every committed version is complete and verifies
+        with store.open_payload(m) as f:
+            bundle.extract(f, m, {"inductor": str(cache)})
+
+
+def test_unwritable_store_raises_oserror_and_leaves_no_partial_version(tmp_path):
+    if os.geteuid() == 0:
+        # root ignores permission bits: use a path whose parent is a file instead
+        blocker = tmp_path / "blocker"
+        blocker.write_text("x")
+        store = LocalStore(str(blocker / "s"))
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        store = LocalStore(str(ro / "s"))
+    with pytest.raises(OSError):
+        _write(store, tmp_path)
+
+
+def test_parse_size():
+    assert parse_size("500M") == 500 << 20
+    assert parse_size("2G") == 2 << 30
+    assert parse_size("1.5GiB") == int(1.5 * (1 << 30))
+    assert parse_size("1000") == 1000
+    with pytest.raises(ValueError):
+        parse_size("lots")
+
+
+def test_manifest_json_round_trip(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    m = _write(store, tmp_path)
+    with open(store.manifest_path(m)) as f:
+        again = Manifest.from_json(json.load(f))
+    assert again == m
