@@ -102,7 +102,7 @@ def table(rows: list[dict], metric: str = "first_call_s") -> str:
     lines = [header, "|" + "---|" * (len(CASES) + 5)]
     for key, cases in groups.items():
 
-        def t(case: str) -> float | None:
+        def t(case: str, cases: dict = cases) -> float | None:
             return cases.get(case, {}).get(metric)
 
         cells = [f"{t(c):.3f}" if t(c) is not None else "err" for c in CASES]
