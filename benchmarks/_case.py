@@ -125,8 +125,11 @@ def main() -> None:
         result["restored"] = bool(restore and restore.restored)
         result["restore_s"] = restore.seconds if restore else 0.0
         result["bytes_moved"] = restore.bytes if restore and restore.restored else report.saved_bytes
-        result["prewarm_s"] = session.prewarm.seconds
     result["cell_s"] = time.perf_counter() - cell_start
+    if session is not None:
+        result["prewarm_import_s"] = session.prewarm.import_seconds
+        session.prewarm.wait_all()
+        result["prewarm_s"] = session.prewarm.seconds
     if args.mega_out:
         saved = torch.compiler.save_cache_artifacts()
         if saved is not None:

@@ -5,7 +5,8 @@ importing torch._dynamo and torch._inductor and 1.2 s is `pick_vec_isa()` probin
 subprocesses; both are per-process work that no cache can hold. `%load_ext` starts them in a background thread.
 
 Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
-looks like it compiles (and every `%%compile_cache` cell) first waits for the thread to finish. Set
+looks like it compiles (and every `%%compile_cache` cell) first waits for the imports to finish. The ISA probe
+goes on in the background: a GPU model never needs it, and a CPU compile that asks first simply computes it. Set
 JUPYTER_COMPILE_CACHE_PREWARM=0 to turn this off.
 """
 
@@ -25,6 +26,8 @@ COMPILE_HINT = re.compile(r"torch\.compile|_dynamo|_inductor|torch\.compiler|com
 class Prewarm:
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
+        self.imported = threading.Event()  # set once the compiler modules are imported (or failed to)
+        self.import_seconds: float | None = None
         self.seconds: float | None = None
         self.error: str | None = None
         # Set by the session: restores the per-machine toolchain bundle, and lists the cache files.
@@ -45,9 +48,12 @@ class Prewarm:
     def _run(self) -> None:
         start = time.perf_counter()
         try:
-            import torch._dynamo  # noqa: F401
-            import torch._inductor.compile_fx  # noqa: F401
-
+            try:
+                import torch._dynamo  # noqa: F401
+                import torch._inductor.compile_fx  # noqa: F401
+            finally:
+                self.import_seconds = time.perf_counter() - start
+                self.imported.set()
             try:
                 from torch._inductor.cpu_vec_isa import pick_vec_isa
             except ImportError:
@@ -65,6 +71,11 @@ class Prewarm:
         self.seconds = time.perf_counter() - start
 
     def join(self) -> None:
+        """Wait for the imports only: the CPU ISA probe runs on (torch computes it itself if asked first)."""
+        if self.thread is not None:
+            self.imported.wait()
+
+    def wait_all(self) -> None:
         if self.thread is not None:
             self.thread.join()
 
