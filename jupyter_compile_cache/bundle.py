@@ -71,6 +71,9 @@ class Manifest:
     stats: dict[str, Any] = field(default_factory=dict)
     format: int = FORMAT
     compression: str = COMPRESSION
+    # Set by the hub: how the payload was chunked and each chunk's sha256 (covered by the signature).
+    chunk_size: int | None = None
+    chunk_sha256: list[str] | None = None
     signature: str | None = None
 
     @property

@@ -12,8 +12,9 @@ import sys
 import tarfile
 from collections.abc import Sequence
 
-from . import report
+from . import fingerprint, report
 from .bundle import BundleError, Manifest
+from .hub import HubConfig, HubError, RedisHub, check_signature
 from .session import CompileCacheSession, check_name
 from .store import human_bytes, parse_size
 
@@ -34,6 +35,17 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("name")
     export.add_argument("file")
     sub.add_parser("import", help="add a bundle file made by export").add_argument("file")
+    hub = sub.add_parser("hub", help="the shared Redis hub: ls | push NAME | pull NAME | rm NAME | gc")
+    hub.add_argument(
+        "--hub", dest="hub_url", help="redis://[user:password@]host:port/db (default: $JUPYTER_COMPILE_CACHE_HUB)"
+    )
+    hub.add_argument("--namespace", default=None)
+    hub.add_argument("--ttl", type=int, default=None, help="seconds a pushed bundle lives")
+    hub_sub = hub.add_subparsers(dest="hub_command", required=True)
+    hub_sub.add_parser("ls")
+    for command in ("push", "pull", "rm"):
+        hub_sub.add_parser(command).add_argument("name")
+    hub_sub.add_parser("gc").add_argument("--keep", type=int, default=3)
     return p
 
 
@@ -64,10 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             export_bundle(store, versions[0], args.file)
             print(f"exported {args.name!r} version {versions[0].version} to {args.file}")
+        elif args.command == "hub":
+            return _hub_command(args, session)
         elif args.command == "import":
             manifest = import_bundle(store, args.file)
             print(f"imported {manifest.name!r} version {manifest.version} ({human_bytes(manifest.payload_bytes)})")
-    except (ValueError, BundleError, OSError, tarfile.TarError) as exc:
+    except (ValueError, BundleError, OSError, tarfile.TarError, HubError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -91,3 +105,69 @@ def import_bundle(store, path: str) -> Manifest:  # noqa: ANN001 (LocalStore)
         manifest = Manifest.from_json(json.load(tar.extractfile(members[EXPORT_MANIFEST])))  # type: ignore[arg-type]
         check_name(manifest.name)
         return store.adopt(manifest, tar.extractfile(members[EXPORT_PAYLOAD]))
+
+
+def _hub_command(args: argparse.Namespace, session: CompileCacheSession) -> int:
+    config = HubConfig.from_env(args.hub_url, args.namespace, args.ttl)
+    if config is None:
+        print("error: no hub: pass --hub redis://host:port/0 or set JUPYTER_COMPILE_CACHE_HUB", file=sys.stderr)
+        return 2
+    hub = RedisHub(config)
+    store = session.store()
+    now = fingerprint.current()
+    if args.hub_command in ("push", "pull", "rm"):
+        check_name(args.name)
+    if args.hub_command == "ls":
+        rows = []
+        for name in hub.names():
+            for m in hub.versions(name):
+                checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
+                rows.append(
+                    {
+                        "name": m.name,
+                        "version": m.version,
+                        "bytes": m.payload_bytes,
+                        "files": len(m.members),
+                        "created": m.created,
+                        "last_used": None,
+                        "writer": m.writer,
+                        "compatible": fingerprint.mismatch_reason(checks) is None,
+                    }
+                )
+        print(f"hub {hub.display_url} namespace {config.namespace!r}")
+        print(repr(report.BundleTable(rows)))
+    elif args.hub_command == "push":
+        versions = store.versions(args.name)
+        if not versions:
+            print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
+            return 1
+        pushed = hub.push(versions[0], store.payload_path(versions[0]))
+        print(
+            f"pushed {args.name!r} version {pushed.version} ({human_bytes(pushed.payload_bytes)}, "
+            f"{len(pushed.chunk_sha256 or [])} chunks) to {hub.display_url}"
+        )
+    elif args.hub_command == "pull":
+        import tempfile
+
+        for m in hub.versions(args.name):
+            checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
+            if fingerprint.mismatch_reason(checks):
+                continue
+            check_signature(m, config.secret)
+            with tempfile.TemporaryFile() as buffer:
+                hub.pull(m, buffer)
+                buffer.seek(0)
+                local = store.adopt(m, buffer)
+            print(
+                f"pulled {args.name!r} version {local.version} ({human_bytes(local.payload_bytes)}) into {store.root}"
+            )
+            return 0
+        print(f"no bundle named {args.name!r} on the hub matches this machine", file=sys.stderr)
+        return 1
+    elif args.hub_command == "rm":
+        removed = hub.remove(args.name)
+        print(f"removed {removed} version(s) of {args.name!r} from the hub")
+        return 0 if removed else 1
+    elif args.hub_command == "gc":
+        print(f"removed {hub.gc(args.keep)} version(s) from the hub")
+    return 0

@@ -17,7 +17,8 @@ from .store import parse_size
 
 CELL_USAGE = "%%compile_cache NAME [--store DIR] [--no-restore] [--no-save] [--force-save] [--quiet] [--no-precompile]"
 LINE_USAGE = (
-    "%compile_cache status | list | explain NAME | rm NAME | gc [--max-size SIZE] | enable LAYER | disable LAYER"
+    "%compile_cache status | list | explain NAME | rm NAME | gc [--max-size SIZE] | enable LAYER | disable LAYER "
+    "| hub URL|off|status"
 )
 
 
@@ -44,6 +45,12 @@ def _cell_parser() -> _Parser:
     p.add_argument("--force-save", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--no-precompile", dest="precompile", action="store_false", default=None)
+    p.add_argument("--hub", default=None)
+    p.add_argument("--no-hub", action="store_true")
+    p.add_argument("--namespace", default=None)
+    p.add_argument("--ttl", type=int, default=None)
+    p.add_argument("--wait", type=float, default=0.0)
+    p.add_argument("--torch-remote", action="store_true")
     return p
 
 
@@ -61,6 +68,7 @@ def _line_parser() -> _Parser:
     gc.add_argument("--store", default=None)
     for command in ("enable", "disable"):
         sub.add_parser(command).add_argument("layer")
+    sub.add_parser("hub").add_argument("target", nargs="?", default="status")
     return p
 
 
@@ -96,6 +104,12 @@ class CompileCacheMagics(Magics):
             force_save=args.force_save,
             quiet=args.quiet,
             precompile=args.precompile,
+            hub=args.hub,
+            no_hub=args.no_hub,
+            namespace=args.namespace,
+            ttl=args.ttl,
+            wait=args.wait,
+            torch_remote=args.torch_remote,
         )
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame from the user's traceback)
         with self.session.cell(args.name, options):
@@ -162,7 +176,23 @@ class CompileCacheMagics(Magics):
                 f"{layer.switch_value()})"
             )
             return None
+        if args.command == "hub":
+            return self._hub(args.target)
         raise UsageError(f"unknown subcommand {args.command!r}\nusage: {LINE_USAGE}")
+
+    def _hub(self, target: str) -> Any:
+        session = self.session
+        if target == "off":
+            session.hub_off, session.hub_url = True, None
+            print("compile_cache: hub off for this session")
+            return None
+        if target != "status":
+            if not target.startswith(("redis://", "rediss://", "unix://")):
+                raise UsageError(f"not a Redis URL: {target!r}\nusage: {LINE_USAGE}")
+            session.hub_off, session.hub_url = False, target
+        info = session.hub_status()
+        print(report.hub_line(info))
+        return info
 
 
 def _valid(name: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import os
 import re
 import sys
@@ -220,6 +221,13 @@ def code_digest(fn: Any) -> str:
     return digest.hexdigest()
 
 
+class _DroppedGuardFilter(logging.Filter):
+    """torch warns for every guard precompile drops; the code digest stands in for them, so hide the noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is dropped with caching_precompile=True" not in str(record.msg)
+
+
 class PrecompileGuard:
     """Wraps torch's Dynamo precompile cache while installed; `uninstall` puts torch back exactly as it was."""
 
@@ -230,6 +238,7 @@ class PrecompileGuard:
         self._fns: dict[str, Any] = {}
         self._orig_load: Any = None
         self._orig_install: Any = None
+        self._log_filter = _DroppedGuardFilter()
 
     @staticmethod
     def available() -> bool:
@@ -260,6 +269,7 @@ class PrecompileGuard:
             _advance_unique_ids(package_self)
 
         package.CompilePackage.install = install_package
+        logging.getLogger("torch._dynamo.guards").addFilter(self._log_filter)
         self.installed = True
 
     def uninstall(self) -> None:
@@ -269,6 +279,7 @@ class PrecompileGuard:
 
         vars(package.DynamoCache).pop("load", None)
         package.CompilePackage.install = self._orig_install
+        logging.getLogger("torch._dynamo.guards").removeFilter(self._log_filter)
         self.installed = False
 
     def _load(self, fn: Any) -> Any:

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import getpass
 import hashlib
+import importlib
 import os
 import re
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -21,6 +23,7 @@ from typing import Any, TextIO
 
 from . import bundle, capture, fingerprint, layers
 from .bundle import BundleError, Manifest, UnsafeBundle
+from .hub import HubConfig, Lease, RedisHub
 from .precompile import COUNTER_GROUP, PrecompileGuard
 from .prewarm import Prewarm
 from .store import LocalStore, human_bytes
@@ -57,6 +60,12 @@ class CellOptions:
     quiet: bool = False
     precompile: bool | None = None  # None: the session's default
     whole_cache: bool = False  # bundle every file in the cache dirs, not only this block's (API `save`)
+    hub: str | None = None  # hub URL for this cell (else the session's / $JUPYTER_COMPILE_CACHE_HUB)
+    no_hub: bool = False
+    namespace: str | None = None
+    ttl: int | None = None
+    wait: float = 0.0  # seconds to wait for a collaborator who is compiling the same NAME
+    torch_remote: bool = False  # also point torch's own Redis caches (FX graph, AOTAutograd, autotune) at the hub
 
 
 @dataclass
@@ -68,6 +77,9 @@ class RestoreResult:
     bytes: int = 0
     seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)  # why versions were not used
+    uses_cpu_kernels: bool = False
+    hub_url: str | None = None  # redacted
+    pull_seconds: float = 0.0
 
     @property
     def restored(self) -> bool:
@@ -82,6 +94,7 @@ class CellReport:
     saved_version: str | None = None
     saved_bytes: int = 0
     saved_files: int = 0
+    pushed: bool = False
     body_seconds: float = 0.0
     layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
     stale_rejected: int = 0
@@ -92,9 +105,44 @@ class CellReport:
         return asdict(self)
 
 
+class _Progress:
+    """A one-line progress report on stderr, shown only once an operation has taken more than a second."""
+
+    def __init__(self, label: str, stream: TextIO, quiet: bool) -> None:
+        self.label, self.stream, self.quiet = label, stream, quiet
+        self.start = time.perf_counter()
+        self.shown = False
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if self.quiet or now - self.start < 1.0 or now - self.last < 0.2:
+            return
+        self.last, self.shown = now, True
+        pct = 100.0 * done / total if total else 100.0
+        rate = done / (now - self.start) / (1 << 20)
+        print(
+            f"\rcompile_cache: {self.label}: {human_bytes(done)} of {human_bytes(total)} ({pct:.0f} %, "
+            f"{rate:.0f} MB/s)",
+            end="",
+            file=self.stream,
+            flush=True,
+        )
+
+    def done(self) -> None:
+        if self.shown:
+            print(file=self.stream, flush=True)
+            self.shown = False
+
+
 class CompileCacheSession:
     def __init__(self, store_root: str | None = None, out: TextIO | None = None, err: TextIO | None = None) -> None:
         self.store_root = store_root
+        self.hub_url: str | None = None  # `%compile_cache hub URL`; None: $JUPYTER_COMPILE_CACHE_HUB
+        self.hub_off = False  # `%compile_cache hub off`
+        self._hub_down_until: dict[str, float] = {}
+        self._hub_warned: set[str] = set()
+        self._trust_warned = False
         self._out = out
         self._err = err
         self.precompile_default = True
@@ -130,9 +178,14 @@ class CompileCacheSession:
 
     # -- restore ------------------------------------------------------------------------------------------------
     def restore(
-        self, name: str, store_root: str | None = None, quiet: bool = False, report: CellReport | None = None
+        self,
+        name: str,
+        store_root: str | None = None,
+        quiet: bool = False,
+        report: CellReport | None = None,
+        options: CellOptions | None = None,
     ) -> RestoreResult:
-        """Restore the newest compatible version of NAME into torch's cache dirs."""
+        """Restore the newest compatible version of NAME into torch's cache dirs: local store, then the hub."""
         check_name(name)
         result = RestoreResult(name)
         store = self.store(store_root)
@@ -168,13 +221,20 @@ class CompileCacheSession:
             self._restored_paths[name] = written
             result.source, result.version = "local", manifest.version
             result.files, result.bytes = len(written), manifest.payload_bytes
+            result.uses_cpu_kernels = manifest.uses_cpu_kernels
             break
+        if not result.restored:
+            hub = self.hub_for(options or CellOptions(store=store_root))
+            if hub is not None:
+                self._restore_from_hub(hub, name, store, now, roots, result, report, quiet)
         result.seconds = time.perf_counter() - start
         if not quiet:
             if result.restored:
+                where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
+                pulled = f", pull {result.pull_seconds:.2f} s" if result.source == "hub" else ""
                 print(
-                    f"compile_cache: restored {name!r} from the {result.source} store ({result.files} files, "
-                    f"{human_bytes(result.bytes)}) in {result.seconds:.2f} s",
+                    f"compile_cache: restored {name!r} from {where} ({result.files} files, "
+                    f"{human_bytes(result.bytes)}) in {result.seconds:.2f} s{pulled}",
                     file=self.out,
                 )
             elif result.skipped:
@@ -187,14 +247,16 @@ class CompileCacheSession:
         """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts."""
         opts = options or CellOptions()
         check_name(name)
-        self.prewarm.join()
         report = CellReport(name)
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
         precompile = precompile and PrecompileGuard.available()
         previous_precompile = self._set_precompile(precompile)
         try:
             if opts.restore:
-                report.restore = self.restore(name, opts.store, opts.quiet, report)
+                report.restore = self.restore(name, opts.store, opts.quiet, report, opts)
+            lease = self._single_flight(name, opts, report)
+            self._wait_for_prewarm(report.restore)
+            self._torch_remote(opts)
             roots = capture.cache_roots()
             watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
             before = layers.counter_snapshot()
@@ -237,6 +299,18 @@ class CompileCacheSession:
                 print(self.summary_line(report), file=self.out)
         finally:
             self._set_precompile(previous_precompile)
+            if "lease" in locals() and lease is not None:
+                lease.release()
+
+    def _wait_for_prewarm(self, restore: RestoreResult | None) -> None:
+        """Never compile while the prewarm thread imports; wait for its CPU ISA probe when C++ kernels follow."""
+        import torch
+
+        uses_cpu_kernels = restore is not None and restore.uses_cpu_kernels
+        if uses_cpu_kernels or not torch.cuda.is_available():
+            self.prewarm.wait_all()  # torch would otherwise probe again, serially, on the critical path
+        else:
+            self.prewarm.join()
 
     def _finish(self, report: CellReport, store_root: str | None = None) -> None:
         report.finished = time.time()
@@ -304,6 +378,189 @@ class CompileCacheSession:
         report.saved_version = manifest.version
         report.saved_bytes = manifest.payload_bytes
         report.saved_files = len(manifest.members)
+        hub = self.hub_for(opts)
+        if hub is not None:
+            self._push(hub, store, manifest, report, opts.quiet)
+
+    # -- the hub ------------------------------------------------------------------------------------------------
+    def hub_for(self, opts: CellOptions) -> RedisHub | None:
+        """The hub this cell uses, or None (off, not configured, or recently found down)."""
+        if opts.no_hub or (self.hub_off and not opts.hub):
+            return None
+        config = HubConfig.from_env(opts.hub or self.hub_url, opts.namespace, opts.ttl)
+        if config is None:
+            return None
+        if self._hub_down_until.get(config.url, 0) > time.time():
+            return None
+        if config.secret is None and not self._trust_warned:
+            self._trust_warned = True
+            self.warn(
+                "no JUPYTER_COMPILE_CACHE_SECRET is set: bundles pulled from the hub are trusted as they are "
+                "(they contain pickled code); set a team secret to sign and verify them"
+            )
+        return RedisHub(config)
+
+    def hub_status(self) -> dict[str, Any]:
+        """The session's hub: redacted URL, namespace, reachable or not, latency (for status, the panel)."""
+        from .hub import HubError
+
+        config = None if self.hub_off else HubConfig.from_env(self.hub_url)
+        if config is None:
+            return {"url": None}
+        hub = RedisHub(config)
+        info: dict[str, Any] = {
+            "url": hub.display_url,
+            "namespace": config.namespace,
+            "signed": config.secret is not None,
+        }
+        try:
+            info["latency_ms"] = hub.ping() * 1000
+            info["reachable"] = True
+            self._hub_down_until.pop(config.url, None)
+        except HubError as exc:
+            info["reachable"], info["error"] = False, str(exc)
+        return info
+
+    def _hub_failed(self, hub: RedisHub, exc: Exception, report: CellReport | None) -> None:
+        # One warning per hub and session; then skip it for a minute instead of paying the timeout every cell.
+        self._hub_down_until[hub.config.url] = time.time() + 60
+        if hub.config.url not in self._hub_warned:
+            self._hub_warned.add(hub.config.url)
+            self.warn(f"{exc}; carrying on without the hub (the local store is unaffected)", report)
+        elif report is not None:
+            report.warnings.append(str(exc))
+
+    def _restore_from_hub(
+        self,
+        hub: RedisHub,
+        name: str,
+        store: LocalStore,
+        now: dict[str, Any],
+        roots: dict[str, str],
+        result: RestoreResult,
+        report: CellReport | None,
+        quiet: bool,
+    ) -> None:
+        from .hub import HubError, check_signature
+
+        try:
+            versions = hub.versions(name)
+        except HubError as exc:
+            self._hub_failed(hub, exc, report)
+            return
+        for manifest in versions:
+            checks = fingerprint.compare(manifest.fingerprint, now, manifest.uses_gpu, manifest.uses_cpu_kernels)
+            reason = fingerprint.mismatch_reason(checks)
+            if reason:
+                result.skipped.append(f"hub version {manifest.version}: incompatible ({reason})")
+                continue
+            try:
+                check_signature(manifest, hub.config.secret)
+            except HubError as exc:
+                self.warn(f"{exc}; refused, the cell compiles instead", report)
+                result.skipped.append(f"hub version {manifest.version}: {exc}")
+                continue
+            pull_start = time.perf_counter()
+            progress = _Progress(f"pulling {name!r} from the hub", self.err, quiet)
+            try:
+                with tempfile.TemporaryFile() as buffer:
+                    hub.pull(manifest, buffer, progress)
+                    buffer.seek(0)
+                    local = store.adopt(manifest, buffer)  # write-through: next time it is local
+            except HubError as exc:
+                progress.done()
+                self.warn(f"could not pull {name!r} from the hub: {exc}; compiling instead", report)
+                result.skipped.append(f"hub version {manifest.version}: {exc}")
+                return
+            except (BundleError, OSError) as exc:
+                progress.done()
+                self.warn(f"bundle {name!r} from the hub is unusable: {exc}", report)
+                result.skipped.append(f"hub version {manifest.version}: {exc}")
+                continue
+            progress.done()
+            result.pull_seconds = time.perf_counter() - pull_start
+            try:
+                with store.open_payload(local) as payload:
+                    written = bundle.extract(payload, local, roots)
+            except BundleError as exc:
+                store.quarantine(local, str(exc))
+                self.warn(f"bundle {name!r} from the hub is damaged: {exc}; quarantined", report)
+                continue
+            self._restored_paths[name] = written
+            result.source, result.version, result.hub_url = "hub", local.version, hub.display_url
+            result.files, result.bytes, result.uses_cpu_kernels = (
+                len(written),
+                local.payload_bytes,
+                local.uses_cpu_kernels,
+            )
+            return
+
+    def _push(self, hub: RedisHub, store: LocalStore, manifest: Manifest, report: CellReport, quiet: bool) -> None:
+        from .hub import HubError
+
+        progress = _Progress(f"pushing {manifest.name!r} to the hub", self.err, quiet)
+        try:
+            hub.push(manifest, store.payload_path(manifest), progress)
+            report.pushed = True
+        except HubError as exc:
+            self._hub_failed(hub, exc, report)
+        finally:
+            progress.done()
+
+    def _single_flight(self, name: str, opts: CellOptions, report: CellReport) -> Lease | None:
+        """If nothing was restored, take NAME's lease on the hub, or wait for the collaborator who holds it."""
+        if report.restore is not None and report.restore.restored:
+            return None
+        hub = self.hub_for(opts)
+        if hub is None or not opts.save:
+            return None
+        from .hub import HubError
+
+        fp = fingerprint.digest(fingerprint.current())
+        try:
+            lease = hub.lease(name, fp, _writer())
+            holder = lease.acquire()
+        except HubError as exc:
+            self._hub_failed(hub, exc, report)
+            return None
+        if holder is None:
+            return lease
+        since = time.time() - float(holder.get("since", time.time()))
+        message = f"{name!r} is being compiled by {holder.get('holder')} (for {since:.0f} s)"
+        if opts.wait <= 0:
+            print(f"compile_cache: {message}; compiling here too (use --wait SECONDS to wait for it)", file=self.out)
+            return None
+        print(f"compile_cache: {message}; waiting up to {opts.wait:.0f} s for that bundle", file=self.out)
+        deadline = time.time() + opts.wait
+        while time.time() < deadline:
+            time.sleep(min(1.0, max(0.0, deadline - time.time())))
+            result = self.restore(name, opts.store, opts.quiet, report, opts)
+            if result.restored:
+                report.restore = result
+                return None
+            try:
+                if hub.client.exists(lease.key) == 0:  # the holder finished or died without a bundle
+                    break
+            except Exception:
+                break
+        print(f"compile_cache: no bundle for {name!r} arrived; compiling", file=self.out)
+        return None
+
+    def _torch_remote(self, opts: CellOptions) -> None:
+        """Point torch's own Redis caches at the hub (they then share graphs compiled outside our cells too)."""
+        hub = self.hub_for(opts) if opts.torch_remote else None
+        if hub is None:
+            return
+        os.environ["TORCHINDUCTOR_REDIS_URL"] = hub.config.url
+        switches = (
+            ("torch._inductor.config", "fx_graph_remote_cache"),
+            ("torch._inductor.config", "autotune_remote_cache"),
+            ("torch._functorch.config", "enable_remote_autograd_cache"),
+        )
+        for module, attr in switches:
+            mod = importlib.import_module(module)
+            if hasattr(mod, attr):
+                setattr(mod, attr, True)
 
     # -- the per-machine toolchain bundle ---------------------------------------------------------------------
     def toolchain_store(self, store_root: str | None = None) -> LocalStore:
@@ -348,7 +605,8 @@ class CompileCacheSession:
         if report.stale_rejected:
             parts.append(f"{report.stale_rejected} stale precompile entries refused (code changed)")
         if report.saved_version:
-            parts.append(f"saved {report.saved_files} files ({human_bytes(report.saved_bytes)}) to the local store")
+            where = "the local store and the hub" if report.pushed else "the local store"
+            parts.append(f"saved {report.saved_files} files ({human_bytes(report.saved_bytes)}) to {where}")
         else:
             parts.append("nothing new to save")
         return "; ".join(parts)
@@ -377,7 +635,9 @@ class CompileCacheSession:
                 }
             )
         store = self.store()
+        hub = self.hub_status()
         return {
+            "hub": report_hub_line(hub) if hub.get("url") else None,
             "cache_dir": roots["inductor"],
             "store": store.root,
             "store_bytes": store.total_bytes(),
@@ -439,6 +699,12 @@ class CompileCacheSession:
                 raise ValueError("this torch has no Dynamo precompile (torch._dynamo.config.caching_precompile)")
         layer.set_switch(enabled)
         return layer
+
+
+def report_hub_line(info: dict[str, Any]) -> str:
+    from .report import hub_line
+
+    return hub_line(info).removeprefix("compile_cache: hub ")
 
 
 def _new_manifest(name: str, now: dict[str, Any], stats: dict[str, Any]) -> Manifest:

@@ -1,0 +1,356 @@
+"""The shared hub: bundles on a team's Redis (a single server, a replica, or a cluster: keys use hash tags).
+
+Keys, for namespace NS, bundle NAME, fingerprint id FP and version V (all of one NAME share a cluster slot):
+
+    jcc:{NS/NAME}:chunk:FP:V:<i>   slices of the zstd payload, a few MB each, written in pipelines
+    jcc:{NS/NAME}:manifest:FP:V    the manifest (fingerprint, sizes, sha256 of every chunk, signature), written
+                                   last: the commit point, so a reader never sees a half-written bundle
+    jcc:{NS/NAME}:index            sorted set of "FP:V" by creation time
+    jcc:{NS/NAME}:lease:FP         who is compiling NAME right now (SET NX with expiry, renewed while it runs)
+    jcc:{NS}:names                 set of bundle names
+
+Chunks are written with a one-hour expiry that the commit clears (or sets to --ttl), so an interrupted push
+leaves nothing behind. With a team secret every manifest carries an HMAC-SHA256 over its canonical JSON, which
+covers every chunk's hash; a pulled bundle without a valid signature is refused. Every pulled chunk is hashed,
+the payload is hashed again when it lands in the local store, and extraction is the local store's safe one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .bundle import DamagedBundle, Manifest
+
+DEFAULT_CHUNK = 4 << 20
+PIPELINE_CHUNKS = 8  # chunks per round trip
+ORPHAN_TTL = 3600  # seconds an uncommitted chunk lives
+LEASE_TTL = 30
+
+Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+
+
+class HubError(Exception):
+    """The hub failed (down, timed out, hostile data); the caller treats it as a miss and carries on."""
+
+
+class SignatureError(HubError):
+    pass
+
+
+def redact(url: str | None) -> str:
+    """The URL with any password replaced, for messages, status and the panel."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def canonical(manifest: Manifest) -> bytes:
+    data = manifest.to_json()
+    data.pop("signature", None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def sign(manifest: Manifest, secret: bytes) -> str:
+    return hmac.new(secret, canonical(manifest), hashlib.sha256).hexdigest()
+
+
+def check_signature(manifest: Manifest, secret: bytes | None) -> None:
+    if secret is None:
+        return
+    if not manifest.signature:
+        raise SignatureError(
+            f"bundle {manifest.name!r} version {manifest.version} is unsigned (no signature) but a team secret is set"
+        )
+    if not hmac.compare_digest(manifest.signature, sign(manifest, secret)):
+        raise SignatureError(
+            f"bundle {manifest.name!r} version {manifest.version} has a wrong signature "
+            "(not signed with this team's secret, or altered)"
+        )
+
+
+@dataclass
+class HubConfig:
+    url: str
+    namespace: str = "default"
+    secret: bytes | None = None
+    ttl: int | None = None  # seconds a pushed bundle lives; None: until gc or rm
+    chunk_size: int = DEFAULT_CHUNK
+    connect_timeout: float = 2.0
+    timeout: float = 10.0
+
+    @classmethod
+    def from_env(cls, url: str | None = None, namespace: str | None = None, ttl: int | None = None) -> HubConfig | None:
+        url = url or os.environ.get("JUPYTER_COMPILE_CACHE_HUB")
+        if not url or url == "off":
+            return None
+        secret = os.environ.get("JUPYTER_COMPILE_CACHE_SECRET")
+        return cls(
+            url=url,
+            namespace=namespace or os.environ.get("JUPYTER_COMPILE_CACHE_NAMESPACE") or "default",
+            secret=secret.encode() if secret else None,
+            ttl=ttl,
+            connect_timeout=float(os.environ.get("JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT", "2")),
+            timeout=float(os.environ.get("JUPYTER_COMPILE_CACHE_HUB_TIMEOUT", "10")),
+        )
+
+
+class RedisHub:
+    label = "hub"
+
+    def __init__(self, config: HubConfig) -> None:
+        self.config = config
+        self._client: Any = None
+
+    @property
+    def display_url(self) -> str:
+        return redact(self.config.url)
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                import redis
+            except ImportError as exc:
+                raise HubError("the hub needs redis-py: pip install 'jupyter_compile_cache[hub]'") from exc
+            try:
+                self._client = redis.Redis.from_url(
+                    self.config.url,
+                    socket_connect_timeout=self.config.connect_timeout,
+                    socket_timeout=self.config.timeout,
+                    retry_on_timeout=False,
+                    health_check_interval=0,
+                )
+            except ValueError as exc:
+                raise HubError(f"bad hub URL {self.display_url}: {exc}") from None
+        return self._client
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        """Run a Redis operation; every failure becomes a HubError whose message never holds the password."""
+        import redis
+
+        try:
+            return fn()
+        except (TimeoutError, redis.RedisError, OSError) as exc:
+            message = str(exc).replace(self.config.url, self.display_url)
+            if "password" in message.lower() and "invalid" not in message.lower():
+                message = type(exc).__name__
+            raise HubError(f"hub {self.display_url}: {message or type(exc).__name__}") from None
+
+    # -- keys -----------------------------------------------------------------------------------------------
+    def _prefix(self, name: str) -> str:
+        return f"jcc:{{{self.config.namespace}/{name}}}"
+
+    def _names_key(self) -> str:
+        return f"jcc:{{{self.config.namespace}}}:names"
+
+    def _manifest_key(self, name: str, fp: str, version: str) -> str:
+        return f"{self._prefix(name)}:manifest:{fp}:{version}"
+
+    def _chunk_key(self, name: str, fp: str, version: str, index: int) -> str:
+        return f"{self._prefix(name)}:chunk:{fp}:{version}:{index}"
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def ping(self) -> float:
+        start = time.perf_counter()
+        self._call(self.client.ping)
+        return time.perf_counter() - start
+
+    def names(self) -> list[str]:
+        return sorted(n.decode() for n in self._call(lambda: self.client.smembers(self._names_key())))
+
+    def versions(self, name: str) -> list[Manifest]:
+        """Committed versions of NAME, newest first (signatures are checked by the caller, who reports them)."""
+        prefix = self._prefix(name)
+        entries = self._call(lambda: self.client.zrevrange(f"{prefix}:index", 0, 50))
+        out = []
+        for entry in entries:
+            fp, _, version = entry.decode().partition(":")
+            raw = self._call(lambda fp=fp, version=version: self.client.get(self._manifest_key(name, fp, version)))
+            if raw is None:  # expired or removed
+                continue
+            try:
+                manifest = Manifest.from_json(json.loads(raw))
+            except (ValueError, DamagedBundle):
+                continue
+            if manifest.name == name and manifest.version == version:
+                out.append(manifest)
+        return out
+
+    def pull(self, manifest: Manifest, sink: IO[bytes], progress: Progress | None = None) -> None:
+        """Write the payload of `manifest` to sink, verifying every chunk; raises HubError on any problem."""
+        chunks = manifest.chunk_sha256 or []
+        if not chunks:
+            raise HubError(f"bundle {manifest.name!r} version {manifest.version} lists no chunks")
+        done = 0
+        for start in range(0, len(chunks), PIPELINE_CHUNKS):
+            indices = range(start, min(start + PIPELINE_CHUNKS, len(chunks)))
+
+            def fetch(indices: range = indices) -> list[bytes | None]:
+                pipe = self.client.pipeline(transaction=False)
+                for i in indices:
+                    pipe.get(self._chunk_key(manifest.name, manifest.fingerprint_id, manifest.version, i))
+                return pipe.execute()
+
+            for i, data in zip(indices, self._call(fetch)):
+                if data is None:
+                    raise HubError(f"chunk {i} of {manifest.name!r} is missing on the hub (evicted?)")
+                if hashlib.sha256(data).hexdigest() != chunks[i]:
+                    raise HubError(f"chunk {i} of {manifest.name!r} fails its sha256 check")
+                sink.write(data)
+                done += len(data)
+                if progress:
+                    progress(done, manifest.payload_bytes)
+
+    # -- writing ------------------------------------------------------------------------------------------------
+    def push(self, manifest: Manifest, payload_path: str, progress: Progress | None = None) -> Manifest:
+        """Upload chunks in pipelines, then commit the signed manifest. Returns the manifest as pushed."""
+        size = self.config.chunk_size
+        name, fp, version = manifest.name, manifest.fingerprint_id, manifest.version
+        hashes: list[str] = []
+        done = 0
+        with open(payload_path, "rb") as f:
+            while True:
+                batch = [f.read(size) for _ in range(PIPELINE_CHUNKS)]
+                batch = [b for b in batch if b]
+                if not batch:
+                    break
+                base = len(hashes)
+
+                def send(batch: list[bytes] = batch, base: int = base) -> None:
+                    pipe = self.client.pipeline(transaction=False)
+                    for offset, data in enumerate(batch):
+                        pipe.set(self._chunk_key(name, fp, version, base + offset), data, ex=ORPHAN_TTL)
+                    pipe.execute()
+
+                self._call(send)
+                hashes += [hashlib.sha256(b).hexdigest() for b in batch]
+                done += sum(len(b) for b in batch)
+                if progress:
+                    progress(done, manifest.payload_bytes)
+        pushed = Manifest.from_json(manifest.to_json())
+        pushed.chunk_size, pushed.chunk_sha256 = size, hashes
+        pushed.signature = sign(pushed, self.config.secret) if self.config.secret else None
+        data = json.dumps(pushed.to_json(), default=str)
+        ttl = self.config.ttl
+
+        def commit() -> None:
+            pipe = self.client.pipeline(transaction=True)
+            for i in range(len(hashes)):
+                key = self._chunk_key(name, fp, version, i)
+                pipe.expire(key, ttl) if ttl else pipe.persist(key)
+            pipe.set(self._manifest_key(name, fp, version), data, ex=ttl)
+            pipe.zadd(f"{self._prefix(name)}:index", {f"{fp}:{version}": pushed.created})
+            pipe.sadd(self._names_key(), name)
+            pipe.execute()
+
+        self._call(commit)
+        return pushed
+
+    def remove(self, name: str, version: str | None = None) -> int:
+        removed = 0
+        prefix = self._prefix(name)
+        for entry in self._call(lambda: self.client.zrange(f"{prefix}:index", 0, -1)):
+            fp, _, v = entry.decode().partition(":")
+            if version not in (None, v):
+                continue
+            self._delete_version(name, fp, v)
+            removed += 1
+        if version is None:
+            self._call(lambda: self.client.unlink(f"{prefix}:index"))
+            self._call(lambda: self.client.srem(self._names_key(), name))
+        return removed
+
+    def _delete_version(self, name: str, fp: str, version: str) -> None:
+        prefix = self._prefix(name)
+        raw = self._call(lambda: self.client.get(self._manifest_key(name, fp, version)))
+        count = 0
+        if raw is not None:
+            try:
+                count = len(json.loads(raw).get("chunk_sha256") or [])
+            except ValueError:
+                count = 0
+        # manifest first: from then on no reader picks the version up
+        self._call(lambda: self.client.unlink(self._manifest_key(name, fp, version)))
+        keys = [self._chunk_key(name, fp, version, i) for i in range(count)]
+        if keys:
+            self._call(lambda: self.client.unlink(*keys))
+        self._call(lambda: self.client.zrem(f"{prefix}:index", f"{fp}:{version}"))
+
+    def gc(self, keep: int = 3) -> int:
+        """Keep the newest `keep` versions per name and fingerprint; drop index entries whose manifest expired."""
+        removed = 0
+        for name in self.names():
+            seen: dict[str, int] = {}
+            prefix = self._prefix(name)
+            for entry in self._call(lambda prefix=prefix: self.client.zrevrange(f"{prefix}:index", 0, -1)):
+                fp, _, version = entry.decode().partition(":")
+                exists = self._call(lambda n=name, f=fp, v=version: self.client.exists(self._manifest_key(n, f, v)))
+                seen[fp] = seen.get(fp, 0) + 1
+                if not exists or seen[fp] > keep:
+                    self._delete_version(name, fp, version)
+                    removed += 1
+            if not self._call(lambda prefix=prefix: self.client.zcard(f"{prefix}:index")):
+                self._call(lambda n=name: self.client.srem(self._names_key(), n))
+        return removed
+
+    # -- single flight ------------------------------------------------------------------------------------------
+    def lease(self, name: str, fp: str, holder: str) -> Lease:
+        return Lease(self, f"{self._prefix(name)}:lease:{fp}", holder)
+
+
+class Lease:
+    """`SET NX EX` lease that a thread renews while the cell runs; a dead holder's lease simply expires."""
+
+    def __init__(self, hub: RedisHub, key: str, holder: str, ttl: int = LEASE_TTL) -> None:
+        self.hub, self.key, self.ttl = hub, key, ttl
+        self.token = json.dumps({"holder": holder, "since": time.time(), "id": uuid.uuid4().hex})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> dict[str, Any] | None:
+        """Take the lease; returns None on success, else the current holder's info."""
+        client = self.hub.client
+        if self.hub._call(lambda: client.set(self.key, self.token, nx=True, ex=self.ttl)):
+            self._thread = threading.Thread(target=self._renew, name="jcc-lease", daemon=True)
+            self._thread.start()
+            return None
+        raw = self.hub._call(lambda: client.get(self.key))
+        try:
+            return json.loads(raw) if raw else {"holder": "unknown", "since": time.time()}
+        except ValueError:
+            return {"holder": "unknown", "since": time.time()}
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl / 3):
+            try:
+                if self.hub.client.get(self.key) != self.token.encode():
+                    return
+                self.hub.client.expire(self.key, self.ttl)
+            except Exception:  # the hub went away: the lease expires by itself
+                return
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is None:
+            return
+        try:
+            if self.hub.client.get(self.key) == self.token.encode():
+                self.hub.client.delete(self.key)
+        except Exception:
+            pass
