@@ -123,6 +123,9 @@ def main() -> None:
         context.__exit__(None, None, None)
         restore = report.restore
         result["restored"] = bool(restore and restore.restored)
+        result["restore_source"] = restore.source if restore else None
+        result["pull_s"] = restore.pull_seconds if restore else 0.0
+        result["pushed"] = report.pushed
         result["restore_s"] = restore.seconds if restore else 0.0
         result["bytes_moved"] = restore.bytes if restore and restore.restored else report.saved_bytes
     result["cell_s"] = time.perf_counter() - cell_start

@@ -32,6 +32,7 @@ SUITES = {
         dict(model="transformer", device="cuda", mode="default", train=False),
         dict(model="transformer", device="cuda", mode="default", train=True),
     ],
+    "gpu-infer": [dict(model="transformer", device="cuda", mode="default", train=False)],
     "gpu-autotune": [dict(model="transformer", device="cuda", mode="max-autotune-no-cudagraphs", train=False)],
 }
 

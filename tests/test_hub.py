@@ -1,0 +1,263 @@
+"""The Redis hub against a real redis-server: round trips, signing, faults, concurrency, leases, timeouts."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import threading
+import time
+
+import pytest
+from conftest import RedisServer
+
+from jupyter_compile_cache import bundle
+from jupyter_compile_cache.bundle import Manifest
+from jupyter_compile_cache.hub import HubConfig, HubError, RedisHub, SignatureError, check_signature, redact
+from jupyter_compile_cache.store import LocalStore
+
+
+def _local_bundle(tmp_path, size=3 << 20, name="net"):
+    """A real bundle in a local store: random (incompressible) files so the payload spans several chunks."""
+    store = LocalStore(str(tmp_path / f"store-{time.time_ns()}"))
+    src = tmp_path / f"src-{time.time_ns()}"
+    src.mkdir()
+    files = {}
+    for i in range(3):
+        path = src / f"k{i}.so"
+        path.write_bytes(os.urandom(size // 3))
+        files[f"inductor/ab/k{i}.so"] = str(path)
+    fp = "f" * 12
+    manifest = Manifest(
+        name=name,
+        version=bundle.new_version_id(fp),
+        created=time.time(),
+        writer="alice@a",
+        fingerprint={"torch": "x"},
+        fingerprint_id=fp,
+        payload_sha256="",
+        payload_bytes=0,
+        members=[],
+    )
+    return store, store.write(manifest, files)
+
+
+def _hub(server_url, **kw):
+    return RedisHub(HubConfig(url=server_url, chunk_size=kw.pop("chunk_size", 256 << 10), **kw))
+
+
+def _pull_bytes(hub, manifest) -> bytes:
+    sink = io.BytesIO()
+    hub.pull(manifest, sink)
+    return sink.getvalue()
+
+
+def test_push_pull_round_trip_is_byte_identical_and_listed(tmp_path, redis_server):
+    store, manifest = _local_bundle(tmp_path)
+    hub = _hub(redis_server.url)
+    pushed = hub.push(manifest, store.payload_path(manifest))
+    assert len(pushed.chunk_sha256) == -(-manifest.payload_bytes // (256 << 10)) > 1
+    assert hub.names() == ["net"]
+    [listed] = hub.versions("net")
+    assert listed.version == manifest.version and listed.chunk_sha256 == pushed.chunk_sha256
+    with open(store.payload_path(manifest), "rb") as f:
+        assert _pull_bytes(hub, listed) == f.read()
+    # chunks were committed: no expiry left on them
+    key = hub._chunk_key("net", manifest.fingerprint_id, manifest.version, 0)
+    assert redis_server.client().ttl(key) == -1
+
+
+def test_namespaces_do_not_see_each_other(tmp_path, redis_server):
+    store, manifest = _local_bundle(tmp_path)
+    _hub(redis_server.url, namespace="team-a").push(manifest, store.payload_path(manifest))
+    assert _hub(redis_server.url, namespace="team-b").versions("net") == []
+    assert len(_hub(redis_server.url, namespace="team-a").versions("net")) == 1
+
+
+def test_signed_bundles_verify_and_tampering_is_refused(tmp_path, redis_server):
+    store, manifest = _local_bundle(tmp_path)
+    secret = b"team-secret"
+    hub = _hub(redis_server.url, secret=secret)
+    hub.push(manifest, store.payload_path(manifest))
+    [pulled] = hub.versions("net")
+    check_signature(pulled, secret)  # valid
+    with pytest.raises(SignatureError, match="wrong signature"):
+        check_signature(pulled, b"another team")
+    # an attacker with write access to Redis swaps in a manifest pointing at other chunks: signature breaks
+    key = hub._manifest_key("net", manifest.fingerprint_id, manifest.version)
+    data = json.loads(redis_server.client().get(key))
+    data["writer"] = "mallory"
+    redis_server.client().set(key, json.dumps(data))
+    [tampered] = hub.versions("net")
+    with pytest.raises(SignatureError, match="wrong signature"):
+        check_signature(tampered, secret)
+    # and an unsigned bundle is refused when a secret is set
+    store2, unsigned = _local_bundle(tmp_path, name="other")
+    _hub(redis_server.url).push(unsigned, store2.payload_path(unsigned))
+    [pulled_unsigned] = hub.versions("other")
+    with pytest.raises(SignatureError, match="unsigned"):
+        check_signature(pulled_unsigned, secret)
+
+
+def test_corrupted_or_evicted_chunk_is_detected(tmp_path, redis_server):
+    store, manifest = _local_bundle(tmp_path)
+    hub = _hub(redis_server.url)
+    hub.push(manifest, store.payload_path(manifest))
+    [listed] = hub.versions("net")
+    client = redis_server.client()
+    client.set(hub._chunk_key("net", manifest.fingerprint_id, manifest.version, 1), b"garbage")
+    with pytest.raises(HubError, match="sha256"):
+        _pull_bytes(hub, listed)
+    client.delete(hub._chunk_key("net", manifest.fingerprint_id, manifest.version, 2))
+    client.set(hub._chunk_key("net", manifest.fingerprint_id, manifest.version, 1), b"garbage")
+    with pytest.raises(HubError):
+        _pull_bytes(hub, listed)
+
+
+def test_hub_dying_mid_push_leaves_no_visible_bundle_and_the_next_push_completes(tmp_path):
+    server = RedisServer(tmp_path)
+    try:
+        store, manifest = _local_bundle(tmp_path, size=6 << 20)
+        hub = _hub(server.url, chunk_size=128 << 10, timeout=2.0)
+
+        def kill_after_first_batch(done, total):
+            if server.proc is not None:
+                server.stop()
+
+        start = time.time()
+        with pytest.raises(HubError):
+            hub.push(manifest, store.payload_path(manifest), progress=kill_after_first_batch)
+        assert time.time() - start < 10  # bounded, no hang
+        server.start()  # same dir, append-only file: the chunks written before the crash are still there
+        hub = _hub(server.url, chunk_size=128 << 10)
+        assert hub.versions("net") == []  # but without a manifest nobody sees them
+        orphan = hub._chunk_key("net", manifest.fingerprint_id, manifest.version, 0)
+        assert 0 < server.client().ttl(orphan) <= 3600  # and they expire on their own
+        hub.push(manifest, store.payload_path(manifest))
+        [listed] = hub.versions("net")
+        with open(store.payload_path(manifest), "rb") as f:
+            assert _pull_bytes(hub, listed) == f.read()
+    finally:
+        server.stop()
+
+
+def test_hub_dying_mid_pull_is_an_error_not_a_hang(tmp_path):
+    server = RedisServer(tmp_path)
+    try:
+        store, manifest = _local_bundle(tmp_path, size=6 << 20)
+        hub = _hub(server.url, chunk_size=128 << 10, timeout=2.0)
+        hub.push(manifest, store.payload_path(manifest))
+        [listed] = hub.versions("net")
+
+        def kill(done, total):
+            server.stop()
+
+        start = time.time()
+        with pytest.raises(HubError):
+            hub.pull(listed, io.BytesIO(), progress=kill)
+        assert time.time() - start < 10
+    finally:
+        server.stop()
+
+
+def test_two_writers_pushing_the_same_name_both_finish(tmp_path, redis_server):
+    bundles = [_local_bundle(tmp_path) for _ in range(2)]
+    errors = []
+
+    def push(store, manifest):
+        try:
+            _hub(redis_server.url, chunk_size=64 << 10).push(manifest, store.payload_path(manifest))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push, args=b) for b in bundles]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    hub = _hub(redis_server.url)
+    versions = hub.versions("net")
+    assert {v.version for v in versions} == {m.version for _, m in bundles}
+    for v in versions:  # each is complete and verifies end to end
+        payload = _pull_bytes(hub, v)
+        assert bundle.hashlib.sha256(payload).hexdigest() == v.payload_sha256
+
+
+def test_ttl_expires_bundles_and_gc_cleans_the_index(tmp_path, redis_server):
+    store, manifest = _local_bundle(tmp_path, size=300_000)
+    hub = _hub(redis_server.url, ttl=1)
+    hub.push(manifest, store.payload_path(manifest))
+    assert len(hub.versions("net")) == 1
+    time.sleep(2.2)
+    assert hub.versions("net") == []
+    assert hub.gc() == 1
+    assert hub.names() == []
+
+
+def test_gc_keeps_the_newest_versions(tmp_path, redis_server):
+    hub = _hub(redis_server.url)
+    for _ in range(4):
+        store, manifest = _local_bundle(tmp_path, size=30_000)
+        hub.push(manifest, store.payload_path(manifest))
+    assert len(hub.versions("net")) == 4
+    assert hub.gc(keep=2) == 2
+    assert len(hub.versions("net")) == 2
+
+
+def test_lease_single_flight(redis_server):
+    hub = _hub(redis_server.url)
+    mine = hub.lease("net", "f" * 12, "alice@a")
+    assert mine.acquire() is None
+    theirs = hub.lease("net", "f" * 12, "bob@b")
+    holder = theirs.acquire()
+    assert holder["holder"] == "alice@a"
+    mine.release()
+    assert theirs.acquire() is None
+    theirs.release()
+    dead = hub.lease("net", "f" * 12, "carol@c")
+    dead.ttl = 1
+    assert dead.acquire() is None
+    dead._stop.set()  # the holder dies: no more renewals
+    time.sleep(1.5)
+    assert hub.lease("net", "f" * 12, "dave@d").acquire() is None
+
+
+def test_unreachable_hub_fails_fast(free_port):
+    hub = _hub(f"redis://127.0.0.1:{free_port}/0", connect_timeout=1.0)
+    start = time.time()
+    with pytest.raises(HubError):
+        hub.versions("net")
+    assert time.time() - start < 3
+
+
+def test_silent_server_times_out_instead_of_hanging():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepts connections (kernel backlog) but never answers
+    try:
+        port = listener.getsockname()[1]
+        hub = _hub(f"redis://127.0.0.1:{port}/0", connect_timeout=1.0, timeout=1.0)
+        start = time.time()
+        with pytest.raises(HubError):
+            hub.ping()
+        assert time.time() - start < 4
+    finally:
+        listener.close()
+
+
+def test_passwords_never_appear_in_messages(tmp_path):
+    server = RedisServer(tmp_path, ["--user", "default", "off", "--user", "alice", "on", ">s3cr3t-pw", "~*", "+@all"])
+    try:
+        url = f"redis://alice:s3cr3t-pw@127.0.0.1:{server.port}/0"
+        assert redact(url) == f"redis://alice:***@127.0.0.1:{server.port}/0"
+        good = _hub(f"redis://alice:s3cr3t-pw@127.0.0.1:{server.port}/0")
+        assert good.ping() >= 0  # ACL user and password work through the URL
+        bad = _hub(f"redis://alice:wrong-pw-123@127.0.0.1:{server.port}/0")
+        with pytest.raises(HubError) as info:
+            bad.versions("net")
+        assert "wrong-pw-123" not in str(info.value) and "s3cr3t" not in str(info.value)
+        assert "***" in str(info.value) or "alice" in str(info.value)
+    finally:
+        server.stop()

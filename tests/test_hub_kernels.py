@@ -1,0 +1,96 @@
+"""Two collaborators in real kernels sharing one real redis-server: separate stores, separate cache dirs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kernels import misses
+from test_kernel_restore import COMPILE, DEFINE
+
+from jupyter_compile_cache.hub import HubConfig, RedisHub
+from jupyter_compile_cache.store import LocalStore
+
+pytestmark = pytest.mark.slow
+
+
+def _collaborator(kernel_factory, tmp_path, who, hub_url, **env):
+    store, cache = tmp_path / f"store_{who}", tmp_path / f"cache_{who}"
+    store.mkdir(exist_ok=True)
+    cache.mkdir(exist_ok=True)
+    k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=cache, JUPYTER_COMPILE_CACHE_DIR=store,
+                       JUPYTER_COMPILE_CACHE_HUB=hub_url, **env)
+    k.run("%load_ext jupyter_compile_cache").check()
+    k.run(DEFINE).check()
+    return k
+
+
+def test_colleague_restores_from_the_hub_with_no_misses(kernel_factory, tmp_path, redis_server):
+    secret = {"JUPYTER_COMPILE_CACHE_SECRET": "team-secret"}
+    alice = _collaborator(kernel_factory, tmp_path, "alice", redis_server.url, **secret)
+    out = alice.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "saved" in out.stdout and "the hub" in out.stdout
+    assert alice.counters()["inductor"]["fxgraph_cache_miss"] >= 1
+
+    bob = _collaborator(kernel_factory, tmp_path, "bob", redis_server.url, **secret)
+    out = bob.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout
+    assert f"restored 'net' from the hub {redis_server.url}" in out.stdout
+    assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    # written through: Bob's next kernel restores from his own local store
+    assert LocalStore(str(tmp_path / "store_bob")).versions("net")
+    status = bob.run("%compile_cache hub status").check().stdout
+    assert "reachable" in status and "signed" in status
+
+
+def test_wrong_team_secret_is_refused_and_the_cell_compiles(kernel_factory, tmp_path, redis_server):
+    alice = _collaborator(kernel_factory, tmp_path, "alice", redis_server.url, JUPYTER_COMPILE_CACHE_SECRET="ours")
+    alice.run(COMPILE.format(name="net", options="")).check()
+    mallory = _collaborator(kernel_factory, tmp_path, "mallory", redis_server.url,
+                            JUPYTER_COMPILE_CACHE_SECRET="theirs")
+    out = mallory.run(COMPILE.format(name="net", options="--no-save")).check()
+    assert "MATCHES_EAGER True" in out.stdout
+    assert "wrong signature" in out.stderr and "refused" in out.stderr
+    assert mallory.counters()["inductor"]["fxgraph_cache_miss"] >= 1
+
+
+def test_hub_down_warns_once_and_the_local_store_still_works(kernel_factory, tmp_path, free_port):
+    url = f"redis://user:pa55word@127.0.0.1:{free_port}/0"  # nothing listens there
+    k = _collaborator(kernel_factory, tmp_path, "solo", url)
+    out = k.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "saved" in out.stdout
+    assert out.stderr.count("carrying on without the hub") == 1
+    assert "pa55word" not in out.output
+    assert LocalStore(str(tmp_path / "store_solo")).versions("net")  # local save kept
+    again = k.run(COMPILE.format(name="other", options="")).check()
+    assert "carrying on without the hub" not in again.stderr  # warned once, then skipped quickly
+
+
+def test_second_collaborator_waits_for_the_first_ones_bundle(kernel_factory, tmp_path, redis_server):
+    # Alice compiles locally (no hub yet); the test then plays her pushing while Bob waits on her lease.
+    alice = _collaborator(kernel_factory, tmp_path, "alice", "off")
+    alice.run(COMPILE.format(name="net", options="--no-hub")).check()
+    store = LocalStore(str(tmp_path / "store_alice"))
+    [manifest] = store.versions("net")
+    hub = RedisHub(HubConfig(url=redis_server.url))
+    lease = hub.lease("net", manifest.fingerprint_id, "alice@laptop")
+    assert lease.acquire() is None
+
+    bob = _collaborator(kernel_factory, tmp_path, "bob", redis_server.url)
+    msg_id = bob.kc.execute(COMPILE.format(name="net", options="--wait 120"))
+    time.sleep(3)
+    hub.push(manifest, store.payload_path(manifest))
+    lease.release()
+    stdout = ""
+    while True:
+        msg = bob.kc.get_iopub_msg(timeout=300)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
+            stdout += msg["content"]["text"]
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    bob.kc.get_shell_msg(timeout=60)
+    assert "is being compiled by alice@laptop" in stdout and "waiting up to 120 s" in stdout
+    assert "restored 'net' from the hub" in stdout and "MATCHES_EAGER True" in stdout
+    assert misses(bob.counters())["fxgraph_cache_miss"] == 0
