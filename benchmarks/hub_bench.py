@@ -136,6 +136,7 @@ def collaborators(url: str, config: dict, work: str, think: float) -> list[dict]
         os.makedirs(store)
         os.makedirs(cache)
         os.environ["JUPYTER_COMPILE_CACHE_HUB"] = url
+        os.environ["JUPYTER_COMPILE_CACHE_NAMESPACE"] = f"bench-think-{think:g}"  # each run starts cold
         row = run_case(config, case, cache, store, [], think)
         row.update(config, collaborator=who, think_s=think)
         rows.append(row)

@@ -279,7 +279,6 @@ class CompileCacheSession:
             if precompile:
                 dynamo_keys = self._save_precompile_entries(context_before, loaded_before, report)
                 digest_files = self.guard.write_digests(dynamo_keys)
-            digest_files += self.prewarm.created  # the CPU ISA probe's programs: a new machine needs them too
             if opts.whole_cache:
                 dynamo_keys |= _all_dynamo_keys(roots)
                 digest_files += capture.all_files(roots)

@@ -18,8 +18,9 @@ def _collaborator(kernel_factory, tmp_path, who, hub_url, **env):
     store, cache = tmp_path / f"store_{who}", tmp_path / f"cache_{who}"
     store.mkdir(exist_ok=True)
     cache.mkdir(exist_ok=True)
-    k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=cache, JUPYTER_COMPILE_CACHE_DIR=store,
-                       JUPYTER_COMPILE_CACHE_HUB=hub_url, **env)
+    k = kernel_factory(
+        TORCHINDUCTOR_CACHE_DIR=cache, JUPYTER_COMPILE_CACHE_DIR=store, JUPYTER_COMPILE_CACHE_HUB=hub_url, **env
+    )
     k.run("%load_ext jupyter_compile_cache").check()
     k.run(DEFINE).check()
     return k
@@ -46,8 +47,9 @@ def test_colleague_restores_from_the_hub_with_no_misses(kernel_factory, tmp_path
 def test_wrong_team_secret_is_refused_and_the_cell_compiles(kernel_factory, tmp_path, redis_server):
     alice = _collaborator(kernel_factory, tmp_path, "alice", redis_server.url, JUPYTER_COMPILE_CACHE_SECRET="ours")
     alice.run(COMPILE.format(name="net", options="")).check()
-    mallory = _collaborator(kernel_factory, tmp_path, "mallory", redis_server.url,
-                            JUPYTER_COMPILE_CACHE_SECRET="theirs")
+    mallory = _collaborator(
+        kernel_factory, tmp_path, "mallory", redis_server.url, JUPYTER_COMPILE_CACHE_SECRET="theirs"
+    )
     out = mallory.run(COMPILE.format(name="net", options="--no-save")).check()
     assert "MATCHES_EAGER True" in out.stdout
     assert "wrong signature" in out.stderr and "refused" in out.stderr
