@@ -109,6 +109,35 @@ def _is_keyed(path: str, roots: dict[str, str]) -> bool:
     return layers.layer_of(name.split("/", 1)[1]) in ("fx_graph", "aot_autograd", "dynamo_precompile")
 
 
+def _isa_probe_programs(paths: set[str]) -> set[str]:
+    """torch's CPU ISA probe programs (written by whichever thread probes first, maybe during a cell).
+
+    They are not kernels: bundling them would mark a GPU bundle as holding CPU kernels. The probe source is
+    torch's `VecISA._avx_code`, written verbatim to `<xx>/<key>.cpp`, built into `<key>.so` beside it.
+    """
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+
+        probe = VecISA._avx_code.encode()
+    except (ImportError, AttributeError):
+        return set()
+    out = set()
+    for path in paths:
+        if not path.endswith(".cpp"):
+            continue
+        try:
+            if os.path.getsize(path) != len(probe):
+                continue
+            with open(path, "rb") as f:
+                if f.read() != probe:
+                    continue
+        except OSError:
+            continue
+        stem = path[: -len(".cpp")]
+        out |= {p for p in paths if p == path or p.startswith(stem + ".")}
+    return out
+
+
 class _OpenRecorder:
     """Collects paths opened during a cell; one audit hook per process, idle when no cell is recording."""
 
@@ -196,6 +225,7 @@ class CellCapture:
         carried = {p for p in self.restored if p in after and (p in self._opened or not _is_keyed(p, self.roots))}
         wanted = changed | {p for p in self._opened if p in after} | libs | carried
         wanted |= {p for p in extra_paths if p in after}
+        wanted -= _isa_probe_programs(wanted)
         result = CellFiles()
         for path in sorted(wanted):
             name = member_name(path, self.roots)
