@@ -257,14 +257,30 @@ def _check_inside(path: str, real_roots: Mapping[str, str]) -> None:
         raise UnsafeBundle(f"{path} resolves outside the cache dir")
 
 
-def classify(members: Iterable[Member]) -> tuple[bool, bool]:
-    """(uses_gpu, uses_cpu_kernels) of a member list: decides which fingerprint fields must match."""
+# Generated wrapper modules that call compiled C++ kernels contain one of these.
+_CPU_KERNEL_MARKERS = (b"cpp_pybinding", b"async_compile.cpp(", b"CppPythonBindingsCodeCache")
+
+
+def classify(members: Iterable[Member], files: Mapping[str, str] | None = None) -> tuple[bool, bool]:
+    """(uses_gpu, uses_cpu_kernels) of a bundle: decides which fingerprint fields must match.
+
+    CPU kernels are recognised by the generated wrapper modules that load them (when `files` gives their paths),
+    not by `.so` files alone: torch also leaves its CPU ISA probe programs in the cache dir, and those must not
+    make a GPU bundle look CPU-bound.
+    """
     uses_gpu = uses_cpu = False
     for m in members:
         base = m.name.rsplit("/", 1)[-1]
         in_triton = m.name.startswith(("triton/", "inductor/triton/"))
         if in_triton or base.endswith((".cubin", ".hsaco", ".ptx")):
             uses_gpu = True
-        elif base.endswith(".so"):  # a C++ kernel built for this CPU's ISA
+        elif files is None and base.endswith(".so"):
             uses_cpu = True
+        elif files is not None and base.endswith(".py") and not uses_cpu:
+            try:
+                with open(files[m.name], "rb") as f:
+                    source = f.read()
+            except (OSError, KeyError):
+                continue
+            uses_cpu = any(marker in source for marker in _CPU_KERNEL_MARKERS)
     return uses_gpu, uses_cpu

@@ -155,7 +155,7 @@ class LocalStore:
                 out.flush()
                 os.fsync(out.fileno())
             manifest.members, manifest.payload_sha256, manifest.payload_bytes = members, sha, size
-            manifest.uses_gpu, manifest.uses_cpu_kernels = bundle.classify(members)
+            manifest.uses_gpu, manifest.uses_cpu_kernels = bundle.classify(members, files)
             return self._commit(manifest, tmp)
         except BaseException:
             with contextlib.suppress(OSError):
