@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from . import fingerprint, report
 from .bundle import BundleError, Manifest
 from .hub import HubConfig, HubError, RedisHub, check_signature
-from .session import CompileCacheSession, check_name
+from .session import CompileCacheSession, bundle_row, check_name
 from .store import human_bytes, parse_size
 
 EXPORT_MANIFEST = "manifest.json"
@@ -118,22 +118,7 @@ def _hub_command(args: argparse.Namespace, session: CompileCacheSession) -> int:
     if args.hub_command in ("push", "pull", "rm"):
         check_name(args.name)
     if args.hub_command == "ls":
-        rows = []
-        for name in hub.names():
-            for m in hub.versions(name):
-                checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
-                rows.append(
-                    {
-                        "name": m.name,
-                        "version": m.version,
-                        "bytes": m.payload_bytes,
-                        "files": len(m.members),
-                        "created": m.created,
-                        "last_used": None,
-                        "writer": m.writer,
-                        "compatible": fingerprint.mismatch_reason(checks) is None,
-                    }
-                )
+        rows = [bundle_row(m, now, None, "hub") for name in hub.names() for m in hub.versions(name)]
         print(f"hub {hub.display_url} namespace {config.namespace!r}")
         print(repr(report.BundleTable(rows)))
     elif args.hub_command == "push":

@@ -88,12 +88,13 @@ class StatusView(_View):
 
 
 class BundleTable(_View):
-    headers = ("name", "version", "size", "files", "age", "last used", "writer", "matches this machine")
+    headers = ("name", "where", "version", "size", "files", "age", "last used", "writer", "matches this machine")
 
     def rows(self) -> list[list[Any]]:
         return [
             [
                 b["name"],
+                b.get("store", "local"),
                 b["version"][-17:],
                 human_bytes(b["bytes"]),
                 b["files"],

@@ -26,7 +26,7 @@ from .bundle import BundleError, Manifest, UnsafeBundle
 from .hub import HubConfig, Lease, RedisHub
 from .precompile import COUNTER_GROUP, PrecompileGuard
 from .prewarm import Prewarm
-from .store import LocalStore, human_bytes
+from .store import LocalStore, human_bytes, parse_size
 
 MIN_TORCH = (2, 7)
 
@@ -377,6 +377,7 @@ class CompileCacheSession:
         report.saved_version = manifest.version
         report.saved_bytes = manifest.payload_bytes
         report.saved_files = len(manifest.members)
+        self._enforce_size_cap(store, report)
         hub = self.hub_for(opts)
         if hub is not None:
             self._push(hub, store, manifest, report, opts.quiet)
@@ -595,6 +596,26 @@ class CompileCacheSession:
         except OSError as exc:
             self.warn(f"could not save the CPU probe programs to {store.root}: {exc}", report)
 
+    def _enforce_size_cap(self, store: LocalStore, report: CellReport) -> None:
+        """Evict least recently used versions past $JUPYTER_COMPILE_CACHE_MAX_SIZE (default 20G)."""
+        try:
+            cap = parse_size(os.environ.get("JUPYTER_COMPILE_CACHE_MAX_SIZE", "20G"))
+        except ValueError as exc:
+            self.warn(f"JUPYTER_COMPILE_CACHE_MAX_SIZE: {exc}", report)
+            return
+        try:
+            evicted = store.gc(cap)
+        except OSError as exc:
+            self.warn(f"could not evict old bundles from {store.root}: {exc}", report)
+            return
+        if evicted:
+            names = ", ".join(sorted({name for name, _, _ in evicted}))
+            print(
+                f"compile_cache: store over {human_bytes(cap)}: evicted {len(evicted)} least recently used "
+                f"version(s) ({names})",
+                file=self.out,
+            )
+
     def summary_line(self, report: CellReport) -> str:
         hits = sum(v["hits"] for v in report.layers.values())
         misses = sum(v["misses"] for v in report.layers.values())
@@ -647,25 +668,17 @@ class CompileCacheSession:
         }
 
     def bundles(self, store_root: str | None = None) -> list[dict[str, Any]]:
+        """Local bundles, then the hub's (when one is configured and answers)."""
         now = fingerprint.current(with_gpu=True)
-        rows = []
-        for stored in self.store(store_root).bundles():
-            m = stored.manifest
-            checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
-            rows.append(
-                {
-                    "name": m.name,
-                    "version": m.version,
-                    "bytes": m.payload_bytes,
-                    "files": len(m.members),
-                    "created": m.created,
-                    "last_used": stored.last_used,
-                    "writer": m.writer,
-                    "store": stored.store,
-                    "compatible": fingerprint.mismatch_reason(checks) is None,
-                    "fingerprint_id": m.fingerprint_id,
-                }
-            )
+        rows = [bundle_row(b.manifest, now, b.last_used, b.store) for b in self.store(store_root).bundles()]
+        hub = self.hub_for(CellOptions())
+        if hub is not None:
+            from .hub import HubError
+
+            try:
+                rows += [bundle_row(m, now, None, "hub") for name in hub.names() for m in hub.versions(name)]
+            except HubError as exc:
+                self._hub_failed(hub, exc, None)
         return rows
 
     def explain(self, name: str, store_root: str | None = None) -> dict[str, Any]:
@@ -698,6 +711,22 @@ class CompileCacheSession:
                 raise ValueError("this torch has no Dynamo precompile (torch._dynamo.config.caching_precompile)")
         layer.set_switch(enabled)
         return layer
+
+
+def bundle_row(m: Manifest, now: dict[str, Any], last_used: float | None, where: str) -> dict[str, Any]:
+    checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
+    return {
+        "name": m.name,
+        "version": m.version,
+        "bytes": m.payload_bytes,
+        "files": len(m.members),
+        "created": m.created,
+        "last_used": last_used,
+        "writer": m.writer,
+        "store": where,
+        "compatible": fingerprint.mismatch_reason(checks) is None,
+        "fingerprint_id": m.fingerprint_id,
+    }
 
 
 def report_hub_line(info: dict[str, Any]) -> str:

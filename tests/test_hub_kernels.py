@@ -42,6 +42,8 @@ def test_colleague_restores_from_the_hub_with_no_misses(kernel_factory, tmp_path
     assert LocalStore(str(tmp_path / "store_bob")).versions("net")
     status = bob.run("%compile_cache hub status").check().stdout
     assert "reachable" in status and "signed" in status
+    listing = repr(bob.run("%compile_cache list").check().results)
+    assert "hub" in listing and "local" in listing
 
 
 def test_wrong_team_secret_is_refused_and_the_cell_compiles(kernel_factory, tmp_path, redis_server):

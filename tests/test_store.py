@@ -139,3 +139,17 @@ def test_manifest_json_round_trip(tmp_path):
     with open(store.manifest_path(m)) as f:
         again = Manifest.from_json(json.load(f))
     assert again == m
+
+
+def test_session_enforces_the_store_size_cap(tmp_path, monkeypatch, capsys):
+    from jupyter_compile_cache.session import CellReport, CompileCacheSession
+
+    store = LocalStore(str(tmp_path / "s"))
+    old = _write(store, tmp_path, name="old", size=200_000)
+    past = time.time() - 3600
+    os.utime(store.manifest_path(old), (past, past))
+    new = _write(store, tmp_path, name="new", size=200_000)
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_MAX_SIZE", str(new.payload_bytes + 1000))
+    CompileCacheSession(store_root=store.root)._enforce_size_cap(store, CellReport("new"))
+    assert store.versions("old") == [] and store.versions("new")
+    assert "evicted 1 least recently used version(s) (old)" in capsys.readouterr().out
