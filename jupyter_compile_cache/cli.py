@@ -135,8 +135,7 @@ def _hub_command(args: argparse.Namespace, session: CompileCacheSession) -> int:
         import tempfile
 
         for m in hub.versions(args.name):
-            checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
-            if fingerprint.mismatch_reason(checks):
+            if fingerprint.incompatibility(m, now):
                 continue
             check_signature(m, config.secret)
             with tempfile.TemporaryFile() as buffer:

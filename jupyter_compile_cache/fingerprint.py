@@ -139,3 +139,8 @@ def mismatch_reason(checks: list[FieldCheck]) -> str | None:
     if not bad:
         return None
     return "; ".join(f"{c.field}: bundle {c.saved!r} vs this kernel {c.current!r}" for c in bad)
+
+
+def incompatibility(manifest: Any, now: dict[str, Any]) -> str | None:
+    """Why a bundle (its Manifest) cannot be used in a kernel with fingerprint `now`, or None if it can."""
+    return mismatch_reason(compare(manifest.fingerprint, now, manifest.uses_gpu, manifest.uses_cpu_kernels))

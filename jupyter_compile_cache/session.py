@@ -197,8 +197,7 @@ class CompileCacheSession:
             self.warn(problem, report)
         store.problems.clear()
         for manifest in versions:
-            checks = fingerprint.compare(manifest.fingerprint, now, manifest.uses_gpu, manifest.uses_cpu_kernels)
-            reason = fingerprint.mismatch_reason(checks)
+            reason = fingerprint.incompatibility(manifest, now)
             if reason:
                 result.skipped.append(f"version {manifest.version}: incompatible ({reason})")
                 continue
@@ -449,8 +448,7 @@ class CompileCacheSession:
             self._hub_failed(hub, exc, report)
             return
         for manifest in versions:
-            checks = fingerprint.compare(manifest.fingerprint, now, manifest.uses_gpu, manifest.uses_cpu_kernels)
-            reason = fingerprint.mismatch_reason(checks)
+            reason = fingerprint.incompatibility(manifest, now)
             if reason:
                 result.skipped.append(f"hub version {manifest.version}: incompatible ({reason})")
                 continue
@@ -714,7 +712,6 @@ class CompileCacheSession:
 
 
 def bundle_row(m: Manifest, now: dict[str, Any], last_used: float | None, where: str) -> dict[str, Any]:
-    checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
     return {
         "name": m.name,
         "version": m.version,
@@ -724,7 +721,7 @@ def bundle_row(m: Manifest, now: dict[str, Any], last_used: float | None, where:
         "last_used": last_used,
         "writer": m.writer,
         "store": where,
-        "compatible": fingerprint.mismatch_reason(checks) is None,
+        "compatible": fingerprint.incompatibility(m, now) is None,
         "fingerprint_id": m.fingerprint_id,
     }
 

@@ -170,15 +170,19 @@ def test_damaged_bundle_is_quarantined_and_the_cell_compiles_cold(kernel_factory
     assert k.counters()["inductor"]["fxgraph_cache_miss"] >= 1
 
 
+def _edit_manifest(dirs, name, edit):
+    path = _only_version(dirs, name)
+    with open(path) as f:
+        manifest = json.load(f)
+    edit(manifest)
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
 def test_incompatible_bundle_is_skipped_with_the_reason(kernel_factory, dirs):
     k = _start(kernel_factory, dirs)
     _compile(k)
-    path = _only_version(dirs, "net")
-    with open(path) as f:
-        manifest = json.load(f)
-    manifest["fingerprint"]["torch"] = "2.7.0+other"
-    with open(path, "w") as f:
-        json.dump(manifest, f)
+    _edit_manifest(dirs, "net", lambda m: m["fingerprint"].update(torch="2.7.0+other"))
     k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
     k.run("%load_ext jupyter_compile_cache").check()
     k.run(DEFINE).check()
@@ -191,12 +195,7 @@ def test_incompatible_bundle_is_skipped_with_the_reason(kernel_factory, dirs):
 def test_unsafe_bundle_is_refused_and_nothing_lands_outside_the_cache(kernel_factory, dirs):
     k = _start(kernel_factory, dirs)
     _compile(k)
-    path = _only_version(dirs, "net")
-    with open(path) as f:
-        manifest = json.load(f)
-    manifest["members"][0]["name"] = "inductor/../../escaped.py"
-    with open(path, "w") as f:
-        json.dump(manifest, f)
+    _edit_manifest(dirs, "net", lambda m: m["members"][0].update(name="inductor/../../escaped.py"))
     k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
     k.run("%load_ext jupyter_compile_cache").check()
     out = _compile(k)
