@@ -98,3 +98,13 @@ def test_second_collaborator_waits_for_the_first_ones_bundle(kernel_factory, tmp
     assert "is being compiled by alice@laptop" in stdout and "waiting up to 120 s" in stdout
     assert "restored 'net' from the hub" in stdout and "MATCHES_EAGER True" in stdout
     assert misses(bob.counters())["fxgraph_cache_miss"] == 0
+
+
+def test_torch_remote_points_torchs_own_redis_caches_at_the_hub(kernel_factory, tmp_path, redis_server):
+    k = _collaborator(kernel_factory, tmp_path, "carol", redis_server.url)
+    out = k.run(COMPILE.format(name="net", options="--torch-remote")).check()
+    assert "MATCHES_EAGER True" in out.stdout
+    assert k.value("__import__('torch._inductor.config').__dict__['_inductor'].config.fx_graph_remote_cache") is True
+    keys = {key.decode() for key in redis_server.client().keys("pt2:*")}
+    assert any("fx-graph" in key for key in keys), keys  # torch's FX graph remote cache wrote to the hub
+    assert redis_server.client().keys("jcc:*")  # and so did our bundle
