@@ -112,24 +112,32 @@ def _is_keyed(path: str, roots: dict[str, str]) -> bool:
 def _isa_probe_programs(paths: set[str]) -> set[str]:
     """torch's CPU ISA probe programs (written by whichever thread probes first, maybe during a cell).
 
-    They are not kernels: bundling them would mark a GPU bundle as holding CPU kernels. The probe source is
-    torch's `VecISA._avx_code`, written verbatim to `<xx>/<key>.cpp`, built into `<key>.so` beside it.
+    They are not kernels and are rebuilt per machine by the prewarm thread (or kept in the toolchain bundle).
+    Each probe source is one of the `*_code` snippets of torch's ISA classes, written verbatim to
+    `<xx>/<key>.cpp` and built into `<key>.so` beside it.
     """
     try:
-        from torch._inductor.cpu_vec_isa import VecISA
-
-        probe = VecISA._avx_code.encode()
-    except (ImportError, AttributeError):
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
         return set()
+    # Each ISA class probes with its own snippet: VecISA._avx_code, VecAMX._amx_code, ...
+    probes = {
+        value.encode()
+        for cls in vars(cpu_vec_isa).values()
+        if isinstance(cls, type)
+        for attr, value in vars(cls).items()
+        if attr.endswith("_code") and isinstance(value, str)
+    }
+    sizes = {len(p) for p in probes}
     out = set()
     for path in paths:
         if not path.endswith(".cpp"):
             continue
         try:
-            if os.path.getsize(path) != len(probe):
+            if os.path.getsize(path) not in sizes:
                 continue
             with open(path, "rb") as f:
-                if f.read() != probe:
+                if f.read() not in probes:
                     continue
         except OSError:
             continue

@@ -190,9 +190,8 @@ class CompileCacheMagics(Magics):
             if not target.startswith(("redis://", "rediss://", "unix://")):
                 raise UsageError(f"not a Redis URL: {target!r}\nusage: {LINE_USAGE}")
             session.hub_off, session.hub_url = False, target
-        info = session.hub_status()
-        print(report.hub_line(info))
-        return info
+        print(report.hub_line(session.hub_status()))
+        return None
 
 
 def _valid(name: str) -> str:

@@ -72,6 +72,8 @@ class StatusView(_View):
         out = []
         for row in self.data["layers"]:
             enabled = "n/a" if not row["supported"] else ("on" if row["enabled"] else "off")
+            if row["layer"] == "dynamo_precompile" and row["supported"]:
+                enabled += " (in cells)"
             out.append(
                 [
                     row["title"],

@@ -304,6 +304,7 @@ class CompileCacheSession:
         """Never compile while the prewarm thread imports; wait for its CPU ISA probe when C++ kernels follow."""
         import torch
 
+        self.prewarm.start()  # scripts never ran %load_ext: probe here (in parallel, toolchain bundle first)
         uses_cpu_kernels = restore is not None and restore.uses_cpu_kernels
         if uses_cpu_kernels or not torch.cuda.is_available():
             self.prewarm.wait_all()  # torch would otherwise probe again, serially, on the critical path
@@ -642,7 +643,10 @@ class CompileCacheSession:
                 {
                     "layer": layer.name,
                     "title": layer.title,
-                    "enabled": layer.switch_value() if layer.switch else True,
+                    # Precompile is switched on per %%compile_cache cell: report what those cells get.
+                    "enabled": (self.precompile_default and layer.supported())
+                    if layer.name == "dynamo_precompile"
+                    else (layer.switch_value() if layer.switch else True),
                     "supported": layer.supported(),
                     "switch": ".".join(layer.switch) if layer.switch else None,
                     "env_var": layer.env_var,

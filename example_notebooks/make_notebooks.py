@@ -1,0 +1,228 @@
+"""Writes the CPU example notebooks from the cells below; `--execute` runs them in order and stores outputs.
+
+The notebooks are the source of truth for readers; this script keeps them short, consistent and re-runnable:
+    python example_notebooks/make_notebooks.py --execute
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHECK = "# NBVAL_CHECK_OUTPUT\n"
+
+SETUP_DEMO_DIRS = """import os, shutil
+# A demo store and torch cache dir beside these notebooks, so the example never touches your real caches.
+DEMO = os.path.abspath(".jcc-demo")
+os.environ["JUPYTER_COMPILE_CACHE_DIR"] = os.path.join(DEMO, "store")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(DEMO, "torch-cache-{tag}")
+"""
+
+MODEL = """import torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(256, 512)
+        self.l2 = torch.nn.Linear(512, 256)
+
+    def forward(self, x):
+        return torch.tanh(self.l2(torch.nn.functional.gelu(self.l1(x))))
+
+torch.manual_seed(0)
+model, x = Net(), torch.randn(64, 256)"""
+
+COMPILE_CELL = """%%compile_cache mlp
+compiled = torch.compile(model)
+with torch.no_grad():
+    y = compiled(x)"""
+
+NOTEBOOKS = {
+    "01_quickstart.ipynb": [
+        new_markdown_cell(
+            "# Quick start: keep `torch.compile` results across restarts\n\n"
+            "`%%compile_cache NAME` restores what the cell compiled last time (from a local store), "
+            "runs the cell, and saves what it compiled. Everything here runs on the CPU."
+        ),
+        new_markdown_cell(
+            "## 1. Load the extension\nIt starts importing torch's compiler in the background, so "
+            "the first compile does not wait for it."
+        ),
+        new_code_cell(
+            SETUP_DEMO_DIRS.format(tag="01") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
+            "%load_ext jupyter_compile_cache"
+        ),
+        new_markdown_cell("## 2. A model"),
+        new_code_cell(MODEL),
+        new_markdown_cell(
+            "## 3. Compile under `%%compile_cache`\nThe first run compiles as usual and saves a "
+            "bundle named `mlp`. The last line of the output says how many cache hits and misses "
+            "torch had and what was saved."
+        ),
+        new_code_cell(COMPILE_CELL),
+        new_code_cell(CHECK + 'print("same result as eager:", torch.allclose(y, model(x).detach(), atol=1e-5))'),
+        new_markdown_cell(
+            "## 4. What is cached\n`status` shows torch's cache layers: whether each is on, what is "
+            "on disk, and this kernel's hits and misses. `list` shows the bundles."
+        ),
+        new_code_cell("%compile_cache status"),
+        new_code_cell("%compile_cache list"),
+        new_markdown_cell(
+            "## 5. What the output means\n- *restored 'mlp' from the local store*: the bundle was "
+            "found, verified file by file and put into torch's cache directory before the cell "
+            "ran.\n- *N cache hits, M misses*: torch's own counters for this cell. After a restore "
+            "you want 0 misses.\n- *saved ... / nothing new to save*: a new version is written only "
+            "when the cell compiled something new.\n\nRestart the kernel and run the notebook again "
+            "(without the `rmtree` line) to see the restore; `02a`/`02b` show it step by step."
+        ),
+    ],
+    "02a_warm_and_save.ipynb": [
+        new_markdown_cell(
+            "# The restart story, part 1: compile and save\n\nThis notebook compiles a model cold "
+            "and saves it. `02b_restore_after_restart.ipynb`, run next in a new kernel, restores it "
+            "into an **empty** torch cache directory."
+        ),
+        new_code_cell(
+            SETUP_DEMO_DIRS.format(tag="02a") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
+            "%load_ext jupyter_compile_cache"
+        ),
+        new_code_cell(MODEL),
+        new_markdown_cell("A cold compile: torch traces the model, generates C++ kernels and compiles them."),
+        new_code_cell(COMPILE_CELL),
+        new_code_cell(
+            CHECK + 'import jupyter_compile_cache as jcc\nprint("bundles saved:", [b["name"] for b in jcc.bundles()])'
+        ),
+        new_markdown_cell(
+            "Now open `02b_restore_after_restart.ipynb`: it runs in a fresh kernel with a different, "
+            "empty torch cache directory, like a restarted kernel on a wiped `/tmp`."
+        ),
+    ],
+    "02b_restore_after_restart.ipynb": [
+        new_markdown_cell(
+            "# The restart story, part 2: restore in a new kernel\n\nSame store as `02a`, but an "
+            "**empty** torch cache directory: everything the cell needs comes from the bundle."
+        ),
+        new_code_cell(
+            SETUP_DEMO_DIRS.format(tag="02b")
+            + 'assert not os.path.exists(os.environ["TORCHINDUCTOR_CACHE_DIR"]), "run 02a first, once"\n\n'
+            "%load_ext jupyter_compile_cache"
+        ),
+        new_code_cell(MODEL),
+        new_markdown_cell("The same cell: this time it restores `mlp` before running."),
+        new_code_cell(COMPILE_CELL),
+        new_markdown_cell(
+            "## The hits\ntorch's own counters: no FX graph, AOTAutograd or Dynamo misses, and a "
+            "Dynamo precompile hit (the cell skipped tracing altogether)."
+        ),
+        new_code_cell(
+            CHECK + "from torch._dynamo.utils import counters\n"
+            'print("misses:", counters["inductor"]["fxgraph_cache_miss"], '
+            'counters["aot_autograd"]["autograd_cache_miss"], counters["dynamo_cache"]["dynamo_cache_miss"])\n'
+            'print("dynamo precompile hit:", counters["dynamo_cache"]["dynamo_cache_hit"] >= 1)\n'
+            'print("same result as eager:", torch.allclose(y, model(x).detach(), atol=1e-5))'
+        ),
+        new_markdown_cell("## The time against cold\nThe cold time is the one `02a` recorded in the bundle."),
+        new_code_cell(
+            "import jupyter_compile_cache as jcc\n"
+            "session = jcc.get_session()\n"
+            "restored = session.history[-1]\n"
+            'cold = session.store().versions("mlp")[-1].stats["body_seconds"]\n'
+            'print(f"cold compile cell (02a): {cold:6.2f} s")\n'
+            'print(f"restored cell (02b):    {restored.body_seconds:6.2f} s '
+            '({restored.body_seconds / cold:.3f}x)")'
+        ),
+        new_code_cell("%compile_cache explain mlp"),
+    ],
+    "03_shared_hub.ipynb": [
+        new_markdown_cell(
+            "# A shared hub: a colleague restores your compiled cell\n\nA team shares bundles through "
+            "one Redis. This notebook starts its own `redis-server` on a free local port, pushes a "
+            'bundle signed with a team secret, and lets a "colleague" (a separate process with its '
+            "own store and an empty cache directory) restore it."
+        ),
+        new_code_cell(
+            SETUP_DEMO_DIRS.format(tag="03") + "import shutil, socket, subprocess, sys, time\n"
+            "with socket.socket() as s:\n"
+            "    s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n"
+            "redis_proc = subprocess.Popen([shutil.which('redis-server'), '--port', str(port), "
+            "'--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], stdout=subprocess.DEVNULL)\n"
+            "time.sleep(0.5)\n"
+            "os.environ['JUPYTER_COMPILE_CACHE_HUB'] = f'redis://127.0.0.1:{port}/0'\n"
+            "os.environ['JUPYTER_COMPILE_CACHE_SECRET'] = 'our-team-secret'\n"
+            "os.environ['JUPYTER_COMPILE_CACHE_NAMESPACE'] = 'demo'\n\n"
+            "%load_ext jupyter_compile_cache\n"
+            "%compile_cache hub status"
+        ),
+        new_code_cell(MODEL),
+        new_markdown_cell(
+            "## You: compile and push\nWith a hub configured, the cell saves to the local store "
+            "and then to the hub, signed with the team secret."
+        ),
+        new_code_cell(COMPILE_CELL.replace("mlp", "shared-mlp")),
+        new_markdown_cell(
+            "## A colleague on a fresh machine\nA new process with its own, empty store and cache "
+            "directory, the same hub and secret: its cell restores from the hub."
+        ),
+        new_code_cell(
+            'COLLEAGUE = r"""\n'
+            "import json, torch, jupyter_compile_cache as jcc\n"
+            "from torch._dynamo.utils import counters\n" + MODEL + "\n"
+            'with jcc.cell("shared-mlp") as report:\n'
+            "    with torch.no_grad():\n"
+            "        y = torch.compile(model)(x)\n"
+            'print("restored from:", report.restore.source)\n'
+            'print("fx graph misses:", counters["inductor"]["fxgraph_cache_miss"])\n'
+            '"""\n'
+            "def colleague(secret):\n"
+            "    env = dict(os.environ, JUPYTER_COMPILE_CACHE_DIR=os.path.join(DEMO, f'store-{secret}'),\n"
+            "               TORCHINDUCTOR_CACHE_DIR=os.path.join(DEMO, f'cache-{secret}'),\n"
+            "               JUPYTER_COMPILE_CACHE_SECRET=secret)\n"
+            "    done = subprocess.run([sys.executable, '-c', COLLEAGUE], env=env, capture_output=True, "
+            "text=True)\n"
+            "    out = [l for l in done.stdout.splitlines() if not l.startswith('compile_cache: ')]\n"
+            "    refused = [l for l in done.stderr.splitlines() if 'signature' in l]\n"
+            "    return out, refused"
+        ),
+        new_code_cell(
+            CHECK + "out, refused = colleague('our-team-secret')\nprint('\\n'.join(out))\n"
+            "print('refused:', bool(refused))"
+        ),
+        new_markdown_cell(
+            "## Signing\nBundles hold pickled code, so a team sets a secret: every bundle is "
+            "signed, and one signed with another secret (or altered on the hub) is refused; the "
+            "cell then compiles itself."
+        ),
+        new_code_cell(
+            CHECK + "out, refused = colleague('some-other-secret')\nprint('\\n'.join(out))\n"
+            "print('refused:', bool(refused))"
+        ),
+        new_code_cell("%compile_cache list"),
+        new_markdown_cell("## Clean up"),
+        new_code_cell("redis_proc.terminate(); redis_proc.wait()\nshutil.rmtree(DEMO, ignore_errors=True)"),
+    ],
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--execute", action="store_true", help="run the notebooks in order and store their outputs")
+    args = p.parse_args()
+    for name, cells in NOTEBOOKS.items():
+        nb = new_notebook(
+            cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+        )
+        path = os.path.join(HERE, name)
+        if args.execute:
+            from nbclient import NotebookClient
+
+            NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": HERE}}).execute()
+        nbformat.write(nb, path)
+        print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
