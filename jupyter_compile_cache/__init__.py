@@ -19,7 +19,8 @@ if nothing new was compiled), ``--quiet``, ``--no-precompile`` (leave Dynamo pre
 
 Line commands: ``%compile_cache status`` (per-layer table), ``list``, ``explain NAME`` (why a bundle would or
 would not restore here, and what the last run hit and missed), ``rm NAME``, ``gc [--max-size SIZE]``,
-``enable LAYER`` / ``disable LAYER`` (flip torch's switch for a cache layer).
+``enable LAYER`` / ``disable LAYER`` (flip torch's switch for a cache layer), ``hub URL|off|status``, ``panel``
+(an ipywidgets panel: per-layer state with toggles, bundles, cold vs restored times).
 
 The local store is ``$JUPYTER_COMPILE_CACHE_DIR`` or the user cache directory (never /tmp). Bundles are only
 restored into a kernel whose torch, Python, GPU/CUDA (for GPU bundles) and CPU ISA (for C++ kernels) match, and
@@ -86,6 +87,14 @@ def save(name: str, store: str | None = None, quiet: bool = False) -> CellReport
     with session.cell(name, opts) as report:
         pass
     return report
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Panel":  # imported lazily: ipywidgets is only needed for the panel
+        from .panel import Panel
+
+        return Panel
+    raise AttributeError(name)
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -18,7 +18,7 @@ from .store import parse_size
 CELL_USAGE = "%%compile_cache NAME [--store DIR] [--no-restore] [--no-save] [--force-save] [--quiet] [--no-precompile]"
 LINE_USAGE = (
     "%compile_cache status | list | explain NAME | rm NAME | gc [--max-size SIZE] | enable LAYER | disable LAYER "
-    "| hub URL|off|status"
+    "| hub URL|off|status | panel"
 )
 
 
@@ -69,6 +69,7 @@ def _line_parser() -> _Parser:
     for command in ("enable", "disable"):
         sub.add_parser(command).add_argument("layer")
     sub.add_parser("hub").add_argument("target", nargs="?", default="status")
+    sub.add_parser("panel")
     return p
 
 
@@ -178,6 +179,12 @@ class CompileCacheMagics(Magics):
             return None
         if args.command == "hub":
             return self._hub(args.target)
+        if args.command == "panel":
+            try:
+                from .panel import Panel
+            except ImportError as exc:
+                raise UsageError(f"the panel needs ipywidgets 8: pip install ipywidgets ({exc})") from None
+            return Panel(session)
         raise UsageError(f"unknown subcommand {args.command!r}\nusage: {LINE_USAGE}")
 
     def _hub(self, target: str) -> Any:

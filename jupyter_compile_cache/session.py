@@ -506,6 +506,26 @@ class CompileCacheSession:
         finally:
             progress.done()
 
+    def push(self, name: str, store_root: str | None = None) -> str:
+        """Push the newest local version of NAME to the hub; returns what happened, in words."""
+        hub = self.hub_for(CellOptions(store=store_root))
+        if hub is None:
+            return "no hub configured (JUPYTER_COMPILE_CACHE_HUB or %compile_cache hub URL)"
+        store = self.store(store_root)
+        versions = store.versions(check_name(name))
+        if not versions:
+            return f"no local bundle named {name!r}"
+        report = CellReport(name)
+        self._push(hub, store, versions[0], report, quiet=True)
+        return f"pushed {name!r} to {hub.display_url}" if report.pushed else f"push failed: {report.warnings[-1:]}"
+
+    def remove(self, name: str, version: str | None = None, where: str = "local") -> int:
+        """Delete NAME (one version or all) from the local store or the hub."""
+        if where == "hub":
+            hub = self.hub_for(CellOptions())
+            return hub.remove(check_name(name), version) if hub is not None else 0
+        return self.store().remove(check_name(name), version)
+
     def _single_flight(self, name: str, opts: CellOptions, report: CellReport) -> Lease | None:
         """If nothing was restored, take NAME's lease on the hub, or wait for the collaborator who holds it."""
         if report.restore is not None and report.restore.restored:

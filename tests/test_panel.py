@@ -1,0 +1,69 @@
+"""The widget panel's state in plain pytest: real session, real torch config, real compile on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jupyter_compile_cache.panel import Panel, bar_chart_svg
+from jupyter_compile_cache.session import CellOptions, CompileCacheSession
+
+
+def _row(panel, title):
+    for row in panel.layer_box.children[1:]:
+        if row.children[1].value == title:
+            return [c.value for c in row.children[1:]]
+    raise AssertionError(title)
+
+
+@pytest.fixture
+def session(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("JUPYTER_COMPILE_CACHE_HUB", raising=False)
+    return CompileCacheSession(store_root=str(tmp_path / "store"))
+
+
+def test_toggle_flips_torchs_switch_and_says_so(session):
+    import torch._inductor.config as inductor_config
+
+    panel = Panel(session)
+    before = inductor_config.fx_graph_cache
+    try:
+        panel.toggles["fx_graph"].value = not before
+        assert inductor_config.fx_graph_cache is (not before)
+        assert "fx_graph_cache = " in panel.messages.outputs[-1]["text"]
+        panel.toggles["fx_graph"].value = before
+        assert inductor_config.fx_graph_cache is before
+    finally:
+        inductor_config.fx_graph_cache = before
+    assert panel.toggles["kernels"].disabled  # no torch switch: shown, not clickable
+
+
+def test_panel_refreshes_after_a_cell_and_delete_needs_confirmation(session):
+    panel = Panel(session)
+    assert "no bundles yet" in panel.bundle_box.children[0].value
+    misses_before = _row(panel, "FX graph")[3]
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+    with session.cell("paneltest", CellOptions(quiet=True)), torch.no_grad():
+        torch.compile(model)(torch.randn(4, 16))
+    # the session listener refreshed the panel: new counters and the new bundle
+    assert _row(panel, "FX graph")[3] != misses_before or _row(panel, "Dynamo precompile")[3] != "0"
+    assert any("paneltest" in row.children[0].value for row in panel.bundle_box.children)
+    panel.bundle_buttons[("local", "paneltest", session.store().versions("paneltest")[0].version, "delete")].click()
+    assert session.store().versions("paneltest")  # not yet: asks first
+    yes, _no = panel.confirm_buttons
+    yes.click()
+    assert session.store().versions("paneltest") == []
+    assert "deleted 1 version" in panel.messages.outputs[-1]["text"]
+
+
+def test_errors_in_callbacks_are_shown_in_the_panel(session):
+    panel = Panel(session)
+    panel._guarded(lambda: 1 / 0)()
+    assert "ZeroDivisionError" in panel.messages.outputs[-1]["text"]
+
+
+def test_chart_compares_cold_and_restored():
+    svg = bar_chart_svg([{"name": "net", "cold": 10.0, "restored": 0.2, "saved": 9.8}])
+    assert svg.startswith("<svg") and "10.00 s" in svg and "0.20 s" in svg
+    assert "No restored" in bar_chart_svg([])
