@@ -8,6 +8,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from kernels import Kernel  # noqa: E402
+from redis_server import RedisServer  # noqa: E402
+from redis_server import free_port as _free_port
 
 
 @pytest.fixture
@@ -31,84 +33,6 @@ def kernel_factory():
     yield start
     for kernel in started:
         kernel.shutdown()
-
-
-class RedisServer:
-    """A real redis-server on a free loopback port, with append-only persistence so a restart keeps data."""
-
-    def __init__(self, workdir, extra_args=()) -> None:
-        import shutil
-
-        self.binary = shutil.which("redis-server")
-        if self.binary is None:
-            raise RuntimeError("redis-server is not installed: run `make setup` (apt-get install redis-server)")
-        self.workdir = workdir
-        self.extra_args = list(extra_args)
-        self.port = _free_port()
-        self.proc = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        import subprocess
-        import time
-
-        import redis
-
-        self.proc = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.workdir),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-                "--protected-mode",
-                "no",
-                *self.extra_args,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2).ping()
-                return
-            except redis.AuthenticationError:
-                return  # up, and wants a password
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(10)
-            self.proc = None
-
-    def client(self):
-        import redis
-
-        return redis.Redis(host="127.0.0.1", port=self.port)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

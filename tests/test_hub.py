@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from conftest import RedisServer
+from redis_server import RedisServer
 
 from jupyter_compile_cache import bundle
 from jupyter_compile_cache.bundle import Manifest
