@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 
 # CPU notebooks, run in order (02b restores what 02a saved). 05 (GPU) is not executed here: it needs a GPU.
 NOTEBOOKS := example_notebooks/01_quickstart.ipynb example_notebooks/02a_warm_and_save.ipynb \
-	example_notebooks/02b_restore_after_restart.ipynb example_notebooks/03_shared_hub.ipynb
+	example_notebooks/02b_restore_after_restart.ipynb example_notebooks/03_shared_hub.ipynb \
+	example_notebooks/04_panel.ipynb
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with example_notebooks/sanitize.cfg
 
 .PHONY: setup test lint format bench notebooks

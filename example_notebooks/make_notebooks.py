@@ -204,6 +204,39 @@ NOTEBOOKS = {
         new_markdown_cell("## Clean up"),
         new_code_cell("redis_proc.terminate(); redis_proc.wait()\nshutil.rmtree(DEMO, ignore_errors=True)"),
     ],
+    "04_panel.ipynb": [
+        new_markdown_cell(
+            "# The panel: what is cached, what hit, what it saved\n\n`%compile_cache panel` shows "
+            "torch's cache layers with toggles bound to torch's switches, the bundles (local and "
+            "hub) with restore / delete / push / explain, and cold vs restored time per cell. It "
+            "uses standard ipywidgets only, so it renders offline in JupyterLab, Notebook 7 and VS "
+            "Code."
+        ),
+        new_code_cell(
+            SETUP_DEMO_DIRS.format(tag="04") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
+            "%load_ext jupyter_compile_cache"
+        ),
+        new_code_cell(MODEL),
+        new_markdown_cell(
+            "Compile once (cold), then run the same cell again: the second run restores the bundle, "
+            "so the panel has a cold and a restored time to compare."
+        ),
+        new_code_cell(COMPILE_CELL),
+        new_code_cell(COMPILE_CELL),
+        new_markdown_cell(
+            "## The panel\nTick or untick a layer to switch torch's cache for it in this kernel; "
+            "the panel updates by itself after every `%%compile_cache` cell."
+        ),
+        new_code_cell("%compile_cache panel"),
+        new_markdown_cell("## Toggles from code\nThe same switches as the panel's check boxes:"),
+        new_code_cell(CHECK + "%compile_cache disable fx_graph"),
+        new_code_cell(CHECK + "%compile_cache enable fx_graph"),
+        new_markdown_cell(
+            "## Why would a bundle not restore?\n`explain` answers field by field (torch build, "
+            "Python, GPU, CPU ISA ...) and shows what the last run hit and missed per layer."
+        ),
+        new_code_cell("%compile_cache explain mlp"),
+    ],
 }
 
 

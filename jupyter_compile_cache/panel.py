@@ -288,7 +288,7 @@ class Panel:
 
 _LAYER_COLUMNS = (
     ("on", "30px"),
-    ("layer", "190px"),
+    ("layer", "215px"),
     ("entries / on disk", "140px"),
     ("hits", "50px"),
     ("misses", "60px"),

@@ -341,34 +341,21 @@ class CompileCacheSession:
             from torch._dynamo.precompile_context import PrecompileContext
         except ImportError:
             return set()
-        try:
-            PrecompileContext.save_to_dynamo_cache()
-        except Exception as exc:  # torch's own failure: the other layers still get saved
-            self.warn(f"torch could not write Dynamo precompile entries: {exc}", report)
         entries = getattr(PrecompileContext, "_dynamo_cache_entries", {})
         compiled = {key for key, entry in entries.items() if context_before.get(key) != id(entry)}
+        # torch rewrites every entry of the process when saving (with new bytes each time): only save when this
+        # cell compiled something, or a warm re-run would look like new work.
+        if compiled:
+            try:
+                PrecompileContext.save_to_dynamo_cache()
+            except Exception as exc:  # torch's own failure: the other layers still get saved
+                self.warn(f"torch could not write Dynamo precompile entries: {exc}", report)
         return compiled | (self.guard.loaded_keys - loaded_before)
 
     def _save(self, name: str, cell_files: capture.CellFiles, report: CellReport, opts: CellOptions) -> None:
         store = self.store(opts.store)
-        now = fingerprint.current()
-        manifest = Manifest(
-            name=name,
-            version=bundle.new_version_id(fingerprint.digest(now)),
-            created=time.time(),
-            writer=_writer(),
-            fingerprint=now,
-            fingerprint_id=fingerprint.digest(now),
-            payload_sha256="",
-            payload_bytes=0,
-            members=[],
-            cell_sha256=_cell_hash(),
-            stats={
-                "body_seconds": report.body_seconds,
-                "layers": report.layers,
-                "layer_bytes": cell_files.layer_bytes(),
-            },
-        )
+        stats = {"body_seconds": report.body_seconds, "layers": report.layers, "layer_bytes": cell_files.layer_bytes()}
+        manifest = _new_manifest(name, fingerprint.current(), stats)
         try:
             manifest = store.write(manifest, cell_files.files)
         except OSError as exc:
