@@ -247,6 +247,7 @@ class CompileCacheSession:
         opts = options or CellOptions()
         check_name(name)
         report = CellReport(name)
+        lease: Lease | None = None
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
         precompile = precompile and PrecompileGuard.available()
         previous_precompile = self._set_precompile(precompile)
@@ -297,7 +298,7 @@ class CompileCacheSession:
                 print(self.summary_line(report), file=self.out)
         finally:
             self._set_precompile(previous_precompile)
-            if "lease" in locals() and lease is not None:
+            if lease is not None:
                 lease.release()
 
     def _wait_for_prewarm(self, restore: RestoreResult | None) -> None:
