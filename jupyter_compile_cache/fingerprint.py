@@ -64,6 +64,7 @@ def _cpu_flags_and_model() -> tuple[str, str]:
     return f"{platform.machine()}:{isa}", model
 
 
+@functools.cache  # metadata lookups scan sys.path; the answer cannot change within a process
 def _package_version(*names: str) -> str | None:
     for name in names:
         try:

@@ -93,8 +93,12 @@ class HubLink:
             )
         return RedisHub(config)
 
-    def hub_status(self) -> dict[str, Any]:
-        """The session's hub: redacted URL, namespace, reachable or not, latency (for status, the panel)."""
+    def hub_status(self, force: bool = False) -> dict[str, Any]:
+        """The session's hub: redacted URL, namespace, reachable or not, latency (for status, the panel).
+
+        A hub found down in the last minute is not pinged again unless `force`d (`%compile_cache hub status`):
+        the panel refreshes after every cell and must not add a connect timeout to each.
+        """
         from .hub import HubError
 
         config = None if self.hub_off else HubConfig.from_env(self.hub_url)
@@ -106,6 +110,9 @@ class HubLink:
             "namespace": config.namespace,
             "signed": config.secret is not None,
         }
+        if not force and self._hub_down_until.get(config.url, 0) > time.time():
+            info["reachable"], info["error"] = False, "unreachable a moment ago (not retried yet)"
+            return info
         try:
             info["latency_ms"] = hub.ping() * 1000
             info["reachable"] = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import functools
 import shlex
 from typing import Any, NoReturn
@@ -98,19 +99,9 @@ class CompileCacheMagics(Magics):
             check_name(args.name)
         except ValueError as exc:
             raise UsageError(f"{exc}\nusage: {CELL_USAGE}") from None
+        # The parser's destinations are named after CellOptions' fields.
         options = CellOptions(
-            store=args.store,
-            restore=args.restore,
-            save=args.save,
-            force_save=args.force_save,
-            quiet=args.quiet,
-            precompile=args.precompile,
-            hub=args.hub,
-            no_hub=args.no_hub,
-            namespace=args.namespace,
-            ttl=args.ttl,
-            wait=args.wait,
-            torch_remote=args.torch_remote,
+            **{f.name: getattr(args, f.name) for f in dataclasses.fields(CellOptions) if f.name in args}
         )
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame from the user's traceback)
         with self.session.cell(args.name, options):
@@ -197,7 +188,7 @@ class CompileCacheMagics(Magics):
             if not target.startswith(("redis://", "rediss://", "unix://")):
                 raise UsageError(f"not a Redis URL: {target!r}\nusage: {LINE_USAGE}")
             session.hub_off, session.hub_url = False, target
-        print(report.hub_line(session.hub_status()))
+        print(report.hub_line(session.hub_status(force=True)))
         return None
 
 

@@ -120,6 +120,7 @@ class CompileCacheSession(HubLink):
         self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
         self.listeners: list[Callable[[CellReport], None]] = []  # the panel refreshes through this
         self._restored_paths: dict[str, list[str]] = {}
+        self._toolchain_saved = False
 
     # -- plumbing -----------------------------------------------------------------------------------------------
     @property
@@ -356,12 +357,13 @@ class CompileCacheSession(HubLink):
                 return
 
     def _save_toolchain(self, store_root: str | None, report: CellReport) -> None:
+        if self._toolchain_saved or not self.prewarm.created:
+            return  # runs after every cell: done once per session
         files = [p for p in self.prewarm.created if os.path.exists(p)]
-        if not files:
-            return
         now = fingerprint.current(with_gpu=False)
         store = self.toolchain_store(store_root)
-        if store.versions(fingerprint.digest(now)):
+        self._toolchain_saved = True
+        if not files or store.versions(fingerprint.digest(now)):
             return
         roots = capture.cache_roots()
         members = {capture.member_name(p, roots): p for p in files}
