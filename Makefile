@@ -30,4 +30,4 @@ format:
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
 bench:
-	$(BIN)/python benchmarks/restore_bench.py
+	$(BIN)/python benchmarks/bench.py --suite cpu

@@ -1,7 +1,9 @@
 """The panel in a real browser: JupyterLab on a loopback port, Debian's chromium driven by Playwright.
 
-Asserts the layer rows render and that clicking a layer's toggle changes torch's config in the kernel. Set
-PANEL_SCREENSHOT=docs/panel.png to keep the screenshot the README shows.
+1. A live kernel: the layer rows render and clicking a layer's toggle changes torch's config in the kernel.
+2. The GPU notebook (05, run on a GPU machine, outputs committed) opened without running it: the panel renders
+   offline from the notebook's saved widget state, with the GPU header of that run.
+Set PANEL_SCREENSHOT=docs/panel.png and PANEL_GPU_SCREENSHOT=docs/panel_gpu.png to keep the README's screenshots.
 """
 
 from __future__ import annotations
@@ -46,11 +48,35 @@ def _notebook(path):
     path.write_text(json.dumps(nb))
 
 
+GPU_NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "example_notebooks", "05_gpu_max_autotune.ipynb")
+BROWSER_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _lab_settings(config_dir):
+    """Render every cell (no windowing: the panel sits at the notebook's end) and ask nothing about news."""
+    for extension, settings in (
+        ("notebook-extension/tracker", {"windowingMode": "none"}),
+        ("apputils-extension/notification", {"fetchNews": "false"}),
+    ):
+        path = config_dir / "lab" / "user-settings" / "@jupyterlab" / f"{extension}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(settings))
+
+
 @pytest.fixture
 def jupyterlab(tmp_path):
     root = tmp_path / "lab"
     root.mkdir()
     _notebook(root / "panel.ipynb")
+    shutil.copy(GPU_NOTEBOOK, root / "gpu.ipynb")
     port, token = free_port(), secrets.token_hex(16)
     env = dict(
         os.environ,
@@ -58,7 +84,11 @@ def jupyterlab(tmp_path):
         TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
         JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
         JUPYTER_RUNTIME_DIR=str(tmp_path / "jupyter-runtime"),
+        JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"),
     )
+    _lab_settings(tmp_path / "jupyter-config")
+    # Widget views are "unsafe" output: JupyterLab shows them only in a trusted notebook (one we signed)
+    subprocess.run([sys.executable, "-m", "nbformat.sign", str(root / "gpu.ipynb")], env=env, check=True)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -101,19 +131,7 @@ def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path)
 
     base, token = jupyterlab
     with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1100})
             page.goto(f"{base}/lab/tree/panel.ipynb?token={token}")
@@ -167,6 +185,56 @@ def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path)
             failure = os.environ.get("PANEL_FAILURE_SCREENSHOT") or str(tmp_path / "failure.png")
             page.screenshot(path=failure, full_page=True)
             print(f"failure screenshot: {failure}")
+            raise
+        finally:
+            browser.close()
+
+
+def _gpu_run_header() -> str:
+    """The first output of the committed GPU notebook: '<GPU name> | torch <version>'."""
+    with open(GPU_NOTEBOOK) as f:
+        nb = json.load(f)
+    for cell in nb["cells"]:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                return "".join(output["text"]).strip()
+    raise AssertionError("05_gpu_max_autotune.ipynb has no outputs: run it on a GPU machine (see its first cell)")
+
+
+def test_gpu_notebook_panel_renders_offline_from_saved_state(jupyterlab, tmp_path):
+    """No kernel runs the notebook: the panel comes from the widget state stored by the GPU run."""
+    from playwright.sync_api import expect, sync_playwright
+
+    gpu_name = _gpu_run_header().split(" | ")[0]
+    assert gpu_name and "cpu" not in gpu_name.lower()
+    base, token = jupyterlab
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.goto(f"{base}/lab/tree/gpu.ipynb?token={token}")
+            page.locator(".jp-Notebook").wait_for(timeout=60_000)
+            no_kernel = page.locator(".jp-Dialog").get_by_role("button", name="No Kernel", exact=True)
+            try:
+                no_kernel.wait_for(timeout=10_000)
+                no_kernel.click()
+            except Exception:
+                pass  # no dialog
+            panel = page.locator(".widget-vbox", has_text="Cache layers").first
+            panel.wait_for(timeout=60_000)
+            expect(panel.get_by_text(gpu_name, exact=False).first).to_be_visible()
+            for title in ("Dynamo precompile", "Inductor/Triton kernels", "Autotune"):
+                expect(panel.get_by_text(title, exact=True)).to_be_visible()
+            expect(panel.get_by_text("transformer-max-autotune", exact=False).first).to_be_visible()
+            # saved widgets have no kernel behind them; drop the "disconnected" marks from the picture only
+            page.add_style_tag(content=".jupyter-widgets-disconnected::before { display: none !important; }")
+            shot = os.environ.get("PANEL_GPU_SCREENSHOT") or str(tmp_path / "panel_gpu.png")
+            panel.scroll_into_view_if_needed()
+            panel.screenshot(path=shot)
+            assert os.path.getsize(shot) > 10_000
+        except Exception:
+            page.screenshot(path=str(tmp_path / "failure_gpu.png"), full_page=True)
+            print(f"failure screenshot: {tmp_path / 'failure_gpu.png'}")
             raise
         finally:
             browser.close()
