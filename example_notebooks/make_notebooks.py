@@ -242,7 +242,12 @@ NOTEBOOKS = {
     ],
 }
 
-GPU_MODEL = """import time, torch
+GPU_MODEL = """import logging, time, warnings, torch
+
+# max-autotune logs every Triton config that does not fit in shared memory, and its choice statistics: quiet.
+torch._logging.set_logs(inductor=logging.CRITICAL)
+torch._inductor.config.max_autotune_report_choices_stats = False
+warnings.filterwarnings("ignore", message=".*TensorFloat32")
 
 # The 6-layer transformer encoder of the benchmarks (FACTS.md), on the GPU; no dropout, so the
 # compiled result can be compared with eager below.
@@ -268,6 +273,7 @@ TIMES = os.path.join(DEMO, "05-times.json")  # kept across the restart
 def record(which, first_call, cell):
     times = json.load(open(TIMES)) if os.path.exists(TIMES) else {{}}
     times[which] = {{"first_call_s": first_call, "cell_s": cell}}
+    os.makedirs(DEMO, exist_ok=True)
     json.dump(times, open(TIMES, "w"))
     print(f"{{which}}: first call {{first_call:.2f}} s, whole cell {{cell:.2f}} s")
 

@@ -172,11 +172,18 @@ def _sum(
     return sum(after.get(g, {}).get(n, 0) - before.get(g, {}).get(n, 0) for g, n in refs)
 
 
+# Layers whose counters torch replays on a cache hit: an FX graph (or precompile) hit adds the counts the cold
+# compile recorded (codecache: `counters["inductor"] += graph.counter_deltas`), so they only mean work done here
+# when the graph layers above them missed.
+REPLAYED = ("kernels", "autotune")
+GRAPH_LAYERS = ("dynamo_precompile", "aot_autograd", "fx_graph")
+
+
 def counter_delta(
     before: Mapping[str, Mapping[str, int]], after: Mapping[str, Mapping[str, int]]
 ) -> dict[str, dict[str, int]]:
-    """Per-layer hits / misses / bypasses between two snapshots."""
-    return {
+    """Per-layer hits / misses / bypasses between two snapshots; replayed counts on graph hits are dropped."""
+    delta = {
         layer.name: {
             "hits": _sum(layer.hits, before, after),
             "misses": _sum(layer.misses, before, after),
@@ -184,6 +191,16 @@ def counter_delta(
         }
         for layer in LAYERS
     }
+    if only_graph_hits(delta):
+        for name in REPLAYED:
+            delta[name]["misses"] = 0
+    return delta
+
+
+def only_graph_hits(delta: Mapping[str, Mapping[str, int]]) -> bool:
+    """True when the graph layers hit and none missed or was bypassed: nothing was compiled, only loaded."""
+    graph = [delta[name] for name in GRAPH_LAYERS]
+    return sum(c["hits"] for c in graph) > 0 and sum(c["misses"] + c["bypasses"] for c in graph) == 0
 
 
 def disk_usage(cache_dir: str) -> dict[str, dict[str, int]]:

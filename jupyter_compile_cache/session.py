@@ -256,7 +256,11 @@ class CompileCacheSession(HubLink):
                 counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
             report.layers = delta
             report.stale_rejected = _stale_count() - stale_before
-            compiled_new = sum(n for layer_name, n in cell_files.new_by_layer.items() if layer_name != "pgo") > 0
+            # A graph loaded from a cache still writes files (torch emits the Triton kernels bundled in a precompile
+            # or FX entry): new files only count as new work when some graph layer missed.
+            compiled_new = not layers.only_graph_hits(delta) and (
+                sum(n for layer_name, n in cell_files.new_by_layer.items() if layer_name != "pgo") > 0
+            )
             if opts.save and cell_files.files and (compiled_new or opts.force_save):
                 self._save(name, cell_files, report, opts)
             if opts.save:
