@@ -3,7 +3,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-# CPU notebooks, run in order (02b restores what 02a saved). 05 (GPU) is not executed here: it needs a GPU.
+# CPU notebooks, run in order (02b restores what 02a saved). 05_gpu_max_autotune is not executed here: it needs a
+# CUDA GPU; its committed outputs come from a GPU run (make_notebooks.py --gpu).
 NOTEBOOKS := example_notebooks/01_quickstart.ipynb example_notebooks/02a_warm_and_save.ipynb \
 	example_notebooks/02b_restore_after_restart.ipynb example_notebooks/03_shared_hub.ipynb \
 	example_notebooks/04_panel.ipynb

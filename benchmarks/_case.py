@@ -283,7 +283,8 @@ def main() -> None:
             result["mega_bytes"] = len(saved[0])
     from torch._dynamo.utils import counters
 
-    result["counters"] = {g: dict(counters[g]) for g in ("inductor", "aot_autograd", "dynamo_cache") if g in counters}
+    groups = ("inductor", "aot_autograd", "dynamo_cache", "jupyter_compile_cache")  # ours: precompile_stale_rejected
+    result["counters"] = {g: dict(counters[g]) for g in groups if g in counters}
     result["counters"]["inductor"] = {
         k: v
         for k, v in result["counters"].get("inductor", {}).items()

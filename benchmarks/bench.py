@@ -284,6 +284,18 @@ def environment() -> dict:
     return env
 
 
+def merged_rows(results: list[dict]) -> list[dict]:
+    """The cases of several runs; a config measured again in a later run keeps both rows ("... (run 2)")."""
+    rows, seen = [], {}
+    for res in results:
+        names = {r["name"] for r in res["cases"]}
+        for name in names:
+            seen[name] = seen.get(name, 0) + 1
+        for r in res["cases"]:
+            rows.append(dict(r, name=r["name"] if seen[r["name"]] == 1 else f"{r['name']} (run {seen[r['name']]})"))
+    return rows
+
+
 def _group(rows: list[dict]) -> dict[str, dict[str, dict]]:
     groups: dict[str, dict[str, dict]] = {}
     for r in rows:
@@ -335,7 +347,7 @@ def counters_table(rows: list[dict]) -> str:
 
 
 def report(results: list[dict]) -> str:
-    rows = [r for res in results for r in res["cases"]]
+    rows = merged_rows(results)
     out = []
     for res in results:
         e = res["environment"]
@@ -373,8 +385,7 @@ def plot(results: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for res in results for r in res["cases"]]
-    groups = _group(rows)
+    groups = _group(merged_rows(results))
     names = list(groups)
     colors = {
         "eager": "#777777",
@@ -398,12 +409,13 @@ def plot(results: list[dict], path: str) -> None:
         ax.grid(axis="x", which="both", alpha=0.3)
     axes[0].set_yticks([j + 0.4 - height / 2 for j in range(len(names))], names)
     axes[0].invert_yaxis()
-    axes[1].legend(loc="lower right", fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(CASES), fontsize=9)
     env = results[0]["environment"]
     fig.suptitle(
         f"A restarted kernel: {env.get('gpu') or env['cpu']}, torch {env['torch']} (each case a fresh process)"
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=110)
 
 
