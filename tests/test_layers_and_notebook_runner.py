@@ -1,0 +1,66 @@
+"""torch's replayed counters, and the notebook runner that restarts the kernel (used for the GPU notebook)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_compile_cache import layers
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "example_notebooks"))
+
+
+def _snapshot(**counts: int) -> dict[str, dict[str, int]]:
+    groups = {
+        "dynamo_cache_hit": "dynamo_cache",
+        "dynamo_cache_miss": "dynamo_cache",
+        "autograd_cache_hit": "aot_autograd",
+        "autograd_cache_miss": "aot_autograd",
+    }
+    snapshot: dict[str, dict[str, int]] = {}
+    for name, value in counts.items():
+        snapshot.setdefault(groups.get(name, "inductor"), {})[name] = value
+    return snapshot
+
+
+def test_counters_torch_replays_on_a_graph_hit_are_not_misses():
+    # what torch's counters hold after a precompile hit: the cold compile's autotune/kernel counts added back
+    after = _snapshot(dynamo_cache_hit=1, select_algorithm_autotune=7, async_compile_cache_miss=33)
+    delta = layers.counter_delta({}, after)
+    assert layers.only_graph_hits(delta)
+    assert delta["autotune"]["misses"] == 0 and delta["kernels"]["misses"] == 0
+    assert delta["dynamo_precompile"]["hits"] == 1
+
+
+def test_the_same_counts_with_a_graph_miss_are_real_work():
+    after = _snapshot(dynamo_cache_miss=1, fxgraph_cache_miss=1, select_algorithm_autotune=7)
+    delta = layers.counter_delta({}, after)
+    assert not layers.only_graph_hits(delta)
+    assert delta["autotune"]["misses"] == 7 and delta["fx_graph"]["misses"] == 1
+
+
+def test_no_graph_counters_at_all_is_not_a_hit():
+    # caches switched off: no hits, no misses; files written then are new work and must be saved
+    assert not layers.only_graph_hits(layers.counter_delta({}, _snapshot(async_compile_cache_miss=3)))
+
+
+def test_notebook_runner_restarts_the_kernel_where_tagged_and_keeps_widget_state(tmp_path):
+    import make_notebooks
+
+    nb = new_notebook(
+        cells=[
+            new_code_cell("before = 41"),
+            new_code_cell("print('alive', 'before' in dir())", metadata={"tags": ["restart-kernel"]}),
+            new_code_cell("import ipywidgets\nipywidgets.IntSlider(value=7)"),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    make_notebooks.execute(nb, timeout=120)
+    assert nb.cells[1].outputs[0]["text"] == "alive False\n"  # the variable is gone: the kernel restarted
+    assert [c.execution_count for c in nb.cells] == [1, 1, 2]  # counted from 1 again, as in Jupyter
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    assert any(m["model_name"] == "IntSliderModel" and m["state"]["value"] == 7 for m in state.values())
+    nbformat.validate(nb)
