@@ -126,6 +126,18 @@ def jupyterlab(tmp_path):
         proc.kill()
 
 
+def _open_notebook(page, url: str, kernel_choice: str) -> None:
+    """Open a notebook; JupyterLab may ask which kernel to start: answer with kernel_choice's button."""
+    page.goto(url)
+    page.locator(".jp-Notebook").wait_for(timeout=60_000)
+    button = page.locator(".jp-Dialog").get_by_role("button", name=kernel_choice, exact=True)
+    try:
+        button.wait_for(timeout=10_000)
+        button.click()
+    except Exception:
+        pass  # no dialog: JupyterLab decided by itself
+
+
 def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
@@ -134,15 +146,7 @@ def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path)
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.goto(f"{base}/lab/tree/panel.ipynb?token={token}")
-            page.locator(".jp-Notebook").wait_for(timeout=60_000)
-            # JupyterLab may ask which kernel to start: take the notebook's own (python3)
-            select = page.locator(".jp-Dialog").get_by_role("button", name="Select", exact=True)
-            try:
-                select.wait_for(timeout=10_000)
-                select.click()
-            except Exception:
-                pass  # no dialog: the kernel started by itself
+            _open_notebook(page, f"{base}/lab/tree/panel.ipynb?token={token}", kernel_choice="Select")
             page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=60_000)
             panel = page.locator(".widget-vbox", has_text="Cache layers").first
             started = page.locator(".jp-InputArea-prompt", has_text=re.compile(r"\[(\*|\d+)\]")).first
@@ -212,14 +216,7 @@ def test_gpu_notebook_panel_renders_offline_from_saved_state(jupyterlab, tmp_pat
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.goto(f"{base}/lab/tree/gpu.ipynb?token={token}")
-            page.locator(".jp-Notebook").wait_for(timeout=60_000)
-            no_kernel = page.locator(".jp-Dialog").get_by_role("button", name="No Kernel", exact=True)
-            try:
-                no_kernel.wait_for(timeout=10_000)
-                no_kernel.click()
-            except Exception:
-                pass  # no dialog
+            _open_notebook(page, f"{base}/lab/tree/gpu.ipynb?token={token}", kernel_choice="No Kernel")
             panel = page.locator(".widget-vbox", has_text="Cache layers").first
             panel.wait_for(timeout=60_000)
             expect(panel.get_by_text(gpu_name, exact=False).first).to_be_visible()
