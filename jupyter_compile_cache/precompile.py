@@ -79,6 +79,9 @@ class _Digest:
     def __init__(self) -> None:
         self.sha = hashlib.sha256()
         self.seen: set[int] = set()
+        # Holds every visited object until the walk ends: the walk builds temporary dicts (a submodule's constants),
+        # and a freed one's id can come back for the next, which would then read as "<seen>" and drop its content.
+        self.alive: list[Any] = []
         self.nodes = 0
 
     def feed(self, *parts: Any) -> None:
@@ -98,6 +101,7 @@ class _Digest:
             self.feed("<seen>", type(obj).__qualname__)
             return
         self.seen.add(id(obj))
+        self.alive.append(obj)
         if isinstance(obj, (tuple, list, frozenset, set)):
             items = sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj
             self.feed(type(obj).__name__, len(obj))

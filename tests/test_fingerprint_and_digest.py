@@ -95,3 +95,29 @@ def test_library_modules_digest_is_stable_across_instances():
     assert code_digest(a.forward) == code_digest(b.forward)
     c = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, norm_first=True)
     assert code_digest(a.forward) != code_digest(c.forward)  # a constant attribute differs
+
+
+class _Scale(torch.nn.Module):
+    def __init__(self, s: float) -> None:
+        super().__init__()
+        self.s = s
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.s
+
+
+class _TwoScales(torch.nn.Module):
+    def __init__(self, a: float, b: float) -> None:
+        super().__init__()
+        self.a, self.b = _Scale(a), _Scale(b)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def test_digest_sees_every_submodules_constants():
+    # Found on the GPU: each submodule's constants are walked as a temporary dict; a freed dict's id came back for
+    # the next submodule, which then counted as already seen. The second submodule's constant was invisible (stale
+    # code could be restored) and the digest depended on memory reuse (a false "stale" in another process).
+    assert code_digest(_TwoScales(1.0, 2.0).forward) != code_digest(_TwoScales(1.0, 3.0).forward)
+    assert code_digest(_TwoScales(1.0, 2.0).forward) == code_digest(_TwoScales(1.0, 2.0).forward)
