@@ -92,6 +92,11 @@ def run_case(cfg: dict, case: str, env: dict, extra: list[str] = (), think: floa
     return json.loads(lines[-1][len("RESULT ") :])
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment without torch's or our cache settings: each case sets its own."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "JUPYTER_COMPILE_CACHE_"))}
+
+
 def dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
@@ -112,7 +117,7 @@ def run_config(cfg: dict, work: str, redis_url: str | None, think: float, keep_c
     for d in [*dirs.values(), *stores.values()]:
         os.makedirs(d)
     mega = os.path.join(root, "mega.bin")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "JUPYTER_COMPILE_CACHE_"))}
+    base = clean_env()
     if redis_url:  # each config starts with an empty Redis (torch's db 0 and 1, our hub in db 0)
         import redis
 
@@ -252,8 +257,7 @@ def overhead(redis_url: str | None, work: str, cache_dir: str) -> list[dict]:
     """`%%compile_cache` on a cell with nothing to restore, without and with a hub, beside a populated cache dir."""
     rows = []
     for hub in (False, True) if redis_url else (False,):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "JUPYTER_COMPILE_CACHE_"))}
-        env.update(TORCHINDUCTOR_CACHE_DIR=cache_dir)
+        env = dict(clean_env(), TORCHINDUCTOR_CACHE_DIR=cache_dir)
         env.update(JUPYTER_COMPILE_CACHE_DIR=os.path.join(work, f"overhead-store-{hub}"))
         if hub:
             env.update(JUPYTER_COMPILE_CACHE_HUB=redis_url, JUPYTER_COMPILE_CACHE_NAMESPACE="bench-overhead")

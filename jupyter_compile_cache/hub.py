@@ -113,9 +113,12 @@ class HubConfig:
 class RedisHub:
     label = "hub"
 
-    def __init__(self, config: HubConfig) -> None:
+    def __init__(self, config: HubConfig, clients: dict[tuple, Any] | None = None) -> None:
         self.config = config
         self._client: Any = None
+        # A session passes its dict here so all its hubs of one URL share a connection pool: a cell talks to the
+        # hub up to three times (pull on a miss, lease, push) and should connect (and AUTH) once, not each time.
+        self._clients = clients
 
     @property
     def display_url(self) -> str:
@@ -123,6 +126,9 @@ class RedisHub:
 
     @property
     def client(self) -> Any:
+        key = (self.config.url, self.config.connect_timeout, self.config.timeout)
+        if self._client is None and self._clients is not None:
+            self._client = self._clients.get(key)
         if self._client is None:
             try:
                 import redis
@@ -138,6 +144,8 @@ class RedisHub:
                 )
             except ValueError as exc:
                 raise HubError(f"bad hub URL {self.display_url}: {exc}") from None
+            if self._clients is not None:
+                self._clients[key] = self._client
         return self._client
 
     def _call(self, fn: Callable[[], Any]) -> Any:

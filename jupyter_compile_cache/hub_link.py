@@ -69,6 +69,7 @@ class HubLink:
     _hub_down_until: dict[str, float]
     _hub_warned: set[str]
     _trust_warned: bool
+    _hub_clients: dict[tuple, Any]
     _restored_paths: dict[str, list[str]]
     warn: Any
     out: TextIO
@@ -91,7 +92,7 @@ class HubLink:
                 "no JUPYTER_COMPILE_CACHE_SECRET is set: bundles pulled from the hub are trusted as they are "
                 "(they contain pickled code); set a team secret to sign and verify them"
             )
-        return RedisHub(config)
+        return RedisHub(config, self._hub_clients)
 
     def hub_status(self, force: bool = False) -> dict[str, Any]:
         """The session's hub: redacted URL, namespace, reachable or not, latency (for status, the panel).
@@ -104,7 +105,7 @@ class HubLink:
         config = None if self.hub_off else HubConfig.from_env(self.hub_url)
         if config is None:
             return {"url": None}
-        hub = RedisHub(config)
+        hub = RedisHub(config, self._hub_clients)
         info: dict[str, Any] = {
             "url": hub.display_url,
             "namespace": config.namespace,

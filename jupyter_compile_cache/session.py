@@ -110,6 +110,7 @@ class CompileCacheSession(HubLink):
         self._hub_down_until: dict[str, float] = {}
         self._hub_warned: set[str] = set()
         self._trust_warned = False
+        self._hub_clients: dict[tuple, Any] = {}  # one Redis connection pool per hub URL (see RedisHub)
         self._out = out
         self._err = err
         self.precompile_default = True
