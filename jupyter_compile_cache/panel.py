@@ -213,11 +213,15 @@ class Panel:
             device = f"CPU {html.escape(str(dev['name']))}, ISA {html.escape(str(dev['isa']))}"
         versions = f"torch {dev['torch']}, Triton {dev['triton'] or '-'}, CUDA {dev['cuda'] or '-'}"
         hub = html.escape(status.get("hub") or "none")
+        precompile = (
+            f"<div>precompile: {status.get('stale_rejected', 0)} stale entries refused, "
+            f"{status.get('precompile_fallbacks', 0)} functions fell back to plain torch.compile</div>"
+        )
         return (
             f"<div>{device}</div><div>{versions}</div>"
             f"<div>local store {html.escape(status['store'])} ({human_bytes(status['store_bytes'])}); "
             f"cache dir {html.escape(status['cache_dir'])}</div><div>hub: {hub}</div>"
-            f"<div>compile time saved this session (estimate): {saved['total']:.1f} s</div>"
+            f"<div>compile time saved this session (estimate): {saved['total']:.1f} s</div>{precompile}"
         )
 
     def _refresh_bundles(self) -> None:

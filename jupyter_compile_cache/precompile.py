@@ -1,45 +1,67 @@
-"""Making Dynamo precompile safe for notebooks.
+"""Dynamo precompile that never answers differently from plain torch.compile.
 
-With `torch._dynamo.config.caching_precompile`, Dynamo stores its traced bytecode and guards under
-`<cache>/dynamo/<key>/entry`, keyed only by the function's qualified name and first line number, and drops the
-guards that would notice an edited function (ID_MATCH, CLOSURE_MATCH, ...). Measured on torch 2.13: a restored
-entry for `Net.forward` keeps returning the old result after `.sin()` is edited to `.tanh()`, or after a helper
-it calls is edited. So we add our own check:
+With `torch._dynamo.config.caching_precompile`, Dynamo stores traced bytecode and guards under
+`<cache>/dynamo/<key>/entry`, keyed by the function's qualified name and first line only, and, so that guards can
+be serialized, drops every guard that compares object identity (ID_MATCH, CLOSURE_MATCH, WEAKREF_ALIVE,
+DICT_VERSION and the guards built on them: FUNCTION_MATCH, MODULE_MATCH, BUILTIN_MATCH, ...). It drops them while
+it BUILDS the guards, so the live entries of this kernel lose them too: a redefined helper, a swapped callable
+attribute or closure would keep running the old code (measured on torch 2.11, 2.13 and 2.15). What we do instead:
 
-* When torch looks an entry up (`DynamoCache.load`), we compute a digest of the code the compiled function can
-  reach: its bytecode and constants, every user function, class and constant it reads from its globals or
-  closure (transitively), and for an `nn.Module` the classes and constant attributes of all its submodules.
-  Library code (torch, site-packages, the standard library) is identified by name only: the bundle fingerprint
-  pins torch's version.
-* Entries are only handed to torch when the digest stored next to them (`jcc_code_digest`, written when the cell
-  saved) equals the live one. Otherwise it is a miss, counted as `precompile_stale_rejected`, and torch
-  compiles the new code.
+* Live entries (compiled in this kernel) get torch's full guards. We let torch build the guards twice: once as
+  plain torch.compile does (those guard the live entry), and once the precompile way, whose serializable state is
+  what gets saved. The second build tells us which guards precompile drops and the objects they watched.
+* Saved entries carry a record next to them (`jcc_code_digest`): a digest of the code the function can reach
+  (bytecode, constants, user functions/classes/constants reachable through globals and closures, an nn.Module's
+  submodule classes, constant attributes and hooks), and, for each dropped guard, its source (`G['helper']`,
+  `L['self'].act`) and a digest of the object it watched.
+* On restore (`DynamoCache.load`) the entry is used only if the live code digest and every dropped guard's object
+  match the record. Otherwise it is refused (`precompile_stale_rejected`) and torch compiles the new code.
+* Installed restored entries get the dropped guards back as one identity check per entry (the objects verified at
+  load), so a later edit in this kernel, in a later cell or the same one, recompiles exactly where plain
+  torch.compile would.
+* Any failure inside torch's precompile machinery (recording while compiling, installing, building guards) is
+  caught: that function takes the plain torch.compile path (FX graph and AOTAutograd caches still apply), its
+  entry is set aside and not saved again in this kernel, one line says so, and it is counted
+  (`precompile_fallback`).
 
-A second torch issue: an installed precompile entry puts globals such as `__builtins_dict___0` into the module,
-and the next fresh compile in that module picks the same name from Dynamo's unique-id counter and fails with
-"Name '__builtins_dict___0' already exists in scope". After each install we move that counter past the names the
-entry installed.
+Also: an installed entry puts globals such as `__builtins_dict___0` into the module, and the next fresh compile in
+that module picks the same name from Dynamo's unique-id counter and fails ("Name '__builtins_dict___0' already
+exists"); after each install we move that counter past the names the entry installed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dis
 import hashlib
+import importlib
+import inspect
 import itertools
 import json
 import logging
 import os
 import re
+import shutil
 import sys
 import sysconfig
 import types
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 DIGEST_FILE = "jcc_code_digest"
+RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
 COUNTER_GROUP = "jupyter_compile_cache"
 _MAX_NODES = 20000
 _CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes)
 _TRAILING_NUMBER = re.compile(r"_(\d+)$")
+_BUILTIN_TYPES = (
+    types.BuiltinFunctionType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+)
 
 
 def _library_prefixes() -> tuple[str, ...]:
@@ -182,6 +204,12 @@ class _Digest:
 
     def _visit_instance(self, obj: Any, depth: int) -> None:
         cls = type(obj)
+        if isinstance(obj, _BUILTIN_TYPES):
+            # torch.relu and torch.sigmoid share a class: their names tell them apart.
+            owner = getattr(obj, "__self__", None)
+            owner_name = owner.__name__ if isinstance(owner, types.ModuleType) else type(owner).__qualname__
+            self.feed("builtin", getattr(obj, "__module__", None), getattr(obj, "__qualname__", None), owner_name)
+            return
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.Tensor):
             # Values are graph inputs and guarded by Dynamo; shape/dtype decide the compiled code.
@@ -225,122 +253,487 @@ def code_digest(fn: Any) -> str:
     return digest.hexdigest()
 
 
-class _DroppedGuardFilter(logging.Filter):
-    """torch warns for every guard precompile drops; the code digest stands in for them, so hide the noise."""
+def value_digest(value: Any) -> str:
+    """Digest of one object a dropped guard watched: a user function by its code, library objects by name."""
+    return code_digest(value)
+
+
+# The guards precompile drops (torch 2.9-2.15: guards.py, CheckFunctionManager.__init__), and those built on them.
+_DROPPED_KINDS = frozenset({"ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION"})
+_DROPPED_BASES = frozenset({"ID_MATCH", "DICT_VERSION"})
+_DROPPED_MESSAGE = "is dropped with caching_precompile=True"
+
+
+def _source(entry: Any) -> str:
+    """A guard's source expression, as torch evaluates it (`L['self'].act`; the entry's own name is shorter)."""
+    guard = getattr(entry, "orig_guard", None)
+    return str(getattr(guard, "name", None) or entry.name)
+
+
+def _is_dropped(entry: Any) -> bool:
+    derived = set(getattr(entry, "derived_guard_types", ()) or ())
+    return entry.guard_type in _DROPPED_KINDS or bool(_DROPPED_BASES & derived)
+
+
+class _TorchLogFilter(logging.Filter):
+    """Hides torch's per-guard "dropped" warnings (we re-add those guards) and notes which guards they name;
+    hides torch's "Failed to load entry" traceback (we print one line instead)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped_names: list[str] | None = None  # collecting during a precompile guard build
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "is dropped with caching_precompile=True" not in str(record.msg)
+        message = str(record.msg)
+        if _DROPPED_MESSAGE in message:
+            if self.dropped_names is not None and isinstance(record.args, tuple) and len(record.args) >= 2:
+                self.dropped_names.append(str(record.args[1]))
+            return False
+        return "Failed to load entry from dynamo cache" not in message
+
+
+class _Patch:
+    """One attribute of torch replaced by ours; `undo` puts the original back exactly."""
+
+    def __init__(self, owner: Any, name: str, replacement: Any) -> None:
+        self.owner, self.name = owner, name
+        self.had_own = name in vars(owner)
+        self.original = getattr(owner, name)
+        setattr(owner, name, replacement)
+
+    def undo(self) -> None:
+        if self.had_own:
+            setattr(self.owner, self.name, self.original)
+        else:
+            with contextlib.suppress(AttributeError):
+                delattr(self.owner, self.name)
+
+
+@dataclass
+class _LoadScope:
+    """A restored function's record, and where its guard sources resolve at load (G, and L['self'] for a method)."""
+
+    record: dict[str, Any]
+    fn_globals: dict[str, Any]
+    local_scope: dict[str, Any]
 
 
 class PrecompileGuard:
-    """Wraps torch's Dynamo precompile cache while installed; `uninstall` puts torch back exactly as it was."""
+    """Wraps torch's Dynamo precompile while installed; `uninstall` puts torch back exactly as it was."""
 
-    def __init__(self) -> None:
+    def __init__(self, warn: Any = None) -> None:
         self.installed = False
-        self.pending: dict[str, str] = {}  # key -> digest of functions compiled since the last save
+        self.warn = warn or (lambda message: print(f"compile_cache: {message}", file=sys.stderr))
+        self.pending: dict[str, str] = {}  # key -> code digest of functions looked up since the last save
+        self.pending_files: dict[str, str] = {}  # key -> the function's co_filename (its dropped guards' bucket)
         self.loaded_keys: set[str] = set()  # keys whose entries were handed to torch
-        self._fns: dict[str, Any] = {}
-        self._orig_load: Any = None
-        self._orig_install: Any = None
-        self._log_filter = _DroppedGuardFilter()
+        self.refused_keys: set[str] = set()  # keys whose precompile failed in torch: plain path, never saved again
+        self._told: set[str] = set()  # one line per function
+        # co_filename -> {sha256 of a saved guard state -> {guard source: digest of the object it watched}}: the
+        # guards precompile dropped from each saved entry.
+        self.dropped: dict[str, dict[str, dict[str, str]]] = {}
+        self._loading: dict[str, _LoadScope] = {}  # key -> its record and the scope its guard sources resolve in
+        self._installing: str | None = None  # key of the package being installed
+        self._state_sha: str | None = None  # sha256 of the guard state torch is loading
+        self._patches: list[_Patch] = []
+        self._log_filter = _TorchLogFilter()
+        self._loggers = [logging.getLogger("torch._dynamo.guards"), logging.getLogger("torch._dynamo.eval_frame")]
 
     @staticmethod
     def available() -> bool:
         try:
             import torch._dynamo.config as dynamo_config
-            from torch._dynamo import package
+            from torch._dynamo import guards, package
         except Exception:
             return False
-        return hasattr(dynamo_config, "caching_precompile") and hasattr(package, "DynamoCache")
+        return (
+            hasattr(dynamo_config, "caching_precompile")
+            and hasattr(package, "DynamoCache")
+            and hasattr(package, "load_guard_manager")
+            and hasattr(package, "load_guards_state")
+            and hasattr(guards, "CheckFunctionManager")
+        )
 
+    # -- install / uninstall ----------------------------------------------------------------------------------
     def install(self) -> None:
         if self.installed or not self.available():
             return
-        from torch._dynamo import package
+        from torch._dynamo import guards, package
 
         cache = package.DynamoCache
-        self._orig_load = cache.load  # bound method of the singleton
-        guard = self
+        cfm = guards.CheckFunctionManager
+        compile_package = package.CompilePackage
+        orig = {
+            "load": cache.load,  # bound method of the singleton
+            "record": cache.record_package,
+            "install": compile_package.install,
+            "inlined": compile_package.add_inlined_source,
+            "init": cfm.__init__,
+            "load_gm": package.load_guard_manager,
+            "load_state": package.load_guards_state,
+        }
+        signature = inspect.signature(orig["init"])
+        me = self
 
         def load(fn: Any) -> Any:
-            return guard._load(fn)
+            return me._load(fn, orig["load"])
 
-        cache.load = load  # instance attribute shadows the method; deleted on uninstall
-        self._orig_install = package.CompilePackage.install
+        def record_package(pkg: Any) -> None:
+            try:
+                orig["record"](pkg)
+            except Exception as exc:
+                me._fallback(getattr(pkg, "source_id", None), "recording the compiled function", exc)
 
-        def install_package(package_self: Any, backends: Any) -> None:
-            guard._orig_install(package_self, backends)
-            _advance_unique_ids(package_self)
+        def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
+            me._install(pkg, orig["install"], args, kwargs)
 
-        package.CompilePackage.install = install_package
-        logging.getLogger("torch._dynamo.guards").addFilter(self._log_filter)
+        def add_inlined_source(pkg: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                orig["inlined"](pkg, *args, **kwargs)
+            except Exception as exc:
+                # e.g. "Source mismatch for collections.abc" (HF transformers): this function is not precompiled.
+                with contextlib.suppress(Exception):
+                    pkg.bypass_current_entry()
+                me._fallback(getattr(pkg, "source_id", None), "recording the sources it inlined", exc)
+
+        def check_function_manager_init(cfm_self: Any, *args: Any, **kwargs: Any) -> None:
+            me._build_guards(cfm_self, orig["init"], signature, args, kwargs)
+
+        def load_guards_state(state: bytes, *args: Any, **kwargs: Any) -> Any:
+            me._state_sha = _sha(state)
+            return orig["load_state"](state, *args, **kwargs)
+
+        def load_guard_manager(*args: Any, **kwargs: Any) -> Any:
+            return me._with_identity_guard(orig["load_gm"](*args, **kwargs), args, kwargs)
+
+        self._patches = [
+            _Patch(cache, "load", load),  # instance attribute shadows the method
+            _Patch(cache, "record_package", record_package),
+            _Patch(compile_package, "install", install_package),
+            _Patch(compile_package, "add_inlined_source", add_inlined_source),
+            _Patch(cfm, "__init__", check_function_manager_init),
+            _Patch(package, "load_guards_state", load_guards_state),
+            _Patch(package, "load_guard_manager", load_guard_manager),
+        ]
+        for logger in self._loggers:
+            logger.addFilter(self._log_filter)
         self.installed = True
 
     def uninstall(self) -> None:
         if not self.installed:
             return
-        from torch._dynamo import package
-
-        vars(package.DynamoCache).pop("load", None)
-        package.CompilePackage.install = self._orig_install
-        logging.getLogger("torch._dynamo.guards").removeFilter(self._log_filter)
+        for patch in reversed(self._patches):
+            patch.undo()
+        self._patches = []
+        for logger in self._loggers:
+            logger.removeFilter(self._log_filter)
         self.installed = False
 
-    def _load(self, fn: Any) -> Any:
+    # -- while compiling ----------------------------------------------------------------------------------------
+    def _build_guards(
+        self, cfm: Any, orig_init: Any, signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]
+    ) -> None:
+        """Live guards as plain torch.compile builds them; the saved state from torch's precompile build."""
+        import torch._dynamo.config as dynamo_config
+
+        arguments = dict(signature.bind(cfm, *args, **kwargs).arguments)
+        arguments.pop(next(iter(signature.parameters)))  # self
+        save = bool(arguments.get("save_guards", False))
+        if not dynamo_config.caching_precompile and not save:
+            orig_init(cfm, *args, **kwargs)
+            return
+        live = {**arguments, "save_guards": False} if "save_guards" in signature.parameters else arguments
+        with dynamo_config.patch(caching_precompile=False):
+            orig_init(cfm, **live)
+        if not save:
+            return
+        # The entry a package records (also when a function compiled in a %%compile_cache cell recompiles
+        # outside one): torch's precompile build, whose guards can be serialized.
+        user_filter = arguments.get("guard_filter_fn")
+        seen: list[Any] = []
+
+        def recording_filter(entries: Any) -> Any:
+            seen.extend(entries)
+            return user_filter(entries) if user_filter else [True] * len(entries)
+
+        output_graph = arguments.get("output_graph")
+        shadow = object.__new__(type(cfm))
+        self._log_filter.dropped_names = logged = []
+        try:
+            with dynamo_config.patch(caching_precompile=True):
+                orig_init(shadow, **{**arguments, "guard_filter_fn": recording_filter})
+            guards_state = getattr(shadow, "guards_state", None)
+        except Exception as exc:
+            package = getattr(output_graph, "package", None)
+            self._fallback(getattr(package, "source_id", None), "building the guards to save", exc)
+            with contextlib.suppress(Exception):
+                package.bypass_current_entry()
+            guards_state = None
+        finally:
+            self._log_filter.dropped_names = None
+        # None: torch bypassed this entry (it is not saved); its package ignores the state then, but torch asserts
+        # that there is one ("check_fn.guards_state must not be None").
+        cfm.guards_state = guards_state if guards_state is not None else b""
+        if guards_state is None:
+            return
+        logged_names = set(logged)
+        dropped = {
+            _source(entry): value_digest(entry.value) if entry.has_value else "<no value>"
+            for entry in seen
+            if _is_dropped(entry) or _source(entry) in logged_names
+        }
+        code = arguments.get("f_code")
+        self.dropped.setdefault(getattr(code, "co_filename", ""), {})[_sha(guards_state)] = dropped
+
+    # -- on restore -----------------------------------------------------------------------------------------------
+    def _load(self, fn: Any, orig_load: Any) -> Any:
         from torch._dynamo import package
         from torch._dynamo.utils import counters
 
         key = package.CompilePackage.source_id_from_fn(fn)
         digest = code_digest(fn)
         self.pending[key] = digest
-        self._fns[key] = weakref.ref(fn) if _weakrefable(fn) else None
+        self.pending_files[key] = getattr(getattr(_innermost(fn), "__code__", None), "co_filename", "")
+        if key in self.refused_keys:
+            return None
         entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
-        if os.path.exists(os.path.join(entry_dir, "entry")):
-            stored = read_digest(entry_dir)
-            if stored != digest:
-                counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
-                counters["dynamo_cache"]["dynamo_cache_miss"] += 1
-                return None
-        result = self._orig_load(fn)
+        if not os.path.exists(os.path.join(entry_dir, "entry")):
+            return orig_load(fn)
+        record = read_record(entry_dir)
+        if record is None or record.get("digest") != digest:
+            counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
+            counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+            return None
+        try:
+            result = orig_load(fn)
+        except Exception as exc:
+            self._fallback(key, "loading the saved entry", exc)
+            return None
         if result is not None:
             self.loaded_keys.add(key)
+            self._loading[key] = _load_scope(record, fn)
+            # Saved again with this cell, the entry keeps its record of dropped guards.
+            self.dropped.setdefault(self.pending_files[key], {}).update(record.get("guarded", {}))
         return result
 
+    def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        key = getattr(pkg, "source_id", None)
+        self._installing = key
+        try:
+            orig_install(pkg, *args, **kwargs)
+            _check_installed_globals(pkg)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                pkg.uninstall()
+            self.loaded_keys.discard(key)
+            self._fallback(key, "installing the saved entry", exc)
+            # torch catches RuntimeError here and compiles this function afresh, the plain way.
+            raise RuntimeError(f"jupyter_compile_cache: precompile entry {key} set aside") from exc
+        finally:
+            self._installing = None
+        _advance_unique_ids(pkg)
+
+    def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """Give a restored entry back the guards precompile dropped, bound to the objects verified now.
+
+        Each entry's record lists the sources of its dropped guards and a digest of what each watched when it was
+        compiled. If every source names an equal object now, the entry gets one guard: each source still names
+        that very object. If not (or the record is missing), the entry gets a guard that always fails: torch
+        compiles anew instead, as plain torch.compile would for a changed object.
+        """
+        from torch._dynamo.utils import counters
+
+        scope = self._loading.get(self._installing or "")
+        if scope is None:
+            return guard_manager
+        runtime_globals = kwargs.get("runtime_global_scope", args[2] if len(args) > 2 else scope.fn_globals)
+        dropped = (scope.record.get("guarded") or {}).get(self._state_sha or "")
+        values = _resolve(dropped, scope) if isinstance(dropped, dict) else None
+        if values is None:
+            counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
+            guard_manager.root.add_lambda_guard(
+                _never, ["jupyter_compile_cache: an object this entry was compiled for has changed"], None
+            )
+        elif values:
+            check, parts = _identity_check(values, runtime_globals)
+            guard_manager.root.add_lambda_guard(check, parts, None)
+        return guard_manager
+
+    def _fallback(self, key: str | None, step: str, exc: BaseException) -> None:
+        """torch's precompile failed for one function: plain path for it, its entry set aside, one line."""
+        from torch._dynamo.utils import counters
+
+        counters[COUNTER_GROUP]["precompile_fallback"] += 1
+        if key:
+            self.refused_keys.add(key)
+            self.pending.pop(key, None)
+            _set_aside(key)
+            if key in self._told:
+                return
+            self._told.add(key)
+        message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        self.warn(
+            f"Dynamo precompile failed while {step} ({type(exc).__name__}: {message}); "
+            "this function runs the plain torch.compile way (FX graph and AOTAutograd caches still apply)"
+        )
+
+    # -- when the cell saves --------------------------------------------------------------------------------------
     def write_digests(self, keys: set[str]) -> list[str]:
-        """Write the digest next to each saved entry; returns the digest files written."""
+        """Write the record next to each saved entry; returns the record files written."""
         from torch._dynamo import package
 
         written = []
         prefix = package.DynamoCache.path_prefix()
-        for key in keys:
+        for key in keys - self.refused_keys:
             digest = self.pending.get(key)
             entry_dir = os.path.join(prefix, key)
             if digest is None or not os.path.exists(os.path.join(entry_dir, "entry")):
                 continue
+            guarded = self.dropped.get(self.pending_files.get(key, ""), {})
+            record = {"version": RECORD_VERSION, "digest": digest, "guarded": dict(sorted(guarded.items()))}
             path = os.path.join(entry_dir, DIGEST_FILE)
-            if read_digest(entry_dir) != digest:
+            if read_record(entry_dir) != record:
                 tmp = path + f".tmp{os.getpid()}"
                 with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump({"digest": digest}, f)
+                    json.dump(record, f)
                 os.replace(tmp, path)
             written.append(path)
         return written
 
 
-def read_digest(entry_dir: str) -> str | None:
+def read_record(entry_dir: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(entry_dir, DIGEST_FILE), encoding="utf-8") as f:
-            return json.load(f).get("digest")
-    except (OSError, ValueError, AttributeError):
+            record = json.load(f)
+    except (OSError, ValueError):
         return None
+    if (
+        not isinstance(record, dict)
+        or record.get("version") != RECORD_VERSION
+        or not isinstance(record.get("digest"), str)
+    ):
+        return None
+    return record
 
 
-def _weakrefable(obj: Any) -> bool:
+def read_digest(entry_dir: str) -> str | None:
+    record = read_record(entry_dir)
+    return record["digest"] if record else None
+
+
+def _innermost(fn: Any) -> Any:
     try:
-        weakref.ref(obj)
-        return True
-    except TypeError:
-        return False
+        from torch._dynamo.eval_frame import innermost_fn
+
+        fn = innermost_fn(fn)
+    except Exception:
+        pass
+    return getattr(fn, "__func__", fn)
+
+
+class _LoadGlobals(dict):
+    """G at load time: the function's globals, plus the `__import_<module>` aliases torch installs later."""
+
+    def __missing__(self, name: str) -> Any:
+        if name.startswith("__import_"):
+            return importlib.import_module(name[len("__import_") :].replace("_dot_", "."))
+        raise KeyError(name)
+
+
+def _closure_vars() -> dict[str, Any]:
+    from torch._dynamo import guards
+
+    getter = getattr(guards, "_get_closure_vars", None)
+    return dict(getter() if getter else getattr(guards, "CLOSURE_VARS", {}))
+
+
+def _load_scope(record: dict[str, Any], fn: Any) -> _LoadScope:
+    inner = _innermost(fn)
+    local_scope: dict[str, Any] = {}
+    owner = getattr(fn, "__self__", None)
+    code = getattr(inner, "__code__", None)
+    if owner is not None and code is not None and code.co_varnames:
+        local_scope[code.co_varnames[0]] = owner  # L['self']: the module whose forward this is
+    return _LoadScope(record, getattr(inner, "__globals__", {}), local_scope)
+
+
+def _resolve(dropped: dict[str, str], scope: _LoadScope) -> dict[str, Any] | None:
+    """The objects behind an entry's dropped guards, if each matches its digest; None if any differs."""
+    env = {**_closure_vars(), "L": scope.local_scope, "G": _LoadGlobals(scope.fn_globals)}
+    values = {}
+    for source, expected in dropped.items():
+        try:
+            value = eval(source, env)  # a guard source torch wrote, e.g. G['helper'] or L['self'].act
+        except Exception:
+            return None  # not resolvable before the call (an argument, say): the entry is not used
+        if value_digest(value) != expected:
+            return None
+        values[source] = value
+    return values
+
+
+def _never(_locals: Any) -> bool:
+    return False
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _identity_check(values: dict[str, Any], runtime_globals: dict[str, Any]) -> tuple[Any, list[str]]:
+    """One guard function: every dropped guard's source still names the object verified at load."""
+    env: dict[str, Any] = {**_closure_vars(), "G": runtime_globals}
+    clauses = []
+    for i, (source, value) in enumerate(values.items()):
+        try:
+            env[f"___jcc_{i}"] = weakref.ref(value)
+            clauses.append(f"({source}) is ___jcc_{i}()")
+        except TypeError:  # builtins and other objects without weak references: hold them
+            env[f"___jcc_{i}"] = value
+            clauses.append(f"({source}) is ___jcc_{i}")
+    body = " and ".join(clauses)
+    exec(f"def ___jcc_check(L):\n    try:\n        return {body}\n    except Exception:\n        return False\n", env)
+    parts = [f"jupyter_compile_cache: {source} unchanged since restore" for source in values]
+    return env["___jcc_check"], parts
+
+
+def _check_installed_globals(pkg: Any) -> None:
+    """Every global the restored bytecode loads must exist: else it would fail in the user's cell at call time."""
+    import builtins
+
+    from torch._dynamo.package import SerializedCode
+
+    for entry in getattr(pkg, "_codes", {}).values():
+        module = sys.modules.get(getattr(entry, "python_module", None) or "")
+        if module is None:
+            continue
+        for guarded in getattr(entry, "guarded_codes", ()):
+            code = SerializedCode.to_code_object(guarded.dynamo_code)
+            for name in _loaded_globals(code):
+                if name not in module.__dict__ and not hasattr(builtins, name):
+                    raise NameError(f"the restored code needs the global {name!r}, which torch did not install")
+
+
+def _loaded_globals(code: types.CodeType) -> set[str]:
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _loaded_globals(const)
+    return {n for n in names if isinstance(n, str)}
+
+
+def _set_aside(key: str) -> None:
+    """Move a failing entry out of torch's way (kept beside it for inspection), so it is not tried again."""
+    try:
+        from torch._dynamo.package import DynamoCache
+
+        entry_dir = os.path.join(DynamoCache.path_prefix(), key)
+        if os.path.isdir(entry_dir):
+            target = os.path.join(os.path.dirname(entry_dir), f".jcc-set-aside-{key}")
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(entry_dir, target)
+    except Exception:
+        pass
 
 
 def _advance_unique_ids(package_obj: Any) -> None:

@@ -66,6 +66,10 @@ class StatusView(_View):
             lines.append(f"hub: {d['hub']}")
         if d.get("stale_rejected"):
             lines.append(f"stale precompile entries refused this session: {d['stale_rejected']}")
+        if d.get("precompile_fallbacks"):
+            lines.append(
+                f"functions that fell back from precompile to plain torch.compile: {d['precompile_fallbacks']}"
+            )
         return lines
 
     def rows(self) -> list[list[Any]]:

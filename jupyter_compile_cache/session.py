@@ -95,6 +95,7 @@ class CellReport:
     body_seconds: float = 0.0
     layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
     stale_rejected: int = 0
+    precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
     warnings: list[str] = field(default_factory=list)
     finished: float = 0.0
 
@@ -114,7 +115,7 @@ class CompileCacheSession(HubLink):
         self._out = out
         self._err = err
         self.precompile_default = True
-        self.guard = PrecompileGuard()
+        self.guard = PrecompileGuard(warn=self.warn)
         self.prewarm = Prewarm()
         self.prewarm.before_probe = self._restore_toolchain
         self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
@@ -230,6 +231,7 @@ class CompileCacheSession(HubLink):
             watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
             before = layers.counter_snapshot()
             stale_before = _stale_count()
+            fallbacks_before = _fallback_count()
             context_before = _precompile_context_snapshot() if precompile else {}
             loaded_before = set(self.guard.loaded_keys)
             watcher.start()
@@ -257,6 +259,7 @@ class CompileCacheSession(HubLink):
                 counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
             report.layers = delta
             report.stale_rejected = _stale_count() - stale_before
+            report.precompile_fallbacks = _fallback_count() - fallbacks_before
             # A graph loaded from a cache still writes files (torch emits the Triton kernels bundled in a precompile
             # or FX entry): new files only count as new work when some graph layer missed.
             compiled_new = not layers.only_graph_hits(delta) and (
@@ -324,7 +327,8 @@ class CompileCacheSession(HubLink):
                 PrecompileContext.save_to_dynamo_cache()
             except Exception as exc:  # torch's own failure: the other layers still get saved
                 self.warn(f"torch could not write Dynamo precompile entries: {exc}", report)
-        return compiled | (self.guard.loaded_keys - loaded_before)
+        # Entries whose precompile failed in torch stay out of bundles (and out of the cache dir).
+        return (compiled | (self.guard.loaded_keys - loaded_before)) - self.guard.refused_keys
 
     def _save(self, name: str, cell_files: capture.CellFiles, report: CellReport, opts: CellOptions) -> None:
         store = self.store(opts.store)
@@ -406,6 +410,8 @@ class CompileCacheSession(HubLink):
         ]
         if report.stale_rejected:
             parts.append(f"{report.stale_rejected} stale precompile entries refused (code changed)")
+        if report.precompile_fallbacks:
+            parts.append(f"{report.precompile_fallbacks} functions fell back from precompile to plain torch.compile")
         if report.saved_version:
             where = "the local store and the hub" if report.pushed else "the local store"
             parts.append(f"saved {report.saved_files} files ({human_bytes(report.saved_bytes)}) to {where}")
@@ -448,6 +454,7 @@ class CompileCacheSession(HubLink):
             "store_bytes": store.total_bytes(),
             "precompile_default": self.precompile_default,
             "stale_rejected": _stale_count(),
+            "precompile_fallbacks": _fallback_count(),
             "layers": layer_rows,
             "cells": [asdict(r) for r in self.history],
         }
@@ -548,12 +555,20 @@ def _cell_hash() -> str:
     return hashlib.sha256(cell.encode()).hexdigest()
 
 
-def _stale_count() -> int:
+def _our_counter(name: str) -> int:
     try:
         from torch._dynamo.utils import counters
     except Exception:
         return 0
-    return int(counters.get(COUNTER_GROUP, {}).get("precompile_stale_rejected", 0))
+    return int(counters.get(COUNTER_GROUP, {}).get(name, 0))
+
+
+def _stale_count() -> int:
+    return _our_counter("precompile_stale_rejected")
+
+
+def _fallback_count() -> int:
+    return _our_counter("precompile_fallback")
 
 
 def _session_counters() -> dict[str, dict[str, int]]:
