@@ -525,9 +525,16 @@ class PrecompileGuard:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 pkg.uninstall()
+            # torch catches a RuntimeError here and initializes the package afresh, but the package is already
+            # initialized with the failed entry ("CompilePackage is already initialized"): make it a new one.
+            type(pkg).__init__(pkg, None)
+            from torch._dynamo.utils import counters
+
+            if counters["dynamo_cache"]["dynamo_cache_hit"] > 0:  # torch counted the load as a hit
+                counters["dynamo_cache"]["dynamo_cache_hit"] -= 1
+            counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             self.loaded_keys.discard(key)
             self._fallback(key, "installing the saved entry", exc)
-            # torch catches RuntimeError here and compiles this function afresh, the plain way.
             raise RuntimeError(f"jupyter_compile_cache: precompile entry {key} set aside") from exc
         finally:
             self._installing = None
