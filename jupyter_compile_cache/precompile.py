@@ -525,6 +525,7 @@ class PrecompileGuard:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 pkg.uninstall()
+            _advance_unique_ids(pkg)  # the globals torch put in the module stay: the fresh compile must not clash
             # torch catches a RuntimeError here and initializes the package afresh, but the package is already
             # initialized with the failed entry ("CompilePackage is already initialized"): make it a new one.
             type(pkg).__init__(pkg, None)
