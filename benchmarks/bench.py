@@ -12,7 +12,8 @@ Each case is a fresh process (= a kernel restart; benchmarks/_case.py), so nothi
   ours_hub      %%compile_cache with an empty store and an empty dir: pulled from the hub
 
 Then: what `%%compile_cache` costs a cell with nothing to restore (overhead), and pulling a 100+ MB bundle from
-the hub (transfer). Needs redis-server on PATH (or --redis-server) for torch_remote, ours_hub and the hub parts.
+the hub (transfer). Needs redis-server on PATH (or --redis-server) for torch_remote, ours_hub and the hub parts;
+the other cases run without one.
 
   python benchmarks/bench.py --suite cpu --out benchmarks/results/cpu.json --plot benchmarks/results/cpu.png
   python benchmarks/bench.py --suite gpu --out gpu.json                  # on a CUDA machine
@@ -138,13 +139,13 @@ def run_config(cfg: dict, work: str, redis_url: str | None, think: float, keep_c
     rows = []
     for case in CASES:
         cache, store, redis_db, hub, extra = plans[case]
-        if (case == "torch_remote" or hub) and not redis_url:
+        if case in ("torch_remote", "ours_hub") and not redis_url:  # ours_cold and ours need no server
             rows.append(dict(cfg, case=case, error="skipped: no redis-server"))
             continue
         env = dict(base, TORCHINDUCTOR_CACHE_DIR=cache, JUPYTER_COMPILE_CACHE_DIR=store)
         if redis_db is not None and redis_url:
             env.update(TORCH_REMOTE_ENV, TORCHINDUCTOR_REDIS_URL=f"{redis_url.rsplit('/', 1)[0]}/{redis_db}")
-        if hub:
+        if hub and redis_url:
             env.update(JUPYTER_COMPILE_CACHE_HUB=redis_url, JUPYTER_COMPILE_CACHE_NAMESPACE=f"bench/{cfg['name']}")
         row = dict(cfg, **run_case(cfg, case, env, extra, think))
         if case == "cold" and "error" not in row:
@@ -259,7 +260,7 @@ def overhead(redis_url: str | None, work: str, cache_dir: str) -> list[dict]:
     for hub in (False, True) if redis_url else (False,):
         env = dict(clean_env(), TORCHINDUCTOR_CACHE_DIR=cache_dir)
         env.update(JUPYTER_COMPILE_CACHE_DIR=os.path.join(work, f"overhead-store-{hub}"))
-        if hub:
+        if hub and redis_url:
             env.update(JUPYTER_COMPILE_CACHE_HUB=redis_url, JUPYTER_COMPILE_CACHE_NAMESPACE="bench-overhead")
         rows.append(run_case(config("mlp", "cpu"), "overhead", env))
     return rows

@@ -8,6 +8,8 @@ the cell says so in one line, counts a fallback, and still hits the FX graph cac
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("transformers")  # a test extra: installed by `make setup`
@@ -52,7 +54,8 @@ MODELS = {
     ),
 }
 
-SETUP = """
+SETUP = f"""
+DEVICE = {DEVICE!r}
 import torch, warnings
 import transformers as T
 warnings.filterwarnings("ignore")
@@ -60,10 +63,12 @@ def first_tensor(out):
     return out[0] if isinstance(out, (tuple, list)) else next(v for v in out.values() if torch.is_tensor(v))
 """
 
+# CI runs on the CPU; JCC_TEST_DEVICE=cuda runs the same zoo on a GPU.
+DEVICE = os.environ.get("JCC_TEST_DEVICE", "cpu")
 CELL = """%%compile_cache zoo-{name}
 torch.manual_seed(0)
-model_{name} = {build}.eval()
-inputs_{name} = {inputs}
+model_{name} = {build}.eval().to(DEVICE)
+inputs_{name} = {{k: v.to(DEVICE) for k, v in {inputs}.items()}}
 with torch.no_grad():
     got = first_tensor(torch.compile(model_{name})(**inputs_{name}))
     want = first_tensor(model_{name}(**inputs_{name}))

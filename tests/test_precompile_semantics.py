@@ -10,6 +10,7 @@ after the edit; all three must print the same, and the control must match eager.
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -75,13 +76,15 @@ CASES = {
         "self.lin(t).sin()",
         "class Net_{c}(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
         "        self.lin = torch.nn.Linear(8, 8)\n    def forward(self, t):\n        return self.lin(t).tanh()\n"
-        "_sd = model_{c}.state_dict()\nmodel_{c} = Net_{c}()\nmodel_{c}.load_state_dict(_sd)\n"
+        "_sd = model_{c}.state_dict()\nmodel_{c} = Net_{c}().to(_sd['lin.weight'].device)\nmodel_{c}.load_state_dict(_sd)\n"
         "compiled_{c} = torch.compile(model_{c})",
     ),
 }
 # Edits made inside the compiling cell itself (after the first call, before the second).
 SAME_CELL = ("helper", "builtin_attr", "closure")
 
+# CI runs on the CPU; JCC_TEST_DEVICE=cuda runs the same matrix on a GPU.
+DEVICE = os.environ.get("JCC_TEST_DEVICE", "cpu")
 SHOW = "print('{tag} {c}', [round(v, 4) for v in ({expr}).flatten().tolist()[:6]])"
 
 
@@ -92,7 +95,7 @@ def _define(c: str) -> str:
         "import torch\ntorch.manual_seed(0)\n"
         + defs.format(**fill)
         + MODEL.format(c=c, init=init.format(**fill), body=body.format(**fill))
-        + f"model_{c} = Net_{c}()\nx_{c} = torch.randn(4, 8)\n"
+        + f"model_{c} = Net_{c}().to({DEVICE!r})\nx_{c} = torch.randn(4, 8, device={DEVICE!r})\n"
     )
 
 
