@@ -16,6 +16,9 @@ pytest.importorskip("transformers")  # a test extra: installed by `make setup`
 
 pytestmark = pytest.mark.slow
 
+# CI runs on the CPU; JCC_TEST_DEVICE=cuda runs the same zoo on a GPU.
+DEVICE = os.environ.get("JCC_TEST_DEVICE", "cpu")
+
 INPUT_IDS = "dict(input_ids=torch.randint(0, 64, (2, 8)))"
 MODELS = {
     "gpt2": (
@@ -63,8 +66,6 @@ def first_tensor(out):
     return out[0] if isinstance(out, (tuple, list)) else next(v for v in out.values() if torch.is_tensor(v))
 """
 
-# CI runs on the CPU; JCC_TEST_DEVICE=cuda runs the same zoo on a GPU.
-DEVICE = os.environ.get("JCC_TEST_DEVICE", "cpu")
 CELL = """%%compile_cache zoo-{name}
 torch.manual_seed(0)
 model_{name} = {build}.eval().to(DEVICE)

@@ -76,7 +76,8 @@ CASES = {
         "self.lin(t).sin()",
         "class Net_{c}(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
         "        self.lin = torch.nn.Linear(8, 8)\n    def forward(self, t):\n        return self.lin(t).tanh()\n"
-        "_sd = model_{c}.state_dict()\nmodel_{c} = Net_{c}().to(_sd['lin.weight'].device)\nmodel_{c}.load_state_dict(_sd)\n"
+        "_sd = model_{c}.state_dict()\nmodel_{c} = Net_{c}().to(_sd['lin.weight'].device)\n"
+        "model_{c}.load_state_dict(_sd)\n"
         "compiled_{c} = torch.compile(model_{c})",
     ),
 }
