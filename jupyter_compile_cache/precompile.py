@@ -371,6 +371,7 @@ class PrecompileGuard:
             "init": cfm.__init__,
             "load_gm": package.load_guard_manager,
             "load_state": package.load_guards_state,
+            "user_fn": getattr(compile_package, "_add_user_function", None),
         }
         signature = inspect.signature(orig["init"])
         me = self
@@ -396,6 +397,17 @@ class PrecompileGuard:
                     pkg.bypass_current_entry()
                 me._fallback(getattr(pkg, "source_id", None), "recording the sources it inlined", exc)
 
+        def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                orig["user_fn"](pkg, code, *args, **kwargs)
+            except Exception as exc:
+                # e.g. PackageError "Cannot find module for code" (a dataclass __init__, HF T5 on torch 2.11): keep
+                # compiling, with this function's entry bypassed (never saved), the plain torch.compile way.
+                me._fallback(getattr(pkg, "source_id", None), "recording a function it calls", exc)
+                module = inspect.getmodule(code)
+                pkg._add_function(code, module.__name__ if module else "__main__")
+                pkg._codes[code].bypassed = True
+
         def check_function_manager_init(cfm_self: Any, *args: Any, **kwargs: Any) -> None:
             me._build_guards(cfm_self, orig["init"], signature, args, kwargs)
 
@@ -411,6 +423,7 @@ class PrecompileGuard:
             _Patch(cache, "record_package", record_package),
             _Patch(compile_package, "install", install_package),
             _Patch(compile_package, "add_inlined_source", add_inlined_source),
+            *([_Patch(compile_package, "_add_user_function", add_user_function)] if orig["user_fn"] else []),
             _Patch(cfm, "__init__", check_function_manager_init),
             _Patch(package, "load_guards_state", load_guards_state),
             _Patch(package, "load_guard_manager", load_guard_manager),

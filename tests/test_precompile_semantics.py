@@ -146,10 +146,14 @@ def test_every_edit_recompiles_exactly_where_plain_torch_compile_does(kernel_fac
     control, _ = _run_all(plain, magic=False, names=names)
     plain.shutdown()
     assert len(control) == 3 * len(names), control
+    # The control itself: every edit changes the eager answer (else the case tests nothing). Plain torch.compile
+    # follows nearly all of them; where it does not (torch 2.11 keeps a function's old __defaults__), ours must
+    # answer the same as plain torch.compile all the same: that is the contract.
     for c in names:
-        # The control itself: plain torch.compile follows every edit (else the case tests nothing).
-        assert _same(control[f"AFTER {c}"], control[f"EAGER {c}"]), (c, control)
-        assert not _same(control[f"BEFORE {c}"], control[f"AFTER {c}"]), f"{c}: the edit changes nothing"
+        assert not _same(control[f"BEFORE {c}"], control[f"EAGER {c}"]), f"{c}: the edit changes nothing"
+    plain_stale = [c for c in names if not _same(control[f"AFTER {c}"], control[f"EAGER {c}"])]
+    print("plain torch.compile does not follow:", plain_stale)
+    assert len(plain_stale) <= 2, plain_stale
 
     k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=dirs["cache_a"], JUPYTER_COMPILE_CACHE_DIR=dirs["store"])
     k.run("%load_ext jupyter_compile_cache").check()
