@@ -253,11 +253,6 @@ def code_digest(fn: Any) -> str:
     return digest.hexdigest()
 
 
-def value_digest(value: Any) -> str:
-    """Digest of one object a dropped guard watched: a user function by its code, library objects by name."""
-    return code_digest(value)
-
-
 # The guards precompile drops (torch 2.9-2.15: guards.py, CheckFunctionManager.__init__), and those built on them.
 _DROPPED_KINDS = frozenset({"ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION"})
 _DROPPED_BASES = frozenset({"ID_MATCH", "DICT_VERSION"})
@@ -491,7 +486,7 @@ class PrecompileGuard:
             return
         logged_names = set(logged)
         dropped = {
-            _source(entry): value_digest(entry.value) if entry.has_value else "<no value>"
+            _source(entry): code_digest(entry.value) if entry.has_value else "<no value>"
             for entry in seen
             if _is_dropped(entry) or _source(entry) in logged_names
         }
@@ -637,11 +632,6 @@ def read_record(entry_dir: str) -> dict[str, Any] | None:
     return record
 
 
-def read_digest(entry_dir: str) -> str | None:
-    record = read_record(entry_dir)
-    return record["digest"] if record else None
-
-
 def _innermost(fn: Any) -> Any:
     try:
         from torch._dynamo.eval_frame import innermost_fn
@@ -687,7 +677,7 @@ def _resolve(dropped: dict[str, str], scope: _LoadScope) -> dict[str, Any] | Non
             value = eval(source, env)  # a guard source torch wrote, e.g. G['helper'] or L['self'].act
         except Exception:
             return None  # not resolvable before the call (an argument, say): the entry is not used
-        if value_digest(value) != expected:
+        if code_digest(value) != expected:
             return None
         values[source] = value
     return values
