@@ -66,7 +66,9 @@ LAYERS: tuple[Layer, ...] = (
         "dynamo/<key>/entry",
         hits=(("dynamo_cache", "dynamo_cache_hit"),),
         misses=(("dynamo_cache", "dynamo_cache_miss"),),
-        bypasses=(("dynamo_cache", "dynamo_cache_error"),),
+        # precompile_bypass: functions torch would not package (their guards cannot be serialized), counted by
+        # precompile.py from torch's "Detected a package bypass" log, which has no counter of its own.
+        bypasses=(("dynamo_cache", "dynamo_cache_error"), ("jupyter_compile_cache", "precompile_bypass")),
     ),
     Layer(
         "aot_autograd",

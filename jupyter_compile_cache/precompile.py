@@ -46,7 +46,7 @@ import sys
 import sysconfig
 import types
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 DIGEST_FILE = "jcc_code_digest"
@@ -270,13 +270,18 @@ def _is_dropped(entry: Any) -> bool:
     return entry.guard_type in _DROPPED_KINDS or bool(_DROPPED_BASES & derived)
 
 
+_FILTERED_LOGGERS = ("_dynamo.guards", "_dynamo.eval_frame", "_dynamo.output_graph", "_guards")
+
+
 class _TorchLogFilter(logging.Filter):
     """Hides torch's per-guard "dropped" warnings (we re-add those guards) and notes which guards they name;
-    hides torch's "Failed to load entry" traceback (we print one line instead)."""
+    hides torch's "Failed to load entry" and guard-building tracebacks (we print one line instead) and counts its
+    package bypasses."""
 
     def __init__(self) -> None:
         super().__init__()
         self.dropped_names: list[str] | None = None  # collecting during a precompile guard build
+        self.installing = False  # torch is installing a restored entry
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
@@ -284,6 +289,15 @@ class _TorchLogFilter(logging.Filter):
             if self.dropped_names is not None and isinstance(record.args, tuple) and len(record.args) >= 2:
                 self.dropped_names.append(str(record.args[1]))
             return False
+        if "Detected a package bypass" in message:
+            # torch saves no entry for this function (e.g. "CLASS_MATCH guard cannot be serialized"): it compiles
+            # the plain way, its FX graph and AOTAutograd entries still cached. Counted as a precompile bypass.
+            from torch._dynamo.utils import counters
+
+            counters[COUNTER_GROUP]["precompile_bypass"] += 1
+            return False
+        if self.installing and record.name == "torch._guards" and record.levelno >= logging.ERROR:
+            return False  # a restored entry's guard failed to build: we say so in one line and fall back
         return "Failed to load entry from dynamo cache" not in message
 
 
@@ -332,7 +346,7 @@ class PrecompileGuard:
         self._state_sha: str | None = None  # sha256 of the guard state torch is loading
         self._patches: list[_Patch] = []
         self._log_filter = _TorchLogFilter()
-        self._loggers = [logging.getLogger("torch._dynamo.guards"), logging.getLogger("torch._dynamo.eval_frame")]
+        self._loggers = [logging.getLogger(f"torch.{name}") for name in _FILTERED_LOGGERS]
 
     @staticmethod
     def available() -> bool:
@@ -414,6 +428,7 @@ class PrecompileGuard:
             return me._with_identity_guard(orig["load_gm"](*args, **kwargs), args, kwargs)
 
         self._patches = [
+            *_aot_key_patch(),
             _Patch(cache, "load", load),  # instance attribute shadows the method
             _Patch(cache, "record_package", record_package),
             _Patch(compile_package, "install", install_package),
@@ -527,6 +542,7 @@ class PrecompileGuard:
     def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         key = getattr(pkg, "source_id", None)
         self._installing = key
+        self._log_filter.installing = True
         try:
             orig_install(pkg, *args, **kwargs)
             _check_installed_globals(pkg)
@@ -547,6 +563,7 @@ class PrecompileGuard:
             raise RuntimeError(f"jupyter_compile_cache: precompile entry {key} set aside") from exc
         finally:
             self._installing = None
+            self._log_filter.installing = False
         _advance_unique_ids(pkg)
 
     def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -615,6 +632,28 @@ class PrecompileGuard:
                 os.replace(tmp, path)
             written.append(path)
         return written
+
+
+def _aot_key_patch() -> list[_Patch]:
+    """Key AOTAutograd entries as plain torch.compile does. Under precompile torch puts the graph's backend id, a
+    fresh uuid per compile, into the AOTAutograd cache key, so an entry written by a function that is not
+    precompiled (a package bypass, a fallback) can never hit again in another process. The id only tells torch
+    which package a hit is bundled into, and torch takes it from the live config for that, never from the key."""
+    try:
+        from torch._functorch._aot_autograd import autograd_cache
+    except Exception:
+        return []
+    original = getattr(autograd_cache, "autograd_cache_key", None)
+    config_type = getattr(getattr(autograd_cache, "AOTConfig", None), "__dataclass_fields__", {})
+    if original is None or "precompile_backend_id" not in config_type:
+        return []  # torch without the backend id in its key: nothing to do
+
+    def autograd_cache_key(mod: Any, example_inputs: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(config, "precompile_backend_id", None) is not None:
+            config = replace(config, precompile_backend_id=None)
+        return original(mod, example_inputs, config, *args, **kwargs)
+
+    return [_Patch(autograd_cache, "autograd_cache_key", autograd_cache_key)]
 
 
 def read_record(entry_dir: str) -> dict[str, Any] | None:

@@ -1,0 +1,231 @@
+"""The model zoo, timed: real third-party models, first compiled call, eager vs torch vs ours, side by side.
+
+The zoo: HF transformers models from tiny configs (random weights, no download) and, where timm is installed, timm
+models (no weights). tests/test_model_zoo.py runs the same models in real kernels; this script times them.
+
+Four fresh processes, each runs every model once, in this order:
+
+  eager      the first eager call of each model
+  cold       plain torch.compile on an empty cache dir
+  ours_cold  `%%compile_cache` (the script API) on an empty cache dir and store
+  ours       `%%compile_cache` restoring from that store into an empty cache dir
+
+Per model: the first call in seconds (compile or restore included), restored / eager, and whether the restore ran a
+precompiled entry (a Dynamo cache hit) or fell back to the plain path (FX graph and AOTAutograd hits). The compiler
+stack's import is paid once per process, before the first model, and not timed: it is per-process work that no
+bundle carries (see the README's limitations).
+
+  python benchmarks/zoo.py --device cuda --out benchmarks/results/zoo_gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# name -> (model expression, inputs expression); `T` is transformers, `timm` is timm. Evaluated in the test kernels
+# and here, so the tests and the benchmark run the same models.
+INPUT_IDS = "dict(input_ids=torch.randint(0, 64, (2, 8)))"
+HF_MODELS = {
+    "gpt2": (
+        "T.GPT2LMHeadModel(T.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32))",
+        INPUT_IDS,
+    ),
+    "llama": (
+        "T.LlamaForCausalLM(T.LlamaConfig(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,"
+        " hidden_size=32, intermediate_size=64, vocab_size=64, max_position_embeddings=32))",
+        INPUT_IDS,
+    ),
+    "bert": (
+        "T.BertModel(T.BertConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=32, intermediate_size=64,"
+        " vocab_size=64, max_position_embeddings=32))",
+        INPUT_IDS,
+    ),
+    "t5": (
+        "T.T5Model(T.T5Config(num_layers=1, num_decoder_layers=1, num_heads=2, d_model=32, d_kv=16, d_ff=64,"
+        " vocab_size=64))",
+        "dict(input_ids=torch.randint(0, 64, (2, 8)), decoder_input_ids=torch.randint(0, 64, (2, 4)))",
+    ),
+    "bart": (
+        "T.BartModel(T.BartConfig(encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,"
+        " decoder_attention_heads=2, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=64,"
+        " max_position_embeddings=32))",
+        INPUT_IDS,
+    ),
+    "vit": (
+        "T.ViTModel(T.ViTConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=32, intermediate_size=64,"
+        " image_size=16, patch_size=8))",
+        "dict(pixel_values=torch.randn(2, 3, 16, 16))",
+    ),
+    "resnet": (
+        "T.ResNetModel(T.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_channels=3))",
+        "dict(pixel_values=torch.randn(2, 3, 32, 32))",
+    ),
+}
+IMAGES = "dict(x=torch.randn(2, 3, 32, 32))"
+TIMM_MODELS = {
+    "timm_resnet18": ("timm.create_model('resnet18', pretrained=False, num_classes=10)", IMAGES),
+    "timm_vit_tiny": (
+        "timm.create_model('vit_tiny_patch16_224', pretrained=False, img_size=32, patch_size=8, num_classes=10)",
+        IMAGES,
+    ),
+    "timm_convnext_atto": ("timm.create_model('convnext_atto', pretrained=False, num_classes=10)", IMAGES),
+}
+
+
+def zoo_models() -> dict[str, tuple[str, str]]:
+    """The zoo on this machine: the HF models, and the timm ones where timm is installed (the GPU host has it)."""
+    models = dict(HF_MODELS)
+    if importlib.util.find_spec("timm") is not None:
+        models.update(TIMM_MODELS)
+    return models
+
+
+def first_tensor(out):  # noqa: ANN001, ANN201
+    """The tensor a model returns first (HF returns tuples or ModelOutput dicts)."""
+    import torch
+
+    if torch.is_tensor(out):  # timm
+        return out
+    return out[0] if isinstance(out, (tuple, list)) else next(v for v in out.values() if torch.is_tensor(v))
+
+
+# -- one process: every model, one case ------------------------------------------------------------------------------
+
+
+def run_case(case: str, device: str) -> list[dict]:
+    import torch
+
+    namespace = {"torch": torch}
+    import transformers
+
+    namespace["T"] = transformers
+    if importlib.util.find_spec("timm") is not None:
+        import timm
+
+        namespace["timm"] = timm
+    session = None
+    if case != "eager":
+        import torch._dynamo  # noqa: F401  the compiler stack's import: once per process, not timed
+        import torch._inductor.compile_fx  # noqa: F401
+    if case.startswith("ours"):
+        import jupyter_compile_cache as jcc
+        from jupyter_compile_cache.session import CellOptions
+
+        session = jcc.get_session()
+    if device.startswith("cuda"):
+        torch.zeros(1, device=device)  # a GPU notebook has CUDA up before its compile cell
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    rows = []
+    for name, (build, inputs) in zoo_models().items():
+        torch.manual_seed(0)
+        model = eval(build, namespace).eval().to(device)
+        args = {k: v.to(device) for k, v in eval(inputs, namespace).items()}
+        report = context = None
+        t = time.perf_counter()
+        if session is not None:
+            context = session.cell(f"zoo-{name}", CellOptions(quiet=True, no_hub=True))
+            report = context.__enter__()
+        fn = model if case == "eager" else torch.compile(model)
+        with torch.no_grad():
+            got = first_tensor(fn(**args))
+        sync()
+        first_call = time.perf_counter() - t  # for ours: the restore and the save are in it too
+        if context is not None:
+            context.__exit__(None, None, None)
+        with torch.no_grad():
+            want = first_tensor(model(**args))
+        row = {"model": name, "case": case, "first_call_s": first_call}
+        row["matches_eager"] = bool(torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-3))
+        if report is not None:
+            row["restored"] = bool(report.restore and report.restore.restored)
+            row["layers"] = {k: report.layers.get(k, {}) for k in ("dynamo_precompile", "aot_autograd", "fx_graph")}
+            row["precompile_fallbacks"] = report.precompile_fallbacks
+        rows.append(row)
+        print(f"  {case:9} {name:20} {first_call:8.3f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+# -- the driver -------------------------------------------------------------------------------------------------------
+
+
+def restore_path(row: dict) -> str:
+    """How a restored model ran: all precompiled, partly (torch would not package some functions), or the plain
+    path after a precompile failure; the AOTAutograd / FX graph hits and misses after it."""
+    precompile, aot, fx = (row["layers"][k] for k in ("dynamo_precompile", "aot_autograd", "fx_graph"))
+    if row["precompile_fallbacks"]:
+        path = "fallback"
+    elif precompile.get("bypasses"):
+        path = "precompile + bypass"
+    else:
+        path = "precompile"
+    hits, misses = aot.get("hits", 0) + fx.get("hits", 0), aot.get("misses", 0) + fx.get("misses", 0)
+    return f"{path} (AOT/FX {hits} hit, {misses} miss)"
+
+
+def table(rows: list[dict]) -> str:
+    by = {(r["model"], r["case"]): r for r in rows}
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    heads = ["model", "eager s", "torch cold s", "ours cold s", "ours restored s", "restored / eager", "restore used"]
+    heads.append("same answer")
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for m in models:
+        eager, cold, ours_cold, ours = (by.get((m, c)) for c in ("eager", "cold", "ours_cold", "ours"))
+        if ours is None or eager is None:
+            continue
+        used = restore_path(ours)
+        same = all(by[(m, c)]["matches_eager"] for c in ("cold", "ours_cold", "ours") if (m, c) in by)
+        lines.append(
+            f"| {m} | {eager['first_call_s']:.3f} | {cold['first_call_s']:.3f} | {ours_cold['first_call_s']:.3f} "
+            f"| {ours['first_call_s']:.3f} | {ours['first_call_s'] / eager['first_call_s']:.2f}x | {used} | {same} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", help="write the rows and the table here (JSON)")
+    p.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case in this process
+    args = p.parse_args()
+    if args.case:
+        print("RESULT " + json.dumps(run_case(args.case, args.device)))
+        return
+
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="jcc-zoo-") as tmp:
+        store = os.path.join(tmp, "store")
+        for i, case in enumerate(("eager", "cold", "ours_cold", "ours")):
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, f"cache-{i}"))
+            env.update(JUPYTER_COMPILE_CACHE_DIR=store, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE)] + sys.path))
+            env.pop("JUPYTER_COMPILE_CACHE_HUB", None)
+            print(f"{case}: a fresh process", file=sys.stderr, flush=True)
+            cmd = [sys.executable, os.path.abspath(__file__), "--case", case, "--device", args.device]
+            out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
+            rows += json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    import torch
+
+    text = table(rows)
+    print(text)
+    if args.out:
+        meta = {"torch": torch.__version__, "device": args.device}
+        if args.device.startswith("cuda"):
+            meta["gpu"] = torch.cuda.get_device_name()
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "rows": rows, "table": text}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
