@@ -167,6 +167,8 @@ def restore_path(row: dict) -> str:
     precompile, aot, fx = (row["layers"][k] for k in ("dynamo_precompile", "aot_autograd", "fx_graph"))
     if row["precompile_fallbacks"]:
         path = "fallback"
+    elif not precompile.get("hits"):
+        path = "plain (no entry saved)"
     elif precompile.get("bypasses"):
         path = "precompile + bypass"
     else:

