@@ -16,6 +16,7 @@ path (AOTAutograd and FX graph hits). The compiler stack's import is paid once p
 and not timed: it is per-process work that no bundle carries (see the README's limitations).
 
   python benchmarks/zoo.py --device cuda --out benchmarks/results/zoo_gpu.json
+  ZOO_MODELS=gpt2,timm_vit_tiny ZOO_PROFILE=DIR python benchmarks/zoo.py ...   # some models; profile the restores
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def first_tensor(out):  # noqa: ANN001, ANN201
 
 def run_case(case: str, device: str) -> list[dict]:
     import torch
+    from torch._dynamo.utils import counters
 
     namespace = {"torch": torch}
     import transformers
@@ -129,10 +131,14 @@ def run_case(case: str, device: str) -> list[dict]:
             torch.cuda.synchronize()
 
     rows = []
+    only = os.environ.get("ZOO_MODELS", "").split(",") if os.environ.get("ZOO_MODELS") else None
     for name, (build, inputs) in zoo_models().items():
+        if only and name not in only:
+            continue
         torch.manual_seed(0)
         model = eval(build, namespace).eval().to(device)
         args = {k: v.to(device) for k, v in eval(inputs, namespace).items()}
+        frames_before = counters["frames"]["ok"]
         report = context = None
         if session is not None:
             context = session.cell(f"zoo-{name}", CellOptions(quiet=True, no_hub=True))
@@ -140,7 +146,16 @@ def run_case(case: str, device: str) -> list[dict]:
         t = time.perf_counter()
         fn = model if case == "eager" else torch.compile(model)
         with torch.no_grad():
-            got = first_tensor(fn(**args))
+            if os.environ.get("ZOO_PROFILE") and case == "ours":  # where a restored first call's time goes
+                import cProfile
+                import pstats
+
+                profiler = cProfile.Profile()
+                got = first_tensor(profiler.runcall(fn, **args))
+                with open(os.path.join(os.environ["ZOO_PROFILE"], f"{name}.txt"), "w") as f:
+                    pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(60)
+            else:
+                got = first_tensor(fn(**args))
         sync()
         first_call = time.perf_counter() - t
         if context is not None:
@@ -148,6 +163,7 @@ def run_case(case: str, device: str) -> list[dict]:
         with torch.no_grad():
             want = first_tensor(model(**args))
         row = {"model": name, "case": case, "first_call_s": first_call}
+        row["frames_traced"] = counters["frames"]["ok"] - frames_before  # Dynamo traced afresh (a restored one: not)
         row["matches_eager"] = bool(torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-3))
         if report is not None:
             row["restored"] = bool(report.restore and report.restore.restored)
@@ -175,7 +191,7 @@ def restore_path(row: dict) -> str:
     else:
         path = "precompile"
     hits, misses = aot.get("hits", 0) + fx.get("hits", 0), aot.get("misses", 0) + fx.get("misses", 0)
-    return f"{path} (AOT/FX {hits} hit, {misses} miss)"
+    return f"{path}; {row['frames_traced']} frames traced (AOT/FX {hits} hit, {misses} miss)"
 
 
 def table(rows: list[dict]) -> str:
