@@ -65,12 +65,12 @@ def build(model_name: str, device: str, batches: list[int]):
         return out.float().pow(2).mean()
 
     loss = square_mean
-    if model_name == "mlp":  # FACTS.md's CPU model: two Linear layers and pointwise ops
+    if model_name == "mlp":  # the CPU model: two Linear layers and pointwise ops
         model = torch.nn.Sequential(
             torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256), torch.nn.Tanh()
         )
         inputs = [torch.randn(8 * b, 256) for b in batches]
-    elif model_name == "transformer":  # FACTS.md's GPU model
+    elif model_name == "transformer":  # the GPU model: a 6-layer pre-norm transformer encoder
         layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True, norm_first=True)
         model = torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False)
         inputs = [torch.randn(b, 128, 512) for b in batches]

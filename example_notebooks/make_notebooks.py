@@ -249,7 +249,7 @@ logging.getLogger("torch._inductor.select_algorithm").setLevel(logging.CRITICAL)
 torch._inductor.config.max_autotune_report_choices_stats = False
 warnings.filterwarnings("ignore", message=".*(TensorFloat32|TypedStorage)")
 
-# The 6-layer transformer encoder of the benchmarks (FACTS.md), on the GPU; no dropout, so the
+# The 6-layer transformer encoder of the benchmarks (benchmarks/_case.py), on the GPU; no dropout, so the
 # compiled result can be compared with eager below.
 torch.manual_seed(0)
 layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, dropout=0.0, batch_first=True, norm_first=True)
