@@ -514,11 +514,11 @@ class PrecompileGuard:
         from torch._dynamo.utils import counters
 
         key = package.CompilePackage.source_id_from_fn(fn)
+        if key in self.refused_keys:  # never saved again: no digest to take
+            return None
         digest = code_digest(fn)
         self.pending[key] = digest
         self.pending_files[key] = getattr(getattr(_innermost(fn), "__code__", None), "co_filename", "")
-        if key in self.refused_keys:
-            return None
         entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
         if not os.path.exists(os.path.join(entry_dir, "entry")):
             return orig_load(fn)
