@@ -253,8 +253,14 @@ def code_digest(fn: Any) -> str:
     return digest.hexdigest()
 
 
-# The guards precompile drops (torch 2.9-2.15: guards.py, CheckFunctionManager.__init__), and those built on them.
-_DROPPED_KINDS = frozenset({"ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION"})
+# The guards precompile drops (torch 2.9-2.15: guards.py, CheckFunctionManager.__init__), those built on them, and
+# the identity guards it cannot serialize but does not drop (CLASS_MATCH, NN_MODULE...: torch then saves no entry
+# for the function, HF T5 and BART). We drop those too from the saved build: each is an identity check, which the
+# restored entry gets back from our record like the others.
+_DROPPED_KINDS = frozenset(
+    {"ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION"}
+    | {"CLASS_MATCH", "FUNCTION_MATCH", "MODULE_MATCH", "NN_MODULE"}
+)
 _DROPPED_BASES = frozenset({"ID_MATCH", "DICT_VERSION"})
 _DROPPED_MESSAGE = "is dropped with caching_precompile=True"
 
@@ -429,6 +435,9 @@ class PrecompileGuard:
 
         self._patches = [
             *_aot_key_patch(),
+            *_wrapped_function_patch(),
+            *_module_global_patch(),
+            *_globals_module_patch(),
             _Patch(cache, "load", load),  # instance attribute shadows the method
             _Patch(cache, "record_package", record_package),
             _Patch(compile_package, "install", install_package),
@@ -477,7 +486,8 @@ class PrecompileGuard:
 
         def recording_filter(entries: Any) -> Any:
             seen.extend(entries)
-            return user_filter(entries) if user_filter else [True] * len(entries)
+            keep = user_filter(entries) if user_filter else [True] * len(entries)
+            return [bool(k) and not _is_dropped(entry) for k, entry in zip(keep, entries)]
 
         output_graph = arguments.get("output_graph")
         shadow = object.__new__(type(cfm))
@@ -678,6 +688,109 @@ def _aot_key_patch() -> list[_Patch]:
     return [_Patch(autograd_cache, "autograd_cache_key", autograd_cache_key)]
 
 
+def _wrapped_function_patch() -> list[_Patch]:
+    """Save a decorated function's inner function by value. torch saves a module-level function as a reference to
+    its qualified name, and one whose name resolves to another object (the wrapper a decorator put there: HF's
+    `GPT2LMHeadModel.forward`) as a placeholder; a guard on its defaults then fails while the restored entry is
+    installed ("'_Missing' object has no attribute '__defaults__'"). The saved copy only serves to rebuild the
+    guards: the guards themselves read the live objects."""
+    try:
+        from torch._dynamo import guards
+    except Exception:
+        return []
+    pickler = getattr(guards, "GuardsStatePickler", None)
+    missing = getattr(guards, "_Missing", None)
+    original = getattr(pickler, "reducer_override", None)
+    if original is None or missing is None:
+        return []
+
+    def reducer_override(self: Any, obj: Any) -> Any:
+        reduced = original(self, obj)
+        if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
+            module = getattr(obj, "__module__", None)
+            if module and module in sys.modules:
+                return _rebuild_function, (
+                    obj.__code__,
+                    module,
+                    obj.__name__,
+                    obj.__qualname__,
+                    obj.__defaults__,
+                    obj.__kwdefaults__,
+                    obj.__closure__,
+                )
+        return reduced
+
+    return [_Patch(pickler, "reducer_override", reducer_override)]
+
+
+def _module_global_patch() -> list[_Patch]:
+    """Record the modules Dynamo's generated code loads as globals (`___module_collections_<id>_c0`, to rebuild an
+    HF ModelOutput) as import sources of the entry, as torch records the modules a traced function imports. torch
+    does not, so a restored entry's code found no such global ("name '___module_collections_..._c0' is not
+    defined", HF ResNet)."""
+    try:
+        from torch._dynamo.output_graph import OutputGraph
+    except Exception:
+        return []
+    original = getattr(OutputGraph, "install_global_unsafe", None)
+    if original is None:
+        return []
+
+    def install_global_unsafe(self: Any, name: str, value: Any) -> None:
+        original(self, name, value)
+        package = getattr(self, "package", None)
+        if package is not None and isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is value:
+            with contextlib.suppress(Exception):  # no entry being recorded: the install check still catches it
+                package.add_import_source(name, value.__name__)
+
+    return [_Patch(OutputGraph, "install_global_unsafe", install_global_unsafe)]
+
+
+def _globals_module_patch() -> list[_Patch]:
+    """Record the compiled function under the module whose globals its frame runs with. torch records
+    `fn.__module__`, which a decorator's `functools.wraps` sets to the decorated function's module (HF's forward is
+    a wrapper from `transformers.utils.generic`): a restored entry then builds its guards against another module's
+    globals, and they fail (Dynamo traces the function again); its compiled graph is installed there too."""
+    try:
+        from torch._dynamo.package import CompilePackage
+    except Exception:
+        return []
+    original = getattr(CompilePackage, "_add_function", None)
+    if original is None:
+        return []
+
+    def _add_function(self: Any, python_code: Any, python_module: str, *args: Any, **kwargs: Any) -> None:
+        fn = getattr(self, "_innermost_fn", None)
+        if fn is not None and python_code is getattr(fn, "__code__", None):
+            python_module = _globals_module(fn) or python_module
+        original(self, python_code, python_module, *args, **kwargs)
+
+    return [_Patch(CompilePackage, "_add_function", _add_function)]
+
+
+def _globals_module(fn: Any) -> str | None:
+    """The name of the module whose namespace is `fn.__globals__`, if it is imported."""
+    fn_globals = getattr(fn, "__globals__", None)
+    name = fn_globals.get("__name__") if isinstance(fn_globals, dict) else None
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    return name if module is not None and module.__dict__ is fn_globals else None
+
+
+def _rebuild_function(
+    code: types.CodeType,
+    module: str,
+    name: str,
+    qualname: str,
+    defaults: tuple | None,
+    kwdefaults: dict[str, Any] | None,
+    closure: tuple | None,
+) -> types.FunctionType:
+    fn = types.FunctionType(code, importlib.import_module(module).__dict__, name, defaults, closure)
+    fn.__qualname__ = qualname
+    fn.__kwdefaults__ = kwdefaults
+    return fn
+
+
 def read_record(entry_dir: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(entry_dir, DIGEST_FILE), encoding="utf-8") as f:
@@ -704,11 +817,17 @@ def _innermost(fn: Any) -> Any:
 
 
 class _LoadGlobals(dict):
-    """G at load time: the function's globals, plus the `__import_<module>` aliases torch installs later."""
+    """G at load time: the function's globals, plus the names torch installs there later: `__import_<module>`
+    aliases and `__builtins_dict___<n>` (the builtins, which guards on `len` or `isinstance` read)."""
 
     def __missing__(self, name: str) -> Any:
         if name.startswith("__import_"):
             return importlib.import_module(name[len("__import_") :].replace("_dot_", "."))
+        if name.startswith("__builtins_dict__"):
+            import builtins
+
+            found = self.get("__builtins__", builtins)
+            return found if isinstance(found, dict) else found.__dict__
         raise KeyError(name)
 
 
@@ -726,6 +845,11 @@ def _load_scope(record: dict[str, Any], fn: Any) -> _LoadScope:
     code = getattr(inner, "__code__", None)
     if owner is not None and code is not None and code.co_varnames:
         local_scope[code.co_varnames[0]] = owner  # L['self']: the module whose forward this is
+    # L['func']: a free variable of the compiled function (a decorator's wrapper, as HF's forward is) is a local of
+    # its frame.
+    for name, cell in zip(getattr(code, "co_freevars", ()), getattr(inner, "__closure__", None) or ()):
+        with contextlib.suppress(ValueError):  # an empty cell: guards on it do not resolve, the entry is refused
+            local_scope[name] = cell.cell_contents
     return _LoadScope(record, getattr(inner, "__globals__", {}), local_scope)
 
 
