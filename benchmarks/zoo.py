@@ -17,6 +17,7 @@ and not timed: it is per-process work that no bundle carries (see the README's l
 
   python benchmarks/zoo.py --device cuda --out benchmarks/results/zoo_gpu.json
   ZOO_MODELS=gpt2,timm_vit_tiny ZOO_PROFILE=DIR python benchmarks/zoo.py ...   # some models; profile the restores
+  ZOO_VERBOSE=1 python benchmarks/zoo.py ...   # also print what each cell says (restores, fallbacks)
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def run_case(case: str, device: str) -> list[dict]:
         graphs_before = counters["stats"]["unique_graphs"]
         report = context = None
         if session is not None:
-            context = session.cell(f"zoo-{name}", CellOptions(quiet=True, no_hub=True))
+            quiet = not os.environ.get("ZOO_VERBOSE")  # ZOO_VERBOSE=1: our lines (restore, fallbacks) on stderr
+            context = session.cell(f"zoo-{name}", CellOptions(quiet=quiet, no_hub=True))
             report = context.__enter__()  # the restore: timed on its own (restore_s), as bench.py does
 
         def first_call(model: Any = model, args: dict = args) -> Any:

@@ -32,6 +32,7 @@ exists"); after each install we move that counter past the names the entry insta
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dis
 import hashlib
 import importlib
@@ -46,7 +47,7 @@ import sys
 import sysconfig
 import types
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any
 
 DIGEST_FILE = "jcc_code_digest"
@@ -331,6 +332,7 @@ class _LoadScope:
     record: dict[str, Any]
     fn_globals: dict[str, Any]
     local_scope: dict[str, Any]
+    code: types.CodeType | None  # the restored function's own code (its entry's L is local_scope)
 
 
 class PrecompileGuard:
@@ -340,11 +342,10 @@ class PrecompileGuard:
         self.installed = False
         self.warn = warn or (lambda message: print(f"compile_cache: {message}", file=sys.stderr))
         self.pending: dict[str, str] = {}  # key -> code digest of functions looked up since the last save
-        self.pending_files: dict[str, str] = {}  # key -> the function's co_filename (its dropped guards' bucket)
         self.loaded_keys: set[str] = set()  # keys whose entries were handed to torch
         self.refused_keys: set[str] = set()  # keys whose precompile failed in torch: plain path, never saved again
         self._told: set[str] = set()  # one line per function
-        # co_filename -> {sha256 of a saved guard state -> {guard source: digest of the object it watched}}: the
+        # package key -> {sha256 of a saved guard state -> {guard source: digest of the object it watched}}: the
         # guards precompile dropped from each saved entry.
         self.dropped: dict[str, dict[str, dict[str, str]]] = {}
         self._loading: dict[str, _LoadScope] = {}  # key -> its record and the scope its guard sources resolve in
@@ -403,22 +404,37 @@ class PrecompileGuard:
         def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
             me._install(pkg, orig["install"], args, kwargs)
 
-        def add_inlined_source(pkg: Any, *args: Any, **kwargs: Any) -> None:
+        def add_inlined_source(pkg: Any, sources: Any, *args: Any, **kwargs: Any) -> None:
             try:
-                orig["inlined"](pkg, *args, **kwargs)
-            except Exception as exc:
-                # e.g. "Source mismatch for collections.abc" (HF transformers): this function is not precompiled.
-                with contextlib.suppress(Exception):
-                    pkg.bypass_current_entry()
-                me._fallback(getattr(pkg, "source_id", None), "recording the sources it inlined", exc)
+                orig["inlined"](pkg, sources, *args, **kwargs)
+                return
+            except Exception:
+                pass
+            # "Source mismatch for collections.abc" (HF models, in a kernel): under IPython, inspect.getmodule
+            # names `collections.abc` for code of `_collections_abc`, and torch compares that code with the other
+            # module's source. In a plain process getmodule finds no module for it and torch records nothing:
+            # we do the same. Any other failure: this function is not precompiled.
+            for code in sources:
+                if not _module_holds(code):
+                    continue
+                try:
+                    orig["inlined"](pkg, [code], *args, **kwargs)
+                except Exception as exc:
+                    with contextlib.suppress(Exception):
+                        pkg.bypass_current_entry()
+                    me._fallback(getattr(pkg, "source_id", None), "recording the sources it inlined", exc)
+                    return
 
         def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
             try:
                 orig["user_fn"](pkg, code, *args, **kwargs)
-            except Exception as exc:
-                # e.g. PackageError "Cannot find module for code" (a dataclass __init__, HF T5 on torch 2.11): keep
-                # compiling, with this function's entry bypassed (never saved), the plain torch.compile way.
-                me._fallback(getattr(pkg, "source_id", None), "recording a function it calls", exc)
+            except Exception:
+                # e.g. PackageError "Cannot find module for code" (a dataclass __init__, HF T5 on torch 2.11, which
+                # Dynamo compiles as a frame of its own): that frame is left out of the package (a bypass, as torch
+                # counts its own) and compiles the plain way; the function that calls it is still precompiled.
+                from torch._dynamo.utils import counters
+
+                counters[COUNTER_GROUP]["precompile_bypass"] += 1
                 module = inspect.getmodule(code)
                 pkg._add_function(code, module.__name__ if module else "__main__")
                 pkg._codes[code].bypassed = True
@@ -435,7 +451,7 @@ class PrecompileGuard:
 
         self._patches = [
             *_aot_key_patch(),
-            *_wrapped_function_patch(),
+            *_guard_state_pickler_patch(),
             *_module_global_patch(),
             *_globals_module_patch(),
             _Patch(cache, "load", load),  # instance attribute shadows the method
@@ -515,8 +531,10 @@ class PrecompileGuard:
             for entry in seen
             if _is_dropped(entry) or _source(entry) in logged_names
         }
-        code = arguments.get("f_code")
-        self.dropped.setdefault(getattr(code, "co_filename", ""), {})[_sha(guards_state)] = dropped
+        # Per package: its function's entry, and those of the frames it left to Dynamo (resume functions after a
+        # graph break, functions in other modules that Dynamo compiled as frames of their own).
+        key = getattr(getattr(output_graph, "package", None), "source_id", None) or ""
+        self.dropped.setdefault(key, {})[_sha(guards_state)] = dropped
 
     # -- on restore -----------------------------------------------------------------------------------------------
     def _load(self, fn: Any, orig_load: Any) -> Any:
@@ -528,7 +546,6 @@ class PrecompileGuard:
             return None
         digest = code_digest(fn)
         self.pending[key] = digest
-        self.pending_files[key] = getattr(getattr(_innermost(fn), "__code__", None), "co_filename", "")
         entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
         if not os.path.exists(os.path.join(entry_dir, "entry")):
             return orig_load(fn)
@@ -546,7 +563,7 @@ class PrecompileGuard:
             self.loaded_keys.add(key)
             self._loading[key] = _load_scope(record, fn)
             # Saved again with this cell, the entry keeps its record of dropped guards.
-            self.dropped.setdefault(self.pending_files[key], {}).update(record.get("guarded", {}))
+            self.dropped.setdefault(key, {}).update(record.get("guarded", {}))
         return result
 
     def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None:
@@ -577,12 +594,14 @@ class PrecompileGuard:
         _advance_unique_ids(pkg)
 
     def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
-        """Give a restored entry back the guards precompile dropped, bound to the objects verified now.
+        """Give a restored entry back the guards precompile dropped, bound to objects verified against its record.
 
         Each entry's record lists the sources of its dropped guards and a digest of what each watched when it was
-        compiled. If every source names an equal object now, the entry gets one guard: each source still names
-        that very object. If not (or the record is missing), the entry gets a guard that always fails: torch
-        compiles anew instead, as plain torch.compile would for a changed object.
+        compiled. A source that names an object now (a global, `L['self'].act` of the restored method) is checked
+        now; one that names an argument or a local of a frame other than the restored function's is checked when
+        the entry's guards first run. If every object is equal to the one compiled for, the entry gets one guard:
+        each source still names that very object. If not (or the record is missing), the entry's guard fails:
+        torch compiles anew instead, as plain torch.compile would for a changed object.
         """
         from torch._dynamo.utils import counters
 
@@ -590,15 +609,20 @@ class PrecompileGuard:
         if scope is None:
             return guard_manager
         runtime_globals = kwargs.get("runtime_global_scope", args[2] if len(args) > 2 else scope.fn_globals)
+        target_code = kwargs.get("code", args[1] if len(args) > 1 else None)
         dropped = (scope.record.get("guarded") or {}).get(self._state_sha or "")
-        values = _resolve(dropped, scope) if isinstance(dropped, dict) else None
-        if values is None:
+        split = None
+        if isinstance(dropped, dict):
+            # L is the restored function's frame only for its own entry; a resume function's L is another frame.
+            local_scope = scope.local_scope if target_code is scope.code else {}
+            split = _resolve(dropped, runtime_globals, local_scope)
+        if split is None:
             counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
             guard_manager.root.add_lambda_guard(
                 _never, ["jupyter_compile_cache: an object this entry was compiled for has changed"], None
             )
-        elif values:
-            check, parts = _identity_check(values, runtime_globals)
+        elif split[0] or split[1]:
+            check, parts = _identity_check(*split, runtime_globals)
             guard_manager.root.add_lambda_guard(check, parts, None)
         return guard_manager
 
@@ -654,7 +678,7 @@ class PrecompileGuard:
             entry_dir = os.path.join(prefix, key)
             if digest is None or not os.path.exists(os.path.join(entry_dir, "entry")):
                 continue
-            guarded = self.dropped.get(self.pending_files.get(key, ""), {})
+            guarded = self.dropped.get(key, {})
             record = {"version": RECORD_VERSION, "digest": digest, "guarded": dict(sorted(guarded.items()))}
             path = os.path.join(entry_dir, DIGEST_FILE)
             if read_record(entry_dir) != record:
@@ -688,14 +712,22 @@ def _aot_key_patch() -> list[_Patch]:
     return [_Patch(autograd_cache, "autograd_cache_key", autograd_cache_key)]
 
 
-def _wrapped_function_patch() -> list[_Patch]:
-    """Save a decorated function's inner function by value. torch saves a module-level function as a reference to
-    its qualified name, and one whose name resolves to another object (the wrapper a decorator put there: HF's
-    `GPT2LMHeadModel.forward`) as a placeholder; a guard on its defaults then fails while the restored entry is
-    installed ("'_Missing' object has no attribute '__defaults__'"). The saved copy only serves to rebuild the
-    guards: the guards themselves read the live objects."""
+def _guard_state_pickler_patch() -> list[_Patch]:
+    """Save what torch's guard-state pickler gets wrong, so that a restored entry's guards can be rebuilt. The saved
+    objects only serve to rebuild the guards (their types, constants, defaults): the guards read the live objects.
+
+    * A function whose qualified name resolves to another object (the wrapper a decorator put there: HF's
+      `GPT2LMHeadModel.forward`) is saved by value. torch saves a placeholder, and a guard on its defaults failed
+      while the restored entry was installed ("'_Missing' object has no attribute '__defaults__'", torch 2.13).
+    * A guard source with fields its constructor does not take (`DefaultsSource.field`) is saved with only the
+      fields it takes: torch 2.11 saves all of them and cannot load them back ("DefaultsSource.__init__() takes
+      from 3 to 4 positional arguments but 6 were given", HF BERT).
+    * A `contextvars.ContextVar` (HF ViT, on the GPU) is saved as a new one of the same name and default: it
+      cannot be pickled, and torch then saved no entry.
+    """
     try:
         from torch._dynamo import guards
+        from torch._guards import Source
     except Exception:
         return []
     pickler = getattr(guards, "GuardsStatePickler", None)
@@ -705,6 +737,15 @@ def _wrapped_function_patch() -> list[_Patch]:
         return []
 
     def reducer_override(self: Any, obj: Any) -> Any:
+        if isinstance(obj, Source) and is_dataclass(obj):
+            declared = fields(obj)
+            if any(not f.init for f in declared):
+                return _rebuild_dataclass, (type(obj), {f.name: getattr(obj, f.name) for f in declared if f.init})
+        elif isinstance(obj, contextvars.ContextVar):
+            try:  # its default: what it holds in a context where it was never set
+                return _rebuild_context_var, (obj.name, True, contextvars.Context().run(obj.get))
+            except LookupError:
+                return _rebuild_context_var, (obj.name, False, None)
         reduced = original(self, obj)
         if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
             module = getattr(obj, "__module__", None)
@@ -768,12 +809,30 @@ def _globals_module_patch() -> list[_Patch]:
     return [_Patch(CompilePackage, "_add_function", _add_function)]
 
 
+def _module_holds(code: types.CodeType) -> bool:
+    """Whether the module inspect finds for `code` is the file the code comes from."""
+    module = inspect.getmodule(code)
+    path = getattr(module, "__file__", None)
+    try:
+        return bool(path) and os.path.samefile(path, code.co_filename)
+    except OSError:
+        return False
+
+
 def _globals_module(fn: Any) -> str | None:
     """The name of the module whose namespace is `fn.__globals__`, if it is imported."""
     fn_globals = getattr(fn, "__globals__", None)
     name = fn_globals.get("__name__") if isinstance(fn_globals, dict) else None
     module = sys.modules.get(name) if isinstance(name, str) else None
     return name if module is not None and module.__dict__ is fn_globals else None
+
+
+def _rebuild_dataclass(cls: type, init_fields: dict[str, Any]) -> Any:
+    return cls(**init_fields)
+
+
+def _rebuild_context_var(name: str, has_default: bool, default: Any) -> contextvars.ContextVar:
+    return contextvars.ContextVar(name, default=default) if has_default else contextvars.ContextVar(name)
 
 
 def _rebuild_function(
@@ -850,22 +909,27 @@ def _load_scope(record: dict[str, Any], fn: Any) -> _LoadScope:
     for name, cell in zip(getattr(code, "co_freevars", ()), getattr(inner, "__closure__", None) or ()):
         with contextlib.suppress(ValueError):  # an empty cell: guards on it do not resolve, the entry is refused
             local_scope[name] = cell.cell_contents
-    return _LoadScope(record, getattr(inner, "__globals__", {}), local_scope)
+    return _LoadScope(record, getattr(inner, "__globals__", {}), local_scope, code)
 
 
-def _resolve(dropped: dict[str, str], scope: _LoadScope) -> dict[str, Any] | None:
-    """The objects behind an entry's dropped guards, if each matches its digest; None if any differs."""
-    env = {**_closure_vars(), "L": scope.local_scope, "G": _LoadGlobals(scope.fn_globals)}
-    values = {}
+def _resolve(
+    dropped: dict[str, str], fn_globals: dict[str, Any], local_scope: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """Split an entry's dropped guards: the objects their sources name now, each equal to what was compiled for,
+    and the sources to verify at the first call (they name arguments, or names installed later). None if an
+    object differs."""
+    env = {**_closure_vars(), "L": local_scope, "G": _LoadGlobals(fn_globals)}
+    values, deferred = {}, {}
     for source, expected in dropped.items():
         try:
             value = eval(source, env)  # a guard source torch wrote, e.g. G['helper'] or L['self'].act
         except Exception:
-            return None  # not resolvable before the call (an argument, say): the entry is not used
+            deferred[source] = expected
+            continue
         if code_digest(value) != expected:
             return None
         values[source] = value
-    return values
+    return values, deferred
 
 
 def _never(_locals: Any) -> bool:
@@ -876,9 +940,13 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _identity_check(values: dict[str, Any], runtime_globals: dict[str, Any]) -> tuple[Any, list[str]]:
-    """One guard function: every dropped guard's source still names the object verified at load."""
-    env: dict[str, Any] = {**_closure_vars(), "G": runtime_globals}
+def _identity_check(
+    values: dict[str, Any], deferred: dict[str, str], runtime_globals: dict[str, Any]
+) -> tuple[Any, list[str]]:
+    """One guard function: every dropped guard's source still names the object verified for it. The objects of
+    `deferred` sources are verified against their digests the first time the guard runs, in the frame's scope,
+    and bound then; if one differs, the guard fails from then on."""
+    env: dict[str, Any] = {**_closure_vars(), "G": runtime_globals, "___jcc_pending": bool(deferred)}
     clauses = []
     for i, (source, value) in enumerate(values.items()):
         try:
@@ -887,10 +955,51 @@ def _identity_check(values: dict[str, Any], runtime_globals: dict[str, Any]) -> 
         except TypeError:  # builtins and other objects without weak references: hold them
             env[f"___jcc_{i}"] = value
             clauses.append(f"({source}) is ___jcc_{i}")
+    slots = []
+    for i, source in enumerate(deferred, start=len(values)):
+        slots.append((f"___jcc_{i}", compile(source, "<guard source>", "eval"), deferred[source]))
+        env[f"___jcc_{i}"] = _unbound
+        clauses.append(f"({source}) is ___jcc_{i}()")
+
+    def verify(frame_locals: Any) -> bool:
+        from torch._dynamo.utils import counters
+
+        scope = {**env, "L": frame_locals}
+        bound = {}
+        for slot, code, expected in slots:
+            value = eval(code, scope)
+            if code_digest(value) != expected:
+                counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
+                env["___jcc_pending"] = False  # its slots stay unbound: the guard fails from now on, torch compiles
+                return False
+            bound[slot] = _reference(value)
+        env.update(bound, ___jcc_pending=False)
+        return env["___jcc_check"](frame_locals)
+
+    env["___jcc_verify"] = verify
     body = " and ".join(clauses)
-    exec(f"def ___jcc_check(L):\n    try:\n        return {body}\n    except Exception:\n        return False\n", env)
-    parts = [f"jupyter_compile_cache: {source} unchanged since restore" for source in values]
+    exec(
+        "def ___jcc_check(L):\n    try:\n        if ___jcc_pending:\n            return ___jcc_verify(L)\n"
+        f"        return {body}\n    except Exception:\n        return False\n",
+        env,
+    )
+    parts = [f"jupyter_compile_cache: {source} unchanged since restore" for source in [*values, *deferred]]
     return env["___jcc_check"], parts
+
+
+_NOTHING = object()  # no object is this one
+
+
+def _unbound() -> object:
+    return _NOTHING
+
+
+def _reference(value: Any) -> Any:
+    """A callable returning `value`: a weak reference where it can be one, so the guard does not keep it alive."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
 
 
 def _check_installed_globals(pkg: Any) -> None:

@@ -175,3 +175,40 @@ def test_every_edit_recompiles_exactly_where_plain_torch_compile_does(kernel_fac
     for run_name, run in (("cold", cold), ("restored", restored)):
         for tag in control:
             assert _same(run[tag], control[tag]), f"{run_name} {tag}: {run[tag]} != plain {control[tag]}"
+
+
+ARGUMENT_CELL = """%%compile_cache sem_argument
+import torch
+def apply(x, fn):
+    return fn(x) * 2
+compiled_apply = torch.compile(apply)
+x_arg = torch.randn(8, device={device!r})
+graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+print("RELU", round(compiled_apply(x_arg, torch.relu).sum().item(), 4), round((torch.relu(x_arg) * 2).sum().item(), 4))
+print("TRACED", torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before)
+"""
+SWITCH_CELL = """with torch.no_grad():
+    print("SIGMOID", round(compiled_apply(x_arg, torch.sigmoid).sum().item(), 4),
+          round((torch.sigmoid(x_arg) * 2).sum().item(), 4))
+"""
+
+
+def test_a_guard_on_an_argument_is_verified_at_the_first_call(kernel_factory, dirs):
+    """A dropped identity guard on an argument (`L['fn']`) names nothing until the restored function is called:
+    the restored entry checks it at its first call and is used (nothing traced again), and a call with another
+    function still recompiles, as plain torch.compile does."""
+    k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=dirs["cache_a"], JUPYTER_COMPILE_CACHE_DIR=dirs["store"])
+    k.run("%load_ext jupyter_compile_cache").check()
+    assert "saved" in k.run(ARGUMENT_CELL.format(device=DEVICE)).check().output
+
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    k.run("%load_ext jupyter_compile_cache").check()
+    out = k.run(ARGUMENT_CELL.format(device=DEVICE)).check().output
+    assert "restored 'sem_argument'" in out, out
+    relu = re.search(r"^RELU (\S+) (\S+)$", out, re.M)
+    assert relu and _same(relu.group(1), relu.group(2)), out
+    assert re.search(r"^TRACED 0$", out, re.M), out  # the restored entry ran: its argument guard held
+    sigmoid = re.search(r"^SIGMOID (\S+) (\S+)$", k.run(SWITCH_CELL).check().output, re.M)
+    assert sigmoid and _same(sigmoid.group(1), sigmoid.group(2)) and not _same(sigmoid.group(1), relu.group(1))
+    stale = k.counters().get("jupyter_compile_cache", {}).get("precompile_stale_rejected", 0)
+    assert stale == 0, stale  # torch recompiled for sigmoid because the identity check failed, not a refusal
