@@ -454,6 +454,7 @@ class PrecompileGuard:
             *_guard_state_pickler_patch(),
             *_module_global_patch(),
             *_globals_module_patch(),
+            *_pop_null_patch(),
             _Patch(cache, "load", load),  # instance attribute shadows the method
             _Patch(cache, "record_package", record_package),
             _Patch(compile_package, "install", install_package),
@@ -807,6 +808,34 @@ def _globals_module_patch() -> list[_Patch]:
         original(self, python_code, python_module, *args, **kwargs)
 
     return [_Patch(CompilePackage, "_add_function", _add_function)]
+
+
+def _pop_null_patch() -> list[_Patch]:
+    """Make the no-op function Dynamo's bytecode calls to pop a NULL one that can be saved. torch puts a fresh
+    `lambda: None` among the code's constants, and the entry cannot be pickled ("Can't pickle local object
+    'PyCodegen.pop_null.<locals>.<lambda>'", HF T5 and BART on the GPU, torch 2.11): we put a module-level
+    function doing the same in its place."""
+    try:
+        from torch._dynamo.codegen import PyCodegen
+    except Exception:
+        return []
+    original = getattr(PyCodegen, "pop_null", None)
+    if original is None:
+        return []
+
+    def pop_null(self: Any) -> Any:
+        instructions = original(self)
+        for inst in instructions:
+            value = getattr(inst, "argval", None)
+            if inspect.isfunction(value) and value.__qualname__.endswith("pop_null.<locals>.<lambda>"):
+                inst.argval = _return_none
+        return instructions
+
+    return [_Patch(PyCodegen, "pop_null", pop_null)]
+
+
+def _return_none() -> None:
+    return None
 
 
 def _module_holds(code: types.CodeType) -> bool:
