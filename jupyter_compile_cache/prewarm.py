@@ -2,7 +2,9 @@
 
 Measured in a kernel on CPU (torch 2.13) after a restore that hits every cache: of a 2.4 s first call, 1.6 s is
 importing torch._dynamo and torch._inductor and 1.2 s is `pick_vec_isa()` probing the CPU's vector ISAs in
-subprocesses; both are per-process work that no cache can hold. `%load_ext` starts them in a background thread.
+subprocesses; on the GPU host (torch 2.11), loading a restored graph also imports torch.utils.cpp_extension
+(~1 s) and hashes Triton's files (~0.6 s). All are per-process work that no cache can hold. `%load_ext` starts
+them in a background thread.
 
 Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
 looks like it compiles (and every `%%compile_cache` cell) first waits for the imports to finish. The ISA probe
@@ -51,9 +53,14 @@ class Prewarm:
             try:
                 import torch._dynamo  # noqa: F401
                 import torch._inductor.compile_fx  # noqa: F401
+
+                # Imported by inductor's C++ builder when a compiled graph is loaded (setuptools, Cython: ~1 s on
+                # the GPU host, in the first restored call).
+                import torch.utils.cpp_extension  # noqa: F401
             finally:
                 self.import_seconds = time.perf_counter() - start
                 self.imported.set()
+            _hash_triton()
             try:
                 from torch._inductor.cpu_vec_isa import pick_vec_isa
             except ImportError:
@@ -86,6 +93,19 @@ class Prewarm:
         source = getattr(info, "raw_cell", "") or ""
         if COMPILE_HINT.search(source):
             self.join()
+
+
+def _hash_triton() -> None:
+    """Triton's own key, a hash of its installed files (~0.6 s on the GPU host): inductor asks for it when it loads
+    a compiled GPU graph, and caches it for the process. It reads files only: CUDA is not touched."""
+    try:
+        from torch._inductor.runtime.triton_compat import triton_key
+    except ImportError:  # no triton (a CPU-only torch), or a torch without it
+        return
+    try:
+        triton_key()
+    except Exception:  # no triton here: torch's stand-in raises; the CPU probe goes on
+        return
 
 
 def _probe_isas_in_parallel() -> None:

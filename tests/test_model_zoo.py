@@ -85,21 +85,26 @@ def test_transformers_zoo_cold_then_restored_in_a_new_kernel(kernel_factory, dir
         # Inductor compiles nothing afresh: no FX graph miss. (An AOTAutograd lookup may still miss for a graph that
         # never reaches inductor and that torch never caches: ViT after BART, cold and restored alike.)
         assert fx["misses"] == 0, (model, layers)
-        if fallbacks or precompile["bypasses"] or not precompile["hits"]:
-            # The plain path hit the AOTAutograd cache (which holds the FX graph): after a fallback here, for a
-            # function torch would not package (a bypass), or for an entry refused when the cold kernel saved it
-            # (told there). Under precompile torch keys these entries by a fresh id per compile; we key them as
-            # plain torch.compile does, else this would be an AOTAutograd miss (and an FX graph hit).
+        if fallbacks or not precompile["hits"]:
+            # The plain path hit the AOTAutograd cache (which holds the FX graph): after a fallback here, or for an
+            # entry refused when the cold kernel saved it (told there). Under precompile torch keys these entries
+            # by a fresh id per compile; we key them as plain torch.compile does, else this would be an
+            # AOTAutograd miss (and an FX graph hit).
             assert aot["hits"] >= 1 and aot["written"] == 0, (model, layers)
-            assert fallbacks or precompile["bypasses"] or model in refused_when_saved, (model, layers)
-            paths[model] = "fallback" if fallbacks else "precompile + bypass" if precompile["bypasses"] else "no entry"
+            assert fallbacks or model in refused_when_saved, (model, layers)
+            paths[model] = "fallback" if fallbacks else "no entry"
         else:
-            # The restored entry ran: nothing refused at install, and Dynamo traced nothing afresh (no AOTAutograd
-            # lookup at all). HF's forward is a decorator's wrapper from another module: torch built its restored
-            # guards against the wrong module's globals, and GPT-2 and Llama were traced again here.
+            # The restored entry ran: nothing refused at install. HF's forward is a decorator's wrapper from
+            # another module: torch built its restored guards against the wrong module's globals, and GPT-2 and
+            # Llama were traced again here. A frame torch left out of the package (a bypass: a dataclass __init__
+            # in T5 on torch 2.11) compiles the plain way, from the caches where it has a graph.
             assert precompile["misses"] == 0 and stale == 0, (model, layers, stale)
-            assert aot["hits"] + aot["misses"] == 0, (model, layers)
-            paths[model] = "precompile"
+            assert aot["misses"] == 0 and aot["written"] == 0, (model, layers)
+            if precompile["bypasses"]:
+                paths[model] = "precompile + bypass"
+            else:
+                assert aot["hits"] == 0, (model, layers)  # nothing traced afresh: no AOTAutograd lookup at all
+                paths[model] = "precompile"
     # The fallback is told once per function, in one line, never as a traceback in the cell; torch's bypass
     # warnings are counted (status, explain), not printed.
     assert "Traceback" not in restored_out and "package bypass" not in restored_out, restored_out
