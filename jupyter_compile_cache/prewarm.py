@@ -3,8 +3,8 @@
 Measured in a kernel on CPU (torch 2.13) after a restore that hits every cache: of a 2.4 s first call, 1.6 s is
 importing torch._dynamo and torch._inductor and 1.2 s is `pick_vec_isa()` probing the CPU's vector ISAs in
 subprocesses; on the GPU host (torch 2.11), loading a restored graph also imports torch.utils.cpp_extension
-(~1 s) and hashes Triton's files (~0.6 s). All are per-process work that no cache can hold. `%load_ext` starts
-them in a background thread.
+(~1 s) and hashes torch's and Triton's files (~0.8 s). All are per-process work that no cache can hold.
+`%load_ext` starts them in a background thread.
 
 Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
 looks like it compiles (and every `%%compile_cache` cell) first waits for the imports to finish. The ISA probe
@@ -60,7 +60,7 @@ class Prewarm:
             finally:
                 self.import_seconds = time.perf_counter() - start
                 self.imported.set()
-            _hash_triton()
+            _hash_torch_and_triton()
             try:
                 from torch._inductor.cpu_vec_isa import pick_vec_isa
             except ImportError:
@@ -95,17 +95,22 @@ class Prewarm:
             self.join()
 
 
-def _hash_triton() -> None:
-    """Triton's own key, a hash of its installed files (~0.6 s on the GPU host): inductor asks for it when it loads
-    a compiled GPU graph, and caches it for the process. It reads files only: CUDA is not touched."""
+def _hash_torch_and_triton() -> None:
+    """Hashes of torch's and Triton's installed files (~0.2 s and ~0.6 s on the GPU host), which inductor takes
+    once per process for its cache keys, the first time it loads or compiles a graph. Files only: CUDA is not
+    touched."""
+    try:
+        from torch._inductor.codecache import torch_key
+
+        torch_key()
+    except Exception:  # a torch without it: inductor computes what it needs itself
+        pass
     try:
         from torch._inductor.runtime.triton_compat import triton_key
-    except ImportError:  # no triton (a CPU-only torch), or a torch without it
-        return
-    try:
+
         triton_key()
-    except Exception:  # no triton here: torch's stand-in raises; the CPU probe goes on
-        return
+    except Exception:  # no triton here (torch's stand-in raises): the CPU probe goes on
+        pass
 
 
 def _probe_isas_in_parallel() -> None:

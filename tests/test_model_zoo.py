@@ -99,7 +99,7 @@ def test_transformers_zoo_cold_then_restored_in_a_new_kernel(kernel_factory, dir
             # Llama were traced again here. A frame torch left out of the package (a bypass: a dataclass __init__
             # in T5 on torch 2.11) compiles the plain way, from the caches where it has a graph.
             assert precompile["misses"] == 0 and stale == 0, (model, layers, stale)
-            assert aot["misses"] == 0 and aot["written"] == 0, (model, layers)
+            assert aot["misses"] == 0, (model, layers)  # (torch 2.11 writes the restored graph's entry back)
             if precompile["bypasses"]:
                 paths[model] = "precompile + bypass"
             else:
