@@ -9,7 +9,9 @@ attribute or closure would keep running the old code (measured on torch 2.11, 2.
 
 * Live entries (compiled in this kernel) get torch's full guards. We let torch build the guards twice: once as
   plain torch.compile does (those guard the live entry), and once the precompile way, whose serializable state is
-  what gets saved. The second build tells us which guards precompile drops and the objects they watched.
+  what gets saved. The second build tells us which guards precompile drops and the objects they watched. It also
+  drops the identity guards torch cannot serialize but keeps (CLASS_MATCH, NN_MODULE, ...), for which torch would
+  save no entry at all: they come back like the others.
 * Saved entries carry a record next to them (`jcc_code_digest`): a digest of the code the function can reach
   (bytecode, constants, user functions/classes/constants reachable through globals and closures, an nn.Module's
   submodule classes, constant attributes and hooks), and, for each dropped guard, its source (`G['helper']`,
@@ -17,12 +19,15 @@ attribute or closure would keep running the old code (measured on torch 2.11, 2.
 * On restore (`DynamoCache.load`) the entry is used only if the live code digest and every dropped guard's object
   match the record. Otherwise it is refused (`precompile_stale_rejected`) and torch compiles the new code.
 * Installed restored entries get the dropped guards back as one identity check per entry (the objects verified at
-  load), so a later edit in this kernel, in a later cell or the same one, recompiles exactly where plain
+  load; a source naming something that exists only during the call, an argument, is verified at the entry's first
+  call), so a later edit in this kernel, in a later cell or the same one, recompiles exactly where plain
   torch.compile would.
 * Any failure inside torch's precompile machinery (recording while compiling, installing, building guards) is
   caught: that function takes the plain torch.compile path (FX graph and AOTAutograd caches still apply), its
   entry is set aside and not saved again in this kernel, one line says so, and it is counted
   (`precompile_fallback`).
+
+What torch's precompile gets wrong on everyday models (HF transformers, timm) is put right in torch_fixes.py.
 
 Also: an installed entry puts globals such as `__builtins_dict___0` into the module, and the next fresh compile in
 that module picks the same name from Dynamo's unique-id counter and fails ("Name '__builtins_dict___0' already
@@ -32,7 +37,6 @@ exists"); after each install we move that counter past the names the entry insta
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dis
 import hashlib
 import importlib
@@ -47,8 +51,11 @@ import sys
 import sysconfig
 import types
 import weakref
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass
 from typing import Any
+
+from . import torch_fixes
+from .torch_fixes import Patch
 
 DIGEST_FILE = "jcc_code_digest"
 RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
@@ -308,23 +315,6 @@ class _TorchLogFilter(logging.Filter):
         return "Failed to load entry from dynamo cache" not in message
 
 
-class _Patch:
-    """One attribute of torch replaced by ours; `undo` puts the original back exactly."""
-
-    def __init__(self, owner: Any, name: str, replacement: Any) -> None:
-        self.owner, self.name = owner, name
-        self.had_own = name in vars(owner)
-        self.original = getattr(owner, name)
-        setattr(owner, name, replacement)
-
-    def undo(self) -> None:
-        if self.had_own:
-            setattr(self.owner, self.name, self.original)
-        else:
-            with contextlib.suppress(AttributeError):
-                delattr(self.owner, self.name)
-
-
 @dataclass
 class _LoadScope:
     """A restored function's record, and where its guard sources resolve at load (G, and L['self'] for a method)."""
@@ -351,7 +341,7 @@ class PrecompileGuard:
         self._loading: dict[str, _LoadScope] = {}  # key -> its record and the scope its guard sources resolve in
         self._installing: str | None = None  # key of the package being installed
         self._state_sha: str | None = None  # sha256 of the guard state torch is loading
-        self._patches: list[_Patch] = []
+        self._patches: list[Patch] = []
         self._log_filter = _TorchLogFilter()
         self._loggers = [logging.getLogger(f"torch.{name}") for name in _FILTERED_LOGGERS]
 
@@ -450,19 +440,15 @@ class PrecompileGuard:
             return me._with_identity_guard(orig["load_gm"](*args, **kwargs), args, kwargs)
 
         self._patches = [
-            *_aot_key_patch(),
-            *_guard_state_pickler_patch(),
-            *_module_global_patch(),
-            *_globals_module_patch(),
-            *_pop_null_patch(),
-            _Patch(cache, "load", load),  # instance attribute shadows the method
-            _Patch(cache, "record_package", record_package),
-            _Patch(compile_package, "install", install_package),
-            _Patch(compile_package, "add_inlined_source", add_inlined_source),
-            *([_Patch(compile_package, "_add_user_function", add_user_function)] if orig["user_fn"] else []),
-            _Patch(cfm, "__init__", check_function_manager_init),
-            _Patch(package, "load_guards_state", load_guards_state),
-            _Patch(package, "load_guard_manager", load_guard_manager),
+            *torch_fixes.patches(),
+            Patch(cache, "load", load),  # instance attribute shadows the method
+            Patch(cache, "record_package", record_package),
+            Patch(compile_package, "install", install_package),
+            Patch(compile_package, "add_inlined_source", add_inlined_source),
+            *([Patch(compile_package, "_add_user_function", add_user_function)] if orig["user_fn"] else []),
+            Patch(cfm, "__init__", check_function_manager_init),
+            Patch(package, "load_guards_state", load_guards_state),
+            Patch(package, "load_guard_manager", load_guard_manager),
         ]
         for logger in self._loggers:
             logger.addFilter(self._log_filter)
@@ -691,153 +677,6 @@ class PrecompileGuard:
         return written
 
 
-def _aot_key_patch() -> list[_Patch]:
-    """Key AOTAutograd entries as plain torch.compile does. Under precompile torch puts the graph's backend id, a
-    fresh uuid per compile, into the AOTAutograd cache key, so an entry written by a function that is not
-    precompiled (a package bypass, a fallback) can never hit again in another process. The id only tells torch
-    which package a hit is bundled into, and torch takes it from the live config for that, never from the key."""
-    try:
-        from torch._functorch._aot_autograd import autograd_cache
-    except Exception:
-        return []
-    original = getattr(autograd_cache, "autograd_cache_key", None)
-    config_type = getattr(getattr(autograd_cache, "AOTConfig", None), "__dataclass_fields__", {})
-    if original is None or "precompile_backend_id" not in config_type:
-        return []  # torch without the backend id in its key: nothing to do
-
-    def autograd_cache_key(mod: Any, example_inputs: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(config, "precompile_backend_id", None) is not None:
-            config = replace(config, precompile_backend_id=None)
-        return original(mod, example_inputs, config, *args, **kwargs)
-
-    return [_Patch(autograd_cache, "autograd_cache_key", autograd_cache_key)]
-
-
-def _guard_state_pickler_patch() -> list[_Patch]:
-    """Save what torch's guard-state pickler gets wrong, so that a restored entry's guards can be rebuilt. The saved
-    objects only serve to rebuild the guards (their types, constants, defaults): the guards read the live objects.
-
-    * A function whose qualified name resolves to another object (the wrapper a decorator put there: HF's
-      `GPT2LMHeadModel.forward`) is saved by value. torch saves a placeholder, and a guard on its defaults failed
-      while the restored entry was installed ("'_Missing' object has no attribute '__defaults__'", torch 2.13).
-    * A guard source with fields its constructor does not take (`DefaultsSource.field`) is saved with only the
-      fields it takes: torch 2.11 saves all of them and cannot load them back ("DefaultsSource.__init__() takes
-      from 3 to 4 positional arguments but 6 were given", HF BERT).
-    * A `contextvars.ContextVar` (HF ViT, on the GPU) is saved as a new one of the same name and default: it
-      cannot be pickled, and torch then saved no entry.
-    """
-    try:
-        from torch._dynamo import guards
-        from torch._guards import Source
-    except Exception:
-        return []
-    pickler = getattr(guards, "GuardsStatePickler", None)
-    missing = getattr(guards, "_Missing", None)
-    original = getattr(pickler, "reducer_override", None)
-    if original is None or missing is None:
-        return []
-
-    def reducer_override(self: Any, obj: Any) -> Any:
-        if isinstance(obj, Source) and is_dataclass(obj):
-            declared = fields(obj)
-            if any(not f.init for f in declared):
-                return _rebuild_dataclass, (type(obj), {f.name: getattr(obj, f.name) for f in declared if f.init})
-        elif isinstance(obj, contextvars.ContextVar):
-            try:  # its default: what it holds in a context where it was never set
-                return _rebuild_context_var, (obj.name, True, contextvars.Context().run(obj.get))
-            except LookupError:
-                return _rebuild_context_var, (obj.name, False, None)
-        reduced = original(self, obj)
-        if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
-            module = getattr(obj, "__module__", None)
-            if module and module in sys.modules:
-                return _rebuild_function, (
-                    obj.__code__,
-                    module,
-                    obj.__name__,
-                    obj.__qualname__,
-                    obj.__defaults__,
-                    obj.__kwdefaults__,
-                    obj.__closure__,
-                )
-        return reduced
-
-    return [_Patch(pickler, "reducer_override", reducer_override)]
-
-
-def _module_global_patch() -> list[_Patch]:
-    """Record the modules Dynamo's generated code loads as globals (`___module_collections_<id>_c0`, to rebuild an
-    HF ModelOutput) as import sources of the entry, as torch records the modules a traced function imports. torch
-    does not, so a restored entry's code found no such global ("name '___module_collections_..._c0' is not
-    defined", HF ResNet)."""
-    try:
-        from torch._dynamo.output_graph import OutputGraph
-    except Exception:
-        return []
-    original = getattr(OutputGraph, "install_global_unsafe", None)
-    if original is None:
-        return []
-
-    def install_global_unsafe(self: Any, name: str, value: Any) -> None:
-        original(self, name, value)
-        package = getattr(self, "package", None)
-        if package is not None and isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is value:
-            with contextlib.suppress(Exception):  # no entry being recorded: the install check still catches it
-                package.add_import_source(name, value.__name__)
-
-    return [_Patch(OutputGraph, "install_global_unsafe", install_global_unsafe)]
-
-
-def _globals_module_patch() -> list[_Patch]:
-    """Record the compiled function under the module whose globals its frame runs with. torch records
-    `fn.__module__`, which a decorator's `functools.wraps` sets to the decorated function's module (HF's forward is
-    a wrapper from `transformers.utils.generic`): a restored entry then builds its guards against another module's
-    globals, and they fail (Dynamo traces the function again); its compiled graph is installed there too."""
-    try:
-        from torch._dynamo.package import CompilePackage
-    except Exception:
-        return []
-    original = getattr(CompilePackage, "_add_function", None)
-    if original is None:
-        return []
-
-    def _add_function(self: Any, python_code: Any, python_module: str, *args: Any, **kwargs: Any) -> None:
-        fn = getattr(self, "_innermost_fn", None)
-        if fn is not None and python_code is getattr(fn, "__code__", None):
-            python_module = _globals_module(fn) or python_module
-        original(self, python_code, python_module, *args, **kwargs)
-
-    return [_Patch(CompilePackage, "_add_function", _add_function)]
-
-
-def _pop_null_patch() -> list[_Patch]:
-    """Make the no-op function Dynamo's bytecode calls to pop a NULL one that can be saved. torch puts a fresh
-    `lambda: None` among the code's constants, and the entry cannot be pickled ("Can't pickle local object
-    'PyCodegen.pop_null.<locals>.<lambda>'", HF T5 and BART on the GPU, torch 2.11): we put a module-level
-    function doing the same in its place."""
-    try:
-        from torch._dynamo.codegen import PyCodegen
-    except Exception:
-        return []
-    original = getattr(PyCodegen, "pop_null", None)
-    if original is None:
-        return []
-
-    def pop_null(self: Any) -> Any:
-        instructions = original(self)
-        for inst in instructions:
-            value = getattr(inst, "argval", None)
-            if inspect.isfunction(value) and value.__qualname__.endswith("pop_null.<locals>.<lambda>"):
-                inst.argval = _return_none
-        return instructions
-
-    return [_Patch(PyCodegen, "pop_null", pop_null)]
-
-
-def _return_none() -> None:
-    return None
-
-
 def _module_holds(code: types.CodeType) -> bool:
     """Whether the module inspect finds for `code` is the file the code comes from."""
     module = inspect.getmodule(code)
@@ -846,37 +685,6 @@ def _module_holds(code: types.CodeType) -> bool:
         return bool(path) and os.path.samefile(path, code.co_filename)
     except OSError:
         return False
-
-
-def _globals_module(fn: Any) -> str | None:
-    """The name of the module whose namespace is `fn.__globals__`, if it is imported."""
-    fn_globals = getattr(fn, "__globals__", None)
-    name = fn_globals.get("__name__") if isinstance(fn_globals, dict) else None
-    module = sys.modules.get(name) if isinstance(name, str) else None
-    return name if module is not None and module.__dict__ is fn_globals else None
-
-
-def _rebuild_dataclass(cls: type, init_fields: dict[str, Any]) -> Any:
-    return cls(**init_fields)
-
-
-def _rebuild_context_var(name: str, has_default: bool, default: Any) -> contextvars.ContextVar:
-    return contextvars.ContextVar(name, default=default) if has_default else contextvars.ContextVar(name)
-
-
-def _rebuild_function(
-    code: types.CodeType,
-    module: str,
-    name: str,
-    qualname: str,
-    defaults: tuple | None,
-    kwdefaults: dict[str, Any] | None,
-    closure: tuple | None,
-) -> types.FunctionType:
-    fn = types.FunctionType(code, importlib.import_module(module).__dict__, name, defaults, closure)
-    fn.__qualname__ = qualname
-    fn.__kwdefaults__ = kwdefaults
-    return fn
 
 
 def read_record(entry_dir: str) -> dict[str, Any] | None:
