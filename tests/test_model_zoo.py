@@ -110,3 +110,6 @@ def test_transformers_zoo_cold_then_restored_in_a_new_kernel(kernel_factory, dir
     assert "Traceback" not in restored_out and "package bypass" not in restored_out, restored_out
     assert restored_out.count("fell back from precompile") == list(paths.values()).count("fallback"), restored_out
     print("restore paths:", paths)
+    # Every zoo model restores through precompile (torch 2.11 on an H100, 2.13 on the CPU): a fallback or a missing
+    # entry is one of torch's failures we have not put right yet.
+    assert set(paths.values()) <= {"precompile", "precompile + bypass"}, paths
