@@ -395,25 +395,16 @@ class PrecompileGuard:
             me._install(pkg, orig["install"], args, kwargs)
 
         def add_inlined_source(pkg: Any, sources: Any, *args: Any, **kwargs: Any) -> None:
+            # Under IPython, inspect.getmodule names `collections.abc` for code of `_collections_abc`, and torch
+            # compared that code with the other module's source ("Source mismatch for collections.abc", HF models
+            # in a kernel). In a plain process getmodule finds no module for such code and torch records nothing:
+            # we leave it out the same way. Any other failure: this function is not precompiled.
             try:
-                orig["inlined"](pkg, sources, *args, **kwargs)
-                return
-            except Exception:
-                pass
-            # "Source mismatch for collections.abc" (HF models, in a kernel): under IPython, inspect.getmodule
-            # names `collections.abc` for code of `_collections_abc`, and torch compares that code with the other
-            # module's source. In a plain process getmodule finds no module for it and torch records nothing:
-            # we do the same. Any other failure: this function is not precompiled.
-            for code in sources:
-                if not _module_holds(code):
-                    continue
-                try:
-                    orig["inlined"](pkg, [code], *args, **kwargs)
-                except Exception as exc:
-                    with contextlib.suppress(Exception):
-                        pkg.bypass_current_entry()
-                    me._fallback(getattr(pkg, "source_id", None), "recording the sources it inlined", exc)
-                    return
+                orig["inlined"](pkg, [code for code in sources if _module_holds(code)], *args, **kwargs)
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    pkg.bypass_current_entry()
+                me._fallback(getattr(pkg, "source_id", None), "recording the sources it inlined", exc)
 
         def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
             try:
