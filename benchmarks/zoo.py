@@ -122,7 +122,7 @@ def run_case(case: str, device: str) -> list[dict]:
         import torch._inductor.compile_fx  # noqa: F401
     if case.startswith("ours"):
         import jupyter_compile_cache as jcc
-        from jupyter_compile_cache.session import CellOptions
+        from jupyter_compile_cache.records import CellOptions
 
         session = jcc.get_session()
         # What `%load_ext` starts in the background while a notebook's first cells run (imports, Triton's hash, the

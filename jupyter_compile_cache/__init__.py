@@ -14,15 +14,23 @@ that this cell compiled or used (FX graphs, AOTAutograd entries, C++ and Triton 
 Dynamo precompile entries, PGO state). After a kernel restart, or on another machine with the same store, the
 cell restores the bundle before it runs, and the compiled call is as fast as if the kernel had never stopped.
 
-Cell options: ``--store DIR`` (another local store), ``--no-restore``, ``--no-save``, ``--force-save`` (save even
-if nothing new was compiled), ``--quiet``, ``--no-precompile`` (leave Dynamo precompile off for this cell).
+Cell options (``%%compile_cache?`` lists them): ``--store DIR`` (another local store), ``--no-restore``,
+``--no-save``, ``--force-save`` (save even if nothing new was compiled), ``--quiet``, ``--no-precompile`` (leave
+Dynamo precompile off for this cell), ``--hub URL`` / ``--no-hub``, ``--namespace NS``, ``--ttl SECONDS`` (for the
+hub), ``--wait SECONDS`` (wait for a collaborator compiling the same NAME), ``--torch-remote`` (point torch's own
+Redis caches at the hub too).
 
 Line commands: ``%compile_cache status`` (per-layer table), ``list``, ``explain NAME`` (why a bundle would or
 would not restore here, and what the last run hit and missed), ``rm NAME``, ``gc [--max-size SIZE]``,
 ``enable LAYER`` / ``disable LAYER`` (flip torch's switch for a cache layer), ``hub URL|off|status``, ``panel``
 (an ipywidgets panel: per-layer state with toggles, bundles, cold vs restored times).
 
-The local store is ``$JUPYTER_COMPILE_CACHE_DIR`` or the user cache directory (never /tmp). Bundles are only
+Settings (store, hub, namespace, secret, timeouts, size cap, precompile, prewarm) are traitlets of
+``CompileCache``: ``%config CompileCache`` lists them, ``%config CompileCache.max_size = "5G"`` or
+``c.CompileCache.hub = "redis://..."`` in ipython_config.py sets them, and each one also reads an environment
+variable (see jupyter_compile_cache.settings).
+
+The local store is ``CompileCache.store_dir``, by default the user cache directory (never /tmp). Bundles are only
 restored into a kernel whose torch, Python, GPU/CUDA (for GPU bundles) and CPU ISA (for C++ kernels) match, and
 only after every file's sha256 verified. Dynamo precompile entries are only used while the code they were
 compiled from is unchanged: edit a function or a global it reads, and the cell compiles the new code.
@@ -38,7 +46,8 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .session import CellOptions, CellReport, CompileCacheSession, RestoreResult
+    from .records import CellOptions, CellReport, RestoreResult
+    from .session import CompileCacheSession
 
 _session: CompileCacheSession | None = None
 
@@ -80,7 +89,7 @@ def cell(name: str, options: CellOptions | None = None) -> Any:
 
 def save(name: str, store: str | None = None, quiet: bool = False) -> CellReport:
     """Save everything in torch's cache dirs now as bundle NAME (outside a cell there is no finer scope)."""
-    from .session import CellOptions
+    from .records import CellOptions
 
     session = get_session()
     opts = CellOptions(store=store, restore=False, force_save=True, quiet=quiet, whole_cache=True)
@@ -106,8 +115,18 @@ def load_ipython_extension(ipython: Any) -> None:
     if problem:
         raise UsageError(problem)
     from .magics import CompileCacheMagics
+    from .session import CompileCacheSession
+    from .settings import CompileCache
 
-    session = get_session()
+    global _session
+    if _session is None:
+        # Settings from ipython_config.py, and `%config CompileCache.<name> = ...` from now on.
+        _session = CompileCacheSession(settings=CompileCache(parent=ipython))
+    else:  # the script API made the session before the extension was loaded
+        _session.settings.update_config(ipython.config)
+    session = _session
+    if session.settings not in ipython.configurables:
+        ipython.configurables.append(session.settings)
     ipython.register_magics(CompileCacheMagics(ipython, session))
     ipython.events.register("pre_run_cell", session.prewarm.before_cell)
     session.prewarm.start()
@@ -124,5 +143,7 @@ def unload_ipython_extension(ipython: Any) -> None:
             ipython.events.unregister("pre_run_cell", _session.prewarm.before_cell)
         except ValueError:
             pass
+        if _session.settings in ipython.configurables:
+            ipython.configurables.remove(_session.settings)
         _session.close()
         _session = None

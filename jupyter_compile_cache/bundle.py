@@ -13,6 +13,7 @@ verified. Any failure leaves the cache dir as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -34,9 +35,7 @@ VERSION_RE = re.compile(r"^[0-9]{20}-[0-9a-f]{12}-[0-9a-f]{8}$")
 
 
 class BundleError(Exception):
-    """A bundle that cannot be restored. `damaged` bundles are quarantined; others are only skipped."""
-
-    damaged = True
+    """A bundle that cannot be restored: the caller skips it (and quarantines a local copy)."""
 
 
 class DamagedBundle(BundleError):
@@ -67,7 +66,6 @@ class Manifest:
     members: list[Member]
     uses_gpu: bool = False
     uses_cpu_kernels: bool = False
-    cell_sha256: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
     format: int = FORMAT
     compression: str = COMPRESSION
@@ -75,26 +73,35 @@ class Manifest:
     chunk_size: int | None = None
     chunk_sha256: list[str] | None = None
     signature: str | None = None
-
-    @property
-    def files_bytes(self) -> int:
-        return sum(m.size for m in self.members)
+    # Fields this version does not know (written by an older or newer one), kept as read so that a signature over
+    # the manifest still verifies.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        return {**data.pop("extra"), **data}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Manifest:
         try:
             if data.get("format") != FORMAT:
                 raise DamagedBundle(f"unsupported bundle format {data.get('format')!r} (this version reads {FORMAT})")
-            fields = dict(data)
+            known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+            fields = {k: v for k, v in data.items() if k in known}
+            fields["extra"] = {k: v for k, v in data.items() if k not in known}
             if not VERSION_RE.match(str(data["version"])) or not NAME_RE.match(str(data["name"])):
                 raise DamagedBundle(f"manifest has an invalid name or version: {data['name']!r} {data['version']!r}")
             fields["members"] = [Member(str(m["name"]), int(m["size"]), str(m["sha256"])) for m in data["members"]]
             return cls(**fields)
         except (KeyError, TypeError, ValueError) as exc:
             raise DamagedBundle(f"manifest is malformed: {exc}") from exc
+
+
+def check_name(name: str) -> str:
+    """Bundle names: letters, digits, '._-', at most 128 characters, not only dots."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValueError(f"invalid bundle name {name!r}: use letters, digits, '.', '_', '-' (at most 128 characters)")
+    return name
 
 
 def new_version_id(fingerprint_id: str) -> str:

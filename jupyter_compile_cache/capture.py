@@ -178,7 +178,6 @@ class CellFiles:
 
     files: dict[str, str] = field(default_factory=dict)  # member name -> path
     new_by_layer: dict[str, int] = field(default_factory=dict)  # files written by this cell, per layer
-    new_files: int = 0
 
     def layer_bytes(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -249,6 +248,5 @@ class CellCapture:
                     continue
             result.files[name] = path
             if path in changed:
-                result.new_files += 1
                 result.new_by_layer[layer] = result.new_by_layer.get(layer, 0) + 1
         return result

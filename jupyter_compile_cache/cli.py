@@ -1,6 +1,8 @@
-"""Command line: `python -m jupyter_compile_cache list | show NAME | rm NAME | gc | export NAME FILE | import FILE`.
+"""Command line: `python -m jupyter_compile_cache list | show NAME | rm NAME | gc | export NAME FILE | import FILE
+| hub ls|push|pull|rm|gc`.
 
-A view over the same session and store API as the magics, for use outside notebooks (CI jobs, shells, scripts).
+A view over the same session, store and sources as the magics, for use outside notebooks (CI jobs, shells,
+scripts). Settings come from the same environment variables (see jupyter_compile_cache.settings).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import tarfile
 from collections.abc import Sequence
 
 from . import fingerprint, report
-from .bundle import BundleError, Manifest
-from .hub import HubConfig, HubError, RedisHub, check_signature
-from .session import CompileCacheSession, bundle_row, check_name
-from .store import human_bytes, parse_size
+from .bundle import BundleError, Manifest, check_name
+from .hub import HubConfig, HubError, RedisHub
+from .session import CompileCacheSession, bundle_row
+from .settings import parse_size
+from .sources import HubSource, find
+from .store import LocalStore, human_bytes
 
 EXPORT_MANIFEST = "manifest.json"
 EXPORT_PAYLOAD = "payload.tar.zst"
@@ -24,13 +28,15 @@ EXPORT_PAYLOAD = "payload.tar.zst"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m jupyter_compile_cache", description=__doc__.splitlines()[0])
-    p.add_argument("--store", help="local store directory (default: $JUPYTER_COMPILE_CACHE_DIR or the user cache)")
+    p.add_argument(
+        "--store", metavar="DIR", help="local store directory (default: $JUPYTER_COMPILE_CACHE_DIR or the user cache)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="bundles in the store")
     sub.add_parser("show", help="explain one bundle: versions, fingerprint check, last run").add_argument("name")
     sub.add_parser("rm", help="delete all versions of a bundle").add_argument("name")
     gc = sub.add_parser("gc", help="evict least recently used versions down to a size")
-    gc.add_argument("--max-size", default="10G")
+    gc.add_argument("--max-size", metavar="SIZE", help="default: $JUPYTER_COMPILE_CACHE_MAX_SIZE or 20G")
     export = sub.add_parser("export", help="write the newest version of NAME to one file")
     export.add_argument("name")
     export.add_argument("file")
@@ -39,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     hub.add_argument(
         "--hub", dest="hub_url", help="redis://[user:password@]host:port/db (default: $JUPYTER_COMPILE_CACHE_HUB)"
     )
-    hub.add_argument("--namespace", default=None)
+    hub.add_argument("--namespace", default=None, help="default: $JUPYTER_COMPILE_CACHE_NAMESPACE or 'default'")
     hub.add_argument("--ttl", type=int, default=None, help="seconds a pushed bundle lives")
     hub_sub = hub.add_subparsers(dest="hub_command", required=True)
     hub_sub.add_parser("ls")
@@ -67,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             print(f"removed {removed} version(s) of {args.name!r}")
         elif args.command == "gc":
-            evicted = store.gc(parse_size(args.max_size))
+            evicted = store.gc(parse_size(args.max_size) if args.max_size else session.settings.max_bytes)
             print(f"evicted {len(evicted)} version(s), {human_bytes(sum(e[2] for e in evicted))}")
         elif args.command == "export":
             versions = store.versions(args.name)
@@ -87,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def export_bundle(store, manifest: Manifest, path: str) -> None:  # noqa: ANN001 (LocalStore)
+def export_bundle(store: LocalStore, manifest: Manifest, path: str) -> None:
     data = json.dumps(manifest.to_json()).encode()
     with tarfile.open(path, "w") as tar:
         info = tarfile.TarInfo(EXPORT_MANIFEST)
@@ -96,7 +102,7 @@ def export_bundle(store, manifest: Manifest, path: str) -> None:  # noqa: ANN001
         tar.add(store.payload_path(manifest), arcname=EXPORT_PAYLOAD)
 
 
-def import_bundle(store, path: str) -> Manifest:  # noqa: ANN001 (LocalStore)
+def import_bundle(store: LocalStore, path: str) -> Manifest:
     """Read an exported file without extracting it: only the two expected regular members are read."""
     with tarfile.open(path, "r") as tar:
         members = {m.name: m for m in tar.getmembers()}
@@ -108,7 +114,7 @@ def import_bundle(store, path: str) -> Manifest:  # noqa: ANN001 (LocalStore)
 
 
 def _hub_command(args: argparse.Namespace, session: CompileCacheSession) -> int:
-    config = HubConfig.from_env(args.hub_url, args.namespace, args.ttl)
+    config = HubConfig.from_settings(session.settings, args.hub_url, args.namespace, args.ttl)
     if config is None:
         print("error: no hub: pass --hub redis://host:port/0 or set JUPYTER_COMPILE_CACHE_HUB", file=sys.stderr)
         return 2
@@ -132,22 +138,17 @@ def _hub_command(args: argparse.Namespace, session: CompileCacheSession) -> int:
             f"{len(pushed.chunk_sha256 or [])} chunks) to {hub.display_url}"
         )
     elif args.hub_command == "pull":
-        import tempfile
-
-        for m in hub.versions(args.name):
-            if fingerprint.incompatibility(m, now):
-                continue
-            check_signature(m, config.secret)
-            with tempfile.TemporaryFile() as buffer:
-                hub.pull(m, buffer)
-                buffer.seek(0)
-                local = store.adopt(m, buffer)
-            print(
-                f"pulled {args.name!r} version {local.version} ({human_bytes(local.payload_bytes)}) into {store.root}"
-            )
-            return 0
-        print(f"no bundle named {args.name!r} on the hub matches this machine", file=sys.stderr)
-        return 1
+        found = find(args.name, [HubSource(hub)], store, now=now)
+        for _source, exc in found.down:
+            raise exc
+        if found.manifest is None:
+            reasons = "".join(f"\n  {line}" for line in found.skipped)
+            print(f"no bundle named {args.name!r} on the hub matches this machine{reasons}", file=sys.stderr)
+            return 1
+        for line in found.skipped:
+            print(f"skipped {line}", file=sys.stderr)
+        local = found.manifest
+        print(f"pulled {args.name!r} version {local.version} ({human_bytes(local.payload_bytes)}) into {store.root}")
     elif args.hub_command == "rm":
         removed = hub.remove(args.name)
         print(f"removed {removed} version(s) of {args.name!r} from the hub")

@@ -1,4 +1,6 @@
-"""The shared hub: bundles on a team's Redis (a single server, a replica, or a cluster: keys use hash tags).
+"""The shared hub: bundles on a team's Redis: a single server, or a Redis Cluster (found by asking the node the URL
+names, so the same redis://host:port URL works for both; every key of one bundle shares a hash slot), in the clear
+or over TLS (rediss://host:port/0?ssl_ca_certs=/path/ca.pem, redis-py's URL parameters).
 
 Keys, for namespace NS, bundle NAME, fingerprint id FP and version V (all of one NAME share a cluster slot):
 
@@ -20,16 +22,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .bundle import DamagedBundle, Manifest
+
+if TYPE_CHECKING:
+    from .settings import CompileCache
 
 DEFAULT_CHUNK = 4 << 20
 PIPELINE_CHUNKS = 8  # chunks per round trip
@@ -95,24 +99,24 @@ class HubConfig:
     timeout: float = 10.0
 
     @classmethod
-    def from_env(cls, url: str | None = None, namespace: str | None = None, ttl: int | None = None) -> HubConfig | None:
-        url = url or os.environ.get("JUPYTER_COMPILE_CACHE_HUB")
+    def from_settings(
+        cls, settings: CompileCache, url: str | None = None, namespace: str | None = None, ttl: int | None = None
+    ) -> HubConfig | None:
+        """The hub of these settings, with a cell's or command's overrides; None when there is no hub."""
+        url = url or settings.hub
         if not url or url == "off":
             return None
-        secret = os.environ.get("JUPYTER_COMPILE_CACHE_SECRET")
         return cls(
             url=url,
-            namespace=namespace or os.environ.get("JUPYTER_COMPILE_CACHE_NAMESPACE") or "default",
-            secret=secret.encode() if secret else None,
-            ttl=ttl,
-            connect_timeout=float(os.environ.get("JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT", "2")),
-            timeout=float(os.environ.get("JUPYTER_COMPILE_CACHE_HUB_TIMEOUT", "10")),
+            namespace=namespace or settings.namespace,
+            secret=settings.secret.encode() if settings.secret else None,
+            ttl=ttl or settings.hub_ttl or None,
+            connect_timeout=settings.hub_connect_timeout,
+            timeout=settings.hub_timeout,
         )
 
 
 class RedisHub:
-    label = "hub"
-
     def __init__(self, config: HubConfig, clients: dict[tuple, Any] | None = None) -> None:
         self.config = config
         self._client: Any = None
@@ -130,23 +134,45 @@ class RedisHub:
         if self._client is None and self._clients is not None:
             self._client = self._clients.get(key)
         if self._client is None:
-            try:
-                import redis
-            except ImportError as exc:
-                raise HubError("the hub needs redis-py: pip install 'jupyter_compile_cache[hub]'") from exc
-            try:
-                self._client = redis.Redis.from_url(
-                    self.config.url,
-                    socket_connect_timeout=self.config.connect_timeout,
-                    socket_timeout=self.config.timeout,
-                    retry_on_timeout=False,
-                    health_check_interval=0,
-                )
-            except ValueError as exc:
-                raise HubError(f"bad hub URL {self.display_url}: {exc}") from None
+            self._client = self._connect()
             if self._clients is not None:
                 self._clients[key] = self._client
         return self._client
+
+    @property
+    def is_cluster(self) -> bool:
+        from redis.cluster import RedisCluster
+
+        return isinstance(self.client, RedisCluster)
+
+    def _connect(self) -> Any:
+        """A client for the URL: asks the node whether it belongs to a cluster (one round trip, once per URL)."""
+        try:
+            import redis
+        except ImportError as exc:
+            raise HubError("the hub needs redis-py: pip install 'jupyter_compile_cache[hub]'") from exc
+        options = {
+            "socket_connect_timeout": self.config.connect_timeout,
+            "socket_timeout": self.config.timeout,
+            "health_check_interval": 0,
+        }
+        try:
+            client = redis.Redis.from_url(self.config.url, retry_on_timeout=False, **options)
+        except ValueError as exc:
+            raise HubError(f"bad hub URL {self.display_url}: {exc}") from None
+        try:
+            cluster = bool(client.info("cluster").get("cluster_enabled"))
+        except redis.ResponseError:  # INFO refused (ACL, managed service): a single server
+            cluster = False
+        if not cluster:
+            return client
+        client.close()
+        from redis.backoff import NoBackoff
+        from redis.cluster import RedisCluster
+        from redis.retry import Retry
+
+        # One retry: a node that is down or stopped costs a bounded number of timeouts, never a hang.
+        return RedisCluster.from_url(self.config.url, retry=Retry(NoBackoff(), 1), **options)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         """Run a Redis operation; every failure becomes a HubError whose message never holds the password."""
@@ -154,10 +180,17 @@ class RedisHub:
 
         try:
             return fn()
+        except HubError:
+            raise
         except (TimeoutError, redis.RedisError, OSError) as exc:
             message = str(exc).replace(self.config.url, self.display_url)
             if "password" in message.lower() and "invalid" not in message.lower():
                 message = type(exc).__name__
+            if "CERTIFICATE_VERIFY_FAILED" in message:
+                message = (
+                    f"the hub's TLS certificate is not trusted ({message}); pass the CA that signed it in the URL: "
+                    "rediss://host:port/0?ssl_ca_certs=/path/to/ca.pem"
+                )
             raise HubError(f"hub {self.display_url}: {message or type(exc).__name__}") from None
 
     # -- keys -----------------------------------------------------------------------------------------------
@@ -176,7 +209,7 @@ class RedisHub:
     # -- reading ------------------------------------------------------------------------------------------------
     def ping(self) -> float:
         start = time.perf_counter()
-        self._call(self.client.ping)
+        self._call(lambda: self.client.ping())
         return time.perf_counter() - start
 
     def names(self) -> list[str]:
@@ -258,17 +291,28 @@ class RedisHub:
         ttl = self.config.ttl
 
         def commit() -> None:
-            pipe = self.client.pipeline(transaction=True)
+            # The names set is in another hash slot than the bundle's keys: add the name first, on its own (a name
+            # without versions lists nothing), so the commit below stays in one slot, which a cluster requires.
+            self.client.sadd(self._names_key(), name)
+            pipe = self.client.pipeline(transaction=self._transactions())
             for i in range(len(hashes)):
                 key = self._chunk_key(name, fp, version, i)
                 pipe.expire(key, ttl) if ttl else pipe.persist(key)
             pipe.set(self._manifest_key(name, fp, version), data, ex=ttl)
             pipe.zadd(f"{self._prefix(name)}:index", {f"{fp}:{version}": pushed.created})
-            pipe.sadd(self._names_key(), name)
             pipe.execute()
 
         self._call(commit)
         return pushed
+
+    def _transactions(self) -> bool:
+        """MULTI/EXEC for the commit; a cluster client of redis-py before 6 has none, and then the pipeline's order
+        (chunks kept, manifest, index entry) is the commit: a reader only sees a version through its index entry."""
+        if not self.is_cluster:
+            return True
+        import redis.cluster
+
+        return hasattr(redis.cluster, "TransactionStrategy")
 
     def remove(self, name: str, version: str | None = None) -> int:
         removed = 0
@@ -333,12 +377,12 @@ class Lease:
 
     def acquire(self) -> dict[str, Any] | None:
         """Take the lease; returns None on success, else the current holder's info."""
-        client = self.hub.client
-        if self.hub._call(lambda: client.set(self.key, self.token, nx=True, ex=self.ttl)):
+        hub = self.hub
+        if hub._call(lambda: hub.client.set(self.key, self.token, nx=True, ex=self.ttl)):
             self._thread = threading.Thread(target=self._renew, name="jcc-lease", daemon=True)
             self._thread.start()
             return None
-        raw = self.hub._call(lambda: client.get(self.key))
+        raw = hub._call(lambda: hub.client.get(self.key))
         try:
             return json.loads(raw) if raw else {"holder": "unknown", "since": time.time()}
         except ValueError:

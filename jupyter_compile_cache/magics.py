@@ -1,4 +1,7 @@
-"""The IPython magics: argument parsing and display only; the work is done by CompileCacheSession."""
+"""The IPython magics: argument parsing and display only; the work is done by CompileCacheSession.
+
+The usage lines and the magics' help (`%%compile_cache?`) are generated from the parsers below.
+"""
 
 from __future__ import annotations
 
@@ -7,78 +10,108 @@ import ast
 import dataclasses
 import functools
 import shlex
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from traitlets import TraitError
 
 from . import layers, report
-from .session import CellOptions, CompileCacheSession, check_name
-from .store import parse_size
-
-CELL_USAGE = "%%compile_cache NAME [--store DIR] [--no-restore] [--no-save] [--force-save] [--quiet] [--no-precompile]"
-LINE_USAGE = (
-    "%compile_cache status | list | explain NAME | rm NAME | gc [--max-size SIZE] | enable LAYER | disable LAYER "
-    "| hub URL|off|status | panel"
-)
+from .bundle import check_name
+from .records import CellOptions
+from .session import CompileCacheSession
+from .settings import parse_size
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (shown without a traceback) instead of exiting the kernel."""
+    """argparse that raises UsageError (shown without a traceback) instead of exiting the kernel, and keeps its
+    usage on one line (it is quoted in every error)."""
 
-    def __init__(self, *args: Any, usage_line: str = "", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, usage_line: Callable[[], str] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(prog, width=10_000))
         super().__init__(*args, add_help=False, **kwargs)
-        self.usage_line = usage_line
+        self.usage_line = usage_line or (lambda: self.format_usage().strip().removeprefix("usage: "))
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message}\nusage: {self.usage_line}")
+        raise UsageError(f"{message}\nusage: {self.usage_line()}")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise UsageError(f"{message or ''}\nusage: {self.usage_line}".strip())
+        raise UsageError(f"{message or ''}\nusage: {self.usage_line()}".strip())
 
 
-def _cell_parser() -> _Parser:
-    p = _Parser(prog="%%compile_cache", usage_line=CELL_USAGE)
-    p.add_argument("name")
-    p.add_argument("--store", default=None)
-    p.add_argument("--no-restore", dest="restore", action="store_false")
-    p.add_argument("--no-save", dest="save", action="store_false")
-    p.add_argument("--force-save", action="store_true")
-    p.add_argument("--quiet", action="store_true")
-    p.add_argument("--no-precompile", dest="precompile", action="store_false", default=None)
-    p.add_argument("--hub", default=None)
-    p.add_argument("--no-hub", action="store_true")
-    p.add_argument("--namespace", default=None)
-    p.add_argument("--ttl", type=int, default=None)
-    p.add_argument("--wait", type=float, default=0.0)
-    p.add_argument("--torch-remote", action="store_true")
+def cell_parser() -> _Parser:
+    p = _Parser(prog="%%compile_cache", description="Restore NAME before the cell, run it, save what it compiled.")
+    p.add_argument("name", metavar="NAME", help="the bundle: letters, digits, '.', '_', '-'")
+    p.add_argument("--store", metavar="DIR", default=None, help="another local store (default: CompileCache.store_dir)")
+    p.add_argument("--no-restore", dest="restore", action="store_false", help="compile cold, even if a bundle fits")
+    p.add_argument("--no-save", dest="save", action="store_false", help="save nothing")
+    p.add_argument("--force-save", action="store_true", help="save even if the cell compiled nothing new")
+    p.add_argument("--quiet", action="store_true", help="print nothing but warnings")
+    p.add_argument(
+        "--no-precompile", dest="precompile", action="store_false", default=None, help="Dynamo precompile off"
+    )
+    p.add_argument("--hub", metavar="URL", default=None, help="this cell's hub (default: CompileCache.hub)")
+    p.add_argument("--no-hub", action="store_true", help="local store only")
+    p.add_argument("--namespace", metavar="NS", default=None, help="hub namespace (default: CompileCache.namespace)")
+    p.add_argument("--ttl", metavar="SECONDS", type=int, default=None, help="how long the pushed bundle lives")
+    p.add_argument(
+        "--wait", metavar="SECONDS", type=float, default=0.0, help="wait for a collaborator compiling the same NAME"
+    )
+    p.add_argument("--torch-remote", action="store_true", help="point torch's own Redis caches at the hub too")
     return p
 
 
-def _line_parser() -> _Parser:
-    p = _Parser(prog="%compile_cache", usage_line=LINE_USAGE)
-    sub = p.add_subparsers(dest="command", parser_class=functools.partial(_Parser, usage_line=LINE_USAGE))
-    sub.add_parser("status")
-    sub.add_parser("list").add_argument("--store", default=None)
-    for command in ("explain", "rm"):
-        cmd = sub.add_parser(command)
-        cmd.add_argument("name")
-        cmd.add_argument("--store", default=None)
-    gc = sub.add_parser("gc")
-    gc.add_argument("--max-size", default="10G")
-    gc.add_argument("--store", default=None)
+def line_parser() -> _Parser:
+    p = _Parser(prog="%compile_cache", description="Inspect and manage the caches.", usage_line=line_usage)
+    sub = p.add_subparsers(
+        dest="command", parser_class=functools.partial(_Parser, usage_line=line_usage), metavar="COMMAND"
+    )
+    sub.add_parser("status", help="per-layer table: switches, entries on disk, this kernel's hits and misses")
+    sub.add_parser("list", help="bundles here and on the hub").add_argument("--store", metavar="DIR", default=None)
+    for command, text in (("explain", "why NAME would or would not restore here"), ("rm", "delete NAME")):
+        cmd = sub.add_parser(command, help=text)
+        cmd.add_argument("name", metavar="NAME")
+        cmd.add_argument("--store", metavar="DIR", default=None)
+    gc = sub.add_parser("gc", help="evict least recently used versions")
+    gc.add_argument("--max-size", metavar="SIZE", default=None, help="default: CompileCache.max_size")
+    gc.add_argument("--store", metavar="DIR", default=None)
     for command in ("enable", "disable"):
-        sub.add_parser(command).add_argument("layer")
-    sub.add_parser("hub").add_argument("target", nargs="?", default="status")
-    sub.add_parser("panel")
+        sub.add_parser(command, help=f"{command} one of torch's cache layers").add_argument("layer", metavar="LAYER")
+    sub.add_parser("hub", help="set the hub, turn it off, or check it").add_argument(
+        "target", metavar="URL|off|status", nargs="?", default="status"
+    )
+    sub.add_parser("panel", help="the ipywidgets panel")
     return p
 
 
-def _split(line: str, usage: str) -> list[str]:
+def cell_usage() -> str:
+    return cell_parser().usage_line()
+
+
+def line_usage() -> str:
+    """`%compile_cache status | list [--store DIR] | ...`, from the sub-parsers."""
+    p = line_parser()
+    action = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    commands = [sp.format_usage().strip().removeprefix("usage: %compile_cache ") for sp in action.choices.values()]
+    return "%compile_cache " + " | ".join(commands)
+
+
+def _split(line: str, usage: Callable[[], str]) -> list[str]:
     try:
         return shlex.split(line)
     except ValueError as exc:
-        raise UsageError(f"{exc}\nusage: {usage}") from None
+        raise UsageError(f"{exc}\nusage: {usage()}") from None
+
+
+def _with_help(parser: Callable[[], _Parser]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The magic's docstring (`%%compile_cache?`) is its parser's help."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.__doc__ = parser().format_help()
+        return fn
+
+    return decorate
 
 
 @magics_class
@@ -88,17 +121,10 @@ class CompileCacheMagics(Magics):
         self.session = session
 
     @cell_magic
+    @_with_help(cell_parser)
     def compile_cache(self, line: str, cell: str) -> Any:
-        """Restore NAME before the cell, run it, save what it compiled.
-
-        Usage: %%compile_cache NAME [--store DIR] [--no-restore] [--no-save] [--force-save] [--quiet]
-        [--no-precompile]
-        """
-        args = _cell_parser().parse_args(_split(line, CELL_USAGE))
-        try:
-            check_name(args.name)
-        except ValueError as exc:
-            raise UsageError(f"{exc}\nusage: {CELL_USAGE}") from None
+        args = cell_parser().parse_args(_split(line, cell_usage))
+        _valid(args.name, cell_usage)
         # The parser's destinations are named after CellOptions' fields.
         options = CellOptions(
             **{f.name: getattr(args, f.name) for f in dataclasses.fields(CellOptions) if f.name in args}
@@ -127,31 +153,27 @@ class CompileCacheMagics(Magics):
         return None
 
     @line_magic("compile_cache")
+    @_with_help(line_parser)
     def compile_cache_line(self, line: str) -> Any:
-        """Inspect and manage the caches.
-
-        Usage: %compile_cache status | list | explain NAME | rm NAME | gc [--max-size SIZE] | enable LAYER |
-        disable LAYER
-        """
-        args = _line_parser().parse_args(_split(line, LINE_USAGE))
+        args = line_parser().parse_args(_split(line, line_usage))
         session = self.session
         if args.command in (None, "status"):
             return report.StatusView(session.status())
         if args.command == "list":
             return report.BundleTable(session.bundles(args.store))
         if args.command == "explain":
-            return report.Explanation(session.explain(_valid(args.name), args.store))
+            return report.Explanation(session.explain(_valid(args.name, line_usage), args.store))
         if args.command == "rm":
-            removed = session.store(args.store).remove(_valid(args.name))
+            removed = session.store(args.store).remove(_valid(args.name, line_usage))
             if not removed:
                 raise UsageError(f"no bundle named {args.name!r} in {session.store(args.store).root}")
             print(f"compile_cache: removed {removed} version(s) of {args.name!r}")
             return None
         if args.command == "gc":
             try:
-                limit = parse_size(args.max_size)
+                limit = parse_size(args.max_size) if args.max_size else session.settings.max_bytes
             except ValueError as exc:
-                raise UsageError(f"{exc}\nusage: {LINE_USAGE}") from None
+                raise UsageError(f"{exc}\nusage: {line_usage()}") from None
             evicted = session.store(args.store).gc(limit)
             print(f"compile_cache: evicted {len(evicted)} version(s), {sum(e[2] for e in evicted)} bytes")
             return None
@@ -160,7 +182,7 @@ class CompileCacheMagics(Magics):
                 layer = session.set_layer(args.layer, args.command == "enable")
             except KeyError:
                 names = ", ".join(layer.name for layer in layers.LAYERS)
-                raise UsageError(f"unknown layer {args.layer!r}; layers: {names}\nusage: {LINE_USAGE}") from None
+                raise UsageError(f"unknown layer {args.layer!r}; layers: {names}\nusage: {line_usage()}") from None
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
             print(
@@ -176,24 +198,26 @@ class CompileCacheMagics(Magics):
             except ImportError as exc:
                 raise UsageError(f"the panel needs ipywidgets 8: pip install ipywidgets ({exc})") from None
             return Panel(session)
-        raise UsageError(f"unknown subcommand {args.command!r}\nusage: {LINE_USAGE}")
+        raise UsageError(f"unknown subcommand {args.command!r}\nusage: {line_usage()}")
 
     def _hub(self, target: str) -> Any:
-        session = self.session
+        """`hub URL` and `hub off` set CompileCache.hub for this session (as `%config` would)."""
+        settings = self.session.settings
         if target == "off":
-            session.hub_off, session.hub_url = True, None
+            settings.hub = ""
             print("compile_cache: hub off for this session")
             return None
         if target != "status":
-            if not target.startswith(("redis://", "rediss://", "unix://")):
-                raise UsageError(f"not a Redis URL: {target!r}\nusage: {LINE_USAGE}")
-            session.hub_off, session.hub_url = False, target
-        print(report.hub_line(session.hub_status(force=True)))
+            try:
+                settings.hub = target
+            except TraitError as exc:
+                raise UsageError(f"{exc}\nusage: {line_usage()}") from None
+        print(report.hub_line(self.session.hub_link.status(force=True)))
         return None
 
 
-def _valid(name: str) -> str:
+def _valid(name: str, usage: Callable[[], str]) -> str:
     try:
         return check_name(name)
     except ValueError as exc:
-        raise UsageError(f"{exc}\nusage: {LINE_USAGE}") from None
+        raise UsageError(f"{exc}\nusage: {usage()}") from None

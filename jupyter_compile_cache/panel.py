@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import fingerprint, layers
-from .session import CellReport, CompileCacheSession
+from .records import CellReport
+from .session import CompileCacheSession
 from .store import human_bytes
 
 
@@ -112,7 +113,10 @@ class Panel:
         self.session = session
         self._w = w
         self.header = w.HTML()
-        self.layer_box = w.VBox()
+        # One grid, so every row's cells line up whatever their content (an HBox per row drifts).
+        self.layer_box = w.GridBox(
+            layout=w.Layout(grid_template_columns=" ".join(width for _h, width in _LAYER_COLUMNS), align_items="center")
+        )
         self.bundle_box = w.VBox()
         self.chart = w.HTML()
         self.messages = w.Output(layout=w.Layout(max_height="160px", overflow="auto"))
@@ -174,11 +178,11 @@ class Panel:
         status = self.session.status()
         saved = saved_seconds(self.session)
         self.header.value = self._header_html(status, saved)
-        rows = [w.HBox([w.HTML(f"<b>{h}</b>", layout=w.Layout(width=wd)) for h, wd in _LAYER_COLUMNS])]
+        cells: list[Any] = [w.HTML(f"<b>{h}</b>") for h, _wd in _LAYER_COLUMNS]
         for row in status["layers"]:
             toggle = self.toggles.get(row["layer"])
             if toggle is None:
-                toggle = w.Checkbox(value=bool(row["enabled"]), indent=False, layout=w.Layout(width="30px"))
+                toggle = w.Checkbox(value=bool(row["enabled"]), indent=False, layout=w.Layout(width="auto"))
                 toggle.observe(self._guarded(lambda change, name=row["layer"]: self._toggled(name, change)), "value")
                 self.toggles[row["layer"]] = toggle
             toggle.disabled = not row["supported"] or row["switch"] is None
@@ -193,12 +197,8 @@ class Panel:
                 f"{saved['per_layer'].get(row['layer'], 0.0):.1f} s",
                 row["switch"] or "always on",
             ]
-            cells = [
-                w.HTML(html.escape(str(v)), layout=w.Layout(width=wd))
-                for v, (_h, wd) in zip(values, _LAYER_COLUMNS[1:])
-            ]
-            rows.append(w.HBox([toggle, *cells]))
-        self.layer_box.children = rows
+            cells += [toggle, *(w.HTML(html.escape(str(v))) for v in values)]
+        self.layer_box.children = cells
         self._refresh_bundles()
         self.chart.value = bar_chart_svg(saved["cells"])
 

@@ -8,13 +8,12 @@ subprocesses; on the GPU host (torch 2.11), loading a restored graph also import
 
 Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
 looks like it compiles (and every `%%compile_cache` cell) first waits for the imports to finish. The ISA probe
-goes on in the background: a GPU model never needs it, and a CPU compile that asks first simply computes it. Set
-JUPYTER_COMPILE_CACHE_PREWARM=0 to turn this off.
+goes on in the background: a GPU model never needs it, and a CPU compile that asks first simply computes it.
+`CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -26,20 +25,15 @@ COMPILE_HINT = re.compile(r"torch\.compile|_dynamo|_inductor|torch\.compiler|com
 
 
 class Prewarm:
-    def __init__(self) -> None:
+    def __init__(self, enabled: Callable[[], bool] = lambda: True) -> None:
+        self.enabled = enabled
         self.thread: threading.Thread | None = None
         self.imported = threading.Event()  # set once the compiler modules are imported (or failed to)
         self.import_seconds: float | None = None
-        self.seconds: float | None = None
-        self.error: str | None = None
         # Set by the session: restores the per-machine toolchain bundle, and lists the cache files.
         self.before_probe: Callable[[], None] | None = None
         self.listing: Callable[[], dict[str, tuple[int, int]]] | None = None
         self.created: list[str] = []  # cache files the ISA probe wrote (compiled test programs)
-
-    @staticmethod
-    def enabled() -> bool:
-        return os.environ.get("JUPYTER_COMPILE_CACHE_PREWARM", "1") not in ("0", "false", "no", "off")
 
     def start(self) -> None:
         if self.thread is not None or not self.enabled():
@@ -73,9 +67,8 @@ class Prewarm:
                 pick_vec_isa()  # cached by torch for the process
                 after = self.listing() if self.listing else {}
                 self.created = sorted(p for p, meta in after.items() if before.get(p) != meta)
-        except Exception as exc:  # prewarming is an optimisation: a failure only costs time later
-            self.error = f"{type(exc).__name__}: {exc}"
-        self.seconds = time.perf_counter() - start
+        except Exception:  # prewarming is an optimisation: a failure only costs time later
+            pass
 
     def join(self) -> None:
         """Wait for the imports only: the CPU ISA probe runs on (torch computes it itself if asked first)."""

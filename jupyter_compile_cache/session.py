@@ -1,38 +1,34 @@
 """The logic behind `%%compile_cache`: restore before a cell, watch it, save after it.
 
-One `CompileCacheSession` lives in each kernel. The magics, the panel, the CLI and the Python API all call it;
-it calls the bundle and store modules. Nothing here raises into the user's cell except the user's own exception:
-store and hub failures become warnings, and the cell's result stands.
+One `CompileCacheSession` lives in each kernel. The magics, the panel, the CLI and the Python API all call it.
+Reading top-down: a cell restores through `sources.find` (the local store, then the hub), runs under
+`capture.CellCapture`, and saves through `store.LocalStore` (then `HubLink.push`). Nothing here raises into the
+user's cell except the user's own exception: store and hub failures become warnings, and the cell's result stands.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, TextIO
 
 from . import bundle, capture, fingerprint, layers
-from .bundle import BundleError, Manifest, UnsafeBundle
-from .hub import Lease
-from .hub_link import HubLink, writer
+from .bundle import BundleError, Manifest, check_name
+from .hub import HubError, Lease, RedisHub
+from .hub_link import HubLink
 from .precompile import COUNTER_GROUP, PrecompileGuard
 from .prewarm import Prewarm
-from .store import LocalStore, human_bytes, parse_size
+from .records import CellOptions, CellReport, RestoreResult, writer
+from .settings import CompileCache
+from .sources import HubSource, LocalSource, Source, TransferBar, find
+from .store import LocalStore, human_bytes
 
 MIN_TORCH = (2, 7)
-
-
-def check_name(name: str) -> str:
-    """Bundle names: letters, digits, '._-', at most 128 characters, not only dots."""
-    if not isinstance(name, str) or not bundle.NAME_RE.match(name):
-        raise ValueError(f"invalid bundle name {name!r}: use letters, digits, '.', '_', '-' (at most 128 characters)")
-    return name
 
 
 def torch_problem() -> str | None:
@@ -48,75 +44,25 @@ def torch_problem() -> str | None:
     return None
 
 
-@dataclass
-class CellOptions:
-    store: str | None = None
-    restore: bool = True
-    save: bool = True
-    force_save: bool = False
-    quiet: bool = False
-    precompile: bool | None = None  # None: the session's default
-    whole_cache: bool = False  # bundle every file in the cache dirs, not only this block's (API `save`)
-    hub: str | None = None  # hub URL for this cell (else the session's / $JUPYTER_COMPILE_CACHE_HUB)
-    no_hub: bool = False
-    namespace: str | None = None
-    ttl: int | None = None
-    wait: float = 0.0  # seconds to wait for a collaborator who is compiling the same NAME
-    torch_remote: bool = False  # also point torch's own Redis caches (FX graph, AOTAutograd, autotune) at the hub
-
-
-@dataclass
-class RestoreResult:
-    name: str
-    source: str | None = None  # "local", "hub"; None when nothing was restored
-    version: str | None = None
-    files: int = 0
-    bytes: int = 0
-    seconds: float = 0.0
-    skipped: list[str] = field(default_factory=list)  # why versions were not used
-    uses_cpu_kernels: bool = False
-    hub_url: str | None = None  # redacted
-    pull_seconds: float = 0.0
-
-    @property
-    def restored(self) -> bool:
-        return self.source is not None
-
-
-@dataclass
-class CellReport:
-    name: str
-    ok: bool = True
-    restore: RestoreResult | None = None
-    saved_version: str | None = None
-    saved_bytes: int = 0
-    saved_files: int = 0
-    pushed: bool = False
-    body_seconds: float = 0.0
-    layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
-    stale_rejected: int = 0
-    precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
-    warnings: list[str] = field(default_factory=list)
-    finished: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class CompileCacheSession(HubLink):
-    def __init__(self, store_root: str | None = None, out: TextIO | None = None, err: TextIO | None = None) -> None:
-        self.store_root = store_root
-        self.hub_url: str | None = None  # `%compile_cache hub URL`; None: $JUPYTER_COMPILE_CACHE_HUB
-        self.hub_off = False  # `%compile_cache hub off`
-        self._hub_down_until: dict[str, float] = {}
-        self._hub_warned: set[str] = set()
-        self._trust_warned = False
-        self._hub_clients: dict[tuple, Any] = {}  # one Redis connection pool per hub URL (see RedisHub)
+class CompileCacheSession:
+    def __init__(
+        self,
+        store_root: str | None = None,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+        settings: CompileCache | None = None,
+    ) -> None:
+        self.settings = settings or CompileCache()
+        if store_root:
+            self.settings.store_dir = os.path.abspath(store_root)
         self._out = out
         self._err = err
-        self.precompile_default = True
+        self.settings.resolved()  # reads every environment variable now, so a bad one is told once, here
+        for problem in self.settings.env_problems:
+            self.warn(problem)
+        self.hub_link = HubLink(self.settings, self.warn, lambda: self.out)
         self.guard = PrecompileGuard(warn=self.warn)
-        self.prewarm = Prewarm()
+        self.prewarm = Prewarm(enabled=lambda: self.settings.prewarm)
         self.prewarm.before_probe = self._restore_toolchain
         self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
         self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
@@ -133,71 +79,59 @@ class CompileCacheSession(HubLink):
     def err(self) -> TextIO:
         return self._err or sys.stderr
 
+    @property
+    def precompile_default(self) -> bool:
+        return self.settings.precompile
+
     def warn(self, message: str, report: CellReport | None = None) -> None:
         print(f"compile_cache: warning: {message}", file=self.err)
         if report is not None:
             report.warnings.append(message)
 
     def store(self, root: str | None = None) -> LocalStore:
-        return LocalStore(root or self.store_root)
+        return LocalStore(root or self.settings.store_dir)
 
     def close(self) -> None:
-        """Undo everything this session changed in torch (used by %unload_ext)."""
+        """Undo everything this session changed in torch and the environment (used by %unload_ext)."""
         self.guard.uninstall()
+        self.hub_link.close()
         self.listeners.clear()
 
     # -- restore ------------------------------------------------------------------------------------------------
     def restore(
-        self,
-        name: str,
-        store_root: str | None = None,
-        quiet: bool = False,
-        report: CellReport | None = None,
-        options: CellOptions | None = None,
+        self, name: str, store_root: str | None = None, quiet: bool = False, options: CellOptions | None = None
     ) -> RestoreResult:
         """Restore the newest compatible version of NAME into torch's cache dirs: local store, then the hub."""
-        check_name(name)
+        opts = options or CellOptions(store=store_root, quiet=quiet)
+        return self._restore(check_name(name), opts, None, self.hub_link.for_cell(opts))
+
+    def _restore(self, name: str, opts: CellOptions, report: CellReport | None, hub: RedisHub | None) -> RestoreResult:
         result = RestoreResult(name)
-        store = self.store(store_root)
+        store = self.store(opts.store)
         start = time.perf_counter()
-        now = fingerprint.current()
         roots = capture.cache_roots()
-        versions = store.versions(name)
-        for problem in store.problems:
-            self.warn(problem, report)
-        store.problems.clear()
-        for manifest in versions:
-            reason = fingerprint.incompatibility(manifest, now)
-            if reason:
-                result.skipped.append(f"version {manifest.version}: incompatible ({reason})")
-                continue
-            try:
-                with store.open_payload(manifest) as payload:
-                    written = bundle.extract(payload, manifest, roots)
-            except FileNotFoundError:  # pruned by another kernel between listing and reading
-                continue
-            except BundleError as exc:
-                kind = "refused (unsafe)" if isinstance(exc, UnsafeBundle) else "damaged"
-                where = store.quarantine(manifest, str(exc))
-                self.warn(f"bundle {name!r} version {manifest.version} is {kind}: {exc}; moved to {where}", report)
-                result.skipped.append(f"version {manifest.version}: {kind}: {exc}")
-                continue
-            except OSError as exc:
-                self.warn(f"could not restore bundle {name!r} into {roots['inductor']}: {exc}", report)
-                result.skipped.append(f"version {manifest.version}: {exc}")
-                break
-            store.touch(manifest)
-            self._restored_paths[name] = written
-            result.source, result.version = "local", manifest.version
-            result.files, result.bytes = len(written), manifest.payload_bytes
+        sources: list[Source] = [LocalSource(store)] + ([HubSource(hub)] if hub is not None else [])
+
+        def bar(source: Source, _manifest: Manifest) -> TransferBar | None:
+            return TransferBar(f"pulling {name!r} from the hub", opts.quiet) if source.kind == "hub" else None
+
+        found = find(name, sources, store, lambda m, payload: bundle.extract(payload, m, roots), bar)
+        for source, exc in found.down:
+            if isinstance(source, HubSource):
+                self.hub_link.failed(source.hub, exc, report)
+        for message in found.warnings:
+            self.warn(message, report)
+        result.skipped = found.skipped
+        if found.manifest is not None and found.source is not None:
+            manifest = found.manifest
+            self._restored_paths[name] = found.installed
+            result.source, result.version = found.source.kind, manifest.version
+            result.files, result.bytes = len(found.installed), manifest.payload_bytes
             result.uses_cpu_kernels = manifest.uses_cpu_kernels
-            break
-        if not result.restored:
-            hub = self.hub_for(options or CellOptions(store=store_root))
-            if hub is not None:
-                self._restore_from_hub(hub, name, store, now, roots, result, report, quiet)
+            if isinstance(found.source, HubSource):
+                result.hub_url, result.pull_seconds = found.source.hub.display_url, found.fetch_seconds
         result.seconds = time.perf_counter() - start
-        if not quiet:
+        if not opts.quiet:
             if result.restored:
                 where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
                 pulled = f", pull {result.pull_seconds:.2f} s" if result.source == "hub" else ""
@@ -221,12 +155,14 @@ class CompileCacheSession(HubLink):
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
         precompile = precompile and PrecompileGuard.available()
         previous_precompile = self._set_precompile(precompile)
+        hub = self.hub_link.for_cell(opts)  # once per cell: restore, lease and push use the same hub
         try:
             if opts.restore:
-                report.restore = self.restore(name, opts.store, opts.quiet, report, opts)
-            lease = self._single_flight(name, opts, report)
+                report.restore = self._restore(name, opts, report, hub)
+            lease = self.hub_link.single_flight(hub, name, opts, report, lambda: self._restore(name, opts, report, hub))
             self._wait_for_prewarm(report.restore)
-            self._torch_remote(opts)
+            if opts.torch_remote and hub is not None:
+                self.hub_link.point_torch_at(hub)
             roots = capture.cache_roots()
             watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
             before = layers.counter_snapshot()
@@ -266,7 +202,7 @@ class CompileCacheSession(HubLink):
                 sum(n for layer_name, n in cell_files.new_by_layer.items() if layer_name != "pgo") > 0
             )
             if opts.save and cell_files.files and (compiled_new or opts.force_save):
-                self._save(name, cell_files, report, opts)
+                self._save(name, cell_files, report, opts, hub)
             if opts.save:
                 self._save_toolchain(opts.store, report)
             self._finish(report, opts.store)
@@ -327,7 +263,9 @@ class CompileCacheSession(HubLink):
         # Entries whose precompile failed in torch stay out of bundles (and out of the cache dir).
         return (compiled | (self.guard.loaded_keys - loaded_before)) - self.guard.refused_keys
 
-    def _save(self, name: str, cell_files: capture.CellFiles, report: CellReport, opts: CellOptions) -> None:
+    def _save(
+        self, name: str, cell_files: capture.CellFiles, report: CellReport, opts: CellOptions, hub: RedisHub | None
+    ) -> None:
         store = self.store(opts.store)
         stats = {"body_seconds": report.body_seconds, "layers": report.layers, "layer_bytes": cell_files.layer_bytes()}
         manifest = _new_manifest(name, fingerprint.current(), stats)
@@ -340,9 +278,8 @@ class CompileCacheSession(HubLink):
         report.saved_bytes = manifest.payload_bytes
         report.saved_files = len(manifest.members)
         self._enforce_size_cap(store, report)
-        hub = self.hub_for(opts)
         if hub is not None:
-            self._push(hub, store, manifest, report, opts.quiet)
+            self.hub_link.push(hub, store, manifest, report, opts.quiet)
 
     # -- the per-machine toolchain bundle ---------------------------------------------------------------------
     def toolchain_store(self, store_root: str | None = None) -> LocalStore:
@@ -380,12 +317,8 @@ class CompileCacheSession(HubLink):
             self.warn(f"could not save the CPU probe programs to {store.root}: {exc}", report)
 
     def _enforce_size_cap(self, store: LocalStore, report: CellReport) -> None:
-        """Evict least recently used versions past $JUPYTER_COMPILE_CACHE_MAX_SIZE (default 20G)."""
-        try:
-            cap = parse_size(os.environ.get("JUPYTER_COMPILE_CACHE_MAX_SIZE", "20G"))
-        except ValueError as exc:
-            self.warn(f"JUPYTER_COMPILE_CACHE_MAX_SIZE: {exc}", report)
-            return
+        """Evict least recently used versions past `CompileCache.max_size`."""
+        cap = self.settings.max_bytes
         try:
             evicted = store.gc(cap)
         except OSError as exc:
@@ -443,9 +376,10 @@ class CompileCacheSession(HubLink):
                 }
             )
         store = self.store()
-        hub = self.hub_status()
+        hub = self.hub_link.status()
         return {
             "hub": report_hub_line(hub) if hub.get("url") else None,
+            "settings": self.settings.resolved(),
             "cache_dir": roots["inductor"],
             "store": store.root,
             "store_bytes": store.total_bytes(),
@@ -460,15 +394,34 @@ class CompileCacheSession(HubLink):
         """Local bundles, then the hub's (when one is configured and answers)."""
         now = fingerprint.current(with_gpu=True)
         rows = [bundle_row(b.manifest, now, b.last_used, b.store) for b in self.store(store_root).bundles()]
-        hub = self.hub_for(CellOptions())
+        hub = self.hub_link.for_cell(CellOptions())
         if hub is not None:
-            from .hub import HubError
-
             try:
                 rows += [bundle_row(m, now, None, "hub") for name in hub.names() for m in hub.versions(name)]
             except HubError as exc:
-                self._hub_failed(hub, exc, None)
+                self.hub_link.failed(hub, exc, None)
         return rows
+
+    def push(self, name: str, store_root: str | None = None) -> str:
+        """Push the newest local version of NAME to the hub; returns what happened, in words."""
+        hub = self.hub_link.for_cell(CellOptions(store=store_root))
+        if hub is None:
+            return "no hub configured (CompileCache.hub, JUPYTER_COMPILE_CACHE_HUB or %compile_cache hub URL)"
+        store = self.store(store_root)
+        versions = store.versions(check_name(name))
+        if not versions:
+            return f"no local bundle named {name!r}"
+        report = CellReport(name)
+        self.hub_link.push(hub, store, versions[0], report, quiet=True)
+        return f"pushed {name!r} to {hub.display_url}" if report.pushed else f"push failed: {report.warnings[-1:]}"
+
+    def remove(self, name: str, version: str | None = None, where: str = "local") -> int:
+        """Delete NAME (one version or all) from the local store or the hub."""
+        check_name(name)
+        if where == "hub":
+            hub = self.hub_link.for_cell(CellOptions())
+            return hub.remove(name, version) if hub is not None else 0
+        return self.store().remove(name, version)
 
     def explain(self, name: str, store_root: str | None = None) -> dict[str, Any]:
         """Field by field why each version of NAME would or would not restore here, and the last run's layers."""
@@ -494,10 +447,10 @@ class CompileCacheSession(HubLink):
     def set_layer(self, layer_name: str, enabled: bool) -> layers.Layer:
         layer = layers.resolve(layer_name)
         if layer.name == "dynamo_precompile":
-            # Our cells switch precompile on per cell; the session default is what `disable` must change.
-            self.precompile_default = enabled
+            # Our cells switch precompile on per cell; the session's setting is what `disable` must change.
             if not PrecompileGuard.available():
                 raise ValueError("this torch has no Dynamo precompile (torch._dynamo.config.caching_precompile)")
+            self.settings.precompile = enabled
         layer.set_switch(enabled)
         return layer
 
@@ -536,20 +489,8 @@ def _new_manifest(name: str, now: dict[str, Any], stats: dict[str, Any]) -> Mani
         payload_sha256="",
         payload_bytes=0,
         members=[],
-        cell_sha256=_cell_hash(),
         stats=stats,
     )
-
-
-def _cell_hash() -> str:
-    try:
-        from IPython import get_ipython
-
-        ip = get_ipython()
-        cell = ip.user_ns.get("_ih", [""])[-1] if ip is not None else ""
-    except Exception:
-        cell = ""
-    return hashlib.sha256(cell.encode()).hexdigest()
 
 
 def _our_counter(name: str) -> int:

@@ -1,4 +1,4 @@
-"""Where bundles live: the storage protocol and the local store.
+"""The local store: bundles on this machine's disk (sources.py puts it and the hub behind one protocol).
 
 Layout of a local store (default: the user cache dir, never /tmp, which tmpfs and reboots wipe):
 
@@ -22,34 +22,14 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from . import bundle
 from .bundle import DamagedBundle, Manifest
+from .settings import default_store_dir
 
 DEFAULT_MAX_VERSIONS = 3
 PAYLOAD_SUFFIX = ".tar.zst"
-
-
-class BundleStore(Protocol):
-    """What the session needs from any place bundles are kept (local directory, Redis hub)."""
-
-    label: str
-
-    def versions(self, name: str) -> list[Manifest]: ...
-
-    def names(self) -> list[str]: ...
-
-    def remove(self, name: str, version: str | None = None) -> int: ...
-
-
-def default_root() -> str:
-    env = os.environ.get("JUPYTER_COMPILE_CACHE_DIR")
-    if env:
-        return os.path.abspath(os.path.expanduser(env))
-    import platformdirs
-
-    return platformdirs.user_cache_dir("jupyter_compile_cache", appauthor=False)
 
 
 @dataclass
@@ -60,10 +40,8 @@ class StoredBundle:
 
 
 class LocalStore:
-    label = "local"
-
     def __init__(self, root: str | None = None, max_versions: int = DEFAULT_MAX_VERSIONS) -> None:
-        self.root = os.path.abspath(root or default_root())
+        self.root = os.path.abspath(root or default_store_dir())
         self.max_versions = max_versions
         self.problems: list[str] = []  # manifests skipped while listing, for the caller to report
 
@@ -124,7 +102,7 @@ class LocalStore:
                     last_used = os.stat(self.manifest_path(manifest)).st_mtime
                 except OSError:
                     continue
-                out.append(StoredBundle(manifest, last_used, self.label))
+                out.append(StoredBundle(manifest, last_used, "local"))
         return out
 
     def open_payload(self, manifest: Manifest) -> IO[bytes]:
@@ -284,21 +262,6 @@ def _write_json_atomic(path: str, data: Any) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-def parse_size(text: str) -> int:
-    """'500M', '2G', '1.5GiB', '1000' -> bytes."""
-    units = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    s = text.strip().lower().removesuffix("ib").removesuffix("b")
-    num = s.rstrip("kmgt")
-    unit = s[len(num) :]
-    try:
-        value = float(num)
-    except ValueError:
-        raise ValueError(f"not a size: {text!r} (use e.g. 500M, 2G)") from None
-    if value < 0 or unit not in units:
-        raise ValueError(f"not a size: {text!r} (use e.g. 500M, 2G)")
-    return int(value * units[unit])
 
 
 def human_bytes(n: float) -> str:

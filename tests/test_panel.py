@@ -6,13 +6,18 @@ import pytest
 import torch
 
 from jupyter_compile_cache.panel import Panel, bar_chart_svg
-from jupyter_compile_cache.session import CellOptions, CompileCacheSession
+from jupyter_compile_cache.records import CellOptions
+from jupyter_compile_cache.session import CompileCacheSession
 
 
 def _row(panel, title):
-    for row in panel.layer_box.children[1:]:
-        if row.children[1].value == title:
-            return [c.value for c in row.children[1:]]
+    width = len(panel.layer_box.layout.grid_template_columns.split())
+    cells = panel.layer_box.children
+    rows = [cells[i : i + width] for i in range(width, len(cells), width)]  # the first row is the header
+    assert all(len(row) == width for row in rows)  # a full grid: every column lines up
+    for row in rows:
+        if row[1].value == title:
+            return [c.value for c in row[1:]]
     raise AssertionError(title)
 
 

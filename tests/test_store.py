@@ -11,7 +11,8 @@ import pytest
 
 from jupyter_compile_cache import bundle
 from jupyter_compile_cache.bundle import Manifest
-from jupyter_compile_cache.store import LocalStore, parse_size
+from jupyter_compile_cache.settings import parse_size
+from jupyter_compile_cache.store import LocalStore
 
 
 def _manifest(name="m", fp="a" * 12):
@@ -142,7 +143,8 @@ def test_manifest_json_round_trip(tmp_path):
 
 
 def test_session_enforces_the_store_size_cap(tmp_path, monkeypatch, capsys):
-    from jupyter_compile_cache.session import CellReport, CompileCacheSession
+    from jupyter_compile_cache.records import CellReport
+    from jupyter_compile_cache.session import CompileCacheSession
 
     store = LocalStore(str(tmp_path / "s"))
     old = _write(store, tmp_path, name="old", size=200_000)

@@ -1,0 +1,75 @@
+"""What a `%%compile_cache` cell asks for and what it did: the plain records the session hands to the magics, the
+panel, the CLI and scripts. No behaviour here, so every layer can import it."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def writer() -> str:
+    """user@host, recorded in manifests and hub leases."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@dataclass
+class CellOptions:
+    """One cell's options; None means the session's setting (`CompileCache.<name>`)."""
+
+    store: str | None = None
+    restore: bool = True
+    save: bool = True
+    force_save: bool = False
+    quiet: bool = False
+    precompile: bool | None = None
+    whole_cache: bool = False  # bundle every file in the cache dirs, not only this block's (API `save`)
+    hub: str | None = None
+    no_hub: bool = False
+    namespace: str | None = None
+    ttl: int | None = None
+    wait: float = 0.0  # seconds to wait for a collaborator who is compiling the same NAME
+    torch_remote: bool = False  # also point torch's own Redis caches (FX graph, AOTAutograd, autotune) at the hub
+
+
+@dataclass
+class RestoreResult:
+    name: str
+    source: str | None = None  # "local", "hub"; None when nothing was restored
+    version: str | None = None
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # why versions were not used
+    uses_cpu_kernels: bool = False
+    hub_url: str | None = None  # redacted
+    pull_seconds: float = 0.0
+
+    @property
+    def restored(self) -> bool:
+        return self.source is not None
+
+
+@dataclass
+class CellReport:
+    name: str
+    ok: bool = True
+    restore: RestoreResult | None = None
+    saved_version: str | None = None
+    saved_bytes: int = 0
+    saved_files: int = 0
+    pushed: bool = False
+    body_seconds: float = 0.0
+    layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
+    stale_rejected: int = 0
+    precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
+    warnings: list[str] = field(default_factory=list)
+    finished: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
