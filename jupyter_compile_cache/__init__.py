@@ -99,10 +99,19 @@ def save(name: str, store: str | None = None, quiet: bool = False) -> CellReport
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Panel":  # imported lazily: ipywidgets is only needed for the panel
+    # Imported lazily: `import jupyter_compile_cache` stays cheap, and ipywidgets is only needed for the panel.
+    if name == "Panel":
         from .panel import Panel
 
         return Panel
+    if name in ("CellOptions", "CellReport", "RestoreResult"):
+        from . import records
+
+        return getattr(records, name)
+    if name == "CompileCache":
+        from .settings import CompileCache
+
+        return CompileCache
     raise AttributeError(name)
 
 

@@ -145,6 +145,15 @@ class RedisHub:
 
         return isinstance(self.client, RedisCluster)
 
+    def _of(self, name: str) -> Any:
+        """The client for NAME's keys. On a cluster: the node serving their one hash slot, as a plain client, so
+        pipelines and MULTI/EXEC work as on a single server, and a hung node costs one timeout per round trip
+        (the cluster client's pipeline retries each command of a failed pipeline on its own)."""
+        client = self.client
+        if not self.is_cluster:
+            return client
+        return client.get_node_from_key(f"{self._prefix(name)}:index").redis_connection
+
     def _connect(self) -> Any:
         """A client for the URL: asks the node whether it belongs to a cluster (one round trip, once per URL)."""
         try:
@@ -218,11 +227,11 @@ class RedisHub:
     def versions(self, name: str) -> list[Manifest]:
         """Committed versions of NAME, newest first (signatures are checked by the caller, who reports them)."""
         prefix = self._prefix(name)
-        entries = self._call(lambda: self.client.zrevrange(f"{prefix}:index", 0, 50))
+        entries = self._call(lambda: self._of(name).zrevrange(f"{prefix}:index", 0, 50))
         out = []
         for entry in entries:
             fp, _, version = entry.decode().partition(":")
-            raw = self._call(lambda fp=fp, version=version: self.client.get(self._manifest_key(name, fp, version)))
+            raw = self._call(lambda fp=fp, version=version: self._of(name).get(self._manifest_key(name, fp, version)))
             if raw is None:  # expired or removed
                 continue
             try:
@@ -243,7 +252,7 @@ class RedisHub:
             indices = range(start, min(start + PIPELINE_CHUNKS, len(chunks)))
 
             def fetch(indices: range = indices) -> list[bytes | None]:
-                pipe = self.client.pipeline(transaction=False)
+                pipe = self._of(manifest.name).pipeline(transaction=False)
                 for i in indices:
                     pipe.get(self._chunk_key(manifest.name, manifest.fingerprint_id, manifest.version, i))
                 return pipe.execute()
@@ -274,7 +283,7 @@ class RedisHub:
                 base = len(hashes)
 
                 def send(batch: list[bytes] = batch, base: int = base) -> None:
-                    pipe = self.client.pipeline(transaction=False)
+                    pipe = self._of(name).pipeline(transaction=False)
                     for offset, data in enumerate(batch):
                         pipe.set(self._chunk_key(name, fp, version, base + offset), data, ex=ORPHAN_TTL)
                     pipe.execute()
@@ -292,9 +301,9 @@ class RedisHub:
 
         def commit() -> None:
             # The names set is in another hash slot than the bundle's keys: add the name first, on its own (a name
-            # without versions lists nothing), so the commit below stays in one slot, which a cluster requires.
+            # without versions lists nothing), so the commit below stays in the bundle's slot.
             self.client.sadd(self._names_key(), name)
-            pipe = self.client.pipeline(transaction=self._transactions())
+            pipe = self._of(name).pipeline(transaction=True)
             for i in range(len(hashes)):
                 key = self._chunk_key(name, fp, version, i)
                 pipe.expire(key, ttl) if ttl else pipe.persist(key)
@@ -305,32 +314,23 @@ class RedisHub:
         self._call(commit)
         return pushed
 
-    def _transactions(self) -> bool:
-        """MULTI/EXEC for the commit; a cluster client of redis-py before 6 has none, and then the pipeline's order
-        (chunks kept, manifest, index entry) is the commit: a reader only sees a version through its index entry."""
-        if not self.is_cluster:
-            return True
-        import redis.cluster
-
-        return hasattr(redis.cluster, "TransactionStrategy")
-
     def remove(self, name: str, version: str | None = None) -> int:
         removed = 0
         prefix = self._prefix(name)
-        for entry in self._call(lambda: self.client.zrange(f"{prefix}:index", 0, -1)):
+        for entry in self._call(lambda: self._of(name).zrange(f"{prefix}:index", 0, -1)):
             fp, _, v = entry.decode().partition(":")
             if version not in (None, v):
                 continue
             self._delete_version(name, fp, v)
             removed += 1
         if version is None:
-            self._call(lambda: self.client.unlink(f"{prefix}:index"))
+            self._call(lambda: self._of(name).unlink(f"{prefix}:index"))
             self._call(lambda: self.client.srem(self._names_key(), name))
         return removed
 
     def _delete_version(self, name: str, fp: str, version: str) -> None:
         prefix = self._prefix(name)
-        raw = self._call(lambda: self.client.get(self._manifest_key(name, fp, version)))
+        raw = self._call(lambda: self._of(name).get(self._manifest_key(name, fp, version)))
         count = 0
         if raw is not None:
             try:
@@ -338,11 +338,11 @@ class RedisHub:
             except ValueError:
                 count = 0
         # manifest first: from then on no reader picks the version up
-        self._call(lambda: self.client.unlink(self._manifest_key(name, fp, version)))
+        self._call(lambda: self._of(name).unlink(self._manifest_key(name, fp, version)))
         keys = [self._chunk_key(name, fp, version, i) for i in range(count)]
         if keys:
-            self._call(lambda: self.client.unlink(*keys))
-        self._call(lambda: self.client.zrem(f"{prefix}:index", f"{fp}:{version}"))
+            self._call(lambda: self._of(name).unlink(*keys))
+        self._call(lambda: self._of(name).zrem(f"{prefix}:index", f"{fp}:{version}"))
 
     def gc(self, keep: int = 3) -> int:
         """Keep the newest `keep` versions per name and fingerprint; drop index entries whose manifest expired."""
@@ -350,14 +350,14 @@ class RedisHub:
         for name in self.names():
             seen: dict[str, int] = {}
             prefix = self._prefix(name)
-            for entry in self._call(lambda prefix=prefix: self.client.zrevrange(f"{prefix}:index", 0, -1)):
+            for entry in self._call(lambda n=name, p=prefix: self._of(n).zrevrange(f"{p}:index", 0, -1)):
                 fp, _, version = entry.decode().partition(":")
-                exists = self._call(lambda n=name, f=fp, v=version: self.client.exists(self._manifest_key(n, f, v)))
+                exists = self._call(lambda n=name, f=fp, v=version: self._of(n).exists(self._manifest_key(n, f, v)))
                 seen[fp] = seen.get(fp, 0) + 1
                 if not exists or seen[fp] > keep:
                     self._delete_version(name, fp, version)
                     removed += 1
-            if not self._call(lambda prefix=prefix: self.client.zcard(f"{prefix}:index")):
+            if not self._call(lambda n=name, p=prefix: self._of(n).zcard(f"{p}:index")):
                 self._call(lambda n=name: self.client.srem(self._names_key(), n))
         return removed
 

@@ -105,10 +105,12 @@ def _split(line: str, usage: Callable[[], str]) -> list[str]:
 
 
 def _with_help(parser: Callable[[], _Parser]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The magic's docstring (`%%compile_cache?`) is its parser's help."""
+    """The magic's docstring (`%%compile_cache?`) is its parser's help, headed by the one-line usage."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn.__doc__ = parser().format_help()
+        p = parser()
+        _usage, _, rest = p.format_help().partition("\n\n")
+        fn.__doc__ = f"usage: {p.usage_line()}\n\n{rest}"
         return fn
 
     return decorate

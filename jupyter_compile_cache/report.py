@@ -168,7 +168,15 @@ class Explanation(_View):
 
 def hub_line(info: dict[str, Any]) -> str:
     if not info.get("url"):
-        return "compile_cache: no hub (set JUPYTER_COMPILE_CACHE_HUB or %compile_cache hub redis://host:port/0)"
-    state = f"reachable, {info['latency_ms']:.1f} ms" if info.get("reachable") else f"unreachable: {info.get('error')}"
+        return (
+            "compile_cache: no hub (%compile_cache hub redis://host:port/0, %config CompileCache.hub = ..., or "
+            "JUPYTER_COMPILE_CACHE_HUB)"
+        )
+    kind = "Redis Cluster, " if info.get("cluster") else ""
+    state = (
+        f"reachable ({kind}{info['latency_ms']:.1f} ms)"
+        if info.get("reachable")
+        else f"unreachable: {info.get('error')}"
+    )
     signed = "bundles signed with the team secret" if info.get("signed") else "no team secret: pulled bundles trusted"
     return f"compile_cache: hub {info['url']} namespace {info['namespace']!r}: {state}; {signed}"

@@ -8,7 +8,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from kernels import Kernel  # noqa: E402
-from redis_server import RedisServer  # noqa: E402
+from redis_server import RedisClusterServers, RedisServer, TlsRedisServer  # noqa: E402
 from redis_server import free_port as _free_port
 
 
@@ -40,6 +40,24 @@ def redis_server(tmp_path):
     workdir = tmp_path / "redis"
     workdir.mkdir()
     server = RedisServer(workdir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    workdir = tmp_path / "cluster"
+    workdir.mkdir()
+    cluster = RedisClusterServers(workdir)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def tls_redis(tmp_path):
+    workdir = tmp_path / "tls"
+    workdir.mkdir()
+    server = TlsRedisServer(workdir)
     yield server
     server.stop()
 

@@ -26,22 +26,30 @@ def _collaborator(kernel_factory, tmp_path, who, hub_url, **env):
     return k
 
 
-def test_colleague_restores_from_the_hub_with_no_misses(kernel_factory, tmp_path, redis_server):
+@pytest.mark.parametrize("hub_kind", ["server", "cluster"])
+def test_colleague_restores_from_the_hub_with_no_misses(kernel_factory, tmp_path, request, hub_kind):
     secret = {"JUPYTER_COMPILE_CACHE_SECRET": "team-secret"}
-    alice = _collaborator(kernel_factory, tmp_path, "alice", redis_server.url, **secret)
+    if hub_kind == "cluster":  # a 3-master Redis Cluster; Alice and Bob were given different nodes' addresses
+        cluster = request.getfixturevalue("redis_cluster")
+        alice_url, bob_url = cluster.url(0), cluster.url(2)
+    else:
+        alice_url = bob_url = request.getfixturevalue("redis_server").url
+    alice = _collaborator(kernel_factory, tmp_path, "alice", alice_url, **secret)
     out = alice.run(COMPILE.format(name="net", options="")).check()
     assert "MATCHES_EAGER True" in out.stdout and "saved" in out.stdout and "the hub" in out.stdout
+    assert "warning" not in out.stderr  # on a cluster too (it once warned "Keys in request don't hash...")
     assert alice.counters()["inductor"]["fxgraph_cache_miss"] >= 1
 
-    bob = _collaborator(kernel_factory, tmp_path, "bob", redis_server.url, **secret)
+    bob = _collaborator(kernel_factory, tmp_path, "bob", bob_url, **secret)
     out = bob.run(COMPILE.format(name="net", options="")).check()
-    assert "MATCHES_EAGER True" in out.stdout
-    assert f"restored 'net' from the hub {redis_server.url}" in out.stdout
+    assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
+    assert f"restored 'net' from the hub {bob_url}" in out.stdout
     assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
     # written through: Bob's next kernel restores from his own local store
     assert LocalStore(str(tmp_path / "store_bob")).versions("net")
     status = bob.run("%compile_cache hub status").check().stdout
     assert "reachable" in status and "signed" in status
+    assert ("cluster" in status) == (hub_kind == "cluster")
     listing = repr(bob.run("%compile_cache list").check().results)
     assert "hub" in listing and "local" in listing
 
@@ -68,6 +76,15 @@ def test_hub_down_warns_once_and_the_local_store_still_works(kernel_factory, tmp
     assert LocalStore(str(tmp_path / "store_solo")).versions("net")  # local save kept
     again = k.run(COMPILE.format(name="other", options="")).check()
     assert "carrying on without the hub" not in again.stderr  # warned once, then skipped quickly
+
+
+def test_hub_with_an_untrusted_tls_certificate_warns_and_the_cell_saves_locally(kernel_factory, tmp_path, tls_redis):
+    k = _collaborator(kernel_factory, tmp_path, "solo", tls_redis.url_with(tls_redis.wrong_ca))
+    out = k.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "saved" in out.stdout
+    assert out.stderr.count("TLS certificate is not trusted") == 1 and "ssl_ca_certs" in out.stderr
+    assert LocalStore(str(tmp_path / "store_solo")).versions("net")
+    assert tls_redis.client_tls().keys("*") == []  # nothing reached the hub
 
 
 def test_second_collaborator_waits_for_the_first_ones_bundle(kernel_factory, tmp_path, redis_server):

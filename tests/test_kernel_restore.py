@@ -214,27 +214,6 @@ def test_unwritable_store_warns_and_the_cells_result_stands(kernel_factory, dirs
     assert k.value("float(y.sum())") == pytest.approx(k.value("float(expected.sum())"), rel=1e-5)
 
 
-def test_usage_errors_show_the_usage_line(kernel_factory, dirs):
-    k = _start(kernel_factory, dirs)
-    for line in (
-        "%%compile_cache ../evil\npass",
-        "%%compile_cache ok --frobnicate\npass",
-        "%%compile_cache\npass",
-        "%%compile_cache " + "x" * 129 + "\npass",
-    ):
-        out = k.run(line)
-        assert out.usage_error and "usage: %%compile_cache NAME" in out.usage_error, (line, out.output)
-    for line in (
-        "%compile_cache frobnicate",
-        "%compile_cache enable nosuchlayer",
-        "%compile_cache explain a/b",
-        "%compile_cache gc --max-size lots",
-    ):
-        out = k.run(line)
-        assert out.usage_error and "usage: %compile_cache" in out.usage_error, (line, out.output)
-    assert k.value("1") == 1  # the kernel is fine
-
-
 def test_status_list_explain_enable_disable(kernel_factory, dirs):
     k = _start(kernel_factory, dirs)
     _compile(k)

@@ -1,0 +1,82 @@
+"""The hub on a real 3-master Redis Cluster and on a real redis-server over TLS (certificates made by openssl)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+
+import pytest
+from test_hub import _hub, _local_bundle, _pull_bytes
+
+from jupyter_compile_cache.hub import HubError
+
+
+def test_cluster_works_from_any_nodes_url_and_keeps_a_bundle_in_one_slot(tmp_path, redis_cluster):
+    store, manifest = _local_bundle(tmp_path, size=3 << 20)
+    writer = _hub(redis_cluster.url(0))
+    assert writer.is_cluster  # found by asking the node, from a plain redis:// URL
+    writer.push(manifest, store.payload_path(manifest))
+    with open(store.payload_path(manifest), "rb") as f:
+        payload = f.read()
+    for node in (1, 2):  # a colleague who was given another node's address
+        reader = _hub(redis_cluster.url(node))
+        [listed] = reader.versions("net")
+        assert _pull_bytes(reader, listed) == payload
+        assert reader.names() == ["net"]
+
+    client = writer.client
+    keys = [k.decode() for k in client.keys("jcc:{default/net}*", target_nodes=client.ALL_NODES)]
+    assert len(keys) >= 3 + 2  # chunks, manifest, index
+    assert len({client.keyslot(k) for k in keys}) == 1  # one hash slot: one node serves the whole bundle
+
+    lease = writer.lease("net", "f" * 12, "alice@a")  # single flight works there too
+    assert lease.acquire() is None
+    assert _hub(redis_cluster.url(2)).lease("net", "f" * 12, "bob@b").acquire()["holder"] == "alice@a"
+    lease.release()
+    assert writer.remove("net") == 1 and _hub(redis_cluster.url(1)).versions("net") == []
+
+
+def test_cluster_node_stopped_mid_pull_is_a_bounded_error(tmp_path, redis_cluster):
+    store, manifest = _local_bundle(tmp_path, size=6 << 20)
+    hub = _hub(redis_cluster.url(0), chunk_size=128 << 10, timeout=1.0, connect_timeout=1.0)
+    hub.push(manifest, store.payload_path(manifest))
+    [listed] = hub.versions("net")
+    owner = redis_cluster.node_for_slot(hub.client.keyslot("jcc:{default/net}:index"))
+    stopped = []
+
+    def stop_owner(done, total):
+        if not stopped:
+            os.kill(owner.proc.pid, signal.SIGSTOP)  # hung, not dead: the worst case for a client
+            stopped.append(True)
+
+    start = time.time()
+    try:
+        with pytest.raises(HubError) as caught:
+            hub.pull(listed, io.BytesIO(), progress=stop_owner)
+    finally:
+        os.kill(owner.proc.pid, signal.SIGCONT)
+    assert stopped and time.time() - start < 5, time.time() - start  # about one timeout, not one per chunk
+    assert "hub redis://127.0.0.1" in str(caught.value)
+
+
+def test_tls_round_trip_with_the_ca_named_in_the_url(tmp_path, tls_redis):
+    store, manifest = _local_bundle(tmp_path)
+    hub = _hub(tls_redis.url)
+    assert hub.config.url.startswith("rediss://")
+    hub.push(manifest, store.payload_path(manifest))
+    [listed] = hub.versions("net")
+    with open(store.payload_path(manifest), "rb") as f:
+        assert _pull_bytes(hub, listed) == f.read()
+
+
+def test_tls_with_a_wrong_ca_is_refused_with_a_clear_message(tmp_path, tls_redis):
+    hub = _hub(tls_redis.url_with(tls_redis.wrong_ca))
+    with pytest.raises(HubError) as caught:
+        hub.versions("net")
+    message = str(caught.value)
+    assert "TLS certificate is not trusted" in message and "ssl_ca_certs" in message
+    plain = _hub(f"redis://127.0.0.1:{tls_redis.tls_port}/0", timeout=2.0)  # TLS port, no TLS: an error, no hang
+    with pytest.raises(HubError):
+        plain.versions("net")
