@@ -19,7 +19,7 @@ setup:
 # printed a UsageError, which nbval alone lets pass: nbval#147).
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
-	$(BIN)/python -m pytest $(NBVAL) tests $(NOTEBOOKS)
+	$(BIN)/python -m pytest --durations=12 $(NBVAL) tests $(NOTEBOOKS)
 
 notebooks:
 	$(BIN)/python example_notebooks/make_notebooks.py --execute
