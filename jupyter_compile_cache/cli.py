@@ -19,7 +19,7 @@ from .bundle import BundleError, Manifest, check_name
 from .hub import HubConfig, HubError, RedisHub
 from .session import CompileCacheSession, bundle_row
 from .settings import parse_size
-from .sources import HubSource, find
+from .sources import HubSource, TransferBar, find
 from .store import LocalStore, human_bytes
 
 EXPORT_MANIFEST = "manifest.json"
@@ -132,13 +132,23 @@ def _hub_command(args: argparse.Namespace, session: CompileCacheSession) -> int:
         if not versions:
             print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
             return 1
-        pushed = hub.push(versions[0], store.payload_path(versions[0]))
+        bar = TransferBar(f"pushing {args.name!r}", stream=sys.stderr)
+        try:
+            pushed = HubSource(hub).push(versions[0], store, bar)
+        finally:
+            bar.close()
         print(
             f"pushed {args.name!r} version {pushed.version} ({human_bytes(pushed.payload_bytes)}, "
             f"{len(pushed.chunk_sha256 or [])} chunks) to {hub.display_url}"
         )
     elif args.hub_command == "pull":
-        found = find(args.name, [HubSource(hub)], store, now=now)
+        found = find(
+            args.name,
+            [HubSource(hub)],
+            store,
+            progress=lambda _source, m: TransferBar(f"pulling {m.name!r}", stream=sys.stderr),
+            now=now,
+        )
         for _source, exc in found.down:
             raise exc
         if found.manifest is None:

@@ -50,7 +50,7 @@ class HubLink:
         if opts.no_hub:
             return None
         config = HubConfig.from_settings(self.settings, opts.hub, opts.namespace, opts.ttl)
-        if config is None or self._down_until.get(config.url, 0) > time.time():
+        if config is None or self._is_down(config.url):
             return None
         if config.secret is None and not self._trust_warned:
             self._trust_warned = True
@@ -60,6 +60,9 @@ class HubLink:
                 None,
             )
         return RedisHub(config, self._clients)
+
+    def _is_down(self, url: str) -> bool:
+        return self._down_until.get(url, 0) > time.time()
 
     def failed(self, hub: RedisHub, exc: Exception, report: CellReport | None) -> None:
         self._down_until[hub.config.url] = time.time() + DOWN_SECONDS
@@ -80,7 +83,7 @@ class HubLink:
             return {"url": None}
         hub = RedisHub(config, self._clients)
         info: dict[str, Any] = {"url": hub.display_url, "namespace": config.namespace, "signed": bool(config.secret)}
-        if not force and self._down_until.get(config.url, 0) > time.time():
+        if not force and self._is_down(config.url):
             info["reachable"], info["error"] = False, "unreachable a moment ago (not retried yet)"
             return info
         try:
@@ -94,6 +97,8 @@ class HubLink:
 
     # -- push and single flight ---------------------------------------------------------------------------------
     def push(self, hub: RedisHub, store: LocalStore, manifest: Manifest, report: CellReport, quiet: bool) -> None:
+        if self._is_down(hub.config.url):  # it failed earlier in this cell: don't pay its timeout again
+            return
         bar = TransferBar(f"pushing {manifest.name!r} to the hub", quiet)
         try:
             HubSource(hub).push(manifest, store, bar)
@@ -114,6 +119,8 @@ class HubLink:
         """If nothing was restored, take NAME's lease on the hub, or wait (`--wait`) for the collaborator who holds
         it, calling `restore` every second until their bundle arrives."""
         if hub is None or not opts.save or (report.restore is not None and report.restore.restored):
+            return None
+        if self._is_down(hub.config.url):  # the restore just found it down
             return None
         fp = fingerprint.digest(fingerprint.current())
         try:

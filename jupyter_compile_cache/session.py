@@ -406,7 +406,10 @@ class CompileCacheSession:
         """Push the newest local version of NAME to the hub; returns what happened, in words."""
         hub = self.hub_link.for_cell(CellOptions(store=store_root))
         if hub is None:
-            return "no hub configured (CompileCache.hub, JUPYTER_COMPILE_CACHE_HUB or %compile_cache hub URL)"
+            return (
+                "no hub: none configured (CompileCache.hub, JUPYTER_COMPILE_CACHE_HUB or %compile_cache hub URL), "
+                "or it failed less than a minute ago"
+            )
         store = self.store(store_root)
         versions = store.versions(check_name(name))
         if not versions:

@@ -261,3 +261,32 @@ def test_passwords_never_appear_in_messages(tmp_path):
         assert "***" in str(info.value) or "alice" in str(info.value)
     finally:
         server.stop()
+
+
+def test_cli_pull_walks_the_same_checks_as_a_cell(tmp_path, redis_server, monkeypatch, capsys):
+    from jupyter_compile_cache import cli, fingerprint
+
+    store, manifest = _local_bundle(tmp_path, name="clinet")
+    here = fingerprint.current()  # made on this machine, so it fits
+    manifest.fingerprint, manifest.fingerprint_id = here, fingerprint.digest(here)
+    mine = LocalStore(str(tmp_path / "mine"))
+    with store.open_payload(manifest) as payload:
+        mine.adopt(manifest, payload)
+    foreign_store, foreign = _local_bundle(tmp_path, name="clinet")  # newer, made for another torch
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB", redis_server.url)
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_SECRET", "ours")
+    assert cli.main(["--store", mine.root, "hub", "push", "clinet"]) == 0
+    _hub(redis_server.url, secret=b"ours").push(foreign, foreign_store.payload_path(foreign))
+    capsys.readouterr()
+
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_SECRET", "theirs")
+    assert cli.main(["--store", str(tmp_path / "theirs"), "hub", "pull", "clinet"]) == 1
+    err = capsys.readouterr().err
+    assert "matches this machine" in err and "incompatible" in err and "wrong signature" in err
+
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_SECRET", "ours")
+    assert cli.main(["--store", str(tmp_path / "ours"), "hub", "pull", "clinet"]) == 0
+    out = capsys.readouterr()
+    assert f"pulled 'clinet' version {manifest.version}" in out.out and "incompatible" in out.err
+    [pulled] = LocalStore(str(tmp_path / "ours")).versions("clinet")
+    assert pulled.payload_sha256 == manifest.payload_sha256
