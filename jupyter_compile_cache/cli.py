@@ -41,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("name")
     export.add_argument("file")
     sub.add_parser("import", help="add a bundle file made by export").add_argument("file")
+    kernel = sub.add_parser("install-kernel", help="install the warm-restart kernel spec (see warm_kernel.py)")
+    kernel.add_argument("--name", default=None, help="kernel spec name (default: python3-compile-cache)")
+    kernel.add_argument("--display-name", default=None, help="name shown in the launcher")
+    where = kernel.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="for this user only")
+    where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (sys.prefix)")
+    where.add_argument("--prefix", metavar="DIR", default=None, help="under DIR/share/jupyter/kernels")
     hub = sub.add_parser("hub", help="the shared Redis hub: ls | push NAME | pull NAME | rm NAME | gc")
     hub.add_argument(
         "--hub", dest="hub_url", help="redis://[user:password@]host:port/db (default: $JUPYTER_COMPILE_CACHE_HUB)"
@@ -57,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "install-kernel":
+        return _install_kernel(args)
     session = CompileCacheSession(store_root=args.store)
     store = session.store()
     try:
@@ -90,6 +99,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, BundleError, OSError, tarfile.TarError, HubError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _install_kernel(args: argparse.Namespace) -> int:
+    from .warm_kernel import DEFAULT_DISPLAY_NAME, DEFAULT_KERNEL_NAME, install_kernel_spec
+
+    prefix = sys.prefix if args.sys_prefix else args.prefix
+    try:
+        path = install_kernel_spec(
+            args.name or DEFAULT_KERNEL_NAME, args.display_name or DEFAULT_DISPLAY_NAME, args.user, prefix
+        )
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"installed kernel spec {args.name or DEFAULT_KERNEL_NAME!r} in {path}")
     return 0
 
 

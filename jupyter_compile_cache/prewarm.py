@@ -38,10 +38,11 @@ class Prewarm:
     def start(self) -> None:
         if self.thread is not None or not self.enabled():
             return
-        self.thread = threading.Thread(target=self._run, name="jupyter_compile_cache-prewarm", daemon=True)
+        self.thread = threading.Thread(target=self.run_here, name="jupyter_compile_cache-prewarm", daemon=True)
         self.thread.start()
 
-    def _run(self) -> None:
+    def run_here(self) -> None:
+        """The work, in the calling thread (the background thread's body; a spare kernel calls it directly)."""
         start = time.perf_counter()
         try:
             try:

@@ -64,6 +64,10 @@ class StatusView(_View):
         lines = [f"cache dir: {d['cache_dir']}", f"local store: {d['store']} ({human_bytes(d['store_bytes'])})"]
         if d.get("hub"):
             lines.append(f"hub: {d['hub']}")
+        spare = d.get("spare")
+        if spare:
+            state = "ready for the next restart" if spare["alive"] else "gone (the next restart is a plain start)"
+            lines.append(f"warm spare: pid {spare['pid']}, {human_bytes(spare['rss_bytes'])} resident, {state}")
         if d.get("stale_rejected"):
             lines.append(f"stale precompile entries refused this session: {d['stale_rejected']}")
         if d.get("precompile_fallbacks"):

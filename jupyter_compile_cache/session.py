@@ -28,6 +28,16 @@ from .settings import CompileCache
 from .sources import HubSource, LocalSource, Source, TransferBar, find
 from .store import LocalStore, human_bytes
 
+
+def spare_status() -> dict[str, Any] | None:
+    """The warm-restart kernel's spare process (warm_kernel.py), when this kernel has one."""
+    try:
+        from .warm_kernel import spare_status as status
+    except ImportError:  # jupyter_client missing: a script, not a kernel
+        return None
+    return status()
+
+
 MIN_TORCH = (2, 7)
 
 
@@ -150,6 +160,7 @@ class CompileCacheSession:
         """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts."""
         opts = options or CellOptions()
         check_name(name)
+        self.prewarm.join()  # before touching torch._dynamo: importing it from two threads at once deadlocks
         report = CellReport(name)
         lease: Lease | None = None
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
@@ -352,6 +363,7 @@ class CompileCacheSession:
     # -- views ----------------------------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """Per-layer state: switch, env var, entries and bytes on disk, this kernel's hits / misses / bypasses."""
+        self.prewarm.join()  # `%load_ext` and `status` in one cell: wait for the background imports
         roots = capture.cache_roots()
         usage = layers.disk_usage(roots["inductor"])
         totals = _session_counters()
@@ -380,6 +392,7 @@ class CompileCacheSession:
         return {
             "hub": report_hub_line(hub) if hub.get("url") else None,
             "settings": self.settings.resolved(),
+            "spare": spare_status(),
             "cache_dir": roots["inductor"],
             "store": store.root,
             "store_bytes": store.total_bytes(),
@@ -448,6 +461,7 @@ class CompileCacheSession:
         return {"name": name, "store": store.root, "versions": versions, "last_run": store.last_run(name)}
 
     def set_layer(self, layer_name: str, enabled: bool) -> layers.Layer:
+        self.prewarm.join()
         layer = layers.resolve(layer_name)
         if layer.name == "dynamo_precompile":
             # Our cells switch precompile on per cell; the session's setting is what `disable` must change.

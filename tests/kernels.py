@@ -43,13 +43,16 @@ class CellResult:
 
 
 class Kernel:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], kernel_name: str | None = None) -> None:
+        """A kernel of this Python; with `kernel_name`, the installed kernel spec of that name (its provisioner)."""
         self.env = {**os.environ, "PYTHONWARNINGS": "ignore", **env}
+        self.kernel_name = kernel_name
         self._start()
 
     def _start(self) -> None:
-        self.km = KernelManager(kernel_name="python3")
-        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        self.km = KernelManager(kernel_name=self.kernel_name or "python3")
+        if self.kernel_name is None:
+            self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         self.km.start_kernel(env=self.env)
         self.kc = self.km.client()
         self.kc.start_channels()
@@ -91,9 +94,14 @@ class Kernel:
         line = [x for x in out.splitlines() if x.startswith("VALUE=")][-1]
         return json.loads(line[len("VALUE=") :])
 
-    def restart(self, env: dict[str, str] | None = None) -> None:
-        """A kernel restart; with `env` the new kernel gets those variables (a fresh cache dir, say)."""
-        if env is not None:
+    def restart(self, env: dict[str, str] | None = None, same_process_env: dict[str, str] | None = None) -> None:
+        """A kernel restart; with `env` the new kernel gets those variables (a fresh cache dir, say). With
+        `same_process_env`, the same kernel manager restarts it with them (jupyter_client's restart arguments)."""
+        if same_process_env is not None:
+            self.env.update(same_process_env)
+            self.km.restart_kernel(now=True, env=self.env)
+            self.kc.wait_for_ready(timeout=120)
+        elif env is not None:
             self.env.update(env)
             self.shutdown()
             self._start()  # a new kernel process, as after "Restart kernel", with the new environment

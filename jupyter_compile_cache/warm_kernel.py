@@ -1,0 +1,228 @@
+"""A kernel that restarts warm: each restart takes over a spare process that has torch's compiler stack imported.
+
+Install the kernel spec once, then pick "Python 3 (compile cache, warm restart)" in JupyterLab, Notebook 7 or VS
+Code::
+
+    python -m jupyter_compile_cache install-kernel [--name NAME] [--display-name TEXT]
+        [--user | --sys-prefix | --prefix DIR]
+
+The spec runs the same `python -m ipykernel_launcher` as the default kernel, through jupyter_client's kernel
+provisioner API (`WarmSpareProvisioner`, entry point `compile-cache-warm`). After it starts a kernel, the
+provisioner starts one spare process (`spare.py`) with the kernel's Python, environment and working directory;
+the spare imports torch, torch._dynamo, torch._inductor and ipykernel and probes the CPU, and never touches CUDA.
+When the kernel is restarted, the spare becomes the new kernel process: a fresh kernel (new process, no variables,
+no CUDA context, the extension not loaded), only without the seconds of imports. A spare that is not ready yet,
+was started with another environment or working directory, or died means a plain start, never a broken kernel.
+
+Cost: one spare per kernel, idle, holding what torch's import holds (about 0.5-1 GB resident; `%compile_cache
+status` shows it). It dies with its kernel: on shutdown, and when the process holding the kernel (the Jupyter
+server) goes away, since it exits when its stdin closes. Set JUPYTER_COMPILE_CACHE_SPARE=0 in the kernel's
+environment (or pick the plain kernel) to turn spares off.
+
+This module runs inside the Jupyter server: it must not import torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from typing import Any
+
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.provisioning import LocalProvisioner
+
+PROVISIONER_NAME = "compile-cache-warm"
+DEFAULT_KERNEL_NAME = "python3-compile-cache"
+DEFAULT_DISPLAY_NAME = "Python 3 (compile cache, warm restart)"
+SPARE_ENV = "JUPYTER_COMPILE_CACHE_SPARE"
+KERNEL_MODULES = ("ipykernel_launcher", "ipykernel")  # what a spare can become: `python -m <module> ARGS`
+
+
+class Spare:
+    """One spare process and the two pipes to it: `ready` comes back on one, the takeover goes out on stdin."""
+
+    def __init__(self, python: str, env: dict[str, str], cwd: str) -> None:
+        self.python, self.env, self.cwd = python, dict(env), cwd
+        ready_read, ready_write = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-m", "jupyter_compile_cache.spare", str(ready_write)],
+                stdin=subprocess.PIPE,
+                env=self.env,
+                cwd=cwd,
+                start_new_session=True,  # its own process group, as jupyter_client gives a kernel
+                pass_fds=(ready_write,),
+            )
+        except BaseException:
+            os.close(ready_read)
+            raise
+        finally:
+            os.close(ready_write)
+        self._ready_read: int | None = ready_read
+        self._ready = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def ready(self) -> bool:
+        """Warmed up and waiting (never blocks)."""
+        if not self._ready and self._ready_read is not None and self.proc.poll() is None:
+            readable, _, _ = select.select([self._ready_read], [], [], 0)
+            if readable:
+                self._ready = os.read(self._ready_read, 16).startswith(b"ready")
+        return self._ready and self.proc.poll() is None
+
+    def fits(self, python: str, env: dict[str, str], cwd: str) -> bool:
+        return (python, env, os.path.abspath(cwd)) == (self.python, self.env, os.path.abspath(self.cwd))
+
+    def take_over(self, module: str, args: list[str]) -> subprocess.Popen:
+        """Make the spare run `python -m module args`; returns its process, now the kernel's."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"module": module, "args": args}).encode() + b"\n")
+        self.proc.stdin.close()  # as jupyter_client does for a kernel; also the spare's one message
+        self._close_ready()
+        return self.proc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(5)
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+        self._close_ready()
+
+    def _close_ready(self) -> None:
+        if self._ready_read is not None:
+            os.close(self._ready_read)
+            self._ready_read = None
+
+
+def kernel_module(cmd: list[str]) -> tuple[str, str, list[str]] | None:
+    """(python, module, args) for `python -m ipykernel_launcher ARGS`, the command a spare can take over."""
+    if len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] in KERNEL_MODULES:
+        return cmd[0], cmd[2], list(cmd[3:])
+    return None
+
+
+def spares_enabled(env: dict[str, str]) -> bool:
+    return env.get(SPARE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class WarmSpareProvisioner(LocalProvisioner):
+    """LocalProvisioner whose restarts take over a spare process started after the previous launch."""
+
+    spare: Spare | None = None
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        env = dict(kwargs.get("env") or os.environ)
+        env["JPY_PARENT_PID"] = str(os.getpid())  # what jupyter_client's launcher sets for a kernel
+        cwd = str(kwargs.get("cwd") or os.getcwd())
+        target = kernel_module(cmd)
+        spare, self.spare = self.spare, None
+        started = False
+        if spare is not None:
+            if target is not None and spare.ready() and spare.fits(target[0], env, cwd):
+                try:
+                    self.process = spare.take_over(target[1], target[2])
+                    self.pid, self.cwd = self.process.pid, cwd
+                    self.pgid = os.getpgid(self.pid)
+                    started = True
+                    self.log.info("kernel %s: started from a warm spare (pid %s)", self.kernel_id, self.pid)
+                except OSError as exc:  # it died just now: start the plain way
+                    self.log.warning("kernel %s: the spare could not take over (%s)", self.kernel_id, exc)
+                    spare.kill()
+            else:
+                self.log.info("kernel %s: spare not ready or started elsewhere; plain start", self.kernel_id)
+                spare.kill()
+        if not started:
+            await super().launch_kernel(cmd, **kwargs)
+        if target is not None and spares_enabled(env):
+            try:
+                self.spare = Spare(target[0], env, cwd)  # for the next restart
+            except OSError as exc:
+                self.log.warning("kernel %s: no spare (%s)", self.kernel_id, exc)
+        self._write_spare_info()
+        return self.connection_info
+
+    async def cleanup(self, restart: bool = False) -> None:
+        # Not in kill(): jupyter_client kills with restart=False during a forced restart too.
+        await super().cleanup(restart=restart)
+        if not restart:
+            self._drop_spare()
+
+    def _drop_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.kill()
+        with contextlib.suppress(OSError, TypeError):
+            os.unlink(spare_info_path(self._connection_file()))
+
+    def _connection_file(self) -> str:
+        return str(getattr(self.parent, "connection_file", "") or "")
+
+    def _write_spare_info(self) -> None:
+        """Where the kernel finds its spare, for `%compile_cache status`: next to its connection file."""
+        connection_file = self._connection_file()
+        if not connection_file:
+            return
+        path = spare_info_path(connection_file)
+        with contextlib.suppress(OSError):
+            if self.spare is None:
+                os.unlink(path)
+            else:
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump({"pid": self.spare.pid}, f)
+
+
+def spare_info_path(connection_file: str) -> str:
+    return os.path.splitext(connection_file)[0] + "-spare.json"
+
+
+def spare_status() -> dict[str, Any] | None:
+    """This kernel's spare (called inside the kernel): pid, alive, resident memory; None without one."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        with open(spare_info_path(get_connection_file()), encoding="utf-8") as f:
+            pid = int(json.load(f)["pid"])
+    except Exception:  # not a warm kernel, or not in a kernel at all
+        return None
+    try:
+        import psutil
+
+        process = psutil.Process(pid)
+        return {"pid": pid, "alive": process.is_running(), "rss_bytes": process.memory_info().rss}
+    except Exception:
+        return {"pid": pid, "alive": False, "rss_bytes": 0}
+
+
+def install_kernel_spec(
+    name: str = DEFAULT_KERNEL_NAME,
+    display_name: str = DEFAULT_DISPLAY_NAME,
+    user: bool = False,
+    prefix: str | None = None,
+) -> str:
+    """Write the kernel spec (this Python, ipykernel, our provisioner); returns the directory it went to."""
+    import tempfile
+
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": display_name,
+        "language": "python",
+        "metadata": {"debugger": True, "kernel_provisioner": {"provisioner_name": PROVISIONER_NAME}},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "kernel.json"), "w", encoding="utf-8") as f:
+            json.dump(spec, f, indent=1)
+        return KernelSpecManager().install_kernel_spec(tmp, kernel_name=name, user=user, prefix=prefix)

@@ -1,0 +1,166 @@
+"""The warm-restart kernel: a real kernel spec installed by the CLI, real kernels through jupyter_client, real
+spare processes. Checked: a restart takes over the spare and is a fresh kernel; a spare that does not fit, is not
+ready or is turned off means a plain start; no spare outlives its kernel (shutdown, restart, a killed parent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from kernels import Kernel
+
+from jupyter_compile_cache import cli
+
+pytestmark = pytest.mark.slow
+NAME = "python3-compile-cache"
+
+
+@pytest.fixture
+def warm_kernels(tmp_path, monkeypatch):
+    """Installs the kernel spec with the CLI into a private prefix, and starts kernels of it."""
+    prefix = tmp_path / "prefix"
+    assert cli.main(["install-kernel", "--prefix", str(prefix)]) == 0
+    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+    started: list[Kernel] = []
+
+    def start(**env: str) -> Kernel:
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+        env.setdefault("JUPYTER_COMPILE_CACHE_DIR", str(tmp_path / "store"))
+        kernel = Kernel({k: str(v) for k, v in env.items()}, kernel_name=NAME)
+        started.append(kernel)
+        return kernel
+
+    yield start
+    for kernel in started:
+        kernel.shutdown()
+
+
+def _wait_ready(kernel: Kernel, timeout: float = 120) -> int:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        spare = kernel.km.provisioner.spare
+        if spare is not None and spare.ready():
+            return spare.pid
+        time.sleep(0.1)
+    raise AssertionError("the spare did not get ready")
+
+
+def _gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _spares_of_this_process(*kernels: Kernel) -> list[int]:
+    """Spare processes we started that are not (yet) kernels (a spare that took over keeps its command line)."""
+    kernel_pids = {k.km.provisioner.pid for k in kernels}
+    return [
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if "jupyter_compile_cache.spare" in " ".join(p.cmdline())
+        and p.status() != psutil.STATUS_ZOMBIE
+        and p.pid not in kernel_pids
+    ]
+
+
+def test_install_kernel_writes_a_spec_with_our_provisioner(tmp_path):
+    assert cli.main(["install-kernel", "--prefix", str(tmp_path), "--name", "mine", "--display-name", "Mine"]) == 0
+    with open(tmp_path / "share" / "jupyter" / "kernels" / "mine" / "kernel.json") as f:
+        spec = json.load(f)
+    assert spec["display_name"] == "Mine" and spec["argv"][:3] == [sys.executable, "-m", "ipykernel_launcher"]
+    assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "compile-cache-warm"
+
+
+def test_a_restart_takes_over_the_spare_and_is_a_fresh_kernel(warm_kernels, tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "usermod.py").write_text("X = 1\n")
+    k = warm_kernels(PYTHONPATH=str(tmp_path / "work"), MY_SETTING="launch-env")
+    first = k.km.provisioner.pid
+    k.run("import usermod, torch\nstate = 41\n%load_ext jupyter_compile_cache").check()
+    spare = _wait_ready(k)
+    assert _spares_of_this_process(k) == [spare]  # one spare per kernel
+    status = k.run("%compile_cache status").check()
+    assert f"warm spare: pid {spare}" in repr(status.results) + status.stdout
+
+    k.restart()
+    assert k.km.provisioner.pid == spare  # the spare became the kernel
+    assert _gone(first)
+    seen = k.value(
+        "{'pid': __import__('os').getpid(), 'env': __import__('os').environ.get('MY_SETTING'),"
+        " 'cwd': __import__('os').getcwd(), 'state': 'state' in globals(),"
+        " 'usermod': 'usermod' in __import__('sys').modules,"
+        " 'extension': 'jupyter_compile_cache' in __import__('sys').modules,"
+        " 'magic': get_ipython().find_cell_magic('compile_cache') is not None,"
+        " 'torch_ready': 'torch._inductor.compile_fx' in __import__('sys').modules,"
+        " 'cuda': __import__('torch').cuda.is_initialized()}"
+    )
+    assert seen == {
+        "pid": spare,
+        "env": "launch-env",
+        "cwd": os.getcwd(),
+        "state": False,
+        "usermod": False,
+        "extension": False,
+        "magic": False,
+        "torch_ready": True,  # what the spare is for
+        "cuda": False,
+    }
+    next_spare = _wait_ready(k)
+    assert next_spare != spare and _spares_of_this_process(k) == [next_spare]
+
+    k.shutdown()
+    assert _gone(next_spare) and _gone(spare)
+    assert _spares_of_this_process() == []
+
+
+def test_a_spare_that_does_not_fit_is_not_ready_or_is_off_means_a_plain_start(warm_kernels):
+    k = warm_kernels()
+    spare = _wait_ready(k)
+    k.restart(same_process_env={"MY_SETTING": "changed"})  # the new kernel's env differs from the spare's
+    assert k.km.provisioner.pid != spare and _gone(spare)
+    assert k.value("__import__('os').environ['MY_SETTING']") == "changed"
+
+    not_ready = k.km.provisioner.spare.pid  # restart before the new spare is warm
+    k.restart()
+    assert k.km.provisioner.pid != not_ready and _gone(not_ready)
+    assert k.value("1 + 1") == 2
+
+    off = warm_kernels(JUPYTER_COMPILE_CACHE_SPARE="0")
+    assert off.km.provisioner.spare is None
+    assert off.value("1 + 1") == 2
+
+
+def test_spares_die_with_a_killed_server(tmp_path):
+    """The process holding the kernel (a Jupyter server) is killed: its spare exits (its stdin closes)."""
+    prefix = tmp_path / "prefix"
+    assert cli.main(["install-kernel", "--prefix", str(prefix)]) == 0
+    holder = (
+        "import sys, time\n"
+        "from jupyter_client import KernelManager\n"
+        f"km = KernelManager(kernel_name={NAME!r})\n"
+        "km.start_kernel()\n"
+        "while not km.provisioner.spare.ready(): time.sleep(0.1)\n"
+        "print(km.provisioner.pid, km.provisioner.spare.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = dict(os.environ, JUPYTER_PATH=str(prefix / "share" / "jupyter"))
+    proc = subprocess.Popen([sys.executable, "-c", holder], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        kernel, spare = (int(x) for x in proc.stdout.readline().split())
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert _gone(spare)
+    finally:
+        proc.kill()
+        for pid in (locals().get("kernel"), locals().get("spare")):
+            if pid and psutil.pid_exists(pid):
+                os.killpg(pid, signal.SIGKILL)
