@@ -61,6 +61,11 @@ class HubLink:
             )
         return RedisHub(config, self._clients)
 
+    def for_toolchain(self) -> RedisHub | None:
+        """The session's hub, in a namespace of its own for the CPU probe programs (one bundle per CPU
+        fingerprint, out of the way of the team's bundle names)."""
+        return self.for_cell(CellOptions(namespace=f"{self.settings.namespace}/toolchain"))
+
     def _is_down(self, url: str) -> bool:
         return self._down_until.get(url, 0) > time.time()
 

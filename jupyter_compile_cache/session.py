@@ -18,7 +18,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from . import bundle, capture, fingerprint, layers
-from .bundle import BundleError, Manifest, check_name
+from .bundle import Manifest, check_name
 from .hub import HubError, Lease, RedisHub
 from .hub_link import HubLink
 from .precompile import COUNTER_GROUP, PrecompileGuard
@@ -79,6 +79,7 @@ class CompileCacheSession:
         self.listeners: list[Callable[[CellReport], None]] = []  # the panel refreshes through this
         self._restored_paths: dict[str, list[str]] = {}
         self._toolchain_saved = False
+        self.toolchain_source: str | None = None  # where this process's CPU probe programs came from, if restored
 
     # -- plumbing -----------------------------------------------------------------------------------------------
     @property
@@ -298,34 +299,45 @@ class CompileCacheSession:
         return LocalStore(os.path.join(self.store(store_root).root, "toolchain"), max_versions=1)
 
     def _restore_toolchain(self) -> None:
+        """Before the CPU probe (prewarm thread): this machine's probe programs from the local store, else from the
+        hub, where a colleague with the same CPU left them. Quiet: a cell tells about a hub that is down."""
         now = fingerprint.current(with_gpu=False)
         store = self.toolchain_store()
-        for manifest in store.versions(fingerprint.digest(now)):
-            try:
-                with store.open_payload(manifest) as payload:
-                    bundle.extract(payload, manifest, capture.cache_roots())
-                return
-            except BundleError as exc:
-                store.quarantine(manifest, str(exc))
-            except OSError:
-                return
+        hub = self.hub_link.for_toolchain()
+        sources: list[Source] = [LocalSource(store)] + ([HubSource(hub)] if hub is not None else [])
+        roots = capture.cache_roots()
+        found = find(fingerprint.digest(now), sources, store, lambda m, p: bundle.extract(p, m, roots), now=now)
+        self.toolchain_source = found.source.kind if found.source is not None else None
 
     def _save_toolchain(self, store_root: str | None, report: CellReport) -> None:
+        """After the first cell: the probe programs this process built, as a bundle, locally and on the hub."""
         if self._toolchain_saved or not self.prewarm.created:
             return  # runs after every cell: done once per session
         files = [p for p in self.prewarm.created if os.path.exists(p)]
         now = fingerprint.current(with_gpu=False)
+        digest = fingerprint.digest(now)
         store = self.toolchain_store(store_root)
         self._toolchain_saved = True
-        if not files or store.versions(fingerprint.digest(now)):
+        if not files:
             return
-        roots = capture.cache_roots()
-        members = {capture.member_name(p, roots): p for p in files}
-        manifest = _new_manifest(fingerprint.digest(now), now, {})
-        try:
-            store.write(manifest, {k: v for k, v in members.items() if k})
-        except OSError as exc:
-            self.warn(f"could not save the CPU probe programs to {store.root}: {exc}", report)
+        manifests = store.versions(digest)
+        if not manifests:
+            roots = capture.cache_roots()
+            members = {capture.member_name(p, roots): p for p in files}
+            try:
+                manifests = [store.write(_new_manifest(digest, now, {}), {k: v for k, v in members.items() if k})]
+            except OSError as exc:
+                self.warn(f"could not save the CPU probe programs to {store.root}: {exc}", report)
+                return
+        hub = self.hub_link.for_toolchain()
+        if hub is not None:
+            try:
+                on_hub = hub.versions(digest)
+            except HubError as exc:
+                self.hub_link.failed(hub, exc, report)
+                return
+            if not on_hub:
+                self.hub_link.push(hub, store, manifests[0], CellReport(digest), quiet=True)
 
     def _enforce_size_cap(self, store: LocalStore, report: CellReport) -> None:
         """Evict least recently used versions past `CompileCache.max_size`."""

@@ -12,6 +12,7 @@ from jupyter_compile_cache.hub import HubConfig, RedisHub
 from jupyter_compile_cache.store import LocalStore
 
 pytestmark = pytest.mark.slow
+SESSION = "__import__('jupyter_compile_cache').get_session()"
 
 
 def _collaborator(kernel_factory, tmp_path, who, hub_url, **env):
@@ -36,12 +37,15 @@ def test_colleague_restores_from_a_cluster_hub_with_no_misses(kernel_factory, tm
     assert "MATCHES_EAGER True" in out.stdout and "saved" in out.stdout and "the hub" in out.stdout
     assert "warning" not in out.stderr  # on a cluster too (it once warned "Keys in request don't hash...")
     assert alice.counters()["inductor"]["fxgraph_cache_miss"] >= 1
+    assert alice.value(f"len({SESSION}.prewarm.created)") > 0  # she built the CPU probe programs, and shared them
 
     bob = _collaborator(kernel_factory, tmp_path, "bob", bob_url, **secret)
     out = bob.run(COMPILE.format(name="net", options="")).check()
     assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
     assert f"restored 'net' from the hub {bob_url}" in out.stdout
     assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    # Same CPU: Bob's kernel took the probe programs from the hub and built none
+    assert bob.value(f"[{SESSION}.toolchain_source, {SESSION}.prewarm.created]") == ["hub", []]
     # written through: Bob's next kernel restores from his own local store
     assert LocalStore(str(tmp_path / "store_bob")).versions("net")
     status = bob.run("%compile_cache hub status").check().stdout

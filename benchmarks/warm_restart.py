@@ -1,0 +1,162 @@
+"""Restart + Run All, side by side in one run: what a user waits for after "Restart Kernel and Run All Cells".
+
+Four notebooks of three cells (import torch [and %load_ext]; define a model; the model's first call), each in a
+real kernel through jupyter_client:
+
+| variant | kernel | third cell |
+|---|---|---|
+| `plain_eager` | the plain kernel | the eager call (no compile at all): the baseline |
+| `torch_warm` | the plain kernel | `torch.compile`, cache dir already warm (torch's own caches) |
+| `ours_today` | the plain kernel | `%%compile_cache`, restored from the local store |
+| `ours_warm` | the warm-restart kernel spec (`install-kernel`) | `%%compile_cache`, restored |
+
+Each kernel runs its notebook once (filling the caches and the store), then, `--rounds` times: wait `--pause`
+seconds (a user reading; the warm kernel's spare gets ready meanwhile, and the time it needed is reported), then
+restart + Run All, timed from the restart request to the last cell's reply. Medians are compared to `plain_eager`.
+
+    python benchmarks/warm_restart.py --out benchmarks/results/warm_restart_cpu.json
+    python benchmarks/warm_restart.py --device cuda --out benchmarks/results/warm_restart_h100.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+MODEL = """class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256)
+    def forward(self, x):
+        return self.l2(torch.nn.functional.gelu(self.l1(x)))
+model, x = Net().to(DEVICE), torch.randn(64, 256, device=DEVICE)
+"""
+CALL = "with torch.no_grad():\n    y = {call}\nfloat(y.sum())"
+VARIANTS = {
+    "plain_eager": (None, "import torch", CALL.format(call="model(x)")),
+    "torch_warm": (None, "import torch", CALL.format(call="torch.compile(model)(x)")),
+    "ours_today": (
+        None,
+        "import torch\n%load_ext jupyter_compile_cache",
+        "%%compile_cache restart-bench --quiet\n" + CALL.format(call="torch.compile(model)(x)"),
+    ),
+    "ours_warm": (
+        "python3-compile-cache",
+        "import torch\n%load_ext jupyter_compile_cache",
+        "%%compile_cache restart-bench --quiet\n" + CALL.format(call="torch.compile(model)(x)"),
+    ),
+}
+
+
+def run_cell(kc, code: str, timeout: float = 600) -> float:
+    start = time.perf_counter()
+    reply = kc.execute_interactive(code, timeout=timeout, output_hook=lambda _msg: None)
+    if reply["content"]["status"] != "ok":
+        raise RuntimeError(f"cell failed: {reply['content'].get('ename')}: {reply['content'].get('evalue')}\n{code}")
+    return time.perf_counter() - start
+
+
+def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dict:
+    from jupyter_client import KernelManager
+
+    kernel_name, first, third = VARIANTS[name]
+    env = dict(
+        os.environ,
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{name}"),
+        JUPYTER_COMPILE_CACHE_DIR=os.path.join(work, f"store-{name}"),
+        PYTHONWARNINGS="ignore",
+    )
+    km = KernelManager(kernel_name=kernel_name or "python3")
+    if kernel_name is None:
+        km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    cells = [first, f"DEVICE = {device!r}\n" + MODEL, third]
+    km.start_kernel(env=env)
+    kc = km.client()
+    kc.start_channels()
+    result: dict = {"variant": name, "rounds": [], "spare_ready_s": []}
+    try:
+        kc.wait_for_ready(timeout=120)
+        result["first_run_s"] = sum(run_cell(kc, c) for c in cells)
+        for i in range(rounds):
+            waited = time.perf_counter()
+            spare = getattr(km.provisioner, "spare", None)
+            while spare is not None and not spare.ready() and time.perf_counter() - waited < 120:
+                time.sleep(0.05)
+            if spare is not None:
+                result["spare_ready_s"].append(time.perf_counter() - waited)
+            time.sleep(max(0.0, pause - (time.perf_counter() - waited)))
+            start = time.perf_counter()
+            km.restart_kernel()
+            kc.wait_for_ready(timeout=120)
+            restarted = time.perf_counter() - start
+            per_cell = [run_cell(kc, c) for c in cells]
+            total = time.perf_counter() - start
+            result["rounds"].append({"restart_s": restarted, "cells_s": per_cell, "total_s": total})
+            print(f"  {name} round {i + 1}: restart + Run All {total:.2f} s (restart {restarted:.2f} s, cells "
+                  + ", ".join(f"{s:.2f}" for s in per_cell) + ")", flush=True)  # fmt: skip
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    result["median_s"] = statistics.median(r["total_s"] for r in result["rounds"])
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pause", type=float, default=10.0, help="seconds between one Run All and the restart")
+    parser.add_argument("--only", nargs="*", default=list(VARIANTS))
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    import torch
+
+    from jupyter_compile_cache.warm_kernel import install_kernel_spec
+
+    with tempfile.TemporaryDirectory(prefix="warm-restart-") as work:
+        install_kernel_spec(prefix=os.path.join(work, "prefix"))
+        os.environ["JUPYTER_PATH"] = os.path.join(work, "prefix", "share", "jupyter")
+        results = {}
+        for name in args.only:
+            print(f"{name}:", flush=True)
+            results[name] = measure(name, args.device, args.rounds, args.pause, work)
+    base = results.get("plain_eager", {}).get("median_s")
+    print("\n| variant | restart + Run All (median s) | / plain eager | restart | cell 1 | cell 2 | cell 3 |")
+    print("|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        median_round = sorted(r["rounds"], key=lambda x: x["total_s"])[len(r["rounds"]) // 2]
+        ratio = f"{r['median_s'] / base:.2f}x" if base else "-"
+        cells = " | ".join(f"{s:.2f}" for s in median_round["cells_s"])
+        print(f"| {name} | {r['median_s']:.2f} | {ratio} | {median_round['restart_s']:.2f} | {cells} |")
+    if results.get("ours_warm", {}).get("spare_ready_s"):
+        print(f"\nwarm spare ready after (s, per round): {results['ours_warm']['spare_ready_s']}")
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "rounds": args.rounds,
+        "pause_s": args.pause,
+    }
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "results": results}, f, indent=1)
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
