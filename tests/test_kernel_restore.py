@@ -154,22 +154,6 @@ def _only_version(dirs, name):
     return manifests[0]
 
 
-def test_damaged_bundle_is_quarantined_and_the_cell_compiles_cold(kernel_factory, dirs):
-    k = _start(kernel_factory, dirs)
-    _compile(k)
-    payload = _only_version(dirs, "net").replace(".json", ".tar.zst")
-    size = os.path.getsize(payload)
-    with open(payload, "r+b") as f:
-        f.truncate(size // 2)
-    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
-    k.run("%load_ext jupyter_compile_cache").check()
-    out = _compile(k)
-    assert "is damaged" in out.stderr and "net" in out.stderr and "quarantine" in out.stderr
-    assert "saved" in out.stdout  # compiled cold and saved again
-    assert glob.glob(str(dirs["store"] / "quarantine" / "net" / "*.reason"))
-    assert k.counters()["inductor"]["fxgraph_cache_miss"] >= 1
-
-
 def _edit_manifest(dirs, name, edit):
     path = _only_version(dirs, name)
     with open(path) as f:
@@ -179,27 +163,34 @@ def _edit_manifest(dirs, name, edit):
         json.dump(manifest, f)
 
 
-def test_incompatible_bundle_is_skipped_with_the_reason(kernel_factory, dirs):
+def test_damaged_incompatible_or_unsafe_bundles_are_skipped_with_the_reason(kernel_factory, dirs):
+    """Three bundles of one kernel, each spoiled its own way, restored after one restart on an empty cache dir."""
     k = _start(kernel_factory, dirs)
-    _compile(k)
-    _edit_manifest(dirs, "net", lambda m: m["fingerprint"].update(torch="2.7.0+other"))
+    _compile(k, name="damaged")
+    for name in ("foreign", "unsafe"):
+        out = k.run(COMPILE.format(name=name, options="--force-save")).check()
+        assert "saved" in out.stdout
+    payload = _only_version(dirs, "damaged").replace(".json", ".tar.zst")
+    with open(payload, "r+b") as f:
+        f.truncate(os.path.getsize(payload) // 2)
+    _edit_manifest(dirs, "foreign", lambda m: m["fingerprint"].update(torch="2.7.0+other"))
+    _edit_manifest(dirs, "unsafe", lambda m: m["members"][0].update(name="inductor/../../escaped.py"))
     k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
     k.run("%load_ext jupyter_compile_cache").check()
-    k.run(DEFINE).check()
-    out = k.run(COMPILE.format(name="net", options="--no-save")).check()
+
+    out = _compile(k, name="damaged")  # damaged: quarantined, compiled cold, saved again
+    assert "is damaged" in out.stderr and "damaged" in out.stderr and "quarantine" in out.stderr
+    assert "saved" in out.stdout
+    assert glob.glob(str(dirs["store"] / "quarantine" / "damaged" / "*.reason"))
+    assert k.counters()["inductor"]["fxgraph_cache_miss"] >= 1
+
+    out = k.run(COMPILE.format(name="foreign", options="--no-save")).check()  # another torch: skipped, said why
     assert "not restored" in out.stdout and "incompatible" in out.stdout and "2.7.0+other" in out.stdout
-    explained = repr(k.run("%compile_cache explain net").check().results)
+    explained = repr(k.run("%compile_cache explain foreign").check().results)
     assert "MISMATCH" in explained and "would NOT restore" in explained
 
-
-def test_unsafe_bundle_is_refused_and_nothing_lands_outside_the_cache(kernel_factory, dirs):
-    k = _start(kernel_factory, dirs)
-    _compile(k)
-    _edit_manifest(dirs, "net", lambda m: m["members"][0].update(name="inductor/../../escaped.py"))
-    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
-    k.run("%load_ext jupyter_compile_cache").check()
-    out = _compile(k)
-    assert "refused (unsafe)" in out.stderr
+    out = k.run(COMPILE.format(name="unsafe", options="--no-save")).check()  # a path out of the cache: refused
+    assert "refused (unsafe)" in out.stderr and "MATCHES_EAGER True" in out.stdout
     assert not list(dirs["cache_b"].parent.glob("escaped.py"))
     assert not list(dirs["cache_b"].parent.parent.glob("escaped.py"))
 
