@@ -1,30 +1,53 @@
 """A spare kernel process: torch's compiler stack imported ahead of time, waiting to become the next kernel.
 
-Started by `warm_kernel.WarmSpareProvisioner` with the kernel's own Python, environment and working directory
-(`python -m jupyter_compile_cache.spare READY_FD`). It imports torch, torch._dynamo, torch._inductor and the
-kernel's own modules, hashes torch's files and probes the CPU's vector ISAs: per-process work that costs seconds
-and that no bundle carries. It never touches CUDA. Then it writes "ready" to READY_FD and blocks on stdin.
+Started by `warm_kernel.WarmSpareProvisioner` with the kernel's own Python, environment and working directory:
+`python -m jupyter_compile_cache.spare READY_FD DONE_FD [--cold]`. Unless `--cold` (the first kernel, which has
+no spare to take over), it imports torch, torch._dynamo, torch._inductor and the kernel's own modules, hashes
+torch's files and probes the CPU's vector ISAs: per-process work that costs seconds and that no bundle carries. It
+never touches CUDA. Then it writes "ready" to READY_FD and blocks on stdin.
 
-One JSON line on stdin, {"argv": [...]}, makes it the kernel: it forgets its own modules and runs
-`python -m ipykernel_launcher ARGS` in this process, as a fresh kernel would. End of input (the provisioner, or
-the server holding it, went away) makes it exit: a spare never outlives its kernel.
+One JSON line on stdin, {"module": "ipykernel_launcher", "args": [...]}, makes it the kernel: it forgets its own
+modules and runs `python -m ipykernel_launcher ARGS` here, as a fresh kernel would. End of input (the provisioner,
+or the server holding it, went away) makes it exit: a spare never outlives its kernel.
+
+When the kernel shuts down, its exit handlers run as usual (the user's, IPython's history, ipykernel closing its
+sockets); then "done" goes to DONE_FD and the interpreter finalizes as usual. That finalization (a second or more
+after torch.compile) is the only part the restarted kernel need not wait for: the provisioner starts the next
+kernel meanwhile. A kernel that used CUDA first releases what its caching allocator holds.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import gc
 import json
 import os
 import runpy
 import sys
 
-# What `python -m <module>` the spare can become (kernel specs written by ipykernel use the first).
 KERNEL_MODULES = ("ipykernel_launcher", "ipykernel")
 
 
+# What a starting ipykernel imports beyond ipykernel.kernelapp (its debugger, history database, completer).
+KERNEL_IMPORTS = (
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "IPython.core.debugger",
+    "IPython.core.completerlib",
+    "IPython.extensions.storemagic",
+    "sqlite3",
+    "tornado.platform.asyncio",
+    "tornado.queues",
+)
+
+
 def warm_up() -> None:
-    """Everything a kernel's first compiled cell would otherwise import or compute, without CUDA."""
-    import ipykernel.kernelapp  # noqa: F401  (the kernel's own start: ~0.5 s)
-    import IPython  # noqa: F401
+    """Everything a kernel's start and its first compiled cell would otherwise import or compute, without CUDA."""
+    import importlib
+
+    for module in KERNEL_IMPORTS:
+        importlib.import_module(module)
 
     from .prewarm import Prewarm
 
@@ -32,14 +55,18 @@ def warm_up() -> None:
 
 
 def main(argv: list[str]) -> int:
-    ready_fd = int(argv[1])
+    ready_fd, done_fd = int(argv[1]), int(argv[2])
+    if "--cold" not in argv:
+        try:
+            warm_up()
+        except Exception as exc:  # a spare that cannot warm up is useless: the provisioner starts kernels plainly
+            print(f"jupyter_compile_cache spare: warm-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
     try:
-        warm_up()
-    except Exception as exc:  # a spare that cannot warm up is useless: the provisioner starts kernels plainly
-        print(f"jupyter_compile_cache spare: warm-up failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    os.write(ready_fd, b"ready\n")
-    os.close(ready_fd)
+        os.write(ready_fd, b"ready\n")
+        os.close(ready_fd)
+    except OSError:  # the provisioner already let go of us
+        return 0
     line = sys.stdin.readline()
     if not line:
         return 0  # the provisioner let go of us (kernel shut down, server gone)
@@ -51,6 +78,7 @@ def main(argv: list[str]) -> int:
     if module not in KERNEL_MODULES:
         return 2
     _become_kernel(module, args)
+    _finish(done_fd)
     return 0
 
 
@@ -63,6 +91,24 @@ def _become_kernel(module: str, args: list[str]) -> None:
     sys.stdin = open(os.devnull)  # noqa: SIM115  (the kernel replaces it with its own stream)
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def _finish(done_fd: int) -> None:
+    """The kernel returned: run the exit handlers now (they would run at exit anyway; among them IPython clears the
+    user's namespace and ipykernel closes its sockets), release CUDA memory, then say "done"."""
+    atexit._run_exitfuncs()
+    gc.collect()
+    torch = sys.modules.get("torch")
+    with contextlib.suppress(Exception):
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(OSError):
+        os.write(done_fd, b"done\n")
+        os.close(done_fd)
 
 
 if __name__ == "__main__":

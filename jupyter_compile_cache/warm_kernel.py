@@ -12,12 +12,17 @@ provisioner starts one spare process (`spare.py`) with the kernel's Python, envi
 the spare imports torch, torch._dynamo, torch._inductor and ipykernel and probes the CPU, and never touches CUDA.
 When the kernel is restarted, the spare becomes the new kernel process: a fresh kernel (new process, no variables,
 no CUDA context, the extension not loaded), only without the seconds of imports. A spare that is not ready yet,
-was started with another environment or working directory, or died means a plain start, never a broken kernel.
+was started with another environment or working directory, or died means a cold start, never a broken kernel.
+
+The old kernel's exit is the other half of a restart: after torch.compile, its interpreter takes 1-3 s to
+finalize once everything a user can see has ended (its exit handlers, the user's included, and its sockets). The
+new kernel does not wait for that part; the old process finishes it alongside (spare.py says when it starts).
 
 Cost: one spare per kernel, idle, holding what torch's import holds (about 0.5-1 GB resident; `%compile_cache
 status` shows it). It dies with its kernel: on shutdown, and when the process holding the kernel (the Jupyter
-server) goes away, since it exits when its stdin closes. Set JUPYTER_COMPILE_CACHE_SPARE=0 in the kernel's
-environment (or pick the plain kernel) to turn spares off.
+server) goes away, since it exits when its stdin closes. It starts JUPYTER_COMPILE_CACHE_SPARE_DELAY seconds
+(default 3) after its kernel, so the kernel's first cells have the CPU to themselves. Set
+JUPYTER_COMPILE_CACHE_SPARE=0 in the kernel's environment (or pick the plain kernel) to turn spares off.
 
 This module runs inside the Jupyter server: it must not import torch.
 """
@@ -31,6 +36,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
@@ -40,40 +46,48 @@ PROVISIONER_NAME = "compile-cache-warm"
 DEFAULT_KERNEL_NAME = "python3-compile-cache"
 DEFAULT_DISPLAY_NAME = "Python 3 (compile cache, warm restart)"
 SPARE_ENV = "JUPYTER_COMPILE_CACHE_SPARE"
+SPARE_DELAY_ENV = "JUPYTER_COMPILE_CACHE_SPARE_DELAY"
+DEFAULT_SPARE_DELAY = 3.0
 KERNEL_MODULES = ("ipykernel_launcher", "ipykernel")  # what a spare can become: `python -m <module> ARGS`
 
 
 class Spare:
-    """One spare process and the two pipes to it: `ready` comes back on one, the takeover goes out on stdin."""
+    """One spare process and its pipes: "ready" comes back on one, the takeover goes out on its stdin, and "done"
+    comes back on the last once the kernel it became has run its exit handlers (see spare.py)."""
 
-    def __init__(self, python: str, env: dict[str, str], cwd: str) -> None:
+    def __init__(self, python: str, env: dict[str, str], cwd: str, cold: bool = False) -> None:
         self.python, self.env, self.cwd = python, dict(env), cwd
         ready_read, ready_write = os.pipe()
+        done_read, done_write = os.pipe()
+        command = [python, "-m", "jupyter_compile_cache.spare", str(ready_write), str(done_write)]
         try:
             self.proc = subprocess.Popen(
-                [python, "-m", "jupyter_compile_cache.spare", str(ready_write)],
+                command + (["--cold"] if cold else []),
                 stdin=subprocess.PIPE,
                 env=self.env,
                 cwd=cwd,
                 start_new_session=True,  # its own process group, as jupyter_client gives a kernel
-                pass_fds=(ready_write,),
+                pass_fds=(ready_write, done_write),
             )
         except BaseException:
             os.close(ready_read)
+            os.close(done_read)
             raise
         finally:
             os.close(ready_write)
+            os.close(done_write)
         self._ready_read: int | None = ready_read
+        self.done_read: int | None = done_read
         self._ready = False
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    def ready(self) -> bool:
-        """Warmed up and waiting (never blocks)."""
+    def ready(self, timeout: float = 0) -> bool:
+        """Warmed up and waiting (waits at most `timeout` seconds)."""
         if not self._ready and self._ready_read is not None and self.proc.poll() is None:
-            readable, _, _ = select.select([self._ready_read], [], [], 0)
+            readable, _, _ = select.select([self._ready_read], [], [], timeout)
             if readable:
                 self._ready = os.read(self._ready_read, 16).startswith(b"ready")
         return self._ready and self.proc.poll() is None
@@ -90,6 +104,9 @@ class Spare:
         return self.proc
 
     def kill(self) -> None:
+        if self.done_read is not None:
+            os.close(self.done_read)
+            self.done_read = None
         if self.proc.poll() is None:
             with contextlib.suppress(OSError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -117,41 +134,131 @@ def spares_enabled(env: dict[str, str]) -> bool:
     return env.get(SPARE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def spare_delay(env: dict[str, str]) -> float:
+    """Seconds between a kernel's start and its spare's (the spare's imports take a core for a few seconds)."""
+    try:
+        return max(0.0, float(env.get(SPARE_DELAY_ENV, DEFAULT_SPARE_DELAY)))
+    except ValueError:
+        return DEFAULT_SPARE_DELAY
+
+
 class WarmSpareProvisioner(LocalProvisioner):
-    """LocalProvisioner whose restarts take over a spare process started after the previous launch."""
+    """LocalProvisioner whose kernels run in spare processes: the first one cold, each restart a warm one started
+    after the previous launch. Whatever goes wrong with a spare, the kernel starts the plain way."""
 
     spare: Spare | None = None
+    _done_read: int | None = None  # the running kernel's "done" pipe (kernels started through a spare)
+    _finished = False  # that kernel said "done": only its interpreter's finalization is left
+    _pending: threading.Timer | None = None  # the next spare's start
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._lock = threading.Lock()  # the timer thread and the launching thread both set `spare`
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         env = dict(kwargs.get("env") or os.environ)
         env["JPY_PARENT_PID"] = str(os.getpid())  # what jupyter_client's launcher sets for a kernel
         cwd = str(kwargs.get("cwd") or os.getcwd())
         target = kernel_module(cmd)
-        spare, self.spare = self.spare, None
-        started = False
-        if spare is not None:
-            if target is not None and spare.ready() and spare.fits(target[0], env, cwd):
-                try:
-                    self.process = spare.take_over(target[1], target[2])
-                    self.pid, self.cwd = self.process.pid, cwd
-                    self.pgid = os.getpgid(self.pid)
-                    started = True
-                    self.log.info("kernel %s: started from a warm spare (pid %s)", self.kernel_id, self.pid)
-                except OSError as exc:  # it died just now: start the plain way
-                    self.log.warning("kernel %s: the spare could not take over (%s)", self.kernel_id, exc)
-                    spare.kill()
-            else:
-                self.log.info("kernel %s: spare not ready or started elsewhere; plain start", self.kernel_id)
-                spare.kill()
-        if not started:
+        enabled = target is not None and spares_enabled(env)
+        self._cancel_pending()
+        with self._lock:
+            spare, self.spare = self.spare, None
+        if spare is not None and not (target is not None and spare.ready() and spare.fits(target[0], env, cwd)):
+            self.log.info("kernel %s: the spare is not ready or was started elsewhere; cold start", self.kernel_id)
+            spare.kill()
+            spare = None
+        if spare is None and enabled:
+            assert target is not None
+            spare = self._cold_spare(target[0], env, cwd)
+        self._done_read, self._finished = None, False
+        if not (spare is not None and target is not None and self._take_over(spare, target, cwd)):
             await super().launch_kernel(cmd, **kwargs)
-        if target is not None and spares_enabled(env):
+        self._write_spare_info()
+        if enabled:
+            assert target is not None
+            # The next restart's spare, once the kernel has started and its first cells had the CPU to themselves.
+            # A timer thread: a synchronous KernelManager runs no event loop between calls.
+            self._cancel_pending()
+            self._pending = threading.Timer(spare_delay(env), self._start_spare, (target[0], env, cwd))
+            self._pending.daemon = True
+            self._pending.start()
+        return self.connection_info
+
+    def _start_spare(self, python: str, env: dict[str, str], cwd: str) -> None:
+        with self._lock:
+            if self._pending is None or self.spare is not None or self.process is None:
+                return  # cancelled, or the kernel went meanwhile
+            self._pending = None
             try:
-                self.spare = Spare(target[0], env, cwd)  # for the next restart
+                self.spare = Spare(python, env, cwd)
             except OSError as exc:
                 self.log.warning("kernel %s: no spare (%s)", self.kernel_id, exc)
-        self._write_spare_info()
-        return self.connection_info
+            self._write_spare_info()
+
+    def _cancel_pending(self) -> None:
+        with self._lock:
+            if self._pending is not None:
+                self._pending.cancel()
+                self._pending = None
+
+    def _cold_spare(self, python: str, env: dict[str, str], cwd: str) -> Spare | None:
+        """A spare that skips the warm-up: the kernel then has the "done" pipe too (see poll)."""
+        try:
+            spare = Spare(python, env, cwd, cold=True)
+        except OSError:
+            return None
+        if spare.ready(timeout=30):
+            return spare
+        spare.kill()
+        return None
+
+    def _take_over(self, spare: Spare, target: tuple[str, str, list[str]], cwd: str) -> bool:
+        try:
+            self.process = spare.take_over(target[1], target[2])
+        except OSError as exc:  # it died just now: start the plain way
+            self.log.warning("kernel %s: the spare could not take over (%s)", self.kernel_id, exc)
+            spare.kill()
+            return False
+        self.pid, self.cwd = self.process.pid, cwd
+        self.pgid = os.getpgid(self.pid)
+        self._done_read, spare.done_read = spare.done_read, None
+        self.log.info("kernel %s: started in a spare process (pid %s)", self.kernel_id, self.pid)
+        return True
+
+    def _kernel_finished(self) -> bool:
+        """The kernel ran its exit handlers (its sockets are closed) and only finalizes: it counts as gone."""
+        if not self._finished and self._done_read is not None:
+            readable, _, _ = select.select([self._done_read], [], [], 0)
+            if readable:
+                self._finished = os.read(self._done_read, 16).startswith(b"done")
+                if not self._finished:  # end of file: it exited without finishing; poll() sees the exit
+                    self._close_done()
+        return self._finished
+
+    def _close_done(self) -> None:
+        if self._done_read is not None:
+            os.close(self._done_read)
+            self._done_read = None
+
+    async def poll(self) -> int | None:
+        ret = await super().poll()
+        if ret is None and self._kernel_finished():
+            return 0
+        return ret
+
+    async def wait(self) -> int | None:
+        process = self.process
+        if process is not None and self._kernel_finished() and process.poll() is None:
+            # Its interpreter's finalization (seconds after torch.compile) goes on without us: the next kernel
+            # starts now, and a thread reaps this one when it ends.
+            threading.Thread(target=process.wait, name="jupyter_compile_cache-reap", daemon=True).start()
+            self.process = None
+            self._close_done()
+            return 0
+        ret = await super().wait()
+        self._close_done()
+        return ret
 
     async def cleanup(self, restart: bool = False) -> None:
         # Not in kill(): jupyter_client kills with restart=False during a forced restart too.
@@ -160,7 +267,9 @@ class WarmSpareProvisioner(LocalProvisioner):
             self._drop_spare()
 
     def _drop_spare(self) -> None:
-        spare, self.spare = self.spare, None
+        self._cancel_pending()
+        with self._lock:
+            spare, self.spare = self.spare, None
         if spare is not None:
             spare.kill()
         with contextlib.suppress(OSError, TypeError):

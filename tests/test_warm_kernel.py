@@ -30,6 +30,7 @@ def warm_kernels(tmp_path, monkeypatch):
     started: list[Kernel] = []
 
     def start(**env: str) -> Kernel:
+        env.setdefault("JUPYTER_COMPILE_CACHE_SPARE_DELAY", "0")  # the spare starts with its kernel
         env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
         env.setdefault("JUPYTER_COMPILE_CACHE_DIR", str(tmp_path / "store"))
         kernel = Kernel({k: str(v) for k, v in env.items()}, kernel_name=NAME)
@@ -83,7 +84,8 @@ def test_install_kernel_writes_a_spec_with_our_provisioner(tmp_path):
 def test_a_restart_takes_over_the_spare_and_is_a_fresh_kernel(warm_kernels, tmp_path):
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "usermod.py").write_text("X = 1\n")
-    k = warm_kernels(PYTHONPATH=str(tmp_path / "work"), MY_SETTING="launch-env")
+    path = os.pathsep.join(p for p in (str(tmp_path / "work"), os.environ.get("PYTHONPATH")) if p)
+    k = warm_kernels(PYTHONPATH=path, MY_SETTING="launch-env")
     first = k.km.provisioner.pid
     k.run("import usermod, torch\nstate = 41\n%load_ext jupyter_compile_cache").check()
     spare = _wait_ready(k)
@@ -129,13 +131,13 @@ def test_a_spare_that_does_not_fit_is_not_ready_or_is_off_means_a_plain_start(wa
     assert k.km.provisioner.pid != spare and _gone(spare)
     assert k.value("__import__('os').environ['MY_SETTING']") == "changed"
 
-    not_ready = k.km.provisioner.spare.pid  # restart before the new spare is warm
+    not_ready = k.km.provisioner.spare.pid  # restart before the new spare is warm (no delay: it has started)
     k.restart()
     assert k.km.provisioner.pid != not_ready and _gone(not_ready)
     assert k.value("1 + 1") == 2
 
     off = warm_kernels(JUPYTER_COMPILE_CACHE_SPARE="0")
-    assert off.km.provisioner.spare is None
+    assert off.km.provisioner.spare is None and off.km.provisioner._pending is None
     assert off.value("1 + 1") == 2
 
 
@@ -152,7 +154,7 @@ def test_spares_die_with_a_killed_server(tmp_path):
         "print(km.provisioner.pid, km.provisioner.spare.pid, flush=True)\n"
         "time.sleep(600)\n"
     )
-    env = dict(os.environ, JUPYTER_PATH=str(prefix / "share" / "jupyter"))
+    env = dict(os.environ, JUPYTER_PATH=str(prefix / "share" / "jupyter"), JUPYTER_COMPILE_CACHE_SPARE_DELAY="0")
     proc = subprocess.Popen([sys.executable, "-c", holder], env=env, stdout=subprocess.PIPE, text=True)
     try:
         kernel, spare = (int(x) for x in proc.stdout.readline().split())
