@@ -30,6 +30,10 @@ Settings (store, hub, namespace, secret, timeouts, size cap, precompile, prewarm
 ``c.CompileCache.hub = "redis://..."`` in ipython_config.py sets them, and each one also reads an environment
 variable (see jupyter_compile_cache.settings).
 
+A kernel that restarts warm: ``python -m jupyter_compile_cache install-kernel`` installs a kernel spec whose
+restarts take over a spare process with torch's compiler stack already imported (see
+jupyter_compile_cache.warm_kernel).
+
 The local store is ``CompileCache.store_dir``, by default the user cache directory (never /tmp). Bundles are only
 restored into a kernel whose torch, Python, GPU/CUDA (for GPU bundles) and CPU ISA (for C++ kernels) match, and
 only after every file's sha256 verified. Dynamo precompile entries are only used while the code they were
