@@ -171,7 +171,8 @@ class WarmSpareProvisioner(LocalProvisioner):
         if spare is None and enabled:
             assert target is not None
             spare = self._cold_spare(target[0], env, cwd)
-        self._done_read, self._finished = None, False
+        self._close_done()  # the previous kernel's, if it ended without our wait()
+        self._finished = False
         if not (spare is not None and target is not None and self._take_over(spare, target, cwd)):
             await super().launch_kernel(cmd, **kwargs)
         self._write_spare_info()
@@ -180,9 +181,11 @@ class WarmSpareProvisioner(LocalProvisioner):
             # The next restart's spare, once the kernel has started and its first cells had the CPU to themselves.
             # A timer thread: a synchronous KernelManager runs no event loop between calls.
             self._cancel_pending()
-            self._pending = threading.Timer(spare_delay(env), self._start_spare, (target[0], env, cwd))
-            self._pending.daemon = True
-            self._pending.start()
+            timer = threading.Timer(spare_delay(env), self._start_spare, (target[0], env, cwd))
+            timer.daemon = True
+            with self._lock:
+                self._pending = timer
+            timer.start()
         return self.connection_info
 
     def _start_spare(self, python: str, env: dict[str, str], cwd: str) -> None:

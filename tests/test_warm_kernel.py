@@ -64,13 +64,16 @@ def _gone(pid: int, timeout: float = 10) -> bool:
 def _spares_of_this_process(*kernels: Kernel) -> list[int]:
     """Spare processes we started that are not (yet) kernels (a spare that took over keeps its command line)."""
     kernel_pids = {k.km.provisioner.pid for k in kernels}
-    return [
-        p.pid
-        for p in psutil.Process().children(recursive=True)
-        if "jupyter_compile_cache.spare" in " ".join(p.cmdline())
-        and p.status() != psutil.STATUS_ZOMBIE
-        and p.pid not in kernel_pids
-    ]
+    spares = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE or process.pid in kernel_pids:
+                continue
+            if "jupyter_compile_cache.spare" in " ".join(process.cmdline()):
+                spares.append(process.pid)
+        except psutil.Error:  # ended while we looked
+            continue
+    return spares
 
 
 def test_install_kernel_writes_a_spec_with_our_provisioner(tmp_path):
