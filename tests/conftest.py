@@ -35,31 +35,32 @@ def kernel_factory():
         kernel.shutdown()
 
 
+def _running(tmp_path, name, start):
+    """A real server (or cluster) in its own directory under tmp_path, stopped after the test."""
+    workdir = tmp_path / name
+    workdir.mkdir()
+    server = start(workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def redis_server(tmp_path):
-    workdir = tmp_path / "redis"
-    workdir.mkdir()
-    server = RedisServer(workdir)
-    yield server
-    server.stop()
+    yield from _running(tmp_path, "redis", RedisServer)
 
 
 @pytest.fixture
 def redis_cluster(tmp_path):
-    workdir = tmp_path / "cluster"
-    workdir.mkdir()
-    cluster = RedisClusterServers(workdir)
-    yield cluster
-    cluster.stop()
+    """Three redis-server masters joined into a Redis Cluster on loopback."""
+    yield from _running(tmp_path, "cluster", RedisClusterServers)
 
 
 @pytest.fixture
 def tls_redis(tmp_path):
-    workdir = tmp_path / "tls"
-    workdir.mkdir()
-    server = TlsRedisServer(workdir)
-    yield server
-    server.stop()
+    """A TLS-only redis-server with a CA and certificates made by openssl."""
+    yield from _running(tmp_path, "tls", TlsRedisServer)
 
 
 @pytest.fixture
