@@ -40,6 +40,7 @@ class HubLink:
         self._out = out
         self._down_until: dict[str, float] = {}
         self._warned: set[str] = set()
+        self._untold: dict[str, str] = {}  # failures found in the background, told by the next cell
         self._trust_warned = False
         self._clients: dict[tuple, Any] = {}  # one Redis connection pool per URL, shared by the session's hubs
         self._torch_before: dict[tuple[str, str], Any] | None = None  # what --torch-remote changed, for close()
@@ -50,7 +51,13 @@ class HubLink:
         if opts.no_hub:
             return None
         config = HubConfig.from_settings(self.settings, opts.hub, opts.namespace, opts.ttl)
-        if config is None or self._is_down(config.url):
+        if config is None:
+            return None
+        if self._is_down(config.url):
+            untold = self._untold.pop(config.url, None)
+            if untold is not None and config.url not in self._warned:  # found down in the background: say it here
+                self._warned.add(config.url)
+                self._warn(f"{untold}; carrying on without the hub (the local store is unaffected)", None)
             return None
         if config.secret is None and not self._trust_warned:
             self._trust_warned = True
@@ -69,9 +76,13 @@ class HubLink:
     def _is_down(self, url: str) -> bool:
         return self._down_until.get(url, 0) > time.time()
 
-    def failed(self, hub: RedisHub, exc: Exception, report: CellReport | None) -> None:
+    def failed(self, hub: RedisHub, exc: Exception, report: CellReport | None, quiet: bool = False) -> None:
+        """One warning per hub and session, then a minute without it. `quiet` (a background thread): the warning
+        waits for the next cell that would have used the hub."""
         self._down_until[hub.config.url] = time.time() + DOWN_SECONDS
-        if hub.config.url not in self._warned:
+        if quiet:
+            self._untold[hub.config.url] = str(exc)
+        elif hub.config.url not in self._warned:
             self._warned.add(hub.config.url)
             self._warn(f"{exc}; carrying on without the hub (the local store is unaffected)", report)
         elif report is not None:

@@ -300,13 +300,16 @@ class CompileCacheSession:
 
     def _restore_toolchain(self) -> None:
         """Before the CPU probe (prewarm thread): this machine's probe programs from the local store, else from the
-        hub, where a colleague with the same CPU left them. Quiet: a cell tells about a hub that is down."""
+        hub, where a colleague with the same CPU left them."""
         now = fingerprint.current(with_gpu=False)
         store = self.toolchain_store()
         hub = self.hub_link.for_toolchain()
         sources: list[Source] = [LocalSource(store)] + ([HubSource(hub)] if hub is not None else [])
         roots = capture.cache_roots()
         found = find(fingerprint.digest(now), sources, store, lambda m, p: bundle.extract(p, m, roots), now=now)
+        for source, exc in found.down:  # the next cell skips it instead of waiting for it again, and says so
+            if isinstance(source, HubSource):
+                self.hub_link.failed(source.hub, exc, None, quiet=True)
         self.toolchain_source = found.source.kind if found.source is not None else None
 
     def _save_toolchain(self, store_root: str | None, report: CellReport) -> None:

@@ -50,7 +50,8 @@ class LocalSource:
     def fetch(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:
         if store.root == self.store.root:
             return manifest
-        return self.push(manifest, store)  # another local store (`--store`): copy, verifying the payload
+        with self.store.open_payload(manifest) as payload:  # into another local store: copied, hash verified
+            return store.adopt(manifest, payload)
 
     def push(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:
         with store.open_payload(manifest) as payload:

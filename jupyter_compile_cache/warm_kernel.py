@@ -87,9 +87,7 @@ class Spare:
     def ready(self, timeout: float = 0) -> bool:
         """Warmed up and waiting (waits at most `timeout` seconds)."""
         if not self._ready and self._ready_read is not None and self.proc.poll() is None:
-            readable, _, _ = select.select([self._ready_read], [], [], timeout)
-            if readable:
-                self._ready = os.read(self._ready_read, 16).startswith(b"ready")
+            self._ready = _read_word(self._ready_read, timeout) == b"ready"
         return self._ready and self.proc.poll() is None
 
     def fits(self, python: str, env: dict[str, str], cwd: str) -> bool:
@@ -121,6 +119,12 @@ class Spare:
         if self._ready_read is not None:
             os.close(self._ready_read)
             self._ready_read = None
+
+
+def _read_word(fd: int, timeout: float = 0) -> bytes | None:
+    """The word the spare wrote on a pipe ("ready", "done"); b"" once it closed the pipe; None if nothing yet."""
+    readable, _, _ = select.select([fd], [], [], timeout)
+    return os.read(fd, 16).strip() if readable else None
 
 
 def kernel_module(cmd: list[str]) -> tuple[str, str, list[str]] | None:
@@ -232,11 +236,10 @@ class WarmSpareProvisioner(LocalProvisioner):
     def _kernel_finished(self) -> bool:
         """The kernel ran its exit handlers (its sockets are closed) and only finalizes: it counts as gone."""
         if not self._finished and self._done_read is not None:
-            readable, _, _ = select.select([self._done_read], [], [], 0)
-            if readable:
-                self._finished = os.read(self._done_read, 16).startswith(b"done")
-                if not self._finished:  # end of file: it exited without finishing; poll() sees the exit
-                    self._close_done()
+            word = _read_word(self._done_read)
+            self._finished = word == b"done"
+            if word == b"":  # end of file: it exited without finishing; poll() sees the exit
+                self._close_done()
         return self._finished
 
     def _close_done(self) -> None:
