@@ -142,6 +142,11 @@ def load_ipython_extension(ipython: Any) -> None:
         ipython.configurables.append(session.settings)
     ipython.register_magics(CompileCacheMagics(ipython, session))
     ipython.events.register("pre_run_cell", session.prewarm.before_cell)
+    kernel = getattr(ipython, "kernel", None)  # ipykernel's, not a terminal's
+    if kernel is not None:
+        from .kernel_exit import stop_compile_workers_on_shutdown
+
+        stop_compile_workers_on_shutdown(kernel)
     session.prewarm.start()
 
 
@@ -156,6 +161,10 @@ def unload_ipython_extension(ipython: Any) -> None:
             ipython.events.unregister("pre_run_cell", _session.prewarm.before_cell)
         except ValueError:
             pass
+        if getattr(ipython, "kernel", None) is not None:
+            from .kernel_exit import undo_stop_compile_workers_on_shutdown
+
+            undo_stop_compile_workers_on_shutdown(ipython.kernel)
         if _session.settings in ipython.configurables:
             ipython.configurables.remove(_session.settings)
         _session.close()

@@ -109,9 +109,10 @@ class Kernel:
             self.km.restart_kernel(now=True)
             self.kc.wait_for_ready(timeout=120)
 
-    def shutdown(self) -> None:
+    def shutdown(self, now: bool = True) -> None:
+        """Stop the kernel; `now=False`: ask it to shut down, as a frontend does (killed only if it does not exit)."""
         self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
+        self.km.shutdown_kernel(now=now)
 
 
 def misses(counters: dict[str, dict[str, int]]) -> dict[str, int]:

@@ -228,7 +228,9 @@ def test_status_list_explain_enable_disable(kernel_factory, dirs):
 def test_unload_removes_magics_and_hooks(kernel_factory, dirs):
     k = _start(kernel_factory, dirs)
     _compile(k)
+    assert k.value("'do_shutdown' in vars(get_ipython().kernel)") is True  # stops compile workers first
     k.run("%unload_ext jupyter_compile_cache").check()
+    assert k.value("'do_shutdown' in vars(get_ipython().kernel)") is False
     out = k.run("%compile_cache status")
     assert out.usage_error and "not found" in out.usage_error
     assert (

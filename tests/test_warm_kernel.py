@@ -88,7 +88,7 @@ def test_a_restart_takes_over_the_spare_and_is_a_fresh_kernel(warm_kernels, tmp_
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "usermod.py").write_text("X = 1\n")
     path = os.pathsep.join(p for p in (str(tmp_path / "work"), os.environ.get("PYTHONPATH")) if p)
-    k = warm_kernels(PYTHONPATH=path, MY_SETTING="launch-env")
+    k = warm_kernels(PYTHONPATH=path, MY_SETTING="launch-env", TORCHINDUCTOR_COMPILE_THREADS="2")
     first = k.km.provisioner.pid
     k.run("import usermod, torch\nstate = 41\n%load_ext jupyter_compile_cache").check()
     spare = _wait_ready(k)
@@ -122,9 +122,40 @@ def test_a_restart_takes_over_the_spare_and_is_a_fresh_kernel(warm_kernels, tmp_
     next_spare = _wait_ready(k)
     assert next_spare != spare and _spares_of_this_process(k) == [next_spare]
 
-    k.shutdown()
+    k.run(START_COMPILE_WORKERS).check()  # the extension is not loaded: the spare itself stops them at shutdown
+    kernel = k.km.provisioner.process
+    k.shutdown(now=False)
+    assert kernel.wait(10) == 0  # it exited on its own, not terminated by jupyter_client
     assert _gone(next_spare) and _gone(spare)
     assert _spares_of_this_process() == []
+
+
+# What torch.compile does where Triton is installed (the GPU case): start inductor's compile-worker sidecar and its
+# workers. Kernels that run it need TORCHINDUCTOR_COMPILE_THREADS > 1 (this 2-core machine would use one).
+START_COMPILE_WORKERS = (
+    "import torch\n"
+    "from torch._inductor.async_compile import AsyncCompile\n"
+    "AsyncCompile.warm_pool(); AsyncCompile.wakeup(); AsyncCompile.wait_pool_ready()\n"
+    "assert len(__import__('psutil').Process().children(recursive=True)) == 3"
+)
+
+
+def test_a_kernel_with_compile_workers_shuts_down_on_its_own(tmp_path):
+    """ipykernel signals its children at shutdown until none is left; inductor's sidecar stays a zombie until torch's
+    exit handler reaps it, so a plain kernel is still stopping when jupyter_client terminates it (the control).
+    With the extension loaded, the workers are stopped first and the kernel exits by itself."""
+    codes = {}
+    for extension in (False, True):
+        k = Kernel({"TORCHINDUCTOR_COMPILE_THREADS": "2", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+        try:
+            if extension:
+                k.run("%load_ext jupyter_compile_cache").check()
+            k.run(START_COMPILE_WORKERS).check()
+            kernel = k.km.provisioner.process
+        finally:
+            k.shutdown(now=False)
+        codes[extension] = kernel.wait(10)
+    assert codes == {False: -signal.SIGTERM, True: 0}
 
 
 def test_a_spare_that_does_not_fit_is_not_ready_or_is_off_means_a_plain_start(warm_kernels):
