@@ -104,36 +104,59 @@ def build(model_name: str, device: str, batches: list[int]):
 
 
 AUTOTUNES_RUN: list[int] = []  # real matmul autotunings in this process (torch replays its counter on cache hits)
+RUNTIME_AUTOTUNES_RUN: list[str] = []  # Triton kernels whose launch configs were benchmarked in this process
 
 
 def count_real_autotunes() -> None:
     """Count AlgorithmSelectorCache.benchmark calls: on an FX graph cache hit torch adds the compile's counters
     (codecache: `counters["inductor"] += graph.counter_deltas`), so its select_algorithm_autotune counter says
-    nothing about work done in this process. Hooked at import, so inductor is not imported early here.
+    nothing about work done in this process. Also count CachingAutotuner's runtime benchmarks (several configs of
+    one Triton kernel, or coordinate descent). Hooked at import, so inductor is not imported early here.
     BENCH_TRACE_AUTOTUNE=1 also prints where the first one comes from."""
     import importlib.abc
     import importlib.util
 
-    target = "torch._inductor.select_algorithm"
+    def trace() -> None:
+        if not AUTOTUNES_RUN and not RUNTIME_AUTOTUNES_RUN and os.environ.get("BENCH_TRACE_AUTOTUNE") == "1":
+            import traceback
 
-    def patch(module: object) -> None:
+            print("FIRST AUTOTUNE FROM:\n" + "".join(traceback.format_stack(limit=60)), file=sys.stderr)
+
+    def patch_select_algorithm(module: object) -> None:
         original = module.AlgorithmSelectorCache.benchmark
 
         def benchmark(self, *args, **kwargs):  # noqa: ANN001, ANN202
-            if not AUTOTUNES_RUN and os.environ.get("BENCH_TRACE_AUTOTUNE") == "1":
-                import traceback
-
-                print("FIRST AUTOTUNE FROM:\n" + "".join(traceback.format_stack(limit=60)), file=sys.stderr)
+            trace()
             AUTOTUNES_RUN.append(1)
             return original(self, *args, **kwargs)
 
         module.AlgorithmSelectorCache.benchmark = benchmark
 
+    def patch_triton_heuristics(module: object) -> None:
+        for method in ("benchmark_all_configs", "coordinate_descent_tuning"):
+            original = getattr(module.CachingAutotuner, method, None)
+            if original is None:
+                continue
+
+            def counted(self, *args, _original=original, _method=method, **kwargs):  # noqa: ANN001, ANN202
+                trace()
+                RUNTIME_AUTOTUNES_RUN.append(f"{_method}:{getattr(self.fn, '__name__', '?')}")
+                return _original(self, *args, **kwargs)
+
+            setattr(module.CachingAutotuner, method, counted)
+
+    targets = {
+        "torch._inductor.select_algorithm": patch_select_algorithm,
+        "torch._inductor.runtime.triton_heuristics": patch_triton_heuristics,
+    }
+
     class AfterImport(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target_module=None):  # noqa: ANN001, ANN201
-            if name != target:
+            if name not in targets:
                 return None
-            sys.meta_path.remove(self)
+            patch = targets.pop(name)  # popped first: the find_spec below does not come back here for it
+            if not targets:
+                sys.meta_path.remove(self)
             spec = importlib.util.find_spec(name)
             exec_module = spec.loader.exec_module
 
@@ -292,6 +315,8 @@ def main() -> None:
     }
     result["counters"]["recompiles"] = dict(counters["recompiles"]) if "recompiles" in counters else {}
     result["counters"]["autotunes_run"] = len(AUTOTUNES_RUN)
+    result["counters"]["runtime_autotunes_run"] = len(RUNTIME_AUTOTUNES_RUN)
+    result["runtime_autotuned"] = RUNTIME_AUTOTUNES_RUN[:50]
     print("RESULT " + json.dumps(result))
 
 

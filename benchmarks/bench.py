@@ -78,8 +78,11 @@ SUITES = {
 
 
 # -- running cases --------------------------------------------------------------------------------------------------
-def run_case(cfg: dict, case: str, env: dict, extra: list[str] = (), think: float = 0.0) -> dict:
-    cmd = [sys.executable, os.path.join(HERE, "_case.py"), "--case", case, "--model", cfg["model"]]
+def run_case(
+    cfg: dict, case: str, env: dict, extra: list[str] = (), think: float = 0.0, prefix: list[str] = ()
+) -> dict:
+    """One case in a fresh process; `prefix` runs it under another program (a sampling profiler)."""
+    cmd = [*prefix, sys.executable, os.path.join(HERE, "_case.py"), "--case", case, "--model", cfg["model"]]
     cmd += ["--device", cfg["device"], "--mode", cfg["mode"], "--batches", cfg["batches"], "--name", cfg["name"]]
     cmd += ["--think", str(think), *extra] + (["--train"] if cfg["train"] else [])
     env = dict(env, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]))
