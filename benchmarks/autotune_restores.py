@@ -82,15 +82,8 @@ def bundle_members(store: str, name: str) -> set[str]:
 
 
 def as_members(paths: dict[str, int]) -> dict[str, int]:
-    """Cache-dir paths as bundle member names (the Triton dir inside the cache dir is its own root)."""
-    out = {}
-    for rel, size in paths.items():
-        parts = rel.split(os.sep)
-        if parts[:2] == ["triton", "0"]:
-            out["triton/" + "/".join(parts[2:])] = size
-        else:
-            out["inductor/" + "/".join(parts)] = size
-    return out
+    """Cache-dir paths as bundle member names (Triton's dir is inside the cache dir here: one root)."""
+    return {"inductor/" + rel.replace(os.sep, "/"): size for rel, size in paths.items()}
 
 
 def kinds(paths: dict[str, int]) -> dict[str, int]:

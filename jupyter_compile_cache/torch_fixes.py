@@ -12,6 +12,10 @@ timm models (the zoo of tests/test_model_zoo.py) with torch 2.11 (GPU) and 2.13 
 * the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`).
 
 What precompile drops on purpose (identity guards) is not here: precompile.py gives those back.
+
+One fix applies to every `%%compile_cache` cell, precompile or not (`cell_patches`): a kernel's launch config that
+coordinate descent found (max-autotune) is used again when torch reloads the kernel from a cache
+(`_coordesc_result_patch`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import sys
 import types
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
+
+COUNTER_GROUP = "jupyter_compile_cache"  # our counters, in torch's `counters` beside torch's own
 
 
 class Patch:
@@ -52,6 +58,44 @@ def patches() -> list[Patch]:
         *_globals_module_patch(),
         *_pop_null_patch(),
     ]
+
+
+def cell_patches() -> list[Patch]:
+    """The fixes every `%%compile_cache` cell needs, precompile or not; undo each with `Patch.undo`."""
+    return [*_coordesc_result_patch()]
+
+
+def _coordesc_result_patch() -> list[Patch]:
+    """Use a kernel's coordinate-descent result again when torch reloads the kernel from a cache. torch files the
+    result under a hash of the kernel's candidate configs as compiled, but checks it, on a cache load, against a hash
+    of the configs it kept (the ones that compiled), which differs for some kernels: measured on the H100, torch's
+    own warm cache then tunes 4 kernels of a max-autotune transformer again (10 s of a 10.5 s first call), and so
+    did a restore. The result belongs to the same kernel source and torch version (both are in its file name), so
+    it is taken whatever the candidates' hash; torch compiles the chosen config if it is not among those kept.
+    Counted as `autotune_reused`."""
+    try:
+        from torch._dynamo.utils import counters
+        from torch._inductor.runtime import autotune_cache
+    except ImportError:
+        return []
+    original = getattr(autotune_cache, "_load_cached_autotuning", None)
+    expected = ["best_config", "configs_hash", "configs", "inductor_meta"]
+    if original is None or list(inspect.signature(original).parameters) != expected:
+        return []
+
+    def load_cached_autotuning(best_config: Any, configs_hash: str, configs: Any, inductor_meta: Any) -> Any:
+        if (
+            isinstance(best_config, dict)
+            and best_config.get("found_by_coordesc")
+            and inductor_meta.get("coordinate_descent_tuning")
+            and isinstance(best_config.get("configs_hash"), str)
+            and best_config["configs_hash"] != configs_hash
+        ):
+            configs_hash = best_config["configs_hash"]
+            counters[COUNTER_GROUP]["autotune_reused"] += 1
+        return original(best_config, configs_hash, configs, inductor_meta)
+
+    return [Patch(autotune_cache, "_load_cached_autotuning", load_cached_autotuning)]
 
 
 def _aot_key_patch() -> list[Patch]:
