@@ -67,35 +67,44 @@ def cell_patches() -> list[Patch]:
 
 def _coordesc_result_patch() -> list[Patch]:
     """Use a kernel's coordinate-descent result again when torch reloads the kernel from a cache. torch files the
-    result under a hash of the kernel's candidate configs as compiled, but checks it, on a cache load, against a hash
-    of the configs it kept (the ones that compiled), which differs for some kernels: measured on the H100, torch's
-    own warm cache then tunes 4 kernels of a max-autotune transformer again (10 s of a 10.5 s first call), and so
-    did a restore. The result belongs to the same kernel source and torch version (both are in its file name), so
-    it is taken whatever the candidates' hash; torch compiles the chosen config if it is not among those kept.
-    Counted as `autotune_reused`."""
+    result with a hash of the kernel's candidate configs at compile time; a kernel reloaded from a cache hashes the
+    configs it kept (those that compiled), and where the two differ torch ignores the result and tunes again. On the
+    H100 torch's own warm cache tuned 4 kernels of a max-autotune transformer again (10 s of a 10.5 s first call),
+    and so did a restore. The result belongs to the same kernel source and torch version (both are in its file
+    name), so a coordinate-descent result is taken whatever the candidates' hash; torch compiles the chosen config
+    if it is not among those kept. Counted as `autotune_reused`."""
     try:
         from torch._dynamo.utils import counters
-        from torch._inductor.runtime import autotune_cache
+        from torch._inductor.runtime.autotune_cache import AutotuneCache
     except ImportError:
         return []
-    original = getattr(autotune_cache, "_load_cached_autotuning", None)
-    expected = ["best_config", "configs_hash", "configs", "inductor_meta"]
-    if original is None or list(inspect.signature(original).parameters) != expected:
+    original = getattr(AutotuneCache, "read_best", None)
+    if original is None or not hasattr(AutotuneCache, "_read"):
+        return []
+    if list(inspect.signature(original).parameters) != ["self", "inductor_meta", "configs"]:
         return []
 
-    def load_cached_autotuning(best_config: Any, configs_hash: str, configs: Any, inductor_meta: Any) -> Any:
-        if (
-            isinstance(best_config, dict)
-            and best_config.get("found_by_coordesc")
-            and inductor_meta.get("coordinate_descent_tuning")
-            and isinstance(best_config.get("configs_hash"), str)
-            and best_config["configs_hash"] != configs_hash
-        ):
-            configs_hash = best_config["configs_hash"]
+    def read_best(self: Any, inductor_meta: Any, configs: Any) -> Any:
+        best = original(self, inductor_meta, configs)
+        if best is not None or not inductor_meta.get("coordinate_descent_tuning"):
+            return best
+        stored = self._read()  # a fresh copy of the entry (read_best consumed its own)
+        if not isinstance(stored, dict) or not stored.get("found_by_coordesc"):
+            return None
+        filed_under = stored.get("configs_hash")
+        if not isinstance(filed_under, str) or filed_under == self.configs_hash:
+            return None
+        ours = self.configs_hash
+        self.configs_hash = filed_under
+        try:
+            best = original(self, inductor_meta, configs)
+        finally:
+            self.configs_hash = ours
+        if best is not None:
             counters[COUNTER_GROUP]["autotune_reused"] += 1
-        return original(best_config, configs_hash, configs, inductor_meta)
+        return best
 
-    return [Patch(autotune_cache, "_load_cached_autotuning", load_cached_autotuning)]
+    return [Patch(AutotuneCache, "read_best", read_best)]
 
 
 def _aot_key_patch() -> list[Patch]:

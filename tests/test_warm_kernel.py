@@ -136,7 +136,7 @@ START_COMPILE_WORKERS = (
     "import torch\n"
     "from torch._inductor.async_compile import AsyncCompile\n"
     "AsyncCompile.warm_pool(); AsyncCompile.wakeup(); AsyncCompile.wait_pool_ready()\n"
-    "assert len(__import__('psutil').Process().children(recursive=True)) == 3"
+    "assert __import__('psutil').Process().children()  # the sidecar"
 )
 
 
