@@ -55,10 +55,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import torch_fixes
-from .torch_fixes import COUNTER_GROUP, Patch
+from .torch_fixes import Patch
 
 DIGEST_FILE = "jcc_code_digest"
 RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
+COUNTER_GROUP = "jupyter_compile_cache"
 _MAX_NODES = 20000
 _CONSTANT_TYPES = (type(None), bool, int, float, complex, str, bytes)
 _TRAILING_NUMBER = re.compile(r"_(\d+)$")

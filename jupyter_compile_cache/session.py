@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from . import bundle, capture, fingerprint, layers, torch_fixes
+from . import bundle, capture, fingerprint, layers
 from .bundle import Manifest, check_name
 from .hub import HubError, Lease, RedisHub
 from .hub_link import HubLink
@@ -168,7 +168,6 @@ class CompileCacheSession:
         precompile = precompile and PrecompileGuard.available()
         previous_precompile = self._set_precompile(precompile)
         hub = self.hub_link.for_cell(opts)  # once per cell: restore, lease and push use the same hub
-        fixes: list[torch_fixes.Patch] = []
         try:
             if opts.restore:
                 report.restore = self._restore(name, opts, report, hub)
@@ -183,7 +182,6 @@ class CompileCacheSession:
             fallbacks_before = _fallback_count()
             context_before = _precompile_context_snapshot() if precompile else {}
             loaded_before = set(self.guard.loaded_keys)
-            fixes = torch_fixes.cell_patches()
             watcher.start()
             start = time.perf_counter()
             try:
@@ -223,8 +221,6 @@ class CompileCacheSession:
             if not opts.quiet:
                 print(self.summary_line(report), file=self.out)
         finally:
-            for fix in reversed(fixes):
-                fix.undo()
             self._set_precompile(previous_precompile)
             if lease is not None:
                 lease.release()

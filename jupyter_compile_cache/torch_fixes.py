@@ -12,10 +12,6 @@ timm models (the zoo of tests/test_model_zoo.py) with torch 2.11 (GPU) and 2.13 
 * the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`).
 
 What precompile drops on purpose (identity guards) is not here: precompile.py gives those back.
-
-One fix applies to every `%%compile_cache` cell, precompile or not (`cell_patches`): a kernel's launch config that
-coordinate descent found (max-autotune) is used again when torch reloads the kernel from a cache
-(`_coordesc_result_patch`).
 """
 
 from __future__ import annotations
@@ -28,8 +24,6 @@ import sys
 import types
 from dataclasses import fields, is_dataclass, replace
 from typing import Any
-
-COUNTER_GROUP = "jupyter_compile_cache"  # our counters, in torch's `counters` beside torch's own
 
 
 class Patch:
@@ -58,53 +52,6 @@ def patches() -> list[Patch]:
         *_globals_module_patch(),
         *_pop_null_patch(),
     ]
-
-
-def cell_patches() -> list[Patch]:
-    """The fixes every `%%compile_cache` cell needs, precompile or not; undo each with `Patch.undo`."""
-    return [*_coordesc_result_patch()]
-
-
-def _coordesc_result_patch() -> list[Patch]:
-    """Use a kernel's coordinate-descent result again when torch reloads the kernel from a cache. torch files the
-    result with a hash of the kernel's candidate configs at compile time; a kernel reloaded from a cache hashes the
-    configs it kept (those that compiled), and where the two differ torch ignores the result and tunes again. On the
-    H100 torch's own warm cache tuned 4 kernels of a max-autotune transformer again (10 s of a 10.5 s first call),
-    and so did a restore. The result belongs to the same kernel source and torch version (both are in its file
-    name), so a coordinate-descent result is taken whatever the candidates' hash; torch compiles the chosen config
-    if it is not among those kept. Counted as `autotune_reused`."""
-    try:
-        from torch._dynamo.utils import counters
-        from torch._inductor.runtime.autotune_cache import AutotuneCache
-    except ImportError:
-        return []
-    original = getattr(AutotuneCache, "read_best", None)
-    if original is None or not hasattr(AutotuneCache, "_read"):
-        return []
-    if list(inspect.signature(original).parameters) != ["self", "inductor_meta", "configs"]:
-        return []
-
-    def read_best(self: Any, inductor_meta: Any, configs: Any) -> Any:
-        best = original(self, inductor_meta, configs)
-        if best is not None or not inductor_meta.get("coordinate_descent_tuning"):
-            return best
-        stored = self._read()  # a fresh copy of the entry (read_best consumed its own)
-        if not isinstance(stored, dict) or not stored.get("found_by_coordesc"):
-            return None
-        filed_under = stored.get("configs_hash")
-        if not isinstance(filed_under, str) or filed_under == self.configs_hash:
-            return None
-        ours = self.configs_hash
-        self.configs_hash = filed_under
-        try:
-            best = original(self, inductor_meta, configs)
-        finally:
-            self.configs_hash = ours
-        if best is not None:
-            counters[COUNTER_GROUP]["autotune_reused"] += 1
-        return best
-
-    return [Patch(AutotuneCache, "read_best", read_best)]
 
 
 def _aot_key_patch() -> list[Patch]:
