@@ -120,7 +120,6 @@ def one_config(cfg: dict, work: str, restores: int, profiles: str | None = None)
         print(
             f"  {cfg['name']:32s} {row['case']:11s} first call {row.get('first_call_s', float('nan')):8.3f} s  "
             f"autotunes run {counters.get('autotunes_run', '-')}, runtime {counters.get('runtime_autotunes_run', '-')}"
-            f", reused {counters.get('jupyter_compile_cache', {}).get('autotune_reused', 0)}"
             f"  new files: cache dir {len(row.get('cache_files_new', []))}, machine {len(row['machine_files_new'])}"
             + (f"   ERROR {row['error'][-400:]}" if "error" in row else ""),
             flush=True,
