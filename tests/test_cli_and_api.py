@@ -19,10 +19,12 @@ SCRIPT = textwrap.dedent(
     def f(a):
         return (a.sin() + a.cos()).relu() * 3
 
+    torch.manual_seed(0)
     x = torch.randn(64)
     with jcc.cell("script_fn") as report:
         y = torch.compile(f)(x)
-    assert torch.allclose(y, f(x))
+    # compiled sin/cos differ from eager's in the last bits (plain torch.compile too): compare with a tolerance
+    assert torch.allclose(y, f(x), atol=1e-5)
     print("REPORT", json.dumps({"saved": report.saved_version is not None,
                                 "restored": bool(report.restore and report.restore.restored),
                                 "fx_miss": counters["inductor"]["fxgraph_cache_miss"]}))
