@@ -104,7 +104,7 @@ def build(model_name: str, device: str, batches: list[int]):
 
 
 AUTOTUNES_RUN: list[int] = []  # real matmul autotunings in this process (torch replays its counter on cache hits)
-RUNTIME_AUTOTUNES_RUN: list[str] = []  # Triton kernels whose launch configs were benchmarked in this process
+RUNTIME_AUTOTUNES_RUN: list[str] = []  # run-time benchmarks of Triton launch configs here (calls, kernel named)
 
 
 def count_real_autotunes() -> None:

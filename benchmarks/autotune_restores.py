@@ -13,10 +13,10 @@ Before every case but the cold ones, the machine's own caches outside the cache 
 /tmp/torchinductor_<user>, ~/.nv/ComputeCache, ~/.cache/torch): each restore runs as on a machine new to the model.
 
 Reported per restore: the first compiled call against cold; the real autotunings (matmul choices benchmarked, and
-Triton kernels whose runtime configs were benchmarked: counted in the process, since torch replays its own counters
-on a cache hit); and what the process wrote that the bundle did not bring (files new in the cache dir, and in the
-machine's caches): work done again. And, file by file, what the cold process's cache dir ended up holding that the
-bundle does not (written after the cell's capture, e.g. by compile workers).
+run-time benchmarks of Triton launch configs, one per call, with the kernel's name: counted in the process, since
+torch replays its own counters on a cache hit); and what the process wrote that the bundle did not bring (files new
+in the cache dir, and in the machine's caches): work done again. And, file by file, what the cold process's cache
+dir ended up holding that the bundle does not (written after the cell's capture, e.g. by compile workers).
 
     python benchmarks/autotune_restores.py --restores 5 --out benchmarks/results/autotune_restores_h100.json
     python benchmarks/autotune_restores.py --profiles DIR ...   # py-spy (on PATH) the first two restores
