@@ -112,7 +112,16 @@ class HubLink:
         return info
 
     # -- push and single flight ---------------------------------------------------------------------------------
-    def push(self, hub: RedisHub, store: LocalStore, manifest: Manifest, report: CellReport, quiet: bool) -> None:
+    def push(
+        self,
+        hub: RedisHub,
+        store: LocalStore,
+        manifest: Manifest,
+        report: CellReport,
+        quiet: bool,
+        background: bool = False,
+    ) -> None:
+        """`background`: from a thread other than the cell's, so a failure is told by the next cell (`failed`)."""
         if self._is_down(hub.config.url):  # it failed earlier in this cell: don't pay its timeout again
             return
         bar = TransferBar(f"pushing {manifest.name!r} to the hub", quiet)
@@ -120,7 +129,7 @@ class HubLink:
             HubSource(hub).push(manifest, store, bar)
             report.pushed = True
         except HubError as exc:
-            self.failed(hub, exc, report)
+            self.failed(hub, exc, report, quiet=background)
         finally:
             bar.close()
 

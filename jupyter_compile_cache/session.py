@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from . import bundle, capture, fingerprint, layers
+from . import bundle, capture, fingerprint, layers, torch_fixes
 from .bundle import Manifest, check_name
 from .hub import HubError, Lease, RedisHub
 from .hub_link import HubLink
@@ -74,11 +74,13 @@ class CompileCacheSession:
         self.guard = PrecompileGuard(warn=self.warn)
         self.prewarm = Prewarm(enabled=lambda: self.settings.prewarm)
         self.prewarm.before_probe = self._restore_toolchain
+        self.prewarm.after_probe = self._save_toolchain
         self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
         self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
         self.listeners: list[Callable[[CellReport], None]] = []  # the panel refreshes through this
         self._restored_paths: dict[str, list[str]] = {}
         self._toolchain_saved = False
+        self._cache_load_patches: list[Any] | None = None  # torch_fixes.cache_load_patches, from the first cell on
         self.toolchain_source: str | None = None  # where this process's CPU probe programs came from, if restored
 
     # -- plumbing -----------------------------------------------------------------------------------------------
@@ -105,6 +107,9 @@ class CompileCacheSession:
     def close(self) -> None:
         """Undo everything this session changed in torch and the environment (used by %unload_ext)."""
         self.guard.uninstall()
+        for patch in reversed(self._cache_load_patches or []):
+            patch.undo()
+        self._cache_load_patches = None
         self.hub_link.close()
         self.listeners.clear()
 
@@ -162,6 +167,8 @@ class CompileCacheSession:
         opts = options or CellOptions()
         check_name(name)
         self.prewarm.join()  # before touching torch._dynamo: importing it from two threads at once deadlocks
+        if self._cache_load_patches is None:
+            self._cache_load_patches = torch_fixes.cache_load_patches()
         report = CellReport(name)
         lease: Lease | None = None
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
@@ -215,8 +222,6 @@ class CompileCacheSession:
             )
             if opts.save and cell_files.files and (compiled_new or opts.force_save):
                 self._save(name, cell_files, report, opts, hub)
-            if opts.save:
-                self._save_toolchain(opts.store, report)
             self._finish(report, opts.store)
             if not opts.quiet:
                 print(self.summary_line(report), file=self.out)
@@ -312,17 +317,18 @@ class CompileCacheSession:
                 self.hub_link.failed(source.hub, exc, None, quiet=True)
         self.toolchain_source = found.source.kind if found.source is not None else None
 
-    def _save_toolchain(self, store_root: str | None, report: CellReport) -> None:
-        """After the first cell: the probe programs this process built, as a bundle, locally and on the hub."""
+    def _save_toolchain(self) -> None:
+        """After the CPU probe (prewarm thread): the probe programs this process built, as a bundle, in the local
+        store and on the hub, once per session."""
         if self._toolchain_saved or not self.prewarm.created:
-            return  # runs after every cell: done once per session
-        files = [p for p in self.prewarm.created if os.path.exists(p)]
-        now = fingerprint.current(with_gpu=False)
-        digest = fingerprint.digest(now)
-        store = self.toolchain_store(store_root)
+            return
         self._toolchain_saved = True
+        files = [p for p in self.prewarm.created if os.path.exists(p)]
         if not files:
             return
+        now = fingerprint.current(with_gpu=False)
+        digest = fingerprint.digest(now)
+        store = self.toolchain_store()
         manifests = store.versions(digest)
         if not manifests:
             roots = capture.cache_roots()
@@ -330,17 +336,17 @@ class CompileCacheSession:
             try:
                 manifests = [store.write(_new_manifest(digest, now, {}), {k: v for k, v in members.items() if k})]
             except OSError as exc:
-                self.warn(f"could not save the CPU probe programs to {store.root}: {exc}", report)
+                self.warn(f"could not save the CPU probe programs to {store.root}: {exc}")
                 return
         hub = self.hub_link.for_toolchain()
         if hub is not None:
             try:
                 on_hub = hub.versions(digest)
             except HubError as exc:
-                self.hub_link.failed(hub, exc, report)
+                self.hub_link.failed(hub, exc, None, quiet=True)
                 return
             if not on_hub:
-                self.hub_link.push(hub, store, manifests[0], CellReport(digest), quiet=True)
+                self.hub_link.push(hub, store, manifests[0], CellReport(digest), quiet=True, background=True)
 
     def _enforce_size_cap(self, store: LocalStore, report: CellReport) -> None:
         """Evict least recently used versions past `CompileCache.max_size`."""

@@ -11,6 +11,10 @@ timm models (the zoo of tests/test_model_zoo.py) with torch 2.11 (GPU) and 2.13 
 * a decorated function is recorded under the module whose globals it runs with (`_globals_module_patch`);
 * the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`).
 
+And one that is not about precompile, applied from a kernel's first `%%compile_cache` cell until `%unload_ext`
+(`cache_load_patches`): a Triton kernel loaded from a cache keeps its coordinate-descent result instead of being
+tuned again (`_recheck_autotune_patch`).
+
 What precompile drops on purpose (identity guards) is not here: precompile.py gives those back.
 """
 
@@ -18,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib
+import importlib.util
 import inspect
 import sys
 import types
@@ -52,6 +58,80 @@ def patches() -> list[Patch]:
         *_globals_module_patch(),
         *_pop_null_patch(),
     ]
+
+
+def cache_load_patches() -> list[Patch]:
+    """Fixes to torch's loading of cached compiled code, whether or not precompile is on; undo each with `undo`."""
+    return [*_recheck_autotune_patch()]
+
+
+def _recheck_autotune_patch() -> list[Patch]:
+    """Give a Triton kernel loaded from the FX graph cache its coordinate-descent result back.
+
+    With `coordinate_descent_tuning` (on under max-autotune), each Triton kernel is tuned at its first run and the
+    result saved in its `.best_config` file. A kernel loaded from the FX graph cache ("static autotuner") rechecks
+    that file, but torch 2.11 only takes the cached config when the kernel was compiled with more than one, and drops
+    its `found_by_coordesc` mark when it is one of the compiled ones. Either way the kernel is tuned again at its
+    first call: 2.6-11 s of a max-autotune transformer's first restored call on an H100, which kernels depending on
+    the timing noise of the cold run's tuning (torch's own warm cache pays the same). torch 2.13 takes the cached
+    config in both cases; this is its method, for the torch versions that still have the old one.
+    """
+    if importlib.util.find_spec("triton") is None:
+        return []  # no Triton kernels on this machine
+    try:
+        from torch._inductor.runtime import triton_heuristics as heuristics
+    except Exception:
+        return []
+    autotuner = getattr(heuristics, "CachingAutotuner", None)
+    original = getattr(autotuner, "recheck_autotune_cache", None)
+    helpers = [getattr(heuristics, n, None) for n in ("check_autotune_cache", "triton_config_to_hashable")]
+    if original is None or None in helpers:
+        return []
+    check_autotune_cache, triton_config_to_hashable = helpers
+
+    @functools.cache
+    def torch_has_the_fix() -> bool:  # read at the first kernel load, not on the cell's path
+        try:
+            return "len(configs) > 1" not in inspect.getsource(original)
+        except (OSError, TypeError):
+            return True  # source unknown: leave torch as it is
+
+    def recheck_autotune_cache(self: Any, reload_kernel_from_src: Any) -> None:
+        if torch_has_the_fix():
+            return original(self, reload_kernel_from_src)
+        try:
+            return backport(self, reload_kernel_from_src)
+        except Exception as exc:  # torch's own method then: the kernel is tuned again, nothing else changes
+            if not told:
+                told.append(exc)
+                print(
+                    f"compile_cache: warning: kept torch's autotune recheck ({type(exc).__name__}: {exc})",
+                    file=sys.stderr,
+                )
+            return original(self, reload_kernel_from_src)
+
+    told: list[Exception] = []
+
+    def backport(self: Any, reload_kernel_from_src: Any) -> None:
+        configs = [result.config for result in self.compile_results]
+        cached_configs, _, self.autotune_cache_info = check_autotune_cache(configs, self.filename, self.inductor_meta)
+        if len(cached_configs) != 1:
+            return None
+        best_config = cached_configs[0]
+        found_by_coordesc = getattr(best_config, "found_by_coordesc", False)
+        best_hash = triton_config_to_hashable(best_config)
+        for compile_result in self.compile_results:
+            if triton_config_to_hashable(compile_result.config) == best_hash:
+                compile_result.config.found_by_coordesc = found_by_coordesc
+                self.compile_results = [compile_result]
+                return None
+        if found_by_coordesc:  # tuned to a config the kernel was not compiled with: compile it (Triton's cache)
+            if self.fn.fn is None:
+                self.fn = reload_kernel_from_src().fn
+            self.compile_results = [self._precompile_config(best_config)]
+        return None
+
+    return [Patch(autotuner, "recheck_autotune_cache", recheck_autotune_cache)]
 
 
 def _aot_key_patch() -> list[Patch]:
