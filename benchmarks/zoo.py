@@ -157,6 +157,7 @@ def run_case(case: str, device: str) -> list[dict]:
             with torch.no_grad():
                 return first_tensor(fn(**args))
 
+        phases_before = torch_phase_seconds()
         t = time.perf_counter()
         if os.environ.get("ZOO_PROFILE") and case == "ours":  # where a restored first call's time goes
             import cProfile
@@ -170,12 +171,15 @@ def run_case(case: str, device: str) -> list[dict]:
             got = first_call()
         sync()
         first_call_s = time.perf_counter() - t
+        phases = {k: v - phases_before.get(k, 0.0) for k, v in torch_phase_seconds().items()}
         if context is not None:
             context.__exit__(None, None, None)
         with torch.no_grad():
             want = first_tensor(model(**args))
         row = {"model": name, "case": case, "first_call_s": first_call_s}
         row["graphs_traced"] = counters["stats"]["unique_graphs"] - graphs_before  # traced afresh (a restored one: 0)
+        # torch's own timings of the first call's phases (dynamo_timed: guards, graph and kernel loads), >= 5 ms
+        row["torch_phases_s"] = {k: round(v, 4) for k, v in sorted(phases.items(), key=lambda kv: -kv[1]) if v >= 0.005}
         row["matches_eager"] = bool(torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-3))
         if report is not None:
             row["restored"] = bool(report.restore and report.restore.restored)
@@ -185,6 +189,13 @@ def run_case(case: str, device: str) -> list[dict]:
         rows.append(row)
         print(f"  {case:9} {name:20} {first_call_s:8.3f} s", file=sys.stderr, flush=True)
     return rows
+
+
+def torch_phase_seconds() -> dict[str, float]:
+    """Seconds per phase that torch times itself (torch._dynamo.utils.compilation_time_metrics), summed."""
+    from torch._dynamo import utils
+
+    return {k: sum(v) for k, v in getattr(utils, "compilation_time_metrics", {}).items()}
 
 
 # -- the driver -------------------------------------------------------------------------------------------------------
@@ -224,6 +235,13 @@ def table(rows: list[dict]) -> str:
             f"| {ours['first_call_s']:.3f} | {ours['restore_s']:.3f} "
             f"| {ours['first_call_s'] / eager['first_call_s']:.2f}x | {used} | {same} |"
         )
+    lines.append("")
+    lines.append("Where a restored first call goes (torch's own phase timings, nested phases overlap):")
+    for m in models:
+        ours = by.get((m, "ours"))
+        if ours and ours.get("torch_phases_s"):
+            top = list(ours["torch_phases_s"].items())[:6]
+            lines.append(f"  {m}: " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in top))
     return "\n".join(lines)
 
 
