@@ -157,6 +157,7 @@ def run_case(case: str, device: str) -> list[dict]:
             with torch.no_grad():
                 return first_tensor(fn(**args))
 
+        cache_before = cache_files()
         phases_before = torch_phase_seconds()
         t = time.perf_counter()
         if os.environ.get("ZOO_PROFILE") and case == "ours":  # where a restored first call's time goes
@@ -172,6 +173,8 @@ def run_case(case: str, device: str) -> list[dict]:
         sync()
         first_call_s = time.perf_counter() - t
         phases = {k: v - phases_before.get(k, 0.0) for k, v in torch_phase_seconds().items()}
+        # files the first call wrote: on a restore, work done again (a compiled kernel the bundle did not bring)
+        written = sorted(set(cache_files()) - set(cache_before))
         if context is not None:
             context.__exit__(None, None, None)
         with torch.no_grad():
@@ -181,6 +184,16 @@ def run_case(case: str, device: str) -> list[dict]:
         # torch's own timings of the first call's phases (dynamo_timed: guards, graph and kernel loads), >= 5 ms
         row["torch_phases_s"] = {k: round(v, 4) for k, v in sorted(phases.items(), key=lambda kv: -kv[1]) if v >= 0.005}
         row["matches_eager"] = bool(torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-3))
+        row["files_written_by_call"] = written
+        if case == "ours_cold":  # which of them the bundle holds
+            from jupyter_compile_cache.store import LocalStore
+
+            members = {
+                m.name
+                for v in LocalStore(os.environ["JUPYTER_COMPILE_CACHE_DIR"]).versions(f"zoo-{name}")
+                for m in v.members
+            }
+            row["not_in_bundle"] = [p for p in written if "inductor/" + p not in members]
         if report is not None:
             row["restored"] = bool(report.restore and report.restore.restored)
             row["restore_s"] = report.restore.seconds if report.restore else 0.0
@@ -189,6 +202,15 @@ def run_case(case: str, device: str) -> list[dict]:
         rows.append(row)
         print(f"  {case:9} {name:20} {first_call_s:8.3f} s", file=sys.stderr, flush=True)
     return rows
+
+
+def cache_files() -> list[str]:
+    """Files under torch's cache dir (TORCHINDUCTOR_CACHE_DIR), relative, as bundle members name them after
+    `inductor/`."""
+    root = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+    return [
+        os.path.relpath(os.path.join(d, n), root).replace(os.sep, "/") for d, _, names in os.walk(root) for n in names
+    ]
 
 
 def torch_phase_seconds() -> dict[str, float]:
@@ -235,6 +257,18 @@ def table(rows: list[dict]) -> str:
             f"| {ours['first_call_s']:.3f} | {ours['restore_s']:.3f} "
             f"| {ours['first_call_s'] / eager['first_call_s']:.2f}x | {used} | {same} |"
         )
+    lines.append("")
+    lines.append("Files a restored first call wrote (work done again), and whether the cold cell's bundle lacked them:")
+    for m in models:
+        ours, cold = by.get((m, "ours")), by.get((m, "ours_cold"))
+        if ours and ours.get("files_written_by_call"):
+            lacking = set(cold.get("not_in_bundle", [])) if cold else set()
+            written = ours["files_written_by_call"]
+            kernels = sorted({p.split("/")[-1].rsplit(".", 1)[0] for p in written if p.endswith(".cubin")})
+            lines.append(
+                f"  {m}: {len(written)} files, {len(set(written) & lacking)} of them written by the cold call but"
+                f" not in its bundle; compiled kernels: {', '.join(kernels) or 'none'}"
+            )
     lines.append("")
     lines.append("Where a restored first call goes (torch's own phase timings, nested phases overlap):")
     for m in models:
