@@ -191,19 +191,22 @@ def overhead(cells: int) -> dict:
         t = time.perf_counter()
         exec(body, {})
         plain.append(time.perf_counter() - t)
-        t = time.perf_counter()
+        profiler = None
         if i == 0 and os.environ.get("BENCH_PROFILE"):  # where the first cell's time goes
             import cProfile
-            import pstats
 
             profiler = cProfile.Profile()
+        t = time.perf_counter()
+        if profiler:
             profiler.runcall(our_cell, i)
-            ours.append(time.perf_counter() - t)
+        else:
+            our_cell(i)
+        ours.append(time.perf_counter() - t)
+        if profiler:
+            import pstats
+
             with open(os.environ["BENCH_PROFILE"], "w") as f:
                 pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(50)
-            continue
-        our_cell(i)
-        ours.append(time.perf_counter() - t)
     return {
         "case": "overhead",
         "cells": cells,

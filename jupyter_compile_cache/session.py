@@ -79,7 +79,6 @@ class CompileCacheSession:
         self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
         self.listeners: list[Callable[[CellReport], None]] = []  # the panel refreshes through this
         self._restored_paths: dict[str, list[str]] = {}
-        self._toolchain_saved = False
         self._cache_load_patches: list[Any] | None = None  # torch_fixes.cache_load_patches, from the first cell on
         self.toolchain_source: str | None = None  # where this process's CPU probe programs came from, if restored
 
@@ -319,10 +318,7 @@ class CompileCacheSession:
 
     def _save_toolchain(self) -> None:
         """After the CPU probe (prewarm thread): the probe programs this process built, as a bundle, in the local
-        store and on the hub, once per session."""
-        if self._toolchain_saved or not self.prewarm.created:
-            return
-        self._toolchain_saved = True
+        store and on the hub. The prewarm thread runs once per session, so this does too."""
         files = [p for p in self.prewarm.created if os.path.exists(p)]
         if not files:
             return
