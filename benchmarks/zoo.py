@@ -3,10 +3,11 @@
 The zoo: HF transformers models from tiny configs (random weights, no download) and, where timm is installed, timm
 models (no weights). tests/test_model_zoo.py runs the same models in real kernels; this script times them.
 
-Four fresh processes, each runs every model once, in this order:
+Five fresh processes, each runs every model once, in this order:
 
   eager      the first eager call of each model
   cold       plain torch.compile on an empty cache dir
+  torch_warm plain torch.compile again on cold's cache dir: what a restarted kernel gets from torch's own caches
   ours_cold  `%%compile_cache` (the script API) on an empty cache dir and store
   ours       `%%compile_cache` restoring from that store into an empty cache dir
 
@@ -33,6 +34,7 @@ import time
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = ("eager", "cold", "torch_warm", "ours_cold", "ours")
 
 # name -> (model expression, inputs expression); `T` is transformers, `timm` is timm. Evaluated in the test kernels
 # and here, so the tests and the benchmark run the same models.
@@ -242,18 +244,20 @@ def restore_path(row: dict) -> str:
 def table(rows: list[dict]) -> str:
     by = {(r["model"], r["case"]): r for r in rows}
     models = list(dict.fromkeys(r["model"] for r in rows))
-    heads = ["model", "eager s", "torch cold s", "ours cold s", "ours restored s", "restore s", "restored / eager"]
+    heads = ["model", "eager s", "torch cold s", "torch warm s", "ours cold s", "ours restored s", "restore s"]
+    heads.append("restored / eager")
     heads.append("restore used")
     heads.append("same answer")
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for m in models:
-        eager, cold, ours_cold, ours = (by.get((m, c)) for c in ("eager", "cold", "ours_cold", "ours"))
+        eager, cold, warm, ours_cold, ours = (by.get((m, c)) for c in CASES)
         if ours is None or eager is None:
             continue
         used = restore_path(ours)
-        same = all(by[(m, c)]["matches_eager"] for c in ("cold", "ours_cold", "ours") if (m, c) in by)
+        same = all(by[(m, c)]["matches_eager"] for c in CASES[1:] if (m, c) in by)
         lines.append(
-            f"| {m} | {eager['first_call_s']:.3f} | {cold['first_call_s']:.3f} | {ours_cold['first_call_s']:.3f} "
+            f"| {m} | {eager['first_call_s']:.3f} | {cold['first_call_s']:.3f} | {warm['first_call_s']:.3f} "
+            f"| {ours_cold['first_call_s']:.3f} "
             f"| {ours['first_call_s']:.3f} | {ours['restore_s']:.3f} "
             f"| {ours['first_call_s'] / eager['first_call_s']:.2f}x | {used} | {same} |"
         )
@@ -292,8 +296,9 @@ def main() -> None:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="jcc-zoo-") as tmp:
         store = os.path.join(tmp, "store")
-        for i, case in enumerate(("eager", "cold", "ours_cold", "ours")):
-            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, f"cache-{i}"))
+        for case in CASES:
+            cache_dir = "cold" if case == "torch_warm" else case  # torch_warm: the cold process's caches, on disk
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, f"cache-{cache_dir}"))
             env.update(JUPYTER_COMPILE_CACHE_DIR=store, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE)] + sys.path))
             env.pop("JUPYTER_COMPILE_CACHE_HUB", None)
             print(f"{case}: a fresh process", file=sys.stderr, flush=True)

@@ -11,9 +11,11 @@ timm models (the zoo of tests/test_model_zoo.py) with torch 2.11 (GPU) and 2.13 
 * a decorated function is recorded under the module whose globals it runs with (`_globals_module_patch`);
 * the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`).
 
-And one that is not about precompile, applied from a kernel's first `%%compile_cache` cell until `%unload_ext`
-(`cache_load_patches`): a Triton kernel loaded from a cache keeps its coordinate-descent result instead of being
-tuned again (`_recheck_autotune_patch`).
+And two that are not about precompile, applied from a kernel's first `%%compile_cache` cell until `%unload_ext`
+(`cache_load_patches`), both about Triton kernels loaded from a cache:
+
+* a kernel keeps its coordinate-descent result instead of being tuned again (`_recheck_autotune_patch`);
+* a kernel with a long name is saved ready to launch, not for Triton's compiler to load (`_long_kernel_name_patch`).
 
 What precompile drops on purpose (identity guards) is not here: precompile.py gives those back.
 """
@@ -26,7 +28,9 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import os
 import pickle
+import shutil
 import sys
 import types
 from dataclasses import fields, is_dataclass, replace
@@ -64,8 +68,99 @@ def patches() -> list[Patch]:
 
 
 def cache_load_patches() -> list[Patch]:
-    """Fixes to torch's loading of cached compiled code, whether or not precompile is on; undo each with `undo`."""
-    return [*_recheck_autotune_patch()]
+    """Fixes to how torch saves and loads cached Triton kernels, whether or not precompile is on; undo each with
+    `undo`."""
+    return [*_recheck_autotune_patch(), *_long_kernel_name_patch()]
+
+
+def _long_kernel_name_patch() -> list[Patch]:
+    """Let a Triton kernel whose name is longer than Triton's cache file names be launched statically.
+
+    Triton names a kernel's cache files after the first 150 characters of its name. torch (2.11 to 2.13 at least)
+    looks for the binary under the whole name, does not find it ("Bypassing StaticallyLaunchedCudaKernel due to
+    Cubin path not found") and saves the kernel for Triton's own launcher. Every restore then loads it through
+    Triton's compiler, and at times compiles it again: HF T5 on the H100 has five such kernels, about 1 s of its
+    1.8 s restored first call. Inductor names a kernel after the operations it fuses, so such names are common.
+
+    We give the binary the name torch looks for (a hard link beside it) before torch's check. Compile workers run
+    that check in their own processes, where our patch is not: the parent checks their long-named kernels again
+    when it takes them. Nothing about what a kernel computes changes, only how it is launched and saved; where
+    anything goes wrong, torch's way is kept.
+    """
+    if importlib.util.find_spec("triton") is None:
+        return []
+    try:
+        from torch._inductor.runtime import triton_heuristics as heuristics
+    except Exception:
+        return []
+    static_result = getattr(heuristics, "StaticTritonCompileResult", None)
+    autotuner = getattr(heuristics, "CachingAutotuner", None)
+    check = vars(static_result).get("can_statically_launch") if static_result else None
+    original_precompile = getattr(autotuner, "precompile", None)
+    helpers = [getattr(heuristics, n, None) for n in ("triton_cache_dir", "triton_hash_to_path_key")]
+    if not isinstance(check, staticmethod) or original_precompile is None or None in helpers:
+        return []
+    triton_cache_dir, triton_hash_to_path_key = helpers
+
+    def link_full_name(kernel: Any, triton_meta: dict) -> None:
+        name = kernel.src.fn.__name__
+        if len(name) <= _TRITON_FILE_NAME_CHARS:
+            return  # Triton named its files after the whole name
+        directory = os.path.join(triton_cache_dir(triton_meta.get("device", 0)), triton_hash_to_path_key(kernel.hash))
+        for entry in os.listdir(directory):
+            stem, ext = os.path.splitext(entry)
+            if ext in _BINARY_EXTS and stem != name and name.startswith(stem):  # Triton's cut of this name
+                target = os.path.join(directory, name + ext)
+                if not os.path.exists(target):
+                    try:
+                        os.link(os.path.join(directory, entry), target)
+                    except OSError:
+                        shutil.copyfile(os.path.join(directory, entry), target)
+
+    def can_statically_launch(kernel: Any, inductor_meta: Any, triton_meta: Any, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):  # no link: torch bypasses the static launcher, as without us
+            link_full_name(kernel, triton_meta)
+        return check.__func__(kernel, inductor_meta, triton_meta, *args, **kwargs)
+
+    def precompile(self: Any, warm_cache_only: bool = False, *args: Any, **kwargs: Any) -> Any:
+        if not warm_cache_only and self.compile_results:  # the parent, taking what a compile worker built
+            try:
+                launch_long_names_statically(self)
+            except Exception as exc:
+                _tell_once(told, f"kept torch's launcher for a long-named Triton kernel ({type(exc).__name__}: {exc})")
+        return original_precompile(self, warm_cache_only, *args, **kwargs)
+
+    told: list[str] = []
+
+    def launch_long_names_statically(self: Any) -> None:
+        results = list(self.compile_results)
+        for i, result in enumerate(results):
+            if isinstance(result, static_result):
+                continue
+            kernel = result.kernel
+            name = getattr(getattr(kernel.src, "fn", None), "__name__", "")
+            if len(name) <= _TRITON_FILE_NAME_CHARS:
+                continue  # torch found its binary, or bypassed it for another reason: its decision stands
+            launcher = can_statically_launch(kernel, self.inductor_meta, self.triton_meta, self.heuristic_type)
+            if launcher is not None:
+                results[i] = static_result(launcher, result.config, result.compile_meta, result.inductor_meta)
+        self.compile_results = results
+
+    return [
+        Patch(static_result, "can_statically_launch", staticmethod(can_statically_launch)),
+        Patch(autotuner, "precompile", precompile),
+    ]
+
+
+# Triton's cut of a kernel's cache file names (triton.compiler.compile: `src.name[:150]`), and its binaries
+_TRITON_FILE_NAME_CHARS = 150
+_BINARY_EXTS = (".cubin", ".hsaco", ".zebin", ".spv")
+
+
+def _tell_once(told: list[str], line: str) -> None:
+    if not told:
+        told.append(line)
+        print(f"compile_cache: warning: {line}", file=sys.stderr)
 
 
 def _recheck_autotune_patch() -> list[Patch]:
@@ -105,15 +200,10 @@ def _recheck_autotune_patch() -> list[Patch]:
         try:
             return backport(self, reload_kernel_from_src)
         except Exception as exc:  # torch's own method then: the kernel is tuned again, nothing else changes
-            if not told:
-                told.append(exc)
-                print(
-                    f"compile_cache: warning: kept torch's autotune recheck ({type(exc).__name__}: {exc})",
-                    file=sys.stderr,
-                )
+            _tell_once(told, f"kept torch's autotune recheck ({type(exc).__name__}: {exc})")
             return original(self, reload_kernel_from_src)
 
-    told: list[Exception] = []
+    told: list[str] = []
 
     def backport(self: Any, reload_kernel_from_src: Any) -> None:
         configs = [result.config for result in self.compile_results]
