@@ -168,8 +168,11 @@ def test_every_edit_recompiles_exactly_where_plain_torch_compile_does(kernel_fac
     hits = counters.get("dynamo_cache", {}).get("dynamo_cache_hit", 0)
     fallbacks = counters.get("jupyter_compile_cache", {}).get("precompile_fallback", 0)
     print(f"restored: {hits} precompile hits, {fallbacks} fallbacks")
-    # The restored cells really ran restored entries, but where torch could not save or load one (torch 2.11 on a
-    # GPU: "pickle should not be called after make_launchers()" for a recompiled graph), which is told in one line.
+    print(*(line for line in restored_out.splitlines() if "precompile failed" in line), sep="\n")
+    # The restored cells really ran restored entries, but where torch could not save or load one, which is told in
+    # one line. Seen on some H100 hosts with torch 2.11, for a graph compiled again in the cold kernel: "pickle
+    # should not be called after make_launchers()", or its compiled graph missing from the saved entry ("the
+    # restored code needs the global '__compiled_fn_13_...', which torch did not install"); other hosts: none.
     assert hits + fallbacks >= len(names) - 1 and fallbacks <= 2, restored_out
 
     for run_name, run in (("cold", cold), ("restored", restored)):
