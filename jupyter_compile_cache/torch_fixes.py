@@ -111,11 +111,12 @@ def _long_kernel_name_patch() -> list[Patch]:
             stem, ext = os.path.splitext(entry)
             if ext in _BINARY_EXTS and stem != name and name.startswith(stem):  # Triton's cut of this name
                 target = os.path.join(directory, name + ext)
-                if not os.path.exists(target):
-                    try:
-                        os.link(os.path.join(directory, entry), target)
-                    except OSError:
-                        shutil.copyfile(os.path.join(directory, entry), target)
+                try:
+                    os.link(os.path.join(directory, entry), target)
+                except FileExistsError:
+                    pass  # linked already (another thread, an earlier check)
+                except OSError:  # a file system without hard links
+                    shutil.copyfile(os.path.join(directory, entry), target)
 
     def can_statically_launch(kernel: Any, inductor_meta: Any, triton_meta: Any, *args: Any, **kwargs: Any) -> Any:
         with contextlib.suppress(Exception):  # no link: torch bypasses the static launcher, as without us
