@@ -76,7 +76,7 @@ def cache_load_patches() -> list[Patch]:
 def _long_kernel_name_patch() -> list[Patch]:
     """Let a Triton kernel whose name is longer than Triton's cache file names be launched statically.
 
-    Triton names a kernel's cache files after the first 150 characters of its name. torch (2.11 to 2.13 at least)
+    Triton names a kernel's cache files after the first 150 characters of its name. torch (2.11 and 2.13, at least)
     looks for the binary under the whole name, does not find it ("Bypassing StaticallyLaunchedCudaKernel due to
     Cubin path not found") and saves the kernel for Triton's own launcher. Every restore then loads it through
     Triton's compiler, and at times compiles it again: HF T5 on the H100 has five such kernels, about 1 s of its
