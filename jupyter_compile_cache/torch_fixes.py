@@ -87,11 +87,8 @@ def _long_kernel_name_patch() -> list[Patch]:
     when it takes them. Nothing about what a kernel computes changes, only how it is launched and saved; where
     anything goes wrong, torch's way is kept.
     """
-    if importlib.util.find_spec("triton") is None:
-        return []
-    try:
-        from torch._inductor.runtime import triton_heuristics as heuristics
-    except Exception:
+    heuristics = _triton_heuristics()
+    if heuristics is None:
         return []
     static_result = getattr(heuristics, "StaticTritonCompileResult", None)
     autotuner = getattr(heuristics, "CachingAutotuner", None)
@@ -158,6 +155,17 @@ _TRITON_FILE_NAME_CHARS = 150
 _BINARY_EXTS = (".cubin", ".hsaco", ".zebin", ".spv")
 
 
+def _triton_heuristics() -> types.ModuleType | None:
+    """torch's Triton kernel runtime, where Triton is installed (else there are no Triton kernels to fix)."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    try:
+        from torch._inductor.runtime import triton_heuristics
+    except Exception:
+        return None
+    return triton_heuristics
+
+
 def _tell_once(told: list[str], line: str) -> None:
     if not told:
         told.append(line)
@@ -175,11 +183,8 @@ def _recheck_autotune_patch() -> list[Patch]:
     the timing noise of the cold run's tuning (torch's own warm cache pays the same). torch 2.13 takes the cached
     config in both cases; this is its method, for the torch versions that still have the old one.
     """
-    if importlib.util.find_spec("triton") is None:
-        return []  # no Triton kernels on this machine
-    try:
-        from torch._inductor.runtime import triton_heuristics as heuristics
-    except Exception:
+    heuristics = _triton_heuristics()
+    if heuristics is None:
         return []
     autotuner = getattr(heuristics, "CachingAutotuner", None)
     original = getattr(autotuner, "recheck_autotune_cache", None)
