@@ -187,10 +187,7 @@ class CompileCacheMagics(Magics):
                 raise UsageError(f"unknown layer {args.layer!r}; layers: {names}\nusage: {line_usage()}") from None
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-            print(
-                f"compile_cache: {layer.title} {args.command}d ({'.'.join(layer.switch or ('-', '-'))} = "
-                f"{layer.switch_value()})"
-            )
+            print(f"compile_cache: {session.switch_line(layer)}")
             return None
         if args.command == "hub":
             return self._hub(args.target)

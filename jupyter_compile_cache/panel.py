@@ -262,7 +262,7 @@ class Panel:
     # -- actions --------------------------------------------------------------------------------------------------
     def _toggled(self, layer_name: str, change: dict[str, Any]) -> None:
         layer = self.session.set_layer(layer_name, bool(change["new"]))
-        self.say(f"{layer.title}: {'.'.join(layer.switch or ('', ''))} = {layer.switch_value()}")
+        self.say(self.session.switch_line(layer))
 
     def _bundle_action(self, action: str, b: dict[str, Any]) -> None:
         if action == "restore":

@@ -79,9 +79,8 @@ class StatusView(_View):
     def rows(self) -> list[list[Any]]:
         out = []
         for row in self.data["layers"]:
-            enabled = "n/a" if not row["supported"] else ("on" if row["enabled"] else "off")
-            if row["layer"] == "dynamo_precompile" and row["supported"]:
-                enabled += " (in cells)"
+            scope = row["scope"]
+            enabled = scope if scope in ("n/a", "off") else f"on ({scope})"
             out.append(
                 [
                     row["title"],

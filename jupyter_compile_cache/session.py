@@ -70,6 +70,12 @@ class CompileCacheSession:
         self.settings.resolved()  # reads every environment variable now, so a bad one is told once, here
         for problem in self.settings.env_problems:
             self.warn(problem)
+        if os.environ.get("TORCH_CACHING_PRECOMPILE") == "1":  # read from the environment: torch is not imported yet
+            self.warn(
+                "TORCH_CACHING_PRECOMPILE=1 turns torch's Dynamo precompile on outside %%compile_cache cells too, "
+                "where it drops identity guards and no guard of ours checks edits: plain torch.compile may return "
+                "stale results after a helper is redefined. Unset it: our cells switch precompile on themselves"
+            )
         self.hub_link = HubLink(self.settings, self.warn, lambda: self.out)
         self.guard = PrecompileGuard(warn=self.warn)
         self.prewarm = Prewarm(enabled=lambda: self.settings.prewarm)
@@ -387,14 +393,13 @@ class CompileCacheSession:
         layer_rows = []
         for layer in layers.LAYERS:
             counts = totals.get(layer.name, {"hits": 0, "misses": 0, "bypasses": 0})
+            scope = self.switch_scope(layer)
             layer_rows.append(
                 {
                     "layer": layer.name,
                     "title": layer.title,
-                    # Precompile is switched on per %%compile_cache cell: report what those cells get.
-                    "enabled": (self.precompile_default and layer.supported())
-                    if layer.name == "dynamo_precompile"
-                    else (layer.switch_value() if layer.switch else True),
+                    "scope": scope,
+                    "enabled": scope not in ("off", "n/a"),
                     "supported": layer.supported(),
                     "switch": ".".join(layer.switch) if layer.switch else None,
                     "env_var": layer.env_var,
@@ -478,15 +483,48 @@ class CompileCacheSession:
         return {"name": name, "store": store.root, "versions": versions, "last_run": store.last_run(name)}
 
     def set_layer(self, layer_name: str, enabled: bool) -> layers.Layer:
+        """Switch one of torch's cache layers. Dynamo precompile drops identity guards that only our cells put
+        back, so it is switched for `%%compile_cache` cells alone (CompileCache.precompile) and torch's global
+        `caching_precompile` is never left on; the other layers are torch's own switches for the whole kernel."""
         self.prewarm.join()
         layer = layers.resolve(layer_name)
         if layer.name == "dynamo_precompile":
-            # Our cells switch precompile on per cell; the session's setting is what `disable` must change.
             if not PrecompileGuard.available():
                 raise ValueError("this torch has no Dynamo precompile (torch._dynamo.config.caching_precompile)")
             self.settings.precompile = enabled
-        layer.set_switch(enabled)
+        else:
+            layer.set_switch(enabled)
         return layer
+
+    def switch_scope(self, layer: layers.Layer) -> str:
+        """Where LAYER applies now, in words: 'off', '%%compile_cache cells', 'this kernel' or 'everywhere'."""
+        if not layer.supported():
+            return "n/a"
+        if layer.name == "dynamo_precompile":
+            if layer.switch_value():  # torch's own switch, set outside us (TORCH_CACHING_PRECOMPILE=1, say)
+                return "everywhere"
+            return "%%compile_cache cells" if self.precompile_default else "off"
+        if layer.switch is None:
+            return "this kernel"
+        return "this kernel" if layer.switch_value() else "off"
+
+    def switch_line(self, layer: layers.Layer) -> str:
+        """What `enable` / `disable` changed, for the magic and the panel."""
+        scope = self.switch_scope(layer)
+        if layer.name == "dynamo_precompile":
+            if scope == "everywhere":
+                return (
+                    f"{layer.title}: torch's own caching_precompile is on, so plain torch.compile outside our cells "
+                    "drops identity guards too; unset TORCH_CACHING_PRECOMPILE (our cells switch it on themselves)"
+                )
+            if scope == "off":
+                return f"{layer.title} off (CompileCache.precompile = False)"
+            return (
+                f"{layer.title} on in %%compile_cache cells only (CompileCache.precompile = True; torch's "
+                "caching_precompile is on only while such a cell runs)"
+            )
+        switch = ".".join(layer.switch) if layer.switch else "always on"
+        return f"{layer.title} {'on' if scope != 'off' else 'off'} in this kernel ({switch} = {layer.switch_value()})"
 
 
 def bundle_row(m: Manifest, now: dict[str, Any], last_used: float | None, where: str) -> dict[str, Any]:
