@@ -366,6 +366,12 @@ class RedisHub:
         return Lease(self, f"{self._prefix(name)}:lease:{fp}", holder)
 
 
+# Redis's documented lock pattern: compare the holder's token and act in one server-side step, so a lease that
+# expired and was taken by a collaborator in between is never deleted or extended by its old holder.
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) else return 0 end"
+
+
 class Lease:
     """`SET NX EX` lease that a thread renews while the cell runs; a dead holder's lease simply expires."""
 
@@ -391,9 +397,8 @@ class Lease:
     def _renew(self) -> None:
         while not self._stop.wait(self.ttl / 3):
             try:
-                if self.hub.client.get(self.key) != self.token.encode():
-                    return
-                self.hub.client.expire(self.key, self.ttl)
+                if not self.hub.client.eval(_RENEW, 1, self.key, self.token, self.ttl):
+                    return  # expired and maybe taken by someone else: not ours to extend
             except Exception:  # the hub went away: the lease expires by itself
                 return
 
@@ -402,7 +407,6 @@ class Lease:
         if self._thread is None:
             return
         try:
-            if self.hub.client.get(self.key) == self.token.encode():
-                self.hub.client.delete(self.key)
-        except Exception:
+            self.hub.client.eval(_RELEASE, 1, self.key, self.token)
+        except Exception:  # the hub went away: the lease expires by itself
             pass

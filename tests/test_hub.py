@@ -14,7 +14,7 @@ from redis_server import RedisServer
 
 from jupyter_compile_cache import bundle
 from jupyter_compile_cache.bundle import Manifest
-from jupyter_compile_cache.hub import HubConfig, HubError, RedisHub, SignatureError, check_signature, redact
+from jupyter_compile_cache.hub import HubConfig, HubError, Lease, RedisHub, SignatureError, check_signature, redact
 from jupyter_compile_cache.store import LocalStore
 
 
@@ -222,6 +222,35 @@ def test_lease_single_flight(redis_server):
     dead._stop.set()  # the holder dies: no more renewals
     time.sleep(1.5)
     assert hub.lease("net", "f" * 12, "dave@d").acquire() is None
+
+
+def test_an_old_holder_never_releases_a_lease_a_collaborator_took_since(redis_server):
+    """The release's check and delete are one step on the server: held back on the wire (a slow network) until
+    Alice's lease has expired and Bob has taken it, her release must leave Bob's lease alone."""
+    from tcp_proxy import HoldingProxy
+
+    proxy = HoldingProxy(redis_server.port)
+    try:
+        alice = Lease(_hub(proxy.url), "jcc:{default/net}:lease:f", "alice@a", ttl=1)
+        assert alice.acquire() is None
+        # Hold the request that removes the key (a DEL, or the script that compares and deletes).
+        proxy.hold = lambda data: any(word in data.upper() for word in (b"\r\nDEL\r\n", b"UNLINK", b"EVAL"))
+        releasing = threading.Thread(target=alice.release)
+        releasing.start()
+        assert proxy.held.wait(5), "the release never reached the wire"
+        direct = redis_server.client()
+        deadline = time.time() + 5
+        while direct.exists(alice.key) and time.time() < deadline:  # Alice's lease expires (no renewals now)
+            time.sleep(0.05)
+        bob = Lease(_hub(redis_server.url), alice.key, "bob@b")
+        assert bob.acquire() is None
+        proxy.let_go()
+        releasing.join(10)
+        assert direct.get(alice.key) == bob.token.encode(), "Alice's late release deleted Bob's lease"
+        bob.release()
+        assert not direct.exists(alice.key)
+    finally:
+        proxy.close()
 
 
 def test_unreachable_hub_fails_fast(free_port):
