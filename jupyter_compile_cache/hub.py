@@ -51,6 +51,18 @@ class SignatureError(HubError):
     pass
 
 
+def redis_module() -> Any:
+    """redis-py, imported when the hub is first used; missing, it is a HubError like any other hub failure, so a
+    cell, `list` or the CLI tell the user which extra to install and carry on with the local store."""
+    try:
+        import redis
+    except ImportError:
+        raise HubError(
+            "the hub needs redis-py, which is not installed: pip install 'jupyter_compile_cache[hub]'"
+        ) from None
+    return redis
+
+
 def redact(url: str | None) -> str:
     """The URL with any password replaced, for messages, status and the panel."""
     if not url:
@@ -156,10 +168,7 @@ class RedisHub:
 
     def _connect(self) -> Any:
         """A client for the URL: asks the node whether it belongs to a cluster (one round trip, once per URL)."""
-        try:
-            import redis
-        except ImportError as exc:
-            raise HubError("the hub needs redis-py: pip install 'jupyter_compile_cache[hub]'") from exc
+        redis = redis_module()
         options = {
             "socket_connect_timeout": self.config.connect_timeout,
             "socket_timeout": self.config.timeout,
@@ -185,7 +194,7 @@ class RedisHub:
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         """Run a Redis operation; every failure becomes a HubError whose message never holds the password."""
-        import redis
+        redis = redis_module()
 
         try:
             return fn()

@@ -192,11 +192,12 @@ class CompileCacheMagics(Magics):
         if args.command == "hub":
             return self._hub(args.target)
         if args.command == "panel":
+            from .panel import Panel
+
             try:
-                from .panel import Panel
-            except ImportError as exc:
-                raise UsageError(f"the panel needs ipywidgets 8: pip install ipywidgets ({exc})") from None
-            return Panel(session)
+                return Panel(session)
+            except ImportError as exc:  # ipywidgets missing: the message names the extra
+                raise UsageError(str(exc)) from None
         raise UsageError(f"unknown subcommand {args.command!r}\nusage: {line_usage()}")
 
     def _hub(self, target: str) -> Any:

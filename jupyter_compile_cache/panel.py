@@ -104,7 +104,12 @@ class Panel:
     """The widget tree plus the callbacks; `widget` is what gets displayed."""
 
     def __init__(self, session: CompileCacheSession | None = None) -> None:
-        import ipywidgets as w
+        try:
+            import ipywidgets as w
+        except ImportError:
+            raise ImportError(
+                "the panel needs ipywidgets 8, which is not installed: pip install 'jupyter_compile_cache[panel]'"
+            ) from None
 
         if session is None:
             from . import get_session
