@@ -14,11 +14,10 @@ import sys
 import tarfile
 from collections.abc import Sequence
 
-from . import fingerprint, report
+from . import arguments, fingerprint, report
 from .bundle import BundleError, Manifest, check_name
 from .hub import HubConfig, HubError, RedisHub
 from .session import CompileCacheSession, bundle_row
-from .settings import parse_size
 from .sources import HubSource, TransferBar, find
 from .store import LocalStore, human_bytes
 
@@ -34,9 +33,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="bundles in the store")
     sub.add_parser("show", help="explain one bundle: versions, fingerprint check, last run").add_argument("name")
-    sub.add_parser("rm", help="delete all versions of a bundle").add_argument("name")
+    rm = sub.add_parser("rm", help="delete all versions of a bundle")
+    rm.add_argument("name")
+    rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc = sub.add_parser("gc", help="evict least recently used versions down to a size")
-    gc.add_argument("--max-size", metavar="SIZE", help="default: $JUPYTER_COMPILE_CACHE_MAX_SIZE or 20G")
+    gc.add_argument(
+        "--max-size", metavar="SIZE", type=arguments.size, help="default: $JUPYTER_COMPILE_CACHE_MAX_SIZE or 20G"
+    )
+    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
     export = sub.add_parser("export", help="write the newest version of NAME to one file")
     export.add_argument("name")
     export.add_argument("file")
@@ -50,15 +55,36 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--prefix", metavar="DIR", default=None, help="under DIR/share/jupyter/kernels")
     hub = sub.add_parser("hub", help="the shared Redis hub: ls | push NAME | pull NAME | rm NAME | gc")
     hub.add_argument(
-        "--hub", dest="hub_url", help="redis://[user:password@]host:port/db (default: $JUPYTER_COMPILE_CACHE_HUB)"
+        "--hub",
+        dest="hub_url",
+        type=arguments.hub_url,
+        help="redis://[user:password@]host:port/db (default: $JUPYTER_COMPILE_CACHE_HUB)",
     )
-    hub.add_argument("--namespace", default=None, help="default: $JUPYTER_COMPILE_CACHE_NAMESPACE or 'default'")
-    hub.add_argument("--ttl", type=int, default=None, help="seconds a pushed bundle lives")
+    hub.add_argument(
+        "--namespace",
+        type=arguments.namespace,
+        default=None,
+        help="default: $JUPYTER_COMPILE_CACHE_NAMESPACE or 'default'",
+    )
+    hub.add_argument("--ttl", type=arguments.ttl_seconds, default=None, help="seconds a pushed bundle lives")
     hub_sub = hub.add_subparsers(dest="hub_command", required=True)
-    hub_sub.add_parser("ls")
-    for command in ("push", "pull", "rm"):
-        hub_sub.add_parser(command).add_argument("name")
-    hub_sub.add_parser("gc").add_argument("--keep", type=int, default=3)
+    hub_sub.add_parser("ls", help="bundles on the hub")
+    for command in ("push", "pull"):
+        hub_sub.add_parser(command, help=f"{command} the newest version of NAME").add_argument("name")
+    hub_rm = hub_sub.add_parser("rm", help="delete NAME from the hub (every version needs --yes)")
+    hub_rm.add_argument("name")
+    hub_rm.add_argument("--version", default=None, help="only this version")
+    hub_rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    hub_rm.add_argument("--yes", action="store_true", help="needed to delete every version of NAME")
+    hub_gc = hub_sub.add_parser("gc", help="keep the newest versions of each name and machine, delete the rest")
+    hub_gc.add_argument(
+        "--keep",
+        type=arguments.keep_versions,
+        default=3,
+        metavar="N",
+        help="versions kept per name and machine (1 or more; default 3)",
+    )
+    hub_gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     return p
 
 
@@ -76,14 +102,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "show":
             print(repr(report.Explanation(session.explain(args.name))))
         elif args.command == "rm":
-            removed = store.remove(args.name)
-            if not removed:
+            removals = store.remove(args.name, dry_run=args.dry_run)
+            if not removals:
                 print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
                 return 1
-            print(f"removed {removed} version(s) of {args.name!r}")
+            print("\n".join(report.removal_lines(removals, store.root, args.dry_run)))
         elif args.command == "gc":
-            evicted = store.gc(parse_size(args.max_size) if args.max_size else session.settings.max_bytes)
-            print(f"evicted {len(evicted)} version(s), {human_bytes(sum(e[2] for e in evicted))}")
+            limit = session.settings.max_bytes if args.max_size is None else args.max_size
+            plan = store.gc(limit, dry_run=True)
+            if plan and not (args.dry_run or args.yes) and len(plan) == store.version_count():
+                print("\n".join(report.removal_lines(plan, store.root, dry_run=True)[:-1]))
+                print("this empties the store: nothing removed; run again with --yes", file=sys.stderr)
+                return 1
+            print("\n".join(report.removal_lines(plan if args.dry_run else store.gc(limit), store.root, args.dry_run)))
         elif args.command == "export":
             versions = store.versions(args.name)
             if not versions:
@@ -184,9 +215,23 @@ def _hub_command(args: argparse.Namespace, session: CompileCacheSession) -> int:
         local = found.manifest
         print(f"pulled {args.name!r} version {local.version} ({human_bytes(local.payload_bytes)}) into {store.root}")
     elif args.hub_command == "rm":
-        removed = hub.remove(args.name)
-        print(f"removed {removed} version(s) of {args.name!r} from the hub")
-        return 0 if removed else 1
+        where = f"the hub {hub.display_url} namespace {config.namespace!r}"
+        plan = hub.remove(args.name, args.version, dry_run=True)
+        if not plan:
+            print(f"no bundle named {args.name!r} on {where}", file=sys.stderr)
+            return 1
+        everything = args.version is None or len(hub.versions(args.name)) <= len(plan)
+        if everything and not (args.dry_run or args.yes):
+            print("\n".join(report.removal_lines(plan, where, dry_run=True)[:-1]))
+            print(
+                f"this removes every version of {args.name!r} from the team's hub: nothing removed; "
+                "run again with --yes",
+                file=sys.stderr,
+            )
+            return 1
+        done = plan if args.dry_run else hub.remove(args.name, args.version)
+        print("\n".join(report.removal_lines(done, where, args.dry_run)))
     elif args.hub_command == "gc":
-        print(f"removed {hub.gc(args.keep)} version(s) from the hub")
+        where = f"the hub {hub.display_url} namespace {config.namespace!r}"
+        print("\n".join(report.removal_lines(hub.gc(args.keep, dry_run=args.dry_run), where, args.dry_run)))
     return 0

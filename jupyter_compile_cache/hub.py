@@ -28,12 +28,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from .bundle import DamagedBundle, Manifest
+from .settings import redact
+from .store import Removal
 
 if TYPE_CHECKING:
     from .settings import CompileCache
+
+__all__ = ["HubConfig", "HubError", "Lease", "RedisHub", "SignatureError", "redact", "redis_module"]
 
 DEFAULT_CHUNK = 4 << 20
 PIPELINE_CHUNKS = 8  # chunks per round trip
@@ -61,19 +64,6 @@ def redis_module() -> Any:
             "the hub needs redis-py, which is not installed: pip install 'jupyter_compile_cache[hub]'"
         ) from None
     return redis
-
-
-def redact(url: str | None) -> str:
-    """The URL with any password replaced, for messages, status and the panel."""
-    if not url:
-        return ""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def canonical(manifest: Manifest) -> bytes:
@@ -323,16 +313,25 @@ class RedisHub:
         self._call(commit)
         return pushed
 
-    def remove(self, name: str, version: str | None = None) -> int:
-        removed = 0
+    def _payload_bytes(self, name: str, fp: str, version: str) -> int:
+        raw = self._call(lambda: self._of(name).get(self._manifest_key(name, fp, version)))
+        try:
+            return int(json.loads(raw).get("payload_bytes", 0)) if raw is not None else 0
+        except (ValueError, TypeError, AttributeError):
+            return 0
+
+    def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
+        """Delete one version or all of NAME; returns what went (with `dry_run`, what would go)."""
+        removed = []
         prefix = self._prefix(name)
         for entry in self._call(lambda: self._of(name).zrange(f"{prefix}:index", 0, -1)):
             fp, _, v = entry.decode().partition(":")
             if version not in (None, v):
                 continue
-            self._delete_version(name, fp, v)
-            removed += 1
-        if version is None:
+            removed.append(Removal(name, v, self._payload_bytes(name, fp, v)))
+            if not dry_run:
+                self._delete_version(name, fp, v)
+        if version is None and not dry_run:
             self._call(lambda: self._of(name).unlink(f"{prefix}:index"))
             self._call(lambda: self.client.srem(self._names_key(), name))
         return removed
@@ -344,7 +343,7 @@ class RedisHub:
         if raw is not None:
             try:
                 count = len(json.loads(raw).get("chunk_sha256") or [])
-            except ValueError:
+            except (ValueError, TypeError, AttributeError):
                 count = 0
         # manifest first: from then on no reader picks the version up
         self._call(lambda: self._of(name).unlink(self._manifest_key(name, fp, version)))
@@ -353,20 +352,25 @@ class RedisHub:
             self._call(lambda: self._of(name).unlink(*keys))
         self._call(lambda: self._of(name).zrem(f"{prefix}:index", f"{fp}:{version}"))
 
-    def gc(self, keep: int = 3) -> int:
-        """Keep the newest `keep` versions per name and fingerprint; drop index entries whose manifest expired."""
-        removed = 0
+    def gc(self, keep: int = 3, dry_run: bool = False) -> list[Removal]:
+        """Keep the newest `keep` (at least 1) versions per name and fingerprint, and drop index entries whose
+        manifest expired; returns what went (with `dry_run`, what would go)."""
+        if keep < 1:
+            raise ValueError(f"keep must be 1 or more, not {keep}: to delete every version of a name, use rm")
+        removed = []
         for name in self.names():
             seen: dict[str, int] = {}
             prefix = self._prefix(name)
             for entry in self._call(lambda n=name, p=prefix: self._of(n).zrevrange(f"{p}:index", 0, -1)):
                 fp, _, version = entry.decode().partition(":")
+                size = self._payload_bytes(name, fp, version)
                 exists = self._call(lambda n=name, f=fp, v=version: self._of(n).exists(self._manifest_key(n, f, v)))
                 seen[fp] = seen.get(fp, 0) + 1
                 if not exists or seen[fp] > keep:
-                    self._delete_version(name, fp, version)
-                    removed += 1
-            if not self._call(lambda n=name, p=prefix: self._of(n).zcard(f"{p}:index")):
+                    if not dry_run:
+                        self._delete_version(name, fp, version)
+                    removed.append(Removal(name, version, size))
+            if not dry_run and not self._call(lambda n=name, p=prefix: self._of(n).zcard(f"{p}:index")):
                 self._call(lambda n=name: self.client.srem(self._names_key(), n))
         return removed
 

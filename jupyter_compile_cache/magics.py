@@ -17,11 +17,10 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import TraitError
 
-from . import layers, report
+from . import arguments, layers, report
 from .bundle import check_name
 from .records import CellOptions
 from .session import CompileCacheSession
-from .settings import parse_size
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,12 +50,26 @@ def cell_parser() -> _Parser:
     p.add_argument(
         "--no-precompile", dest="precompile", action="store_false", default=None, help="Dynamo precompile off"
     )
-    p.add_argument("--hub", metavar="URL", default=None, help="this cell's hub (default: CompileCache.hub)")
-    p.add_argument("--no-hub", action="store_true", help="local store only")
-    p.add_argument("--namespace", metavar="NS", default=None, help="hub namespace (default: CompileCache.namespace)")
-    p.add_argument("--ttl", metavar="SECONDS", type=int, default=None, help="how long the pushed bundle lives")
     p.add_argument(
-        "--wait", metavar="SECONDS", type=float, default=0.0, help="wait for a collaborator compiling the same NAME"
+        "--hub", metavar="URL", type=arguments.hub_url, default=None, help="this cell's hub (default: CompileCache.hub)"
+    )
+    p.add_argument("--no-hub", action="store_true", help="local store only")
+    p.add_argument(
+        "--namespace",
+        metavar="NS",
+        type=arguments.namespace,
+        default=None,
+        help="hub namespace (default: CompileCache.namespace)",
+    )
+    p.add_argument(
+        "--ttl", metavar="SECONDS", type=arguments.ttl_seconds, default=None, help="how long the pushed bundle lives"
+    )
+    p.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        type=arguments.wait_seconds,
+        default=0.0,
+        help="wait for a collaborator compiling the same NAME",
     )
     p.add_argument("--torch-remote", action="store_true", help="point torch's own Redis caches at the hub too")
     return p
@@ -73,9 +86,15 @@ def line_parser() -> _Parser:
         cmd = sub.add_parser(command, help=text)
         cmd.add_argument("name", metavar="NAME")
         cmd.add_argument("--store", metavar="DIR", default=None)
+        if command == "rm":
+            cmd.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc = sub.add_parser("gc", help="evict least recently used versions")
-    gc.add_argument("--max-size", metavar="SIZE", default=None, help="default: CompileCache.max_size")
+    gc.add_argument(
+        "--max-size", metavar="SIZE", type=arguments.size, default=None, help="default: CompileCache.max_size"
+    )
     gc.add_argument("--store", metavar="DIR", default=None)
+    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
     for command in ("enable", "disable"):
         sub.add_parser(command, help=f"{command} one of torch's cache layers").add_argument("layer", metavar="LAYER")
     sub.add_parser("hub", help="set the hub, turn it off, or check it").add_argument(
@@ -166,18 +185,20 @@ class CompileCacheMagics(Magics):
         if args.command == "explain":
             return report.Explanation(session.explain(_valid(args.name, line_usage), args.store))
         if args.command == "rm":
-            removed = session.store(args.store).remove(_valid(args.name, line_usage))
-            if not removed:
-                raise UsageError(f"no bundle named {args.name!r} in {session.store(args.store).root}")
-            print(f"compile_cache: removed {removed} version(s) of {args.name!r}")
+            store = session.store(args.store)
+            removals = store.remove(_valid(args.name, line_usage), dry_run=args.dry_run)
+            if not removals:
+                raise UsageError(f"no bundle named {args.name!r} in {store.root}")
+            _say(report.removal_lines(removals, store.root, args.dry_run))
             return None
         if args.command == "gc":
-            try:
-                limit = parse_size(args.max_size) if args.max_size else session.settings.max_bytes
-            except ValueError as exc:
-                raise UsageError(f"{exc}\nusage: {line_usage()}") from None
-            evicted = session.store(args.store).gc(limit)
-            print(f"compile_cache: evicted {len(evicted)} version(s), {sum(e[2] for e in evicted)} bytes")
+            store = session.store(args.store)
+            limit = session.settings.max_bytes if args.max_size is None else args.max_size
+            plan = store.gc(limit, dry_run=True)
+            if plan and not (args.dry_run or args.yes) and len(plan) == store.version_count():
+                lines = report.removal_lines(plan, store.root, dry_run=True)[:-1]
+                raise UsageError("\n".join([*lines, "this empties the store: nothing removed; add --yes to do it"]))
+            _say(report.removal_lines(plan if args.dry_run else store.gc(limit), store.root, args.dry_run))
             return None
         if args.command in ("enable", "disable"):
             try:
@@ -214,6 +235,10 @@ class CompileCacheMagics(Magics):
                 raise UsageError(f"{exc}\nusage: {line_usage()}") from None
         print(report.hub_line(self.session.hub_link.status(force=True)))
         return None
+
+
+def _say(lines: list[str]) -> None:
+    print("compile_cache: " + "\n".join(lines))
 
 
 def _valid(name: str, usage: Callable[[], str]) -> str:

@@ -291,7 +291,7 @@ class Panel:
         pending, self._pending_delete = self._pending_delete, None
         if yes and pending:
             removed = self.session.remove(pending[0], pending[1], pending[2])
-            self.say(f"deleted {removed} version of {pending[0]!r} from the {pending[2]} store")
+            self.say(f"deleted {len(removed)} version of {pending[0]!r} from the {pending[2]} store")
         self.refresh()
 
 

@@ -1,12 +1,15 @@
 """What a `%%compile_cache` cell asks for and what it did: the plain records the session hands to the magics, the
-panel, the CLI and scripts. No behaviour here, so every layer can import it."""
+panel, the CLI and scripts. No behaviour beyond checking options, so every layer can import it."""
 
 from __future__ import annotations
 
 import getpass
+import math
 import socket
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from .settings import check_hub_url, check_namespace
 
 
 def writer() -> str:
@@ -35,6 +38,19 @@ class CellOptions:
     ttl: int | None = None
     wait: float = 0.0  # seconds to wait for a collaborator who is compiling the same NAME
     torch_remote: bool = False  # also point torch's own Redis caches (FX graph, AOTAutograd, autotune) at the hub
+
+    def __post_init__(self) -> None:
+        """The same rules as the magic's options, for scripts: a bad value is a ValueError naming the option."""
+        if self.ttl is not None and (isinstance(self.ttl, bool) or not isinstance(self.ttl, int) or self.ttl < 1):
+            raise ValueError(f"ttl: must be a whole number of seconds, 1 or more, not {self.ttl!r}")
+        if not isinstance(self.wait, (int, float)) or not math.isfinite(self.wait) or self.wait < 0:
+            raise ValueError(f"wait: must be a number of seconds, 0 or more, not {self.wait!r}")
+        for option, value, check in (("namespace", self.namespace, check_namespace), ("hub", self.hub, check_hub_url)):
+            try:
+                if value is not None:
+                    check(value)
+            except ValueError as exc:
+                raise ValueError(f"{option}: {exc}") from None
 
 
 @dataclass

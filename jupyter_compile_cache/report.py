@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .store import human_bytes
+from .store import Removal, human_bytes
 
 
 def _age(ts: float | None) -> str:
@@ -183,3 +183,16 @@ def hub_line(info: dict[str, Any]) -> str:
     )
     signed = "bundles signed with the team secret" if info.get("signed") else "no team secret: pulled bundles trusted"
     return f"compile_cache: hub {info['url']} namespace {info['namespace']!r}: {state}; {signed}"
+
+
+def removal_lines(removals: Sequence[Removal], where: str, dry_run: bool) -> list[str]:
+    """What a delete removed (or would remove): a total, then one line per version, oldest use first."""
+    total = human_bytes(sum(r.bytes for r in removals))
+    verb = "would remove" if dry_run else "removed"
+    if not removals:
+        return [f"nothing to remove from {where}"]
+    lines = [f"{verb} {len(removals)} version(s) from {where}, freeing {total}:"]
+    lines += [f"  {r.name}  {r.version}  {human_bytes(r.bytes)}" for r in removals]
+    if dry_run:
+        lines.append("(dry run: nothing was removed)")
+    return lines

@@ -26,7 +26,7 @@ from .prewarm import Prewarm
 from .records import CellOptions, CellReport, RestoreResult, writer
 from .settings import CompileCache
 from .sources import HubSource, LocalSource, Source, TransferBar, find
-from .store import LocalStore, human_bytes
+from .store import LocalStore, Removal, human_bytes
 
 
 def spare_status() -> dict[str, Any] | None:
@@ -453,12 +453,12 @@ class CompileCacheSession:
         self.hub_link.push(hub, store, versions[0], report, quiet=True)
         return f"pushed {name!r} to {hub.display_url}" if report.pushed else f"push failed: {report.warnings[-1:]}"
 
-    def remove(self, name: str, version: str | None = None, where: str = "local") -> int:
-        """Delete NAME (one version or all) from the local store or the hub."""
+    def remove(self, name: str, version: str | None = None, where: str = "local") -> list[Removal]:
+        """Delete NAME (one version or all) from the local store or the hub; returns what went."""
         check_name(name)
         if where == "hub":
             hub = self.hub_link.for_cell(CellOptions())
-            return hub.remove(name, version) if hub is not None else 0
+            return hub.remove(name, version) if hub is not None else []
         return self.store().remove(name, version)
 
     def explain(self, name: str, store_root: str | None = None) -> dict[str, Any]:

@@ -23,8 +23,11 @@ prewarm                JUPYTER_COMPILE_CACHE_PREWARM       True (import the comp
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from typing import Any
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
@@ -42,7 +45,10 @@ ENV = {
     "prewarm": "JUPYTER_COMPILE_CACHE_PREWARM",
 }
 HUB_SCHEMES = ("redis://", "rediss://", "unix://")
+_TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+# Namespaces become part of Redis keys (inside a cluster hash tag): no braces, spaces or empty path components.
+NAMESPACE_RE = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 
 
 def default_store_dir() -> str:
@@ -55,18 +61,80 @@ def default_store_dir() -> str:
 
 
 def parse_size(text: str) -> int:
-    """'500M', '2G', '1.5GiB', '1000' -> bytes."""
-    units = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    """'500M', '2G', '1.5GiB', '1000' -> bytes; anything else (empty, negative, 'inf', '1e400') is a ValueError."""
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    s = str(text).strip().lower()
+    s = s.removesuffix("ib") if s.endswith("ib") else s.removesuffix("b")
     num = s.rstrip("kmgt")
     unit = s[len(num) :]
     try:
-        value = float(num)
+        value = float(num) if re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", num) else -1.0
     except ValueError:
-        raise ValueError(f"not a size: {text!r} (use e.g. 500M, 2G)") from None
-    if value < 0 or unit not in units:
+        value = -1.0
+    if value < 0 or unit not in units or not math.isfinite(value * units.get(unit, 1)):
         raise ValueError(f"not a size: {text!r} (use e.g. 500M, 2G)")
     return int(value * units[unit])
+
+
+def parse_bool(text: str) -> bool:
+    """'1', 'true', 'yes', 'on' and their opposites, any case; anything else is a ValueError."""
+    value = str(text).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"not a yes/no value: {text!r} (use 1/0, true/false, yes/no, on/off)")
+
+
+def check_namespace(namespace: str) -> str:
+    """A hub namespace: letters, digits, '.', '_', '-', parts joined by '/', at most 128 characters."""
+    if not isinstance(namespace, str) or len(namespace) > 128 or not NAMESPACE_RE.match(namespace):
+        raise ValueError(
+            f"invalid namespace {namespace!r}: use letters, digits, '.', '_', '-', parts joined by '/' "
+            "(at most 128 characters)"
+        )
+    return namespace
+
+
+def redact(url: str | None) -> str:
+    """The URL with any password replaced, for messages, status and the panel."""
+    if not url:
+        return ""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        port = parts.port
+    except ValueError:  # unparsable: keep the scheme only, whatever else it holds
+        return url.split("://", 1)[0] + "://***"
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{port}" if port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def check_hub_url(url: str) -> str:
+    """A Redis URL redis-py can open: redis://[user:password@]host[:port][/db], rediss://..., unix:///path."""
+    value = str(url).strip()
+    shown = redact(value)
+    usage = "(redis://host:port/db, rediss://... for TLS, or unix:///path/to/socket)"
+    if not value.startswith(HUB_SCHEMES) or any(c.isspace() for c in value):
+        raise ValueError(f"not a Redis URL: {shown!r} {usage}")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not a number in range)
+    except ValueError as exc:
+        raise ValueError(f"not a Redis URL: {shown!r}: {exc} {usage}") from None
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise ValueError(f"not a Redis URL: {shown!r}: no socket path {usage}")
+        return value
+    if not parts.hostname:
+        raise ValueError(f"not a Redis URL: {shown!r}: no host {usage}")
+    db = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
+    if not db.isdigit():
+        raise ValueError(f"not a Redis URL: {shown!r}: the database {db!r} is not a number {usage}")
+    return value
 
 
 class CompileCache(Configurable):
@@ -109,14 +177,22 @@ class CompileCache(Configurable):
     @default("hub")
     def _default_hub(self) -> str:
         value = os.environ.get(ENV["hub"], "").strip()
-        if value and value != "off" and not value.startswith(HUB_SCHEMES):
-            self.env_problems.append(f"{ENV['hub']}: not a Redis URL: {value!r}; no hub")
+        if value in ("", "off"):
             return ""
-        return "" if value == "off" else value
+        try:
+            return check_hub_url(value)
+        except ValueError as exc:
+            self.env_problems.append(f"{ENV['hub']}: {exc}; no hub")
+            return ""
 
     @default("namespace")
     def _default_namespace(self) -> str:
-        return os.environ.get(ENV["namespace"]) or "default"
+        value = os.environ.get(ENV["namespace"], "").strip()
+        try:
+            return check_namespace(value) if value else "default"
+        except ValueError as exc:
+            self.env_problems.append(f"{ENV['namespace']}: {exc}; using 'default'")
+            return "default"
 
     @default("secret")
     def _default_secret(self) -> str:
@@ -148,34 +224,59 @@ class CompileCache(Configurable):
 
     @default("precompile")
     def _default_precompile(self) -> bool:
-        return os.environ.get(ENV["precompile"], "1").strip().lower() not in _FALSE
+        return self._env_bool("precompile")
 
     @default("prewarm")
     def _default_prewarm(self) -> bool:
-        return os.environ.get(ENV["prewarm"], "1").strip().lower() not in _FALSE
+        return self._env_bool("prewarm")
 
+    # Every message names the setting: IPython's %config logs only the message of a refused value.
     @validate("hub")
     def _check_hub(self, proposal: dict[str, Any]) -> str:
         value = proposal["value"].strip()
         if value in ("", "off"):
             return ""
-        if not value.startswith(HUB_SCHEMES):
-            raise TraitError(f"not a Redis URL: {value!r} (redis://host:port/db, rediss://... or unix://...)")
-        return value
+        try:
+            return check_hub_url(value)
+        except ValueError as exc:
+            raise TraitError(f"CompileCache.hub: {exc}") from None
+
+    @validate("namespace")
+    def _check_namespace(self, proposal: dict[str, Any]) -> str:
+        try:
+            return check_namespace(proposal["value"])
+        except ValueError as exc:
+            raise TraitError(f"CompileCache.namespace: {exc}") from None
 
     @validate("max_size")
     def _check_max_size(self, proposal: dict[str, Any]) -> str:
         try:
             parse_size(proposal["value"])
         except ValueError as exc:
-            raise TraitError(str(exc)) from None
+            raise TraitError(f"CompileCache.max_size: {exc}") from None
         return proposal["value"]
 
-    @validate("hub_ttl", "hub_connect_timeout", "hub_timeout")
-    def _check_not_negative(self, proposal: dict[str, Any]) -> Any:
+    @validate("store_dir")
+    def _check_store_dir(self, proposal: dict[str, Any]) -> str:
+        value = proposal["value"]
+        if not value.strip() or "\x00" in value:
+            raise TraitError(f"CompileCache.store_dir: not a directory path: {value!r}")
+        return value
+
+    @validate("hub_ttl")
+    def _check_ttl(self, proposal: dict[str, Any]) -> int:
         if proposal["value"] < 0:
-            raise TraitError(f"{proposal['trait'].name} must not be negative")
+            raise TraitError(f"CompileCache.hub_ttl: must be 0 (no expiry) or more seconds, not {proposal['value']}")
         return proposal["value"]
+
+    @validate("hub_connect_timeout", "hub_timeout")
+    def _check_timeout(self, proposal: dict[str, Any]) -> float:
+        value = proposal["value"]
+        if not (math.isfinite(value) and value > 0):
+            raise TraitError(
+                f"CompileCache.{proposal['trait'].name}: must be a positive number of seconds, not {value}"
+            )
+        return value
 
     @property
     def max_bytes(self) -> int:
@@ -187,10 +288,19 @@ class CompileCache(Configurable):
             value = kind(raw) if raw else fallback
         except ValueError:
             value = -1
-        if value < 0:
+        # a ttl may be 0 (no expiry); a timeout must be positive
+        if not math.isfinite(value) or value < 0 or (value == 0 and kind is float):
             self.env_problems.append(f"{ENV[name]}: not a number of seconds: {raw!r}; using {fallback}")
             return fallback
         return value
+
+    def _env_bool(self, name: str) -> bool:
+        raw = os.environ.get(ENV[name], "").strip()
+        try:
+            return parse_bool(raw) if raw else True
+        except ValueError as exc:
+            self.env_problems.append(f"{ENV[name]}: {exc}; using on")
+            return True
 
     def resolved(self) -> dict[str, Any]:
         """Every setting's value in use (the secret masked), for `status` and tests."""

@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from . import bundle
 from .bundle import DamagedBundle, Manifest
@@ -30,6 +30,14 @@ from .settings import default_store_dir
 
 DEFAULT_MAX_VERSIONS = 3
 PAYLOAD_SUFFIX = ".tar.zst"
+
+
+class Removal(NamedTuple):
+    """One version a delete removed (or, in a dry run, would remove)."""
+
+    name: str
+    version: str
+    bytes: int
 
 
 @dataclass
@@ -191,20 +199,25 @@ class LocalStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self._name_dir(name), version + suffix))
 
-    def remove(self, name: str, version: str | None = None) -> int:
-        """Delete one version or all of NAME; returns how many versions went."""
+    def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
+        """Delete one version or all of NAME; returns what went (with `dry_run`, what would go)."""
         with self._lock():
-            targets = [m.version for m in self.versions(name) if version in (None, m.version)]
-            for v in targets:
-                self._delete_version(name, v)
+            targets = [
+                Removal(name, m.version, m.payload_bytes) for m in self.versions(name) if version in (None, m.version)
+            ]
+            if dry_run:
+                return targets
+            for target in targets:
+                self._delete_version(name, target.version)
             if version is None:
                 shutil.rmtree(self._name_dir(name), ignore_errors=True)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._run_path(name))
-        return len(targets)
+        return targets
 
-    def gc(self, max_bytes: int) -> list[tuple[str, str, int]]:
-        """Evict least recently used versions until the bundles take at most max_bytes; returns what went."""
+    def gc(self, max_bytes: int, dry_run: bool = False) -> list[Removal]:
+        """Evict least recently used versions until the bundles take at most max_bytes; returns what went (with
+        `dry_run`, what would go)."""
         evicted = []
         with self._lock():
             entries = sorted(self.bundles(), key=lambda b: b.last_used)
@@ -212,10 +225,14 @@ class LocalStore:
             for entry in entries:
                 if total <= max_bytes:
                     break
-                self._delete_version(entry.manifest.name, entry.manifest.version)
+                if not dry_run:
+                    self._delete_version(entry.manifest.name, entry.manifest.version)
                 total -= entry.manifest.payload_bytes
-                evicted.append((entry.manifest.name, entry.manifest.version, entry.manifest.payload_bytes))
+                evicted.append(Removal(entry.manifest.name, entry.manifest.version, entry.manifest.payload_bytes))
         return evicted
+
+    def version_count(self) -> int:
+        return sum(len(self.versions(name)) for name in self.names())
 
     # -- damaged bundles --------------------------------------------------------------------------------------
     def quarantine(self, manifest: Manifest, reason: str) -> str:

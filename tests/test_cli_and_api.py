@@ -70,8 +70,12 @@ def test_script_api_then_cli_export_import_on_another_store(tmp_path):
     second = _report(_python([str(script)], env_b))
     assert second == {"saved": False, "restored": True, "fx_miss": 0}
 
-    out = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", "0"], env_b)
-    assert out.returncode == 0 and "evicted 1" in out.stdout
+    out = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", "0"], env_b)  # would empty the store
+    assert out.returncode == 1 and "run again with --yes" in out.stderr and "would remove 1 version(s)" in out.stdout
+    out = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", ""], env_b)
+    assert out.returncode == 2 and "argument --max-size: not a size: ''" in out.stderr
+    out = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", "0", "--yes"], env_b)
+    assert out.returncode == 0 and "removed 1 version(s)" in out.stdout and "freeing" in out.stdout
     out = _python(["-m", "jupyter_compile_cache", "rm", "script_fn"], env_a)
     assert out.returncode == 0
     out = _python(["-m", "jupyter_compile_cache", "rm", "script_fn"], env_a)

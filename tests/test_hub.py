@@ -192,7 +192,7 @@ def test_ttl_expires_bundles_and_gc_cleans_the_index(tmp_path, redis_server):
     assert len(hub.versions("net")) == 1
     time.sleep(2.2)
     assert hub.versions("net") == []
-    assert hub.gc() == 1
+    assert len(hub.gc()) == 1
     assert hub.names() == []
 
 
@@ -202,7 +202,7 @@ def test_gc_keeps_the_newest_versions(tmp_path, redis_server):
         store, manifest = _local_bundle(tmp_path, size=30_000)
         hub.push(manifest, store.payload_path(manifest))
     assert len(hub.versions("net")) == 4
-    assert hub.gc(keep=2) == 2
+    assert len(hub.gc(keep=2)) == 2
     assert len(hub.versions("net")) == 2
 
 
@@ -319,3 +319,40 @@ def test_cli_pull_walks_the_same_checks_as_a_cell(tmp_path, redis_server, monkey
     assert f"pulled 'clinet' version {manifest.version}" in out.out and "incompatible" in out.err
     [pulled] = LocalStore(str(tmp_path / "ours")).versions("clinet")
     assert pulled.payload_sha256 == manifest.payload_sha256
+
+
+def test_hub_rm_and_gc_say_what_they_remove_and_need_yes_to_empty_a_name(tmp_path, redis_server, capsys):
+    from jupyter_compile_cache import cli
+
+    hub = _hub(redis_server.url)
+    for _ in range(2):
+        store, manifest = _local_bundle(tmp_path, size=30_000)
+        hub.push(manifest, store.payload_path(manifest))
+    base = ["--store", str(tmp_path / "cli-store"), "hub", "--hub", redis_server.url]
+    for bad, told in (
+        (["gc", "--keep", "-1"], "argument --keep: must be a whole number, 1 or more, not '-1'"),
+        (["gc", "--keep", "0"], "argument --keep: must be a whole number, 1 or more, not '0'"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(base + bad)
+        assert exited.value.code == 2 and told in capsys.readouterr().err
+    for bad, told in (
+        (["--ttl", "-5", "ls"], "argument --ttl: must be a whole number of seconds, 1 or more, not '-5'"),
+        (["--namespace", "bad ns", "ls"], "argument --namespace: invalid namespace 'bad ns'"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["hub", "--hub", redis_server.url, *bad])
+        assert exited.value.code == 2 and told in capsys.readouterr().err
+    assert len(hub.versions("net")) == 2
+
+    assert cli.main(base + ["rm", "net"]) == 1  # every version of the name: refused without --yes
+    out = capsys.readouterr()
+    assert "would remove 2 version(s)" in out.out and "run again with --yes" in out.err
+    assert cli.main(base + ["gc", "--keep", "1", "--dry-run"]) == 0
+    assert "would remove 1 version(s)" in capsys.readouterr().out and len(hub.versions("net")) == 2
+    assert cli.main(base + ["gc", "--keep", "1"]) == 0
+    assert "removed 1 version(s)" in capsys.readouterr().out and len(hub.versions("net")) == 1
+    assert cli.main(base + ["rm", "net", "--dry-run"]) == 0 and len(hub.versions("net")) == 1
+    assert cli.main(base + ["rm", "net", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "removed 1 version(s)" in out and "freeing" in out and hub.versions("net") == [] and hub.names() == []

@@ -35,7 +35,7 @@ def test_cluster_works_from_any_nodes_url_and_keeps_a_bundle_in_one_slot(tmp_pat
     assert lease.acquire() is None
     assert _hub(redis_cluster.url(2)).lease("net", "f" * 12, "bob@b").acquire()["holder"] == "alice@a"
     lease.release()
-    assert writer.remove("net") == 1 and _hub(redis_cluster.url(1)).versions("net") == []
+    assert len(writer.remove("net")) == 1 and _hub(redis_cluster.url(1)).versions("net") == []
 
 
 def test_cluster_node_stopped_mid_pull_is_a_bounded_error(tmp_path, redis_cluster):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -117,9 +119,105 @@ def test_unload_undoes_what_the_session_changed(shell):
 
 def test_settings_validate_what_they_are_given():
     settings = CompileCache()
-    with pytest.raises(TraitError, match="not a Redis URL"):
-        settings.hub = "http://cache:6379"
-    with pytest.raises(TraitError, match="must not be negative"):
-        settings.hub_timeout = -1
+    for name, value, message in (
+        ("hub", "http://cache:6379", "CompileCache.hub: not a Redis URL"),
+        ("hub", "redis://cache:notaport/0", "CompileCache.hub: not a Redis URL"),
+        ("namespace", "bad ns", "CompileCache.namespace: invalid namespace 'bad ns'"),
+        ("namespace", "{slot}", "CompileCache.namespace: invalid namespace"),
+        ("max_size", "abc", "CompileCache.max_size: not a size: 'abc'"),
+        ("max_size", "", "CompileCache.max_size: not a size: ''"),
+        ("hub_timeout", -1.0, "CompileCache.hub_timeout: must be a positive number of seconds"),
+        ("hub_connect_timeout", 0.0, "CompileCache.hub_connect_timeout: must be a positive number of seconds"),
+        ("hub_ttl", -5, "CompileCache.hub_ttl: must be 0"),
+        ("store_dir", "  ", "CompileCache.store_dir: not a directory path"),
+    ):
+        before = getattr(settings, name)
+        with pytest.raises(TraitError, match=re.escape(message)):
+            setattr(settings, name, value)
+        assert getattr(settings, name) == before, name  # a refused value changes nothing
     settings.hub = "off"
     assert settings.hub == ""
+
+
+def test_a_bad_config_value_is_told_with_the_setting_name(shell, caplog):
+    session = shell.load()
+    shell.run_line_magic("config", "CompileCache.max_size = 'abc'")
+    assert "CompileCache.max_size: not a size: 'abc'" in caplog.text
+    shell.run_line_magic("config", "CompileCache.namespace = 'bad ns'")
+    assert "CompileCache.namespace: invalid namespace 'bad ns'" in caplog.text
+    assert session.settings.namespace == "default"
+
+
+@pytest.mark.parametrize(
+    "variable, value, told",
+    [
+        ("JUPYTER_COMPILE_CACHE_PREWARM", "maybe", "not a yes/no value: 'maybe'"),
+        ("JUPYTER_COMPILE_CACHE_PRECOMPILE", "perhaps", "not a yes/no value: 'perhaps'"),
+        ("JUPYTER_COMPILE_CACHE_NAMESPACE", "bad ns", "invalid namespace 'bad ns'"),
+        ("JUPYTER_COMPILE_CACHE_HUB", "redis://h:99999/0", "not a Redis URL"),
+        ("JUPYTER_COMPILE_CACHE_HUB_TTL", "-5", "not a number of seconds: '-5'"),
+        ("JUPYTER_COMPILE_CACHE_HUB_TIMEOUT", "0", "not a number of seconds: '0'"),
+        ("JUPYTER_COMPILE_CACHE_MAX_SIZE", "", None),
+    ],
+)
+def test_a_bad_environment_variable_is_named_once_and_its_default_used(monkeypatch, capsys, variable, value, told):
+    from jupyter_compile_cache.session import CompileCacheSession
+
+    for name in ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, value)
+    settings = CompileCacheSession(settings=CompileCache()).settings
+    err = capsys.readouterr().err
+    if told is None:  # empty means unset
+        assert err == "", err
+        return
+    assert f"{variable}: {told}" in err and err.count(variable) == 1, err
+    defaults = CompileCache().trait_defaults()
+    monkeypatch.delenv(variable)
+    name = next(k for k, v in ENV.items() if v == variable)
+    assert getattr(settings, name) == getattr(CompileCache(), name), (name, defaults)
+
+
+@pytest.mark.parametrize(
+    "line, told",
+    [
+        ("n --ttl -5", "argument --ttl: must be a whole number of seconds, 1 or more, not '-5'"),
+        ("n --ttl 0", "argument --ttl: must be a whole number of seconds, 1 or more, not '0'"),
+        ("n --wait -3", "argument --wait: must be a number of seconds, 0 or more, not '-3'"),
+        ("n --wait nan", "argument --wait: must be a number of seconds, 0 or more, not 'nan'"),
+        ("n --namespace 'bad ns'", "argument --namespace: invalid namespace 'bad ns'"),
+        ("n --hub redis://:pw@h:99999/0", "argument --hub: not a Redis URL: 'redis://***'"),
+    ],
+)
+def test_bad_cell_options_are_usage_errors_naming_the_option(shell, line, told):
+    shell.load()
+    with pytest.raises(UsageError) as caught:
+        shell.run_cell_magic("compile_cache", line, "ran = True")
+    assert told in str(caught.value) and "usage: %%compile_cache" in str(caught.value)
+    assert "pw" not in str(caught.value)
+    assert "ran" not in shell.user_ns  # the body never ran with a refused option
+
+
+def test_gc_and_rm_say_what_they_remove_and_preview_with_dry_run(shell, capsys):
+    from store_helpers import make_bundle
+
+    from jupyter_compile_cache.store import LocalStore
+
+    session = shell.load()
+    store = LocalStore(session.settings.store_dir)
+    for name in ("alpha", "beta"):
+        make_bundle(store, name, size=20_000)
+    shell.run_line_magic("compile_cache", "rm alpha --dry-run")
+    out = capsys.readouterr().out
+    assert "would remove 1 version(s)" in out and "alpha" in out and "dry run: nothing was removed" in out
+    assert store.names() == ["alpha", "beta"]
+    with pytest.raises(UsageError, match="this empties the store: nothing removed; add --yes"):
+        shell.run_line_magic("compile_cache", "gc --max-size 0")
+    assert store.names() == ["alpha", "beta"]
+    with pytest.raises(UsageError, match="argument --max-size: not a size: ''"):
+        shell.run_line_magic("compile_cache", "gc --max-size ''")
+    shell.run_line_magic("compile_cache", "gc --max-size 0 --dry-run")
+    assert "would remove 2 version(s)" in capsys.readouterr().out and len(store.bundles()) == 2
+    shell.run_line_magic("compile_cache", "gc --max-size 0 --yes")
+    out = capsys.readouterr().out
+    assert "removed 2 version(s)" in out and "freeing" in out and store.bundles() == []

@@ -61,8 +61,9 @@ def test_gc_evicts_least_recently_used(tmp_path):
     past = time.time() - 3600
     os.utime(store.manifest_path(new), (past, past))
     store.touch(old)  # used just now: survives
+    assert [r.name for r in store.gc(new.payload_bytes + 10, dry_run=True)] == ["new"] and store.versions("new")
     evicted = store.gc(new.payload_bytes + 10)
-    assert [e[0] for e in evicted] == ["new"]
+    assert [r.name for r in evicted] == ["new"] and evicted[0].bytes == new.payload_bytes
     assert store.versions("old") and not store.versions("new")
 
 
@@ -80,7 +81,10 @@ def test_remove_deletes_all_versions(tmp_path):
     store = LocalStore(str(tmp_path / "s"))
     _write(store, tmp_path)
     _write(store, tmp_path)
-    assert store.remove("m") == 2
+    preview = store.remove("m", dry_run=True)
+    assert len(preview) == 2 and len(store.versions("m")) == 2  # a dry run removes nothing
+    removed = store.remove("m")
+    assert removed == preview and sum(r.bytes for r in removed) > 0
     assert store.versions("m") == [] and store.names() == []
 
 

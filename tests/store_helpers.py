@@ -1,0 +1,58 @@
+"""Real bundles for storage tests: random files written through `LocalStore.write`, as a cell's save does."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+
+from jupyter_compile_cache import bundle
+from jupyter_compile_cache.bundle import Manifest
+from jupyter_compile_cache.store import LocalStore
+
+
+def new_manifest(name: str, fp: str = "f" * 12, writer: str = "test@host") -> Manifest:
+    """A manifest before its payload is written (the store fills in members and hashes)."""
+    return Manifest(
+        name=name,
+        version=bundle.new_version_id(fp),
+        created=time.time(),
+        writer=writer,
+        fingerprint={"torch": "test"},
+        fingerprint_id=fp,
+        payload_sha256="",
+        payload_bytes=0,
+        members=[],
+    )
+
+
+def make_bundle(store: LocalStore, name: str, size: int = 10_000, fp: str = "f" * 12, files: int = 2) -> Manifest:
+    """A version of NAME holding `files` random files and a `check` member: the sha256 of the others, so a restore
+    can tell that what it got is exactly one saved version, whole."""
+    with tempfile.TemporaryDirectory() as src:
+        members: dict[str, str] = {}
+        digest = hashlib.sha256()
+        for i in range(files):
+            path = os.path.join(src, f"k{i}.so")
+            data = os.urandom(max(1, size // files))
+            digest.update(data)
+            with open(path, "wb") as f:
+                f.write(data)
+            members[f"inductor/ab/k{i}.so"] = path
+        check = os.path.join(src, "check")
+        with open(check, "w") as f:
+            f.write(digest.hexdigest())
+        members["inductor/ab/check"] = check
+        return store.write(new_manifest(name, fp), members)
+
+
+def restored_whole(paths: list[str]) -> bool:
+    """True when restored files are one saved version, whole: the check member matches the others."""
+    by_name = {os.path.basename(p): p for p in paths}
+    digest = hashlib.sha256()
+    for name in sorted(n for n in by_name if n != "check"):
+        with open(by_name[name], "rb") as f:
+            digest.update(f.read())
+    with open(by_name["check"]) as f:
+        return f.read() == digest.hexdigest()
