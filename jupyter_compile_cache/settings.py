@@ -27,7 +27,7 @@ import math
 import os
 import re
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
 from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
@@ -97,20 +97,18 @@ def check_namespace(namespace: str) -> str:
 
 
 def redact(url: str | None) -> str:
-    """The URL with any password replaced, for messages, status and the panel."""
+    """The URL with any password replaced, for messages, status and the panel. Works on text that is no valid
+    URL too (a typo must not print the password): whatever stands between the scheme and the last '@' is taken
+    for user[:password], erring on the side of hiding."""
     if not url:
         return ""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        port = parts.port
-    except ValueError:  # unparsable: keep the scheme only, whatever else it holds
-        return url.split("://", 1)[0] + "://***"
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{port}" if port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 def check_hub_url(url: str) -> str:
@@ -128,12 +126,19 @@ def check_hub_url(url: str) -> str:
     if parts.scheme == "unix":
         if not parts.path:
             raise ValueError(f"not a Redis URL: {shown!r}: no socket path {usage}")
-        return value
-    if not parts.hostname:
+    elif not parts.hostname:
         raise ValueError(f"not a Redis URL: {shown!r}: no host {usage}")
-    db = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
+    db = (parts.path.strip("/") if parts.scheme != "unix" else "") or parse_qs(parts.query).get("db", ["0"])[0]
     if not db.isdigit():
         raise ValueError(f"not a Redis URL: {shown!r}: the database {db!r} is not a number {usage}")
+    try:  # redis-py's own rules for the rest (query options); without the [hub] extra the hub says so when used
+        from redis.connection import parse_url
+    except ImportError:
+        return value
+    try:
+        parse_url(value)
+    except ValueError as exc:
+        raise ValueError(f"not a Redis URL: {shown!r}: {exc} {usage}") from None
     return value
 
 

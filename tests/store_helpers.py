@@ -7,19 +7,22 @@ import os
 import tempfile
 import time
 
-from jupyter_compile_cache import bundle
+from jupyter_compile_cache import bundle, fingerprint
 from jupyter_compile_cache.bundle import Manifest
 from jupyter_compile_cache.store import LocalStore
 
 
-def new_manifest(name: str, fp: str = "f" * 12, writer: str = "test@host") -> Manifest:
-    """A manifest before its payload is written (the store fills in members and hashes)."""
+def new_manifest(name: str, fp: str = "f" * 12, writer: str = "test@host", now: dict | None = None) -> Manifest:
+    """A manifest before its payload is written (the store fills in members and hashes); `now`: made for the
+    machine with that fingerprint (its digest is then the fingerprint id)."""
+    if now is not None:
+        fp = fingerprint.digest(now)
     return Manifest(
         name=name,
         version=bundle.new_version_id(fp),
         created=time.time(),
         writer=writer,
-        fingerprint={"torch": "test"},
+        fingerprint=now or {"torch": "test"},
         fingerprint_id=fp,
         payload_sha256="",
         payload_bytes=0,
@@ -27,7 +30,9 @@ def new_manifest(name: str, fp: str = "f" * 12, writer: str = "test@host") -> Ma
     )
 
 
-def make_bundle(store: LocalStore, name: str, size: int = 10_000, fp: str = "f" * 12, files: int = 2) -> Manifest:
+def make_bundle(
+    store: LocalStore, name: str, size: int = 10_000, fp: str = "f" * 12, files: int = 2, now: dict | None = None
+) -> Manifest:
     """A version of NAME holding `files` random files and a `check` member: the sha256 of the others, so a restore
     can tell that what it got is exactly one saved version, whole."""
     with tempfile.TemporaryDirectory() as src:
@@ -44,7 +49,7 @@ def make_bundle(store: LocalStore, name: str, size: int = 10_000, fp: str = "f" 
         with open(check, "w") as f:
             f.write(digest.hexdigest())
         members["inductor/ab/check"] = check
-        return store.write(new_manifest(name, fp), members)
+        return store.write(new_manifest(name, fp, now=now), members)
 
 
 def restored_whole(paths: list[str]) -> bool:

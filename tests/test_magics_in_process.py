@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets import TraitError
@@ -186,7 +188,7 @@ def test_a_bad_environment_variable_is_named_once_and_its_default_used(monkeypat
         ("n --wait -3", "argument --wait: must be a number of seconds, 0 or more, not '-3'"),
         ("n --wait nan", "argument --wait: must be a number of seconds, 0 or more, not 'nan'"),
         ("n --namespace 'bad ns'", "argument --namespace: invalid namespace 'bad ns'"),
-        ("n --hub redis://:pw@h:99999/0", "argument --hub: not a Redis URL: 'redis://***'"),
+        ("n --hub redis://:pw@h:99999/0", "argument --hub: not a Redis URL: 'redis://:***@h:99999/0'"),
     ],
 )
 def test_bad_cell_options_are_usage_errors_naming_the_option(shell, line, told):
@@ -221,3 +223,40 @@ def test_gc_and_rm_say_what_they_remove_and_preview_with_dry_run(shell, capsys):
     shell.run_line_magic("compile_cache", "gc --max-size 0 --yes")
     out = capsys.readouterr().out
     assert "removed 2 version(s)" in out and "freeing" in out and store.bundles() == []
+
+
+_TOKENS = st.sampled_from(
+    ["--store", "--no-restore", "--no-save", "--force-save", "--quiet", "--no-precompile", "--hub", "--no-hub",
+     "--namespace", "--ttl", "--wait", "--torch-remote", "--frobnicate", "-x", "--"]
+)  # fmt: skip
+_VALUES = st.sampled_from(["n", "0", "-5", "3", "1.5", "nan", "inf", "bad ns", "team/a", "redis://h:1/0",
+                           "http://x", "", "'", '"', "../x", "x" * 200])  # fmt: skip
+
+
+@given(st.lists(_TOKENS | _VALUES, max_size=6).map(lambda parts: " ".join(parts)) | st.text(max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_any_cell_line_parses_to_valid_options_or_is_a_usage_error(line):
+    from jupyter_compile_cache import magics
+    from jupyter_compile_cache.records import CellOptions
+
+    try:
+        args = magics.cell_parser().parse_args(magics._split(line, magics.cell_usage))
+        magics._valid(args.name, magics.cell_usage)
+    except UsageError as exc:
+        assert "usage: %%compile_cache" in str(exc)
+        return
+    fields = {f: getattr(args, f) for f in CellOptions.__dataclass_fields__ if f in args}
+    CellOptions(**fields)  # what the parser takes, the options' own checks take too
+
+
+@given(st.lists(st.sampled_from(["status", "list", "explain", "rm", "gc", "enable", "disable", "hub", "panel",
+                                 "--max-size", "--dry-run", "--yes", "--store", "n", "0", "", "-1", "lots", "'"]),
+                max_size=5).map(" ".join) | st.text(max_size=30))  # fmt: skip
+@settings(max_examples=300, deadline=None)
+def test_any_line_magic_parses_or_is_a_usage_error(line):
+    from jupyter_compile_cache import magics
+
+    try:
+        magics.line_parser().parse_args(magics._split(line, magics.line_usage))
+    except UsageError as exc:
+        assert "usage: %compile_cache" in str(exc)
