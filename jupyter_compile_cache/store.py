@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -83,7 +82,10 @@ class LocalStore:
         """Committed versions of NAME, newest first. Unreadable manifests are quarantined and reported."""
         directory = self._name_dir(name)
         try:
-            files = sorted((f for f in os.listdir(directory) if f.endswith(".json")), reverse=True)
+            # not ".tmp-*.json": a manifest still being written by a concurrent save
+            files = sorted(
+                (f for f in os.listdir(directory) if f.endswith(".json") and not f.startswith(".")), reverse=True
+            )
         except OSError:
             return []
         result = []
@@ -132,9 +134,7 @@ class LocalStore:
     # -- writing ----------------------------------------------------------------------------------------------
     def write(self, manifest: Manifest, files: Mapping[str, str]) -> Manifest:
         """Write a new version holding `files` ({member name: path}); payload fields of `manifest` are filled in."""
-        directory = self._name_dir(manifest.name)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=PAYLOAD_SUFFIX, dir=directory)
+        fd, tmp = self._temp_payload(manifest.name)
         try:
             with os.fdopen(fd, "wb") as out:
                 members, sha, size = bundle.write_payload(files, out)
@@ -152,9 +152,7 @@ class LocalStore:
         """Store a bundle that arrives as a manifest and a payload stream (hub pull, `import`). Verifies the hash."""
         import hashlib
 
-        directory = self._name_dir(manifest.name)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=PAYLOAD_SUFFIX, dir=directory)
+        fd, tmp = self._temp_payload(manifest.name)
         try:
             sha = hashlib.sha256()
             with os.fdopen(fd, "wb") as out:
@@ -168,6 +166,19 @@ class LocalStore:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+    def _temp_payload(self, name: str) -> tuple[int, str]:
+        """A temp file for a new payload in NAME's folder; an `rm NAME` may remove the empty folder between our
+        makedirs and mkstemp, so that is tried again."""
+        directory = self._name_dir(name)
+        for attempt in range(5):
+            try:
+                os.makedirs(directory, exist_ok=True)  # FileExistsError: it vanished between two of its checks
+                return tempfile.mkstemp(prefix=".tmp-", suffix=PAYLOAD_SUFFIX, dir=directory)
+            except (FileNotFoundError, FileExistsError):
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
 
     def _commit(self, manifest: Manifest, tmp_payload: str) -> Manifest:
         os.replace(tmp_payload, self.payload_path(manifest))
@@ -210,7 +221,10 @@ class LocalStore:
             for target in targets:
                 self._delete_version(name, target.version)
             if version is None:
-                shutil.rmtree(self._name_dir(name), ignore_errors=True)
+                # Only the versions listed: a save committing now, or still writing its temp file, keeps its
+                # files; the folder goes only once it is empty.
+                with contextlib.suppress(OSError):
+                    os.rmdir(self._name_dir(name))
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self._run_path(name))
         return targets
