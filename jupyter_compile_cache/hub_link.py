@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from . import fingerprint
 from .bundle import Manifest
-from .hub import HubConfig, HubError, Lease, RedisHub
+from .hub import HubConfig, HubError, Lease, RedisHub, redact
 from .records import CellOptions, CellReport, RestoreResult, writer
 from .settings import CompileCache
 from .sources import HubSource, TransferBar
@@ -191,6 +191,11 @@ class HubLink:
         for module, attr in self._torch_before:
             if module != "env":
                 setattr(importlib.import_module(module), attr, True)
+
+    @property
+    def torch_remote(self) -> str | None:
+        """The hub torch's own Redis caches use since a `--torch-remote` cell (for the rest of the kernel), or None."""
+        return redact(os.environ.get(TORCH_REDIS_ENV)) if self._torch_before is not None else None
 
     def close(self) -> None:
         """Undo `point_torch_at` and drop the connections."""

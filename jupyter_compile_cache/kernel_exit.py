@@ -19,12 +19,36 @@ _MARK = "_jupyter_compile_cache_stops_compile_workers"
 
 
 def stop_compile_workers() -> None:
-    """Shut down inductor's compile-worker pools (and wait for them) if this process started any."""
+    """Shut down inductor's compile-worker pools (and reap the sidecar) if this process started any.
+
+    torch's graceful pool shutdown waits about a second for the sidecar to stop its own workers, out of the ~2.5 s
+    jupyter_client gives a kernel to exit (measured on the 2-core CI machine, torch 2.13: the kernel was then
+    terminated in some runs). The kernel is going away, so the sidecar and its workers are killed first; torch's
+    shutdown then reaps the sidecar at once, and the workers, orphaned, are no longer this kernel's children.
+    """
     async_compile = sys.modules.get("torch._inductor.async_compile")
     shutdown = getattr(async_compile, "shutdown_compile_workers", None)
-    if shutdown is not None:
-        with contextlib.suppress(Exception):  # torch's own exit handler tries again; a shutdown must go on
-            shutdown()
+    if shutdown is None:
+        return
+    # torch 2.9-2.15: SubprocPool objects in `_pool_set`, each with its sidecar's Popen in `.process`
+    for pool in list(getattr(async_compile, "_pool_set", ())):
+        _kill_tree(getattr(getattr(pool, "process", None), "pid", None))
+    with contextlib.suppress(Exception):  # torch's own exit handler tries again; a shutdown must go on
+        shutdown()
+
+
+def _kill_tree(pid: int | None) -> None:
+    if pid is None:
+        return
+    try:
+        import psutil  # an ipykernel dependency
+
+        sidecar = psutil.Process(pid)
+        for process in [*sidecar.children(recursive=True), sidecar]:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+    except Exception:  # psutil missing or the sidecar already gone: torch's graceful shutdown does it all
+        return
 
 
 def _stopping_workers_first(do_shutdown: Callable[..., Any]) -> Callable[..., Any]:

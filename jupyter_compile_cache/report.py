@@ -68,6 +68,11 @@ class StatusView(_View):
         if spare:
             state = "ready for the next restart" if spare["alive"] else "gone (the next restart is a plain start)"
             lines.append(f"warm spare: pid {spare['pid']}, {human_bytes(spare['rss_bytes'])} resident, {state}")
+        if d.get("torch_remote"):
+            lines.append(
+                f"torch's own FX graph, AOTAutograd and autotune caches use the hub {d['torch_remote']} in this whole "
+                "kernel, not only in our cells (--torch-remote; %unload_ext puts them back)"
+            )
         if d.get("stale_rejected"):
             lines.append(f"stale precompile entries refused this session: {d['stale_rejected']}")
         if d.get("precompile_fallbacks"):

@@ -419,6 +419,7 @@ class CompileCacheSession:
             "store": store.root,
             "store_bytes": store.total_bytes(),
             "precompile_default": self.precompile_default,
+            "torch_remote": self.hub_link.torch_remote,
             "stale_rejected": _stale_count(),
             "precompile_fallbacks": _fallback_count(),
             "layers": layer_rows,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from kernels import misses
 from test_kernel_restore import COMPILE, DEFINE
@@ -101,16 +99,18 @@ def test_second_collaborator_waits_for_the_first_ones_bundle(kernel_factory, tmp
 
     bob = _collaborator(kernel_factory, tmp_path, "bob", redis_server.url)
     msg_id = bob.kc.execute(COMPILE.format(name="net", options="--wait 120"))
-    time.sleep(3)
-    hub.push(manifest, store.payload_path(manifest))
-    lease.release()
     stdout = ""
+    pushed = False
     while True:
         msg = bob.kc.get_iopub_msg(timeout=300)
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
             stdout += msg["content"]["text"]
+        if not pushed and "waiting up to" in stdout:  # Bob found Alice's lease and waits: now she pushes
+            hub.push(manifest, store.payload_path(manifest))
+            lease.release()
+            pushed = True
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             break
     bob.kc.get_shell_msg(timeout=60)

@@ -111,6 +111,8 @@ def test_unload_undoes_what_the_session_changed(shell):
     os.environ.pop("TORCHINDUCTOR_REDIS_URL", None)
     session.hub_link.point_torch_at(RedisHub(HubConfig(url="redis://127.0.0.1:1/0")))  # what --torch-remote does
     assert inductor_config.fx_graph_remote_cache is True and os.environ["TORCHINDUCTOR_REDIS_URL"]
+    status = repr(shell.run_line_magic("compile_cache", "status"))
+    assert "caches use the hub redis://127.0.0.1:1/0 in this whole kernel" in status  # where the switch applies
     settings = session.settings
     shell.run_line_magic("unload_ext", "jupyter_compile_cache")
     assert (inductor_config.fx_graph_remote_cache, functorch_config.enable_remote_autograd_cache) == before
