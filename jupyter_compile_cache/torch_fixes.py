@@ -267,6 +267,11 @@ def _guard_state_pickler_patch() -> list[Patch]:
       from 3 to 4 positional arguments but 6 were given", HF BERT).
     * A `contextvars.ContextVar` (HF ViT, on the GPU) is saved as a new one of the same name and default: it
       cannot be pickled, and torch then saved no entry.
+      torch.compile's own wrapper is not: it looks the same (functools.wraps gives it the wrapped function's
+      name), but saved by value it drags in the compiler and the compiled graph, which cannot be pickled ("Can't
+      pickle <function _runtime_wrapper>: attribute lookup _runtime_wrapper on __main__ failed", torch 2.13, with
+      `model.forward = torch.compile(model.forward)`, transformers' static-cache recipe); it stays torch's
+      placeholder.
     """
     try:
         from torch._dynamo import guards
@@ -290,7 +295,14 @@ def _guard_state_pickler_patch() -> list[Patch]:
             except LookupError:
                 return _rebuild_context_var, (obj.name, False, None)
         reduced = original(self, obj)
-        if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
+        compiled = getattr(obj, "_torchdynamo_orig_callable", None) is not None  # torch.compile's wrapper
+        if (
+            isinstance(reduced, tuple)
+            and reduced
+            and reduced[0] is missing
+            and inspect.isfunction(obj)
+            and not compiled
+        ):
             module = getattr(obj, "__module__", None)
             if module and module in sys.modules:
                 return _rebuild_function, (
