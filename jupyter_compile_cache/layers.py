@@ -200,9 +200,12 @@ def counter_delta(
 
 
 def only_graph_hits(delta: Mapping[str, Mapping[str, int]]) -> bool:
-    """True when the graph layers hit and none missed or was bypassed: nothing was compiled, only loaded."""
+    """True when the graph layers hit and none missed or was bypassed: nothing was compiled, only loaded. A function
+    torch would not package for precompile (a Dynamo bypass, e.g. a compiled optimizer step) is traced again, but its
+    graph still loads from the layers below: that is no new compile."""
     graph = [delta[name] for name in GRAPH_LAYERS]
-    return sum(c["hits"] for c in graph) > 0 and sum(c["misses"] + c["bypasses"] for c in graph) == 0
+    work = sum(c["misses"] for c in graph) + sum(delta[name]["bypasses"] for name in GRAPH_LAYERS[1:])
+    return sum(c["hits"] for c in graph) > 0 and work == 0
 
 
 def disk_usage(cache_dir: str) -> dict[str, dict[str, int]]:

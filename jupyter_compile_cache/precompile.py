@@ -296,6 +296,7 @@ class _TorchLogFilter(logging.Filter):
         super().__init__()
         self.dropped_names: list[str] | None = None  # collecting during a precompile guard build
         self.installing = False  # torch is installing a restored entry
+        self.bypass_reasons: list[str] = []  # torch's reasons for not packaging a function, not told yet
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
@@ -309,6 +310,8 @@ class _TorchLogFilter(logging.Filter):
             from torch._dynamo.utils import counters
 
             counters[COUNTER_GROUP]["precompile_bypass"] += 1
+            if isinstance(record.args, tuple) and record.args:
+                self.bypass_reasons.append(str(record.args[0]))
             return False
         if self.installing and record.name == "torch._guards" and record.levelno >= logging.ERROR:
             return False  # a restored entry's guard failed to build: we say so in one line and fall back
@@ -344,6 +347,13 @@ class PrecompileGuard:
         self._patches: list[Patch] = []
         self._log_filter = _TorchLogFilter()
         self._loggers = [logging.getLogger(f"torch.{name}") for name in _FILTERED_LOGGERS]
+
+    def new_bypass_reasons(self) -> list[str]:
+        """torch's reasons for functions it would not package since the last call, each reason once a session."""
+        reasons, self._log_filter.bypass_reasons = self._log_filter.bypass_reasons, []
+        fresh = [r for r in dict.fromkeys(reasons) if r not in self._told]
+        self._told.update(fresh)
+        return fresh
 
     @staticmethod
     def available() -> bool:

@@ -220,6 +220,14 @@ class CompileCacheSession:
             report.layers = delta
             report.stale_rejected = _stale_count() - stale_before
             report.precompile_fallbacks = _fallback_count() - fallbacks_before
+            for reason in self.guard.new_bypass_reasons() if precompile else ():
+                if not opts.quiet:
+                    print(
+                        f"compile_cache: torch does not package a function of this cell for precompile ({reason}); "
+                        "a restored kernel traces it again, its compiled graph still from torch's AOTAutograd and FX "
+                        "graph caches",
+                        file=self.out,
+                    )
             # A graph loaded from a cache still writes files (torch emits the Triton kernels bundled in a precompile
             # or FX entry): new files only count as new work when some graph layer missed.
             compiled_new = not layers.only_graph_hits(delta) and (
