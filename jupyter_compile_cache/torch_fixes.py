@@ -262,9 +262,11 @@ def _guard_state_pickler_patch() -> list[Patch]:
     * A function whose qualified name resolves to another object (the wrapper a decorator put there: HF's
       `GPT2LMHeadModel.forward`) is saved by value. torch saves a placeholder, and a guard on its defaults failed
       while the restored entry was installed ("'_Missing' object has no attribute '__defaults__'", torch 2.13).
-    * A guard source with fields its constructor does not take (`DefaultsSource.field`) is saved with only the
-      fields it takes: torch 2.11 saves all of them and cannot load them back ("DefaultsSource.__init__() takes
-      from 3 to 4 positional arguments but 6 were given", HF BERT).
+    * A guard source is saved field by field and loaded back without running its constructor. torch 2.11 passes
+      every field to the constructor, also those it does not take ("DefaultsSource.__init__() takes from 3 to 4
+      positional arguments but 6 were given", HF BERT); and a source's `__post_init__` may install a guard, which
+      needs a trace in progress ("TracingContext.get() must be called within an ongoing trace" loading an
+      `ImportSource`, torch 2.13, a compiled `flex_attention`).
     * A `contextvars.ContextVar` (HF ViT, on the GPU) is saved as a new one of the same name and default: it
       cannot be pickled, and torch then saved no entry.
       torch.compile's own wrapper is not: it looks the same (functools.wraps gives it the wrapped function's
@@ -287,8 +289,8 @@ def _guard_state_pickler_patch() -> list[Patch]:
     def reducer_override(self: Any, obj: Any) -> Any:
         if isinstance(obj, Source) and is_dataclass(obj):
             declared = fields(obj)
-            if any(not f.init for f in declared):
-                return _rebuild_dataclass, (type(obj), {f.name: getattr(obj, f.name) for f in declared if f.init})
+            if any(not f.init for f in declared) or hasattr(type(obj), "__post_init__"):
+                return _rebuild_source, (type(obj), {f.name: getattr(obj, f.name) for f in declared})
         elif isinstance(obj, contextvars.ContextVar):
             try:  # its default: what it holds in a context where it was never set
                 return _rebuild_context_var, (obj.name, True, contextvars.Context().run(obj.get))
@@ -438,8 +440,13 @@ def _globals_module(fn: Any) -> str | None:
     return name if module is not None and module.__dict__ is fn_globals else None
 
 
-def _rebuild_dataclass(cls: type, init_fields: dict[str, Any]) -> Any:
-    return cls(**init_fields)
+def _rebuild_source(cls: type, values: dict[str, Any]) -> Any:
+    """A guard source as it was saved, every field set as it was, without running its constructor: a source's
+    `__post_init__` may install a guard into the trace in progress (ImportSource), and there is none at load."""
+    source = object.__new__(cls)
+    for name, value in values.items():
+        object.__setattr__(source, name, value)
+    return source
 
 
 def _rebuild_context_var(name: str, has_default: bool, default: Any) -> contextvars.ContextVar:
