@@ -272,8 +272,9 @@ def _guard_state_pickler_patch() -> list[Patch]:
       torch.compile's own wrapper is not: it looks the same (functools.wraps gives it the wrapped function's
       name), but saved by value it drags in the compiler and the compiled graph, which cannot be pickled ("Can't
       pickle <function _runtime_wrapper>: attribute lookup _runtime_wrapper on __main__ failed", torch 2.13, with
-      `model.forward = torch.compile(model.forward)`, transformers' static-cache recipe); it stays torch's
-      placeholder.
+      `model.forward = torch.compile(model.forward)`, transformers' static-cache recipe). It is saved as a stand-in
+      holding the function it wraps, which is what Dynamo's guards read of it (`_torchdynamo_inline`, when a
+      compiled function is called inside a compiled module: a compiled flex_attention as a module attribute).
     """
     try:
         from torch._dynamo import guards
@@ -296,15 +297,11 @@ def _guard_state_pickler_patch() -> list[Patch]:
                 return _rebuild_context_var, (obj.name, True, contextvars.Context().run(obj.get))
             except LookupError:
                 return _rebuild_context_var, (obj.name, False, None)
+        wrapped = getattr(obj, "_torchdynamo_orig_callable", None)  # set on torch.compile's wrapper
+        if wrapped is not None and inspect.isfunction(obj):
+            return _rebuild_compiled_wrapper, (getattr(obj, "_torchdynamo_inline", wrapped),)
         reduced = original(self, obj)
-        compiled = getattr(obj, "_torchdynamo_orig_callable", None) is not None  # torch.compile's wrapper
-        if (
-            isinstance(reduced, tuple)
-            and reduced
-            and reduced[0] is missing
-            and inspect.isfunction(obj)
-            and not compiled
-        ):
+        if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
             module = getattr(obj, "__module__", None)
             if module and module in sys.modules:
                 return _rebuild_function, (
@@ -438,6 +435,19 @@ def _globals_module(fn: Any) -> str | None:
     name = fn_globals.get("__name__") if isinstance(fn_globals, dict) else None
     module = sys.modules.get(name) if isinstance(name, str) else None
     return name if module is not None and module.__dict__ is fn_globals else None
+
+
+def _rebuild_compiled_wrapper(inline: Any) -> Any:
+    """A stand-in for torch.compile's wrapper in a restored entry's guard state: it carries the function the wrapper
+    compiles, as torch's wrapper does; guards on a live kernel read the live wrapper."""
+
+    @functools.wraps(inline)
+    def compiled(*args: Any, **kwargs: Any) -> Any:
+        return inline(*args, **kwargs)
+
+    compiled._torchdynamo_inline = inline  # type: ignore[attr-defined]
+    compiled._torchdynamo_orig_callable = inline  # type: ignore[attr-defined]
+    return compiled
 
 
 def _rebuild_source(cls: type, values: dict[str, Any]) -> Any:
