@@ -89,7 +89,10 @@ class Manifest:
             known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
             fields = {k: v for k, v in data.items() if k in known}
             fields["extra"] = {k: v for k, v in data.items() if k not in known}
-            if not VERSION_RE.match(str(data["version"])) or not NAME_RE.match(str(data["name"])):
+            name, version = data["name"], data["version"]
+            if not (isinstance(name, str) and isinstance(version, str)) or not (
+                VERSION_RE.match(version) and NAME_RE.match(name)
+            ):
                 raise DamagedBundle(f"manifest has an invalid name or version: {data['name']!r} {data['version']!r}")
             fields["members"] = [Member(str(m["name"]), int(m["size"]), str(m["sha256"])) for m in data["members"]]
             return cls(**fields)

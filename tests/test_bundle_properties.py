@@ -17,7 +17,7 @@ import pytest
 import zstandard
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from store_helpers import make_bundle, restored_whole
+from store_helpers import make_bundle, new_manifest, restored_whole
 
 from jupyter_compile_cache import bundle, fingerprint
 from jupyter_compile_cache.bundle import BundleError, DamagedBundle, Manifest, Member
@@ -217,17 +217,9 @@ def test_a_crafted_archive_is_refused_or_restores_only_regular_files_inside_the_
         members = []
     elif listed == "safe_decoy":
         members = [Member("inductor/ab/decoy.so", 3, hashlib.sha256(b"abc").hexdigest())]
-    manifest = Manifest(
-        name="net",
-        version=bundle.new_version_id("a" * 12),
-        created=0.0,
-        writer="forger",
-        fingerprint={},
-        fingerprint_id="a" * 12,
-        payload_sha256=hashlib.sha256(payload).hexdigest(),
-        payload_bytes=len(payload),
-        members=members,
-    )
+    manifest = new_manifest("net", writer="forger")
+    manifest.payload_sha256, manifest.payload_bytes = hashlib.sha256(payload).hexdigest(), len(payload)
+    manifest.members = members
     work = tempfile.mkdtemp(prefix="jcc-craft-")
     try:
         roots = {"inductor": os.path.join(work, "cache"), "triton": os.path.join(work, "cache", "triton")}
