@@ -114,11 +114,23 @@ print("RESULT", out[0, -4:].tolist())
     "decode": (
         "llm",
         """
-with torch.no_grad():
-    model.forward = maybe_compile(model.forward, mode="reduce-overhead", fullgraph=True)
-    out = model.generate(prompt, max_new_tokens=S["new"], do_sample=False, cache_implementation="static")
-sync()
-print("RESULT", out[0, -4:].tolist())
+step = maybe_compile(model.forward, mode="reduce-overhead", fullgraph=True)
+def decode(ids, new, times=None):
+    global cache
+    cache = T.StaticCache(config=model.config, max_cache_len=S["prompt"] + S["new"] + 8)
+    pos, tokens = torch.arange(ids.shape[1], device=DEVICE), []
+    with torch.no_grad():
+        for i in range(new):
+            start = time.perf_counter()
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are read: CUDA graphs may reuse them
+            logits = step(input_ids=ids, past_key_values=cache, cache_position=pos, use_cache=True).logits
+            ids = logits[:, -1:].argmax(-1)
+            tokens.append(int(ids))  # waits for the GPU
+            if times is not None and i:  # the decode steps, not the prefill
+                times.append(time.perf_counter() - start)
+            pos = pos[-1:] + 1
+    return tokens
+print("RESULT", decode(prompt, S["new"])[-4:])
 """,
     ),
     "autotune": (
@@ -166,10 +178,46 @@ print("RESULT", round(float(logits.float().abs().mean()), 4))
 }
 
 
+OTHER_PROMPT = {
+    "generate": """
+with torch.no_grad():
+    out = model.generate(prompt[:, S["prompt"] // 3 :], max_new_tokens=S["new"], do_sample=False, **kwargs)
+sync()
+print("RESULT", out[0, -4:].tolist())
+""",
+    "decode": """print("RESULT", decode(prompt[:, S["prompt"] // 3 :], S["new"])[-4:])""",
+}
+
+# Decode cost per call, as users pay it at steady state: the median of the decode steps of 10 more generations.
+PER_CALL = """
+import statistics
+times = []
+for _ in range(10):
+    decode(prompt, S["new"], times)
+print("PER_CALL_MS", round(statistics.median(times) * 1000, 4))
+"""
+
+# After a compiled cell: torch's own hit/miss counters, its phase timings (CUDA-graph capture is
+# CUDAGraphNode.record: per-process work no cache carries) and the files in the cache dir.
+STATS = """
+import json as _j, os as _o
+from torch._dynamo.utils import counters as _c, compilation_time_metrics as _m
+_keep = {{"inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "async_compile_cache_miss"),
+         "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss"),
+         "dynamo_cache": ("dynamo_cache_hit", "dynamo_cache_miss"), "stats": ("unique_graphs",),
+         "jupyter_compile_cache": ("precompile_fallback", "precompile_bypass")}}
+print(_j.dumps({{"counters": {{f"{{g}}.{{n}}": _c[g][n] for g, ns in _keep.items() for n in ns if _c[g][n]}},
+    "phases_s": {{k: round(sum(v), 3) for k, v in sorted(_m.items(), key=lambda kv: -sum(kv[1]))[:8]}},
+    "cudagraph_record_s": round(sum(_m.get("CUDAGraphNode.record", [])), 3),
+    "files": sum(len(f) for _, _, f in _o.walk({cache_dir!r}))}}))
+"""
+
+
 class Kernel:
     """A real kernel through jupyter_client; `run` returns (seconds from execute to idle, output)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], timeout: float) -> None:
+        self.timeout = timeout  # seconds one cell may take
         from jupyter_client import KernelManager
 
         self.km = KernelManager(kernel_name="python3")
@@ -180,14 +228,14 @@ class Kernel:
         self.kc.wait_for_ready(timeout=120)
 
     def run(self, code: str) -> tuple[float, str]:
-        start = time.perf_counter()
+        start, timeout = time.perf_counter(), self.timeout
         msg_id = self.kc.execute(code)
         out, error = "", None
         while True:
             try:
-                msg = self.kc.get_iopub_msg(timeout=900)
+                msg = self.kc.get_iopub_msg(timeout=max(1.0, start + timeout - time.perf_counter()))
             except queue.Empty:
-                raise TimeoutError(code) from None
+                raise TimeoutError(f"no answer after {timeout:.0f} s; it had printed: {out[-500:]!r}") from None
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
@@ -207,7 +255,7 @@ class Kernel:
         self.km.shutdown_kernel(now=True)
 
 
-def run_workload(name: str, size: str, device: str, work: str) -> dict:
+def run_workload(name: str, size: str, device: str, work: str, case_timeout: float) -> dict:
     build, cell = CELLS[name]
     store = os.path.join(work, name, "store")
     dirs = {case: os.path.join(work, name, case) for case in CASES}
@@ -216,11 +264,13 @@ def run_workload(name: str, size: str, device: str, work: str) -> dict:
     for case in CASES:
         cache_dir = dirs["cold"] if case == "torch_warm" else dirs[case]
         env = {"TORCHINDUCTOR_CACHE_DIR": cache_dir, "JUPYTER_COMPILE_CACHE_DIR": store}
-        k = Kernel(env)
+        k = Kernel(env, case_timeout)
         try:
-            k.run(SETUP.format(size=SIZES[size], device=device, compile_=case != "eager") + BUILD[build])
-            if case.startswith("ours"):
-                k.run("%load_ext jupyter_compile_cache")
+            # A notebook loads the extension in its first cell; the compiler imports it starts overlap the build.
+            row[f"{case}_load_ext"] = k.run("%load_ext jupyter_compile_cache")[0] if case.startswith("ours") else 0.0
+            row[f"{case}_build"], _ = k.run(
+                SETUP.format(size=SIZES[size], device=device, compile_=case != "eager") + BUILD[build]
+            )
             if case == "mega":
                 row["mega_load_s"], _ = k.run(f"torch.compiler.load_cache_artifacts(open({mega!r}, 'rb').read())")
             body = f"%%compile_cache real-{name}\n{cell}" if case.startswith("ours") else cell
@@ -228,12 +278,55 @@ def run_workload(name: str, size: str, device: str, work: str) -> dict:
             row[f"{case}_result"] = next((line for line in out.splitlines() if line.startswith("RESULT")), None)
             if case.startswith("ours"):
                 row[f"{case}_said"] = [line for line in out.splitlines() if "compile_cache" in line]
+            if case != "eager":
+                _, stats = k.run(STATS.format(cache_dir=cache_dir))
+                row[f"{case}_stats"] = json.loads(stats.strip().splitlines()[-1])
+            if name in OTHER_PROMPT and case != "eager":
+                # PGO: a prompt of another length; in the restored kernel it must compile nothing the cold one had
+                other = (
+                    OTHER_PROMPT[name]
+                    if not case.startswith("ours")
+                    else f"%%compile_cache real-{name}-other\n{OTHER_PROMPT[name]}"
+                )
+                row[f"{case}_other_prompt"], out = k.run(other)
+                _, stats = k.run(STATS.format(cache_dir=cache_dir))
+                after = json.loads(stats.strip().splitlines()[-1])
+                row[f"{case}_other_prompt_new"] = {
+                    key: n - row[f"{case}_stats"]["counters"].get(key, 0)
+                    for key, n in after["counters"].items()
+                    if n != row[f"{case}_stats"]["counters"].get(key, 0)
+                }
+                row[f"{case}_other_prompt_result"] = next((x for x in out.splitlines() if x.startswith("RESULT")), None)
+                if case.startswith("ours"):
+                    row[f"{case}_other_prompt_said"] = [x for x in out.splitlines() if "compile_cache" in x]
+            if name == "decode" and case in ("cold", "torch_warm", "ours"):
+                _, out = k.run(PER_CALL)
+                row[f"{case}_per_call_ms"] = float(out.split()[-1])
             if case == "cold":
                 k.run(f"open({mega!r}, 'wb').write(torch.compiler.save_cache_artifacts()[0])")
             print(f"{name:9s} {case:10s} {row[case]:7.2f} s", file=sys.stderr, flush=True)
+        except (TimeoutError, RuntimeError) as exc:  # one case failing or hanging leaves the others to measure
+            row[case] = None
+            row[f"{case}_error"] = str(exc)[:2000]
+            print(f"{name:9s} {case:10s} FAILED: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
         finally:
             k.close()
     return row
+
+
+def total(row: dict, case: str) -> float | None:
+    """What the user waits for from a new kernel: %load_ext (ours), the build cell and the compiled cell."""
+    if row.get(case) is None:
+        return None
+    return row.get(f"{case}_load_ext", 0.0) + row.get(f"{case}_build", 0.0) + row[case]
+
+
+def _s(seconds: float | None) -> str:
+    return "failed" if seconds is None else f"{seconds:.2f}"
+
+
+def _x(a: float | None, b: float | None, digits: int = 2) -> str:
+    return "-" if a is None or not b else f"{a / b:.{digits}f}x"
 
 
 def table(rows: list[dict]) -> str:
@@ -243,10 +336,19 @@ def table(rows: list[dict]) -> str:
     )
     lines = [head, "|" + "---|" * 10]
     for r in rows:
+        ours = r.get("ours")
         lines.append(
-            f"| {r['workload']} | {r['eager']:.2f} | {r['cold']:.2f} | {r['torch_warm']:.2f} | "
-            f"{r['mega']:.2f} (+{r['mega_load_s']:.2f}) | {r['ours_cold']:.2f} | **{r['ours']:.2f}** | "
-            f"{r['ours'] / r['eager']:.2f}x | {r['ours'] / r['torch_warm']:.2f}x | {r['ours'] / r['cold']:.3f}x |"
+            f"| {r['workload']} | {_s(r.get('eager'))} | {_s(r.get('cold'))} | {_s(r.get('torch_warm'))} | "
+            f"{_s(r.get('mega'))} (+{_s(r.get('mega_load_s'))}) | {_s(r.get('ours_cold'))} | **{_s(ours)}** | "
+            f"{_x(ours, r.get('eager'))} | {_x(ours, r.get('torch_warm'))} | {_x(ours, r.get('cold'), 3)} |"
+        )
+    lines += ["", "From a new kernel to the cell's answer (%load_ext + build cell + compiled cell), seconds:", ""]
+    lines += ["| workload | eager | torch cold | torch warm | ours restored | /eager | /torch warm |", "|" + "---|" * 7]
+    for r in rows:
+        t = {case: total(r, case) for case in ("eager", "cold", "torch_warm", "ours")}
+        lines.append(
+            f"| {r['workload']} | {_s(t['eager'])} | {_s(t['cold'])} | {_s(t['torch_warm'])} | **{_s(t['ours'])}** | "
+            f"{_x(t['ours'], t['eager'])} | {_x(t['ours'], t['torch_warm'])} |"
         )
     return "\n".join(lines)
 
@@ -256,18 +358,19 @@ def main() -> None:
     p.add_argument("--size", choices=sorted(SIZES), default="tiny")
     p.add_argument("--device", default="cpu")
     p.add_argument("--workloads", default=",".join(CELLS), help="comma-separated, of: " + ", ".join(CELLS))
+    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take (default 600)")
     p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
     args = p.parse_args()
     names = [n for n in args.workloads.split(",") if n and (n != "autotune" or args.device == "cuda")]
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="real-work-") as work:
-        for name in names:
-            rows.append(run_workload(name, args.size, args.device, work))
     import torch
 
     meta = {"size": args.size, "device": args.device, "torch": torch.__version__, "time": time.ctime()}
-    with open(args.out, "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="real-work-") as work:
+        for name in names:
+            rows.append(run_workload(name, args.size, args.device, work, args.cell_timeout))
+            with open(args.out, "w") as f:  # after each workload: a run cut short keeps what it measured
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
     text = f"{meta}\n\nWhole cell, seconds, one fresh kernel per case.\n\n{table(rows)}\n"
     with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
         f.write(text)
