@@ -54,7 +54,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import torch_fixes
+from . import frame_sizes, torch_fixes
 from .torch_fixes import Patch
 
 DIGEST_FILE = "jcc_code_digest"
@@ -344,6 +344,7 @@ class PrecompileGuard:
         self._loading: dict[str, _LoadScope] = {}  # key -> its record and the scope its guard sources resolve in
         self._installing: str | None = None  # key of the package being installed
         self._state_sha: str | None = None  # sha256 of the guard state torch is loading
+        self.code_ids: dict[str, Any] = {}  # key -> torch's key for the function's remembered input sizes
         self._patches: list[Patch] = []
         self._log_filter = _TorchLogFilter()
         self._loggers = [logging.getLogger(f"torch.{name}") for name in _FILTERED_LOGGERS]
@@ -534,6 +535,7 @@ class PrecompileGuard:
             return None
         digest = code_digest(fn)
         self.pending[key] = digest
+        code_id = self.code_ids[key] = frame_sizes.code_id(_innermost(fn))
         entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
         if not os.path.exists(os.path.join(entry_dir, "entry")):
             return orig_load(fn)
@@ -542,6 +544,12 @@ class PrecompileGuard:
             counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
             counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             return None
+        if code_id is not None:
+            # What the cold kernel had seen of the inputs' sizes: a later recompile makes the same graph it made.
+            try:
+                frame_sizes.merge(entry_dir, code_id)
+            except Exception as exc:
+                self._tell(key, f"the saved input sizes of a restored function were not used ({exc})")
         try:
             result = orig_load(fn)
         except Exception as exc:
@@ -632,6 +640,12 @@ class PrecompileGuard:
             "this function runs the plain torch.compile way (FX graph and AOTAutograd caches still apply)"
         )
 
+    def _tell(self, key: str, message: str) -> None:
+        """One line, once per function, for a failure that costs time later but changes no answer."""
+        if f"{key}:{message}" not in self._told:
+            self._told.add(f"{key}:{message}")
+            self.warn(message)
+
     # -- when the cell saves --------------------------------------------------------------------------------------
     def save_entries(self, context: Any) -> None:
         """Write the process's precompile entries to the cache dir, one by one: torch's own save_to_dynamo_cache
@@ -675,6 +689,13 @@ class PrecompileGuard:
                     json.dump(record, f)
                 os.replace(tmp, path)
             written.append(path)
+            if self.code_ids.get(key) is not None:
+                try:
+                    sizes = frame_sizes.save(entry_dir, self.code_ids[key])
+                except Exception as exc:  # a later recompile in a restored kernel may then compile afresh
+                    self._tell(key, f"the input sizes of a compiled function were not saved ({exc})")
+                else:
+                    written += [sizes] if sizes else []
         return written
 
 
