@@ -1,8 +1,11 @@
-"""Command line: `python -m jupyter_compile_cache list | show NAME | rm NAME | gc | export NAME FILE | import FILE
-| hub ls|push|pull|rm|gc`.
+"""Command line: `jupyter-compile-cache list | explain NAME | rm NAME | gc | export NAME FILE | import FILE
+| install-kernel | hub ls|push|pull|rm|gc` (also `python -m jupyter_compile_cache`).
 
 A view over the same session, store and sources as the magics, for use outside notebooks (CI jobs, shells,
-scripts). Settings come from the same environment variables (see jupyter_compile_cache.settings).
+scripts), with the magics' words: `explain` (`show` is kept as another name for it), `--dry-run`, `--yes`.
+Options go before or after the subcommand. Exit status: 0 done, 1 nothing by that name (or a removal that needs
+--yes), 2 an error (bad input, an unreadable bundle, a hub that fails). Settings come from the same environment
+variables as the magics (see jupyter_compile_cache.settings).
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import json
 import sys
 import tarfile
 from collections.abc import Sequence
+from typing import Any
 
-from . import arguments, fingerprint, report
+from . import __version__, arguments, fingerprint, report
 from .bundle import BundleError, Manifest, check_name
 from .hub import HubConfig, HubError, RedisHub
 from .session import CompileCacheSession, bundle_row
@@ -26,57 +30,78 @@ EXPORT_PAYLOAD = "payload.tar.zst"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jupyter_compile_cache", description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--store", metavar="DIR", help="local store directory (default: $JUPYTER_COMPILE_CACHE_DIR or the user cache)"
+    p = argparse.ArgumentParser(prog="jupyter-compile-cache", description="Inspect and manage compile-cache bundles.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    store_help = "local store directory (default: $JUPYTER_COMPILE_CACHE_DIR or the user cache)"
+    p.add_argument("--store", metavar="DIR", help=store_help)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, **kwargs)
+        # also after the subcommand; SUPPRESS keeps a --store given before it
+        cmd.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
+        return cmd
+
+    command("list", help="bundles in the store and on the hub, with a total")
+    command("explain", aliases=["show"], help="why NAME would or would not restore here; its last run").add_argument(
+        "name"
     )
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="bundles in the store")
-    sub.add_parser("show", help="explain one bundle: versions, fingerprint check, last run").add_argument("name")
-    rm = sub.add_parser("rm", help="delete all versions of a bundle")
+    rm = command("rm", help="delete all versions of a bundle")
     rm.add_argument("name")
     rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    gc = sub.add_parser("gc", help="evict least recently used versions down to a size")
+    gc = command("gc", help="evict least recently used versions down to a size")
     gc.add_argument(
         "--max-size", metavar="SIZE", type=arguments.size, help="default: $JUPYTER_COMPILE_CACHE_MAX_SIZE or 20G"
     )
     gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
-    export = sub.add_parser("export", help="write the newest version of NAME to one file")
+    export = command("export", help="write the newest version of NAME to one file")
     export.add_argument("name")
     export.add_argument("file")
-    sub.add_parser("import", help="add a bundle file made by export").add_argument("file")
-    kernel = sub.add_parser("install-kernel", help="install the warm-restart kernel spec (see warm_kernel.py)")
+    command("import", help="add a bundle file made by export").add_argument("file")
+    kernel = command("install-kernel", help="install the warm-restart kernel spec (see warm_kernel.py)")
     kernel.add_argument("--name", default=None, help="kernel spec name (default: python3-compile-cache)")
     kernel.add_argument("--display-name", default=None, help="name shown in the launcher")
     where = kernel.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="for this user only")
     where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (sys.prefix)")
     where.add_argument("--prefix", metavar="DIR", default=None, help="under DIR/share/jupyter/kernels")
-    hub = sub.add_parser("hub", help="the shared Redis hub: ls | push NAME | pull NAME | rm NAME | gc")
-    hub.add_argument(
-        "--hub",
-        dest="hub_url",
-        type=arguments.hub_url,
-        help="redis://[user:password@]host:port/db (default: $JUPYTER_COMPILE_CACHE_HUB)",
-    )
-    hub.add_argument(
-        "--namespace",
-        type=arguments.namespace,
-        default=None,
-        help="default: $JUPYTER_COMPILE_CACHE_NAMESPACE or 'default'",
-    )
-    hub.add_argument("--ttl", type=arguments.ttl_seconds, default=None, help="seconds a pushed bundle lives")
-    hub_sub = hub.add_subparsers(dest="hub_command", required=True)
-    hub_sub.add_parser("ls", help="bundles on the hub")
-    for command in ("push", "pull"):
-        hub_sub.add_parser(command, help=f"{command} the newest version of NAME").add_argument("name")
-    hub_rm = hub_sub.add_parser("rm", help="delete NAME from the hub (every version needs --yes)")
+    hub = command("hub", help="the shared Redis hub: ls | push NAME | pull NAME | rm NAME | gc")
+
+    def hub_options(parser: argparse.ArgumentParser, default: Any) -> None:
+        parser.add_argument(
+            "--hub",
+            dest="hub_url",
+            type=arguments.hub_url,
+            default=default,
+            help="redis://[user:password@]host:port/db (default: $JUPYTER_COMPILE_CACHE_HUB)",
+        )
+        parser.add_argument(
+            "--namespace",
+            type=arguments.namespace,
+            default=default,
+            help="default: $JUPYTER_COMPILE_CACHE_NAMESPACE or 'default'",
+        )
+        parser.add_argument("--ttl", type=arguments.ttl_seconds, default=default, help="seconds a pushed bundle lives")
+
+    hub_options(hub, None)
+    hub_sub = hub.add_subparsers(dest="hub_command", required=True, metavar="HUB_COMMAND")
+
+    def hub_command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        cmd = hub_sub.add_parser(name, **kwargs)
+        hub_options(cmd, argparse.SUPPRESS)
+        cmd.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
+        return cmd
+
+    hub_command("ls", help="bundles on the hub")
+    for name in ("push", "pull"):
+        hub_command(name, help=f"{name} the newest version of NAME").add_argument("name")
+    hub_rm = hub_command("rm", help="delete NAME from the hub (every version needs --yes)")
     hub_rm.add_argument("name")
     hub_rm.add_argument("--version", default=None, help="only this version")
     hub_rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     hub_rm.add_argument("--yes", action="store_true", help="needed to delete every version of NAME")
-    hub_gc = hub_sub.add_parser("gc", help="keep the newest versions of each name and machine, delete the rest")
+    hub_gc = hub_command("gc", help="keep the newest versions of each name and machine, delete the rest")
     hub_gc.add_argument(
         "--keep",
         type=arguments.keep_versions,
@@ -95,11 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     session = CompileCacheSession(store_root=args.store)
     store = session.store()
     try:
-        if args.command in ("show", "rm", "export"):
+        if args.command in ("explain", "show", "rm", "export"):
             check_name(args.name)
         if args.command == "list":
             print(repr(report.BundleTable(session.bundles())))
-        elif args.command == "show":
+        elif args.command in ("explain", "show"):
+            if not store.versions(args.name):
+                print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
+                return 1
             print(repr(report.Explanation(session.explain(args.name))))
         elif args.command == "rm":
             removals = store.remove(args.name, dry_run=args.dry_run)

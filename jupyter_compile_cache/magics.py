@@ -116,6 +116,21 @@ def line_usage() -> str:
     return "%compile_cache " + " | ".join(commands)
 
 
+def _asks_help(words: list[str]) -> bool:
+    return bool({"-h", "--help"} & set(words)) or words == ["help"]
+
+
+def _subcommands() -> dict[str, _Parser]:
+    action = next(a for a in line_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _subcommand_help(name: str) -> str:
+    p = _subcommands()[name]
+    _usage, _, rest = p.format_help().partition("\n\n")
+    return f"usage: {p.format_usage().strip().removeprefix('usage: ')}\n\n{rest}".rstrip()
+
+
 def _split(line: str, usage: Callable[[], str]) -> list[str]:
     try:
         return shlex.split(line)
@@ -144,7 +159,11 @@ class CompileCacheMagics(Magics):
     @cell_magic
     @_with_help(cell_parser)
     def compile_cache(self, line: str, cell: str) -> Any:
-        args = cell_parser().parse_args(_split(line, cell_usage))
+        words = _split(line, cell_usage)
+        if _asks_help(words):
+            print(self.compile_cache.__doc__)  # the help only: the cell does not run
+            return None
+        args = cell_parser().parse_args(words)
         _valid(args.name, cell_usage)
         # The parser's destinations are named after CellOptions' fields.
         options = CellOptions(
@@ -176,7 +195,11 @@ class CompileCacheMagics(Magics):
     @line_magic("compile_cache")
     @_with_help(line_parser)
     def compile_cache_line(self, line: str) -> Any:
-        args = line_parser().parse_args(_split(line, line_usage))
+        words = _split(line, line_usage)
+        if _asks_help(words):
+            print(_subcommand_help(words[0]) if words[0] in _subcommands() else self.compile_cache_line.__doc__)
+            return None
+        args = line_parser().parse_args(words)
         session = self.session
         if args.command in (None, "status"):
             return report.StatusView(session.status())

@@ -123,6 +123,26 @@ class BundleTable(_View):
     def preamble(self) -> list[str]:
         return [] if self.data else ["no bundles"]
 
+    def total(self) -> str:
+        """One line under the table: versions, bundles and bytes, here and on the hub."""
+        parts = []
+        for where in ("local", "hub"):
+            rows = [b for b in self.data if (b.get("store", "local") == "hub") == (where == "hub")]
+            if rows:
+                size = human_bytes(sum(b["bytes"] for b in rows))
+                names = len({b["name"] for b in rows})
+                versions = f"{len(rows)} version{'s' * (len(rows) != 1)}"
+                parts.append(f"{where}: {versions} of {names} bundle{'s' * (names != 1)}, {size}")
+        return "; ".join(parts)
+
+    def __repr__(self) -> str:
+        total = self.total()
+        return super().__repr__() + (f"\n{total}" if total else "")
+
+    def _repr_html_(self) -> str:
+        total = self.total()
+        return super()._repr_html_() + (f"<div>{html.escape(total)}</div>" if total else "")
+
 
 class Explanation(_View):
     headers = ("field", "bundle", "this kernel", "verdict")

@@ -436,15 +436,19 @@ class CompileCacheSession:
 
     def bundles(self, store_root: str | None = None) -> list[dict[str, Any]]:
         """Local bundles, then the hub's (when one is configured and answers)."""
-        now = fingerprint.current(with_gpu=True)
-        rows = [bundle_row(b.manifest, now, b.last_used, b.store) for b in self.store(store_root).bundles()]
+        local = list(self.store(store_root).bundles())
+        remote: list[Manifest] = []
         hub = self.hub_link.for_cell(CellOptions())
         if hub is not None:
             try:
-                rows += [bundle_row(m, now, None, "hub") for name in hub.names() for m in hub.versions(name)]
+                remote = [m for name in hub.names() for m in hub.versions(name)]
             except HubError as exc:
                 self.hub_link.failed(hub, exc, None)
-        return rows
+        if not local and not remote:
+            return []  # nothing to compare with this machine: torch is not imported (1.4 s)
+        now = fingerprint.current(with_gpu=True)
+        rows = [bundle_row(b.manifest, now, b.last_used, b.store) for b in local]
+        return rows + [bundle_row(m, now, None, "hub") for m in remote]
 
     def push(self, name: str, store_root: str | None = None) -> str:
         """Push the newest local version of NAME to the hub; returns what happened, in words."""

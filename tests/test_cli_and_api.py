@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -56,7 +57,7 @@ def test_script_api_then_cli_export_import_on_another_store(tmp_path):
 
     listing = _python(["-m", "jupyter_compile_cache", "list"], env_a)
     assert listing.returncode == 0 and "script_fn" in listing.stdout
-    shown = _python(["-m", "jupyter_compile_cache", "show", "script_fn"], env_a)
+    shown = _python(["-m", "jupyter_compile_cache", "explain", "script_fn"], env_a)
     assert "WOULD RESTORE" in shown.stdout
 
     exported = tmp_path / "script_fn.jcc"
@@ -90,3 +91,40 @@ def test_cli_refuses_bad_names_and_foreign_files(tmp_path):
     junk.write_bytes(b"not a tar")
     out = _python(["-m", "jupyter_compile_cache", "import", str(junk)], env)
     assert out.returncode == 2 and "error:" in out.stderr
+
+
+def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_path):
+    store, other = tmp_path / "store", tmp_path / "other"
+    env = {"JUPYTER_COMPILE_CACHE_DIR": str(store)}
+    out = _python(["-m", "jupyter_compile_cache", "--version"], env)
+    from jupyter_compile_cache import __version__
+
+    assert out.returncode == 0 and out.stdout.strip() == f"jupyter-compile-cache {__version__}"
+
+    # an empty store lists without importing torch, and says so
+    code = (
+        "import sys; from jupyter_compile_cache.cli import main; rc = main(sys.argv[1:]); "
+        "print('TORCH', 'torch' in sys.modules); raise SystemExit(rc)"
+    )
+    out = _python(["-c", code, "list", "--store", str(other)], env)
+    assert out.returncode == 0 and "no bundles" in out.stdout and "TORCH False" in out.stdout, out
+
+    # the same exit status for a missing name, whatever the command; `explain`, as in the magic (`show` too)
+    for command in ("explain", "show", "rm", "export"):
+        args = [command, "nothing_here"] + (["out.jcc"] if command == "export" else [])
+        out = _python(["-m", "jupyter_compile_cache", *args], env)
+        assert out.returncode == 1 and "no bundle named 'nothing_here'" in out.stderr, (command, out.stderr)
+
+    # --store after the subcommand is the same as before it
+    from store_helpers import make_bundle  # a real bundle in the store, without compiling
+
+    from jupyter_compile_cache.store import LocalStore
+
+    make_bundle(LocalStore(str(other)), "listed", size=2048)
+    before = _python(["-m", "jupyter_compile_cache", "--store", str(other), "list"], env)
+    after = _python(["-m", "jupyter_compile_cache", "list", "--store", str(other)], env)
+    assert before.returncode == after.returncode == 0
+    assert "listed" in after.stdout and re.sub(r"\d+s ago", "", after.stdout) == re.sub(r"\d+s ago", "", before.stdout)
+    assert "local: 1 version of 1 bundle, 2.2 KB" in after.stdout, after.stdout
+    hub_after = _python(["-m", "jupyter_compile_cache", "hub", "ls", "--hub", "redis://127.0.0.1:1/0"], env)
+    assert hub_after.returncode == 2 and "unrecognized" not in hub_after.stderr, hub_after.stderr

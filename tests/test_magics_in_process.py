@@ -64,6 +64,17 @@ def test_usage_and_help_are_generated_from_the_parsers(shell):
     assert "hub URL|off|status" in line_help or "URL|off|status" in line_help
 
 
+def test_help_prints_the_usage_and_runs_nothing(shell, capsys):
+    shell.load()
+    shell.run_line_magic("compile_cache", "--help")
+    assert "usage: %compile_cache status | list" in capsys.readouterr().out
+    shell.run_line_magic("compile_cache", "rm -h")
+    assert "usage: %compile_cache rm [--store DIR] [--dry-run] NAME" in capsys.readouterr().out
+    shell.run_cell_magic("compile_cache", "--help", "print('THE CELL RAN')")
+    out = capsys.readouterr().out
+    assert "usage: %%compile_cache [--store DIR]" in out and "THE CELL RAN" not in out
+
+
 def test_settings_come_from_config_then_environment_then_defaults(shell, monkeypatch, capsys, caplog):
     monkeypatch.setenv("JUPYTER_COMPILE_CACHE_NAMESPACE", "from-env")
     monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB_TIMEOUT", "3")
