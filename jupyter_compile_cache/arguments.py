@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from .settings import check_hub_url, check_namespace, parse_size
+from .settings import check_hub_url, check_namespace, parse_age, parse_size
 
 
 def _checked(text: str, check: type | object) -> object:
@@ -46,6 +46,11 @@ def keep_versions(text: str) -> int:
 def size(text: str) -> int:
     """A size in bytes: 500M, 2G, 1.5GiB, 1000."""
     return _checked(text, parse_size)  # type: ignore[return-value]
+
+
+def age(text: str) -> float:
+    """An age in seconds: 30d, 12h, 90m, 45s, 2w, or a plain number of seconds."""
+    return _checked(text, parse_age)  # type: ignore[return-value]
 
 
 def namespace(text: str) -> str:

@@ -49,10 +49,16 @@ def _parser() -> argparse.ArgumentParser:
     rm = command("rm", help="delete all versions of a bundle")
     rm.add_argument("name")
     rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    gc = command("gc", help="evict least recently used versions down to a size")
+    gc = command("gc", help="evict old, unusable or least recently used versions")
     gc.add_argument(
-        "--max-size", metavar="SIZE", type=arguments.size, help="default: $JUPYTER_COMPILE_CACHE_MAX_SIZE or 20G"
+        "--max-size",
+        metavar="SIZE",
+        type=arguments.size,
+        help="evict the least recently used down to SIZE (default, when no other rule is given: "
+        "$JUPYTER_COMPILE_CACHE_MAX_SIZE or 20G)",
     )
+    gc.add_argument("--older-than", metavar="AGE", type=arguments.age, help="evict versions unused for AGE (30d, 12h)")
+    gc.add_argument("--incompatible", action="store_true", help="evict versions that cannot restore on this machine")
     gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
     export = command("export", help="write the newest version of NAME to one file")
@@ -136,13 +142,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             print("\n".join(report.removal_lines(removals, store.root, args.dry_run)))
         elif args.command == "gc":
-            limit = session.settings.max_bytes if args.max_size is None else args.max_size
-            plan = store.gc(limit, dry_run=True)
-            if plan and not (args.dry_run or args.yes) and len(plan) == store.version_count():
-                print("\n".join(report.removal_lines(plan, store.root, dry_run=True)[:-1]))
+            _, removals, refused = session.gc(
+                None, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes
+            )
+            if refused:
+                print("\n".join(report.removal_lines(removals, store.root, dry_run=True)[:-1]))
                 print("this empties the store: nothing removed; run again with --yes", file=sys.stderr)
                 return 1
-            print("\n".join(report.removal_lines(plan if args.dry_run else store.gc(limit), store.root, args.dry_run)))
+            print("\n".join(report.removal_lines(removals, store.root, args.dry_run)))
         elif args.command == "export":
             versions = store.versions(args.name)
             if not versions:

@@ -88,10 +88,16 @@ def line_parser() -> _Parser:
         cmd.add_argument("--store", metavar="DIR", default=None)
         if command == "rm":
             cmd.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    gc = sub.add_parser("gc", help="evict least recently used versions")
+    gc = sub.add_parser("gc", help="evict old, unusable or least recently used versions")
     gc.add_argument(
-        "--max-size", metavar="SIZE", type=arguments.size, default=None, help="default: CompileCache.max_size"
+        "--max-size",
+        metavar="SIZE",
+        type=arguments.size,
+        default=None,
+        help="evict the least recently used down to SIZE (default, when no other rule is given: CompileCache.max_size)",
     )
+    gc.add_argument("--older-than", metavar="AGE", type=arguments.age, help="evict versions unused for AGE (30d, 12h)")
+    gc.add_argument("--incompatible", action="store_true", help="evict versions that cannot restore on this machine")
     gc.add_argument("--store", metavar="DIR", default=None)
     gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
@@ -215,13 +221,13 @@ class CompileCacheMagics(Magics):
             _say(report.removal_lines(removals, store.root, args.dry_run))
             return None
         if args.command == "gc":
-            store = session.store(args.store)
-            limit = session.settings.max_bytes if args.max_size is None else args.max_size
-            plan = store.gc(limit, dry_run=True)
-            if plan and not (args.dry_run or args.yes) and len(plan) == store.version_count():
-                lines = report.removal_lines(plan, store.root, dry_run=True)[:-1]
+            store, removals, refused = session.gc(
+                args.store, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes
+            )
+            if refused:
+                lines = report.removal_lines(removals, store.root, dry_run=True)[:-1]
                 raise UsageError("\n".join([*lines, "this empties the store: nothing removed; add --yes to do it"]))
-            _say(report.removal_lines(plan if args.dry_run else store.gc(limit), store.root, args.dry_run))
+            _say(report.removal_lines(removals, store.root, args.dry_run))
             return None
         if args.command in ("enable", "disable"):
             try:

@@ -474,6 +474,33 @@ class CompileCacheSession:
             return hub.remove(name, version) if hub is not None else []
         return self.store().remove(name, version)
 
+    def gc(
+        self,
+        store_root: str | None = None,
+        max_size: int | None = None,
+        older_than: float | None = None,
+        incompatible: bool = False,
+        dry_run: bool = False,
+        yes: bool = False,
+    ) -> tuple[LocalStore, list[Removal], bool]:
+        """Evict versions unused for more than `older_than` seconds, those that cannot restore on this machine
+        (`incompatible`: another torch, Python, GPU...), then the least recently used down to `max_size` (the
+        default cap CompileCache.max_size when no other rule is given). Returns (store, removals, refused):
+        refused when it would empty the store without `yes`; then nothing is removed and removals is the plan."""
+        store = self.store(store_root)
+        if max_size is None and older_than is None and not incompatible:
+            max_size = self.settings.max_bytes
+        unusable = None
+        if incompatible:
+            now = fingerprint.current(with_gpu=True)
+            unusable = lambda m: fingerprint.incompatibility(m, now) is not None  # noqa: E731
+        plan = store.gc(max_size, dry_run=True, older_than=older_than, unusable=unusable)
+        if dry_run or not plan:
+            return store, plan, False
+        if len(plan) == store.version_count() and not yes:
+            return store, plan, True
+        return store, store.gc(max_size, older_than=older_than, unusable=unusable), False
+
     def explain(self, name: str, store_root: str | None = None) -> dict[str, Any]:
         """Field by field why each version of NAME would or would not restore here, and the last run's layers."""
         check_name(name)

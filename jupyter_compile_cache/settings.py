@@ -77,6 +77,15 @@ def parse_size(text: str) -> int:
     return int(value * units[unit])
 
 
+def parse_age(text: str) -> float:
+    """'30d', '12h', '90m', '45s', '2w', '3600' -> seconds; anything else (empty, negative, 'inf') is a ValueError."""
+    units = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smhdw]?)\s*", str(text).lower())
+    if match is None:
+        raise ValueError(f"not an age: {text!r} (use e.g. 30d, 12h, 90m)")
+    return float(match.group(1)) * units[match.group(2)]
+
+
 def parse_bool(text: str) -> bool:
     """'1', 'true', 'yes', 'on' and their opposites, any case; anything else is a ValueError."""
     value = str(text).strip().lower()

@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
@@ -229,19 +229,36 @@ class LocalStore:
                     os.unlink(self._run_path(name))
         return targets
 
-    def gc(self, max_bytes: int, dry_run: bool = False) -> list[Removal]:
-        """Evict least recently used versions until the bundles take at most max_bytes; returns what went (with
-        `dry_run`, what would go)."""
-        evicted = []
+    def gc(
+        self,
+        max_bytes: int | None,
+        dry_run: bool = False,
+        older_than: float | None = None,
+        unusable: Callable[[Manifest], bool] | None = None,
+    ) -> list[Removal]:
+        """Evict the versions unused for more than `older_than` seconds and those `unusable` says cannot restore,
+        then the least recently used until the bundles take at most max_bytes (None: no size limit); returns what
+        went (with `dry_run`, what would go)."""
+        now = time.time()
         with self._lock():
             entries = sorted(self.bundles(), key=lambda b: b.last_used)
-            total = sum(b.manifest.payload_bytes for b in entries)
-            for entry in entries:
-                if total <= max_bytes:
+            doomed = [
+                b
+                for b in entries
+                if (older_than is not None and now - b.last_used > older_than)
+                or (unusable is not None and unusable(b.manifest))
+            ]
+            total = sum(b.manifest.payload_bytes for b in entries if b not in doomed)
+            for entry in entries:  # oldest first
+                if max_bytes is None or total <= max_bytes:
                     break
+                if entry not in doomed:
+                    doomed.append(entry)
+                    total -= entry.manifest.payload_bytes
+            evicted = []
+            for entry in doomed:
                 if not dry_run:
                     self._delete_version(entry.manifest.name, entry.manifest.version)
-                total -= entry.manifest.payload_bytes
                 evicted.append(Removal(entry.manifest.name, entry.manifest.version, entry.manifest.payload_bytes))
         return evicted
 

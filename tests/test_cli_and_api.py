@@ -126,5 +126,20 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
     assert before.returncode == after.returncode == 0
     assert "listed" in after.stdout and re.sub(r"\d+s ago", "", after.stdout) == re.sub(r"\d+s ago", "", before.stdout)
     assert "local: 1 version of 1 bundle, 2.2 KB" in after.stdout, after.stdout
+    # gc by age and by what can restore here; each says what it removes, --dry-run first
+    from jupyter_compile_cache import fingerprint
+
+    make_bundle(LocalStore(str(other)), "fits_here", size=2048, now=fingerprint.current(with_gpu=True))
+    out = _python(["-m", "jupyter_compile_cache", "gc", "--incompatible", "--dry-run", "--store", str(other)], env)
+    assert out.returncode == 0 and "would remove 1 version(s)" in out.stdout and "listed" in out.stdout, out
+    assert "fits_here" not in out.stdout
+    out = _python(["-m", "jupyter_compile_cache", "gc", "--older-than", "30d", "--store", str(other)], env)
+    assert out.returncode == 0 and "nothing to remove" in out.stdout, out  # both were used just now
+    out = _python(["-m", "jupyter_compile_cache", "gc", "--older-than", "soon", "--store", str(other)], env)
+    assert out.returncode == 2 and "argument --older-than: not an age: 'soon'" in out.stderr, out.stderr
+    out = _python(["-m", "jupyter_compile_cache", "gc", "--incompatible", "--store", str(other)], env)
+    assert out.returncode == 0 and "removed 1 version(s)" in out.stdout, out
+    assert "fits_here" in _python(["-m", "jupyter_compile_cache", "list", "--store", str(other)], env).stdout
+
     hub_after = _python(["-m", "jupyter_compile_cache", "hub", "ls", "--hub", "redis://127.0.0.1:1/0"], env)
     assert hub_after.returncode == 2 and "unrecognized" not in hub_after.stderr, hub_after.stderr

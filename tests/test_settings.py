@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_compile_cache.settings import check_hub_url, check_namespace, parse_bool, parse_size, redact
+from jupyter_compile_cache.settings import (
+    check_hub_url,
+    check_namespace,
+    parse_age,
+    parse_bool,
+    parse_size,
+    redact,
+)
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 MANY = settings(max_examples=400, deadline=None)
@@ -40,6 +47,15 @@ def test_sizes_users_write():
     for bad in ("", "-1", "lots", "1e3", "inf", "nan", "5 G", "1x"):
         with pytest.raises(ValueError, match="not a size"):
             parse_size(bad)
+
+
+def test_ages_users_write():
+    assert parse_age("30d") == 30 * 86400 and parse_age("12h") == 43200 and parse_age(" 90m ") == 5400
+    assert parse_age("2w") == 14 * 86400 and parse_age("45s") == 45 and parse_age("3600") == 3600
+    assert parse_age("1.5h") == 5400
+    for bad in ("", "-1d", "lots", "inf", "30 days", "1e3", "d"):
+        with pytest.raises(ValueError, match="not an age"):
+            parse_age(bad)
 
 
 _URLS = st.builds(

@@ -67,6 +67,25 @@ def test_gc_evicts_least_recently_used(tmp_path):
     assert store.versions("old") and not store.versions("new")
 
 
+def test_gc_by_age_and_by_usability_comes_before_the_size_cap(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    stale = _write(store, tmp_path, name="stale", size=10_000)
+    foreign = _write(store, tmp_path, name="foreign", size=10_000)
+    kept = _write(store, tmp_path, name="kept", size=10_000)
+    forty_days_ago = time.time() - 40 * 86400
+    os.utime(store.manifest_path(stale), (forty_days_ago, forty_days_ago))
+    past = time.time() - 3600
+    os.utime(store.manifest_path(kept), (past, past))  # the least recently used of the two that remain
+    rules = dict(older_than=30 * 86400, unusable=lambda m: m.name == "foreign")
+
+    assert {r.name for r in store.gc(None, dry_run=True, **rules)} == {"stale", "foreign"}
+    # a cap the two evictions already meet evicts nothing more, though "kept" is the least recently used left
+    assert {r.name for r in store.gc(kept.payload_bytes, dry_run=True, **rules)} == {"stale", "foreign"}
+    assert {r.name for r in store.gc(kept.payload_bytes - 1, dry_run=True, **rules)} == {"stale", "foreign", "kept"}
+    assert {r.name for r in store.gc(None, **rules)} == {"stale", "foreign"}
+    assert [n for n in ("stale", "foreign", "kept") if store.versions(n)] == ["kept"]
+
+
 def test_unreadable_manifest_is_quarantined_and_reported(tmp_path):
     store = LocalStore(str(tmp_path / "s"))
     m = _write(store, tmp_path)
