@@ -194,7 +194,11 @@ def export_bundle(store: LocalStore, manifest: Manifest, path: str) -> None:
 
 def import_bundle(store: LocalStore, path: str) -> Manifest:
     """Read an exported file without extracting it: only the two expected regular members are read."""
-    with tarfile.open(path, "r") as tar:
+    try:
+        tar = tarfile.open(path, "r:")  # export writes a plain tar (its payload is compressed already)
+    except tarfile.ReadError:
+        raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache (not a tar file)") from None
+    with tar:
         members = {m.name: m for m in tar.getmembers()}
         if set(members) != {EXPORT_MANIFEST, EXPORT_PAYLOAD} or not all(m.isreg() for m in members.values()):
             raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache")

@@ -90,7 +90,9 @@ def test_cli_refuses_bad_names_and_foreign_files(tmp_path):
     junk = tmp_path / "junk.jcc"
     junk.write_bytes(b"not a tar")
     out = _python(["-m", "jupyter_compile_cache", "import", str(junk)], env)
-    assert out.returncode == 2 and "error:" in out.stderr
+    assert out.returncode == 2 and out.stderr.strip() == f"error: {junk} is not a bundle exported by " + (
+        "jupyter_compile_cache (not a tar file)"
+    )
 
 
 def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_path):

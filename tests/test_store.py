@@ -70,7 +70,7 @@ def test_gc_evicts_least_recently_used(tmp_path):
 def test_gc_by_age_and_by_usability_comes_before_the_size_cap(tmp_path):
     store = LocalStore(str(tmp_path / "s"))
     stale = _write(store, tmp_path, name="stale", size=10_000)
-    foreign = _write(store, tmp_path, name="foreign", size=10_000)
+    _write(store, tmp_path, name="foreign", size=10_000)
     kept = _write(store, tmp_path, name="kept", size=10_000)
     forty_days_ago = time.time() - 40 * 86400
     os.utime(store.manifest_path(stale), (forty_days_ago, forty_days_ago))
