@@ -144,8 +144,15 @@ class BundleTable(_View):
         return super()._repr_html_() + (f"<div>{html.escape(total)}</div>" if total else "")
 
 
+def _elide(value: Any, width: int = 60) -> str:
+    """A long fingerprint value (a build string, a list of ISAs) kept to `width` characters: its head and tail."""
+    text = str(value)
+    half = (width - 1) // 2
+    return text if len(text) <= width else f"{text[:half]}…{text[-half:]}"
+
+
 class Explanation(_View):
-    headers = ("field", "bundle", "this kernel", "verdict")
+    headers = ("field", "verdict", "bundle", "this kernel")  # the verdict first: long values come last
 
     def __repr__(self) -> str:
         return "\n".join(self.lines())
@@ -173,7 +180,8 @@ class Explanation(_View):
                     verdict = "match"
                 else:
                     verdict = "MISMATCH (blocks)" if f["blocking"] else "differs (reported only)"
-                rows.append([f["field"], f["saved"], f["current"], verdict])
+                current = "(same)" if f["saved"] == f["current"] else _elide(f["current"])
+                rows.append([f["field"], verdict, _elide(f["saved"]), current])
             out.extend("  " + line for line in _text_table(self.headers, rows).splitlines())
         run = d.get("last_run")
         if run:
