@@ -10,7 +10,7 @@ NOTEBOOKS := example_notebooks/01_quickstart.ipynb example_notebooks/02a_warm_an
 	example_notebooks/04_panel.ipynb
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with example_notebooks/sanitize.cfg
 
-.PHONY: setup test lint format bench notebooks
+.PHONY: setup test lint format bench notebooks demo
 
 setup:
 	bash .ci/setup
@@ -20,6 +20,10 @@ setup:
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/python -m pytest --durations=12 $(NBVAL) tests $(NOTEBOOKS)
+
+# The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about a minute).
+demo:
+	$(BIN)/python -m jupyter_compile_cache demo
 
 notebooks:
 	$(BIN)/python example_notebooks/make_notebooks.py --execute

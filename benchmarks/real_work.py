@@ -27,10 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import sys
 import tempfile
 import time
+
+from jupyter_compile_cache.kernel_runner import KernelRunner
 
 CASES = ("eager", "cold", "torch_warm", "mega", "ours_cold", "ours")
 
@@ -213,48 +214,6 @@ print(_j.dumps({{"counters": {{f"{{g}}.{{n}}": _c[g][n] for g, ns in _keep.items
 """
 
 
-class Kernel:
-    """A real kernel through jupyter_client; `run` returns (seconds from execute to idle, output)."""
-
-    def __init__(self, env: dict[str, str], timeout: float) -> None:
-        self.timeout = timeout  # seconds one cell may take
-        from jupyter_client import KernelManager
-
-        self.km = KernelManager(kernel_name="python3")
-        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-        self.km.start_kernel(env={**os.environ, "PYTHONWARNINGS": "ignore", **env})
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=120)
-
-    def run(self, code: str) -> tuple[float, str]:
-        start, timeout = time.perf_counter(), self.timeout
-        msg_id = self.kc.execute(code)
-        out, error = "", None
-        while True:
-            try:
-                msg = self.kc.get_iopub_msg(timeout=max(1.0, start + timeout - time.perf_counter()))
-            except queue.Empty:
-                raise TimeoutError(f"no answer after {timeout:.0f} s; it had printed: {out[-500:]!r}") from None
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            kind, content = msg["msg_type"], msg["content"]
-            if kind == "stream":
-                out += content["text"]
-            elif kind == "error":
-                error = f"{content['ename']}: {content['evalue']}"
-            elif kind == "status" and content["execution_state"] == "idle":
-                break
-        seconds = time.perf_counter() - start
-        if error:
-            raise RuntimeError(f"{error}\n{out[-2000:]}")
-        return seconds, out
-
-    def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
-
-
 def run_workload(name: str, size: str, device: str, work: str, case_timeout: float) -> dict:
     build, cell = CELLS[name]
     store = os.path.join(work, name, "store")
@@ -264,7 +223,7 @@ def run_workload(name: str, size: str, device: str, work: str, case_timeout: flo
     for case in CASES:
         cache_dir = dirs["cold"] if case == "torch_warm" else dirs[case]
         env = {"TORCHINDUCTOR_CACHE_DIR": cache_dir, "JUPYTER_COMPILE_CACHE_DIR": store}
-        k = Kernel(env, case_timeout)
+        k = KernelRunner(env, case_timeout)
         try:
             # A notebook loads the extension in its first cell; the compiler imports it starts overlap the build.
             row[f"{case}_load_ext"] = k.run("%load_ext jupyter_compile_cache")[0] if case.startswith("ours") else 0.0

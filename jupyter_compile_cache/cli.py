@@ -1,5 +1,5 @@
 """Command line: `jupyter-compile-cache list | explain NAME | rm NAME | gc | export NAME FILE | import FILE
-| install-kernel | hub ls|push|pull|rm|gc` (also `python -m jupyter_compile_cache`).
+| install-kernel | demo | hub ls|push|pull|rm|gc` (also `python -m jupyter_compile_cache`).
 
 A view over the same session, store and sources as the magics, for use outside notebooks (CI jobs, shells,
 scripts), with the magics' words: `explain` (`show` is kept as another name for it), `--dry-run`, `--yes`.
@@ -65,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("name")
     export.add_argument("file")
     command("import", help="add a bundle file made by export").add_argument("file")
+    demo = command("demo", help="the quick start, then a kernel restart, in real kernels (about a minute)")
+    demo.add_argument("--dir", default=None, help="keep the demo's store and caches in DIR (default: a temp folder)")
     kernel = command("install-kernel", help="install the warm-restart kernel spec (see warm_kernel.py)")
     kernel.add_argument("--name", default=None, help="kernel spec name (default: python3-compile-cache)")
     kernel.add_argument("--display-name", default=None, help="name shown in the launcher")
@@ -123,6 +125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "install-kernel":
         return _install_kernel(args)
+    if args.command == "demo":
+        from . import demo
+
+        try:
+            demo.run(args.dir)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            print(f"error: the demo stopped: {exc}", file=sys.stderr)
+            return 2
+        return 0
     session = CompileCacheSession(store_root=args.store)
     store = session.store()
     try:

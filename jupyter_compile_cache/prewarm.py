@@ -36,6 +36,7 @@ class Prewarm:
         self.after_probe: Callable[[], None] | None = None
         self.listing: Callable[[], dict[str, tuple[int, int]]] | None = None
         self.created: list[str] = []  # cache files the ISA probe wrote (compiled test programs)
+        self.waited = 0.0  # seconds cells waited for it, not yet reported
 
     def start(self) -> None:
         if self.thread is not None or not self.enabled():
@@ -77,15 +78,25 @@ class Prewarm:
 
     def join(self) -> None:
         """Wait for the imports only: the CPU ISA probe runs on (torch computes it itself if asked first)."""
-        if self.thread is not None:
+        if self.thread is not None and not self.imported.is_set():
+            start = time.perf_counter()
             self.imported.wait()
+            self.waited += time.perf_counter() - start
 
     def wait_all(self) -> None:
-        if self.thread is not None:
+        if self.thread is not None and self.thread.is_alive():
+            start = time.perf_counter()
             self.thread.join()
+            self.waited += time.perf_counter() - start
+
+    def take_waited(self) -> float:
+        """Seconds cells have waited for this work since the last call (a cell reports it, then it is reset)."""
+        waited, self.waited = self.waited, 0.0
+        return waited
 
     def before_cell(self, info: Any) -> None:
         """IPython pre_run_cell hook: wait only for cells that may compile."""
+        self.waited = 0.0  # what a cell reports is its own wait, not an earlier plain cell's
         if self.thread is None or not self.thread.is_alive():
             return
         source = getattr(info, "raw_cell", "") or ""

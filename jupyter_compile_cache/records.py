@@ -81,6 +81,8 @@ class CellReport:
     saved_files: int = 0
     pushed: bool = False
     body_seconds: float = 0.0
+    # waiting for torch's compiler stack to import (and, for C++ kernels, the CPU probe): once per process
+    waited_seconds: float = 0.0
     layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
     stale_rejected: int = 0
     precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way

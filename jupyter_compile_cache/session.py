@@ -185,6 +185,8 @@ class CompileCacheSession:
                 report.restore = self._restore(name, opts, report, hub)
             lease = self.hub_link.single_flight(hub, name, opts, report, lambda: self._restore(name, opts, report, hub))
             self._wait_for_prewarm(report.restore)
+            # this cell's wait, the part in IPython's pre-run hook included
+            report.waited_seconds = self.prewarm.take_waited()
             if opts.torch_remote and hub is not None:
                 self.hub_link.point_torch_at(hub)
             roots = capture.cache_roots()
@@ -384,6 +386,8 @@ class CompileCacheSession:
             parts.append(f"{report.stale_rejected} stale precompile entries refused (code changed)")
         if report.precompile_fallbacks:
             parts.append(f"{report.precompile_fallbacks} functions fell back from precompile to plain torch.compile")
+        if report.waited_seconds >= 0.5:
+            parts.append(f"waited {report.waited_seconds:.1f} s for torch's compiler to load (once per kernel)")
         if report.saved_version:
             where = "the local store and the hub" if report.pushed else "the local store"
             parts.append(f"saved {report.saved_files} files ({human_bytes(report.saved_bytes)}) to {where}")

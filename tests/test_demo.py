@@ -1,0 +1,33 @@
+"""demo.py (`make demo`): the quick start, a kernel restart and the time saved, as a newcomer runs it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_demo_restores_after_the_restart_and_shows_both_runs(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_COMPILE_CACHE")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter_compile_cache", "demo", "--dir", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.count("same result as eager: True") == 2, out
+    first, restarted = out.split("[2/2]")
+    assert "saved" in first and "0 cache hits" in first, first
+    assert "restored 'demo-mlp' from the local store" in restarted and " 0 misses" in restarted, restarted
+    assert re.search(r"^\| whole cell \| [0-9.]+ s \| [0-9.]+ s \([0-9.]+x\) \|$", out, re.M), out  # side by side
+    assert re.search(r"^the restart saved [0-9.]+ s of compiling", out, re.M), out
+    # it kept to its folder: a store and two torch cache dirs there, nothing in the user's store
+    assert sorted(os.listdir(tmp_path)) == ["store", "torch-cache-1", "torch-cache-2"]
