@@ -15,6 +15,8 @@ import os
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from jupyter_compile_cache import demo
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = "# NBVAL_CHECK_OUTPUT\n"
 
@@ -25,19 +27,7 @@ os.environ["JUPYTER_COMPILE_CACHE_DIR"] = os.path.join(DEMO, "store")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(DEMO, "torch-cache-{tag}")
 """
 
-MODEL = """import torch
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l1 = torch.nn.Linear(256, 512)
-        self.l2 = torch.nn.Linear(512, 256)
-
-    def forward(self, x):
-        return torch.tanh(self.l2(torch.nn.functional.gelu(self.l1(x))))
-
-torch.manual_seed(0)
-model, x = Net(), torch.randn(64, 256)"""
+MODEL = demo.MODEL  # the quick start's model is the demo's (`make demo`)
 
 COMPILE_CELL = """%%compile_cache mlp
 compiled = torch.compile(model)
