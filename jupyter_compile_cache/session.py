@@ -534,7 +534,10 @@ class CompileCacheSession:
         layer = layers.resolve(layer_name)
         if layer.name == "dynamo_precompile":
             if not PrecompileGuard.available():
-                raise ValueError("this torch has no Dynamo precompile (torch._dynamo.config.caching_precompile)")
+                raise ValueError(
+                    "Dynamo precompile is not used with this torch (it needs torch._dynamo.config.caching_precompile "
+                    "and torch 2.11 or newer)"
+                )
             self.settings.precompile = enabled
         else:
             layer.set_switch(enabled)

@@ -28,6 +28,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import marshal
 import os
 import pickle
 import shutil
@@ -304,14 +305,17 @@ def _guard_state_pickler_patch() -> list[Patch]:
         if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
             module = getattr(obj, "__module__", None)
             if module and module in sys.modules:
+                # The code as marshal bytes and the closure as its values: torch 2.10's pickler saves code objects
+                # and cells as placeholders ("function() argument 'code' must be code, not _Missing" at load).
+                closure = None if obj.__closure__ is None else tuple(_cell_value(c) for c in obj.__closure__)
                 return _rebuild_function, (
-                    obj.__code__,
+                    marshal.dumps(obj.__code__),
                     module,
                     obj.__name__,
                     obj.__qualname__,
                     obj.__defaults__,
                     obj.__kwdefaults__,
-                    obj.__closure__,
+                    closure,
                 )
         return reduced
 
@@ -463,8 +467,19 @@ def _rebuild_context_var(name: str, has_default: bool, default: Any) -> contextv
     return contextvars.ContextVar(name, default=default) if has_default else contextvars.ContextVar(name)
 
 
+class _EmptyCell:
+    """A closure cell with nothing in it yet (a name assigned after the inner function was made)."""
+
+
+def _cell_value(cell: types.CellType) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _EmptyCell()
+
+
 def _rebuild_function(
-    code: types.CodeType,
+    code: types.CodeType | bytes,
     module: str,
     name: str,
     qualname: str,
@@ -472,6 +487,13 @@ def _rebuild_function(
     kwdefaults: dict[str, Any] | None,
     closure: tuple | None,
 ) -> types.FunctionType:
+    if isinstance(code, bytes):
+        code = marshal.loads(code)  # noqa: S302  (bytes from a verified bundle made by this Python)
+    if closure is not None:  # cells, from bundles saved before the values were
+        closure = tuple(
+            c if isinstance(c, types.CellType) else types.CellType() if isinstance(c, _EmptyCell) else types.CellType(c)
+            for c in closure
+        )
     fn = types.FunctionType(code, importlib.import_module(module).__dict__, name, defaults, closure)
     fn.__qualname__ = qualname
     fn.__kwdefaults__ = kwdefaults

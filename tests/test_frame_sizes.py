@@ -14,6 +14,7 @@ from kernels import misses
 from torch._dynamo import pgo
 
 from jupyter_compile_cache import frame_sizes
+from jupyter_compile_cache.precompile import PrecompileGuard
 
 SETUP = """
 import warnings
@@ -70,7 +71,8 @@ def test_a_prompt_of_another_length_after_a_restore_compiles_nothing_new(kernel_
             assert after_short["fxgraph_cache_miss"] > before_short["fxgraph_cache_miss"], short  # a new graph
         else:
             assert "restored 'sizes-long'" in out and "restored 'sizes-short'" in short, out + short
-            assert k.counters()["dynamo_cache"]["dynamo_cache_hit"] >= 1  # the forward came back through precompile
+            if PrecompileGuard.available():  # the forward came back through precompile: never traced here
+                assert k.counters()["dynamo_cache"]["dynamo_cache_hit"] >= 1
             # Without the saved sizes, the short prompt traced a static graph here: 1 FX graph and 1 AOT miss.
             assert after_short == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}, short
             assert "nothing new to save" in short, short

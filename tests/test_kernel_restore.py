@@ -12,6 +12,8 @@ import os
 import pytest
 from kernels import misses
 
+from jupyter_compile_cache.precompile import PrecompileGuard
+
 pytestmark = pytest.mark.slow
 
 DEFINE = """
@@ -68,7 +70,9 @@ def test_restart_on_empty_cache_dir_restores_with_no_misses(kernel_factory, dirs
     assert "nothing new to save" in second.stdout
     warm = k.counters()
     assert misses(warm) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
-    assert warm["dynamo_cache"]["dynamo_cache_hit"] >= 1
+    # through precompile where this torch's is used (2.11 on); torch 2.10 restores the FX graph and AOTAutograd layers
+    precompiled = PrecompileGuard.available()
+    assert warm.get("dynamo_cache", {}).get("dynamo_cache_hit", 0) >= 1 if precompiled else "dynamo_cache" not in warm
 
     # torch issue: after a precompile entry is installed, the next fresh compile in __main__ used to fail with
     # "Name '__builtins_dict___0' already exists in scope". It must compile and run.
@@ -78,7 +82,7 @@ def test_restart_on_empty_cache_dir_restores_with_no_misses(kernel_factory, dirs
     assert "OK True" in out.check().stdout
 
     status = k.value("[(r['layer'], r['hits']) for r in __import__('jupyter_compile_cache').status()['layers']]")
-    assert dict(status)["dynamo_precompile"] >= 1
+    assert dict(status)["dynamo_precompile"] >= 1 if precompiled else dict(status)["aot_autograd"] >= 1
 
 
 @pytest.mark.parametrize(
@@ -163,6 +167,11 @@ def _edit_manifest(dirs, name, edit):
         json.dump(manifest, f)
 
 
+@pytest.mark.skipif(
+    not PrecompileGuard.available(),
+    reason="its three bundles compile one graph in one kernel: without precompile (torch < 2.11) the second and "
+    "third cells read it from memory and have no files to save",
+)
 def test_damaged_incompatible_or_unsafe_bundles_are_skipped_with_the_reason(kernel_factory, dirs):
     """Three bundles of one kernel, each spoiled its own way, restored after one restart on an empty cache dir."""
     k = _start(kernel_factory, dirs)

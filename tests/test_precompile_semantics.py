@@ -15,6 +15,8 @@ import re
 
 import pytest
 
+from jupyter_compile_cache.precompile import PrecompileGuard
+
 pytestmark = pytest.mark.slow
 
 MODEL = """
@@ -163,7 +165,9 @@ def test_every_edit_recompiles_exactly_where_plain_torch_compile_does(kernel_fac
     k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})  # a new kernel, EMPTY cache dir
     k.run("%load_ext jupyter_compile_cache").check()
     restored, restored_out = _run_all(k, magic=True, names=names)
-    assert restored_out.count("restored 'sem_") == len(names), restored_out
+    # Without precompile (torch 2.10) a cell that compiles a graph the kernel already holds saves nothing: fewer
+    # bundles, the same answers (checked below).
+    assert restored_out.count("restored 'sem_") == len(names) or not PrecompileGuard.available(), restored_out
     counters = k.counters()
     hits = counters.get("dynamo_cache", {}).get("dynamo_cache_hit", 0)
     fallbacks = counters.get("jupyter_compile_cache", {}).get("precompile_fallback", 0)
@@ -173,7 +177,8 @@ def test_every_edit_recompiles_exactly_where_plain_torch_compile_does(kernel_fac
     # one line. Seen on some H100 hosts with torch 2.11, for a graph compiled again in the cold kernel: "pickle
     # should not be called after make_launchers()", or its compiled graph missing from the saved entry ("the
     # restored code needs the global '__compiled_fn_13_...', which torch did not install"); other hosts: none.
-    assert hits + fallbacks >= len(names) - 1 and fallbacks <= 2, restored_out
+    if PrecompileGuard.available():  # torch 2.10: no precompile, the same answers through the FX and AOT layers
+        assert hits + fallbacks >= len(names) - 1 and fallbacks <= 2, restored_out
 
     for run_name, run in (("cold", cold), ("restored", restored)):
         for tag in control:
@@ -210,7 +215,8 @@ def test_a_guard_on_an_argument_is_verified_at_the_first_call(kernel_factory, di
     assert "restored 'sem_argument'" in out, out
     relu = re.search(r"^RELU (\S+) (\S+)$", out, re.M)
     assert relu and _same(relu.group(1), relu.group(2)), out
-    assert re.search(r"^TRACED 0$", out, re.M), out  # the restored entry ran: its argument guard held
+    if PrecompileGuard.available():
+        assert re.search(r"^TRACED 0$", out, re.M), out  # the restored entry ran: its argument guard held
     sigmoid = re.search(r"^SIGMOID (\S+) (\S+)$", k.run(SWITCH_CELL).check().output, re.M)
     assert sigmoid and _same(sigmoid.group(1), sigmoid.group(2)) and not _same(sigmoid.group(1), relu.group(1))
     stale = k.counters().get("jupyter_compile_cache", {}).get("precompile_stale_rejected", 0)

@@ -16,7 +16,12 @@ import re
 import pytest
 from kernels import misses
 
-pytestmark = pytest.mark.slow
+from jupyter_compile_cache.precompile import PrecompileGuard
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not PrecompileGuard.available(), reason="Dynamo precompile is not used with torch < 2.11"),
+]
 
 SETUP = """
 import copy, warnings

@@ -1,0 +1,223 @@
+"""Large bundles against the machine's own limits, in one run: save, push, pull and restore of 10 MB, 100 MB and 1 GB
+bundles (incompressible kernels, and compressible ones), each step in a fresh process (its time and peak memory),
+beside a plain copy of the same files, dd with and without fsync, sha256 throughput and redis-benchmark SET/GET of
+the hub's chunk size.
+
+The cache dir is laid out as Triton's (`triton/0/<hash>/<kernel>.cubin`, 25 MB files for the 1 GB case), as a
+max-autotune bundle of a real model is. Each step is what a user runs: `jupyter_compile_cache.save(NAME)`, the CLI's
+`hub push` and `hub pull` (a fresh store, a real redis-server on loopback, a team secret), and `with cell(NAME)`
+restoring into an empty cache dir (the restore, then the whole cell).
+
+  python benchmarks/large_bundles.py --out benchmarks/results/large_bundles_cpu.json [--sizes 10,100,1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench import redis_server  # noqa: E402  (a loopback redis-server, as the other benchmarks use)
+
+SECRET = "large-bundles-benchmark"
+
+# One step in a fresh process; prints a JSON line: the step's seconds (measured around the call, after torch and
+# redis-py are imported, as in a notebook) and the process's peak RSS (torch's share included).
+CHILD = r"""
+import json, resource, sys, time
+step, name, url = sys.argv[1], sys.argv[2], sys.argv[3]
+import redis, torch  # already imported in a notebook: the step's time is its own work
+import jupyter_compile_cache as jcc
+from jupyter_compile_cache import cli
+from jupyter_compile_cache.records import CellOptions
+out = {}
+start = time.perf_counter()
+if step == "save":
+    jcc.save(name, quiet=True)
+elif step in ("push", "pull"):
+    rc = cli.main(["hub", step, name, "--hub", url])
+    assert rc == 0, rc
+elif step == "restore":
+    result = jcc.get_session().restore(name)
+    assert result.source is not None, result.skipped
+    out["restore_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    with jcc.cell(name, CellOptions(save=False, quiet=True)):
+        pass
+    out["cell_after_restore_s"] = time.perf_counter() - start
+    start = None
+if start is not None:
+    out["seconds"] = time.perf_counter() - start
+out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print("STEP", json.dumps(out))
+"""
+
+
+def make_cache(root: str, total_mb: int, compressible: bool) -> int:
+    """Kernels in Triton's layout adding up to `total_mb`; returns the bytes written."""
+    per_file = min(25, max(1, total_mb // 40)) << 20
+    files = max(1, (total_mb << 20) // per_file)
+    block = os.urandom(1 << 16)
+    written = 0
+    for i in range(files):
+        folder = os.path.join(root, "triton", "0", hashlib.sha256(str(i).encode()).hexdigest()[:32])
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"triton_k{i}.cubin"), "wb") as f:
+            if compressible:  # repeating text-like content, as PTX or source files are
+                f.write((block[:4096] * (per_file // 4096 + 1))[:per_file])
+            else:
+                f.write(os.urandom(per_file))
+        written += per_file
+    return written
+
+
+def step(name: str, what: str, env: dict[str, str], url: str) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, what, name, url],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    wall = time.perf_counter() - start
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("STEP ")), None)
+    if proc.returncode != 0 or line is None:
+        return {"error": (proc.stderr or proc.stdout)[-1500:], "process_s": wall}
+    return {**json.loads(line[5:]), "process_s": wall, "said": proc.stderr.strip().splitlines()[-3:]}
+
+
+def floors(src: str, nbytes: int, work: str, url: str | None) -> dict:
+    """The machine's limits for the same bytes, in the same run."""
+    out: dict = {}
+    dest = os.path.join(work, "copy")
+    start = time.perf_counter()
+    shutil.copytree(src, dest)
+    out["copy_s"] = time.perf_counter() - start
+    shutil.rmtree(dest)
+    mb = max(1, nbytes >> 20)
+    for label, extra in (("dd_s", []), ("dd_fsync_s", ["conv=fdatasync"])):
+        start = time.perf_counter()
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={os.path.join(work, 'dd.bin')}", "bs=1M", f"count={mb}", *extra],
+            capture_output=True,
+            check=True,
+        )
+        out[label] = time.perf_counter() - start
+        os.remove(os.path.join(work, "dd.bin"))
+    start = time.perf_counter()
+    for folder, _, names in os.walk(src):
+        for n in names:
+            with open(os.path.join(folder, n), "rb") as f:
+                hashlib.file_digest(f, "sha256")
+    out["sha256_read_s"] = time.perf_counter() - start
+    if url and shutil.which("redis-benchmark"):
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        proc = subprocess.run(
+            ["redis-benchmark", "-p", port, "-t", "set,get", "-d", str(4 << 20), "-n", "200", "-q"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        out["redis_benchmark_4MB"] = [
+            x.strip() for x in proc.stdout.replace("\r", "\n").splitlines() if "requests" in x
+        ]
+    return out
+
+
+def run_case(total_mb: int, compressible: bool, url: str, work: str) -> dict:
+    kind = "compressible" if compressible else "incompressible"
+    name = f"big-{total_mb}mb-{kind}"
+    case_dir = os.path.join(work, name)
+    cache = os.path.join(case_dir, "cache")
+    nbytes = make_cache(cache, total_mb, compressible)
+    row: dict = {"size_mb": total_mb, "kind": kind, "bytes": nbytes}
+    store_a, store_b = os.path.join(case_dir, "store_a"), os.path.join(case_dir, "store_b")
+    base = {"JUPYTER_COMPILE_CACHE_SECRET": SECRET, "JUPYTER_COMPILE_CACHE_PREWARM": "0"}
+    row["save"] = step(
+        name, "save", {**base, "TORCHINDUCTOR_CACHE_DIR": cache, "JUPYTER_COMPILE_CACHE_DIR": store_a}, ""
+    )
+    row["push"] = step(
+        name, "push", {**base, "TORCHINDUCTOR_CACHE_DIR": cache, "JUPYTER_COMPILE_CACHE_DIR": store_a}, url
+    )
+    empty = os.path.join(case_dir, "cache_pull")
+    row["pull"] = step(
+        name, "pull", {**base, "TORCHINDUCTOR_CACHE_DIR": empty, "JUPYTER_COMPILE_CACHE_DIR": store_b}, url
+    )
+    restored = os.path.join(case_dir, "cache_restored")
+    row["restore"] = step(
+        name, "restore", {**base, "TORCHINDUCTOR_CACHE_DIR": restored, "JUPYTER_COMPILE_CACHE_DIR": store_b}, ""
+    )
+    row["floors"] = floors(cache, nbytes, case_dir, url)
+    print(f"{name}: " + ", ".join(f"{k} {_secs(row[k])}" for k in ("save", "push", "pull", "restore")), flush=True)
+    shutil.rmtree(case_dir, ignore_errors=True)
+    return row
+
+
+def _secs(r: dict) -> str:
+    if "error" in r:
+        return "FAILED"
+    return f"{r.get('seconds', r.get('restore_s', 0.0)):.2f} s"
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| bundle | save | push | pull | restore (+ cell after it) | peak RSS (max of steps) | copy | dd | dd+fsync "
+        "| sha256 |",
+        "|" + "---|" * 10,
+    ]
+    for r in rows:
+        f = r["floors"]
+        rss = max((r[k].get("peak_rss_mb", 0.0) for k in ("save", "push", "pull", "restore")), default=0.0)
+        restore = r["restore"]
+        rest = (
+            "FAILED"
+            if "error" in restore
+            else f"{restore['restore_s']:.2f} s (+{restore['cell_after_restore_s']:.2f} s)"
+        )
+        lines.append(
+            f"| {r['size_mb']} MB {r['kind']} | {_secs(r['save'])} | {_secs(r['push'])} | {_secs(r['pull'])} | {rest} "
+            f"| {rss:.0f} MB | {f['copy_s']:.2f} s | {f['dd_s']:.2f} s | {f['dd_fsync_s']:.2f} s "
+            f"| {f['sha256_read_s']:.2f} s |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="10,100,1000", help="bundle sizes in MB, comma-separated")
+    p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
+    args = p.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="large-bundles-") as work:
+        with redis_server(shutil.which("redis-server"), work) as url:
+            if url is None:
+                raise SystemExit("needs redis-server on PATH (make setup installs it)")
+            for size in (int(s) for s in args.sizes.split(",")):
+                for compressible in (False, True):
+                    rows.append(run_case(size, compressible, url, work))
+    meta = {"time": time.ctime(), "cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    with contextlib.suppress(Exception):
+        import torch
+
+        meta["torch"] = torch.__version__
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    text = f"{meta}\n\nSeconds for each step (a fresh process each, after its imports), and the machine's floors.\n\n"
+    text += table(rows) + "\n"
+    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
