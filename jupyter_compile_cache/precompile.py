@@ -61,7 +61,7 @@ DIGEST_FILE = "jcc_code_digest"
 # torch 2.10 has caching_precompile, but its saved entries fail to install (an IndexError, or code saved as a
 # placeholder) and the plain path they fall back to then misses the FX graph and AOTAutograd caches: there, bundles
 # carry those layers only, as before torch 2.9. Measured on the CPU; 2.11, 2.13 and 2.15 restore through precompile.
-MIN_TORCH = "2.11"
+MIN_TORCH = "2.11.0a0"  # pre-releases of 2.11 included
 RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
 COUNTER_GROUP = "jupyter_compile_cache"
 _MAX_NODES = 20000
