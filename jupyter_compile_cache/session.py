@@ -533,7 +533,7 @@ class CompileCacheSession:
         self.prewarm.join()
         layer = layers.resolve(layer_name)
         if layer.name == "dynamo_precompile":
-            if not PrecompileGuard.available():
+            if enabled and not PrecompileGuard.available():  # disabling it is always allowed: a no-op there
                 raise ValueError(
                     "Dynamo precompile is not used with this torch (it needs torch._dynamo.config.caching_precompile "
                     "and torch 2.11 or newer)"

@@ -101,8 +101,9 @@ def test_edited_code_never_runs_stale_compiled_code(kernel_factory, dirs, edit):
     k.run("%load_ext jupyter_compile_cache").check()
     out = _compile(k, options="--no-save", define=DEFINE.replace(*edit))  # asserts MATCHES_EAGER True
     assert "restored 'net'" in out.stdout
-    assert "stale precompile entries refused" in out.stdout
-    assert k.counters()["jupyter_compile_cache"]["precompile_stale_rejected"] == 1
+    if PrecompileGuard.available():  # without precompile (torch 2.10) the edited graph simply misses the caches
+        assert "stale precompile entries refused" in out.stdout
+        assert k.counters()["jupyter_compile_cache"]["precompile_stale_rejected"] == 1
 
 
 def test_training_step_restores_forward_and_backward(kernel_factory, dirs):

@@ -8,7 +8,12 @@ import re
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from jupyter_compile_cache.precompile import PrecompileGuard
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not PrecompileGuard.available(), reason="Dynamo precompile is not used with torch < 2.11"),
+]
 
 DEFINE = """import torch
 def helper(t):
