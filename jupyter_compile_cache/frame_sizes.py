@@ -25,16 +25,18 @@ STATE_FILE = "jcc_frame_sizes"
 
 
 def code_id(fn: Any) -> Any | None:
-    """torch's key for `fn`'s sizes in this process (None where this torch has no automatic-dynamic memory)."""
+    """torch's key for `fn`'s sizes in this process (None where this torch has no automatic-dynamic memory, or `fn`
+    has no code); any other failure is raised, for the caller to tell."""
     try:
         from torch._dynamo import pgo
-
-        code = fn.__code__
-        if "closure" in inspect.signature(pgo.CodeId.make).parameters:
-            return pgo.CodeId.make(code, getattr(fn, "__closure__", None))
-        return pgo.CodeId.make(code)
-    except Exception:
+    except ImportError:
         return None
+    code = getattr(fn, "__code__", None)
+    if code is None or not hasattr(pgo, "CodeId"):
+        return None
+    if "closure" in inspect.signature(pgo.CodeId.make).parameters:
+        return pgo.CodeId.make(code, getattr(fn, "__closure__", None))
+    return pgo.CodeId.make(code)
 
 
 def save(entry_dir: str, key: Any) -> str | None:

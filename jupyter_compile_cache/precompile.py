@@ -542,7 +542,12 @@ class PrecompileGuard:
             return None
         digest = code_digest(fn)
         self.pending[key] = digest
-        code_id = self.code_ids[key] = frame_sizes.code_id(_innermost(fn))
+        try:
+            code_id = frame_sizes.code_id(_innermost(fn))
+        except Exception as exc:  # its input sizes are then not carried: a later recompile may compile afresh
+            code_id = None
+            self._tell(key, f"the input sizes of a compiled function cannot be kept ({exc})")
+        self.code_ids[key] = code_id
         entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
         if not os.path.exists(os.path.join(entry_dir, "entry")):
             return orig_load(fn)
