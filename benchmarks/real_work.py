@@ -116,9 +116,14 @@ print("RESULT", out[0, -4:].tolist())
         "llm",
         """
 step = maybe_compile(model.forward, mode="reduce-overhead", fullgraph=True)
+# As generate does: one cache, allocated before the first compiled call (its tensors then have static addresses,
+# which CUDA graphs need: allocated lazily inside the compiled prefill, every step re-records and recompiles) and
+# reset in place for each generation.
+cache = T.StaticCache(config=model.config, max_cache_len=S["prompt"] + S["new"] + 8)
+cache.early_initialization(batch_size=1, num_heads=S["kv"], head_dim=S["hidden"] // S["heads"], dtype=DTYPE,
+                           device=DEVICE)
 def decode(ids, new, times=None):
-    global cache
-    cache = T.StaticCache(config=model.config, max_cache_len=S["prompt"] + S["new"] + 8)
+    cache.reset()
     pos, tokens = torch.arange(ids.shape[1], device=DEVICE), []
     with torch.no_grad():
         for i in range(new):
@@ -214,13 +219,15 @@ print(_j.dumps({{"counters": {{f"{{g}}.{{n}}": _c[g][n] for g, ns in _keep.items
 """
 
 
-def run_workload(name: str, size: str, device: str, work: str, case_timeout: float) -> dict:
+def run_workload(
+    name: str, size: str, device: str, work: str, case_timeout: float, cases: tuple[str, ...] = CASES
+) -> dict:
     build, cell = CELLS[name]
     store = os.path.join(work, name, "store")
     dirs = {case: os.path.join(work, name, case) for case in CASES}
     mega = os.path.join(work, name, "mega.bin")
     row: dict = {"workload": name}
-    for case in CASES:
+    for case in cases:
         cache_dir = dirs["cold"] if case == "torch_warm" else dirs[case]
         env = {"TORCHINDUCTOR_CACHE_DIR": cache_dir, "JUPYTER_COMPILE_CACHE_DIR": store}
         k = KernelRunner(env, case_timeout)
@@ -318,8 +325,13 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--workloads", default=",".join(CELLS), help="comma-separated, of: " + ", ".join(CELLS))
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take (default 600)")
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES))
     p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
     args = p.parse_args()
+    cases = tuple(c for c in CASES if c in args.cases.split(","))
+    for case, needs in (("torch_warm", "cold"), ("mega", "cold"), ("ours", "ours_cold")):
+        if case in cases and needs not in cases:
+            p.error(f"--cases: {case} needs {needs}, which makes its caches")
     names = [n for n in args.workloads.split(",") if n and (n != "autotune" or args.device == "cuda")]
     import torch
 
@@ -327,7 +339,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="real-work-") as work:
         for name in names:
-            rows.append(run_workload(name, args.size, args.device, work, args.cell_timeout))
+            rows.append(run_workload(name, args.size, args.device, work, args.cell_timeout, cases))
             with open(args.out, "w") as f:  # after each workload: a run cut short keeps what it measured
                 json.dump({"meta": meta, "rows": rows}, f, indent=1)
     text = f"{meta}\n\nWhole cell, seconds, one fresh kernel per case.\n\n{table(rows)}\n"

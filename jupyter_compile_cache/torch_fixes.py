@@ -9,7 +9,8 @@ timm models (the zoo of tests/test_model_zoo.py) with torch 2.11 (GPU) and 2.13 
   (`_guard_state_pickler_patch`);
 * modules that Dynamo's generated code loads as globals are recorded (`_module_global_patch`);
 * a decorated function is recorded under the module whose globals it runs with (`_globals_module_patch`);
-* the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`).
+* the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`);
+* a restored entry runs with the CUDA graphs it was compiled with (`_precompile_cudagraphs_patch`).
 
 And two that are not about precompile, applied from a kernel's first `%%compile_cache` cell until `%unload_ext`
 (`cache_load_patches`), both about Triton kernels loaded from a cache:
@@ -65,6 +66,7 @@ def patches() -> list[Patch]:
         *_globals_module_patch(),
         *_pop_null_patch(),
         *_record_artifact_patch(),
+        *_precompile_cudagraphs_patch(),  # after _record_artifact_patch: the copy it records carries the stamp
     ]
 
 
@@ -427,6 +429,57 @@ def _record_artifact_patch() -> list[Patch]:
         return None
 
     return [Patch(PrecompileContext, "record_artifact", classmethod(record_artifact))]
+
+
+CUDAGRAPHS_STAMP = "jcc_cudagraphs"  # on a precompile backend artifact: whether it was compiled with CUDA graphs
+
+
+def _precompile_cudagraphs_patch() -> list[Patch]:
+    """Load a precompiled graph with the CUDA-graph setting it was compiled with.
+
+    torch takes a restored entry's CUDA-graph switch from the global inductor config at load time
+    (`deserialize_bundled_cache_entry`: "TODO: this isn't exactly right", pytorch/pytorch#155703), not from the
+    mode the function was compiled in, so a `mode="reduce-overhead"` or `"max-autotune"` function came back without
+    CUDA graphs: its answers the same, each call several times slower. While torch compiles, the mode's config is in
+    force: the artifact it records is stamped with it, and loading applies the stamp. An artifact saved without
+    the stamp had CUDA graphs if its forward carries their metadata (`cudagraph_info`); else torch decides as before.
+    """
+    try:
+        import torch._inductor.config as inductor_config
+        from torch._dynamo.precompile_context import PrecompileContext
+        from torch._functorch._aot_autograd import aot_autograd_result as results
+    except ImportError:
+        return []
+    current_record = vars(PrecompileContext).get("record_artifact")
+    original_load = getattr(results, "deserialize_bundled_cache_entry", None)
+    if not isinstance(current_record, classmethod) or original_load is None:
+        return []
+    if not isinstance(getattr(inductor_config.triton, "cudagraphs", None), bool):
+        return []
+
+    def record_artifact(cls: Any, artifact: Any) -> None:
+        content = getattr(artifact, "content", None)
+        # A backend loaded from a saved entry is recorded again with its stamp: only a new compile gets one.
+        if content is not None and getattr(content, "compiled_fw", None) is not None:
+            if not hasattr(content, CUDAGRAPHS_STAMP):
+                with contextlib.suppress(AttributeError, TypeError):  # an object without a __dict__
+                    setattr(content, CUDAGRAPHS_STAMP, bool(inductor_config.triton.cudagraphs))
+        return current_record.__func__(cls, artifact)
+
+    def deserialize_bundled_cache_entry(entry: Any) -> Any:
+        cudagraphs = getattr(entry, CUDAGRAPHS_STAMP, None)
+        if cudagraphs is None:
+            graph = getattr(getattr(entry, "compiled_fw", None), "result", None)
+            cudagraphs = True if getattr(graph, "cudagraph_info", None) is not None else None
+        if cudagraphs is None:
+            return original_load(entry)
+        with inductor_config.patch({"triton.cudagraphs": cudagraphs}):
+            return original_load(entry)
+
+    return [
+        Patch(PrecompileContext, "record_artifact", classmethod(record_artifact)),
+        Patch(results, "deserialize_bundled_cache_entry", deserialize_bundled_cache_entry),
+    ]
 
 
 def _return_none() -> None:

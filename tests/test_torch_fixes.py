@@ -6,7 +6,8 @@ backward and AdamW step (torch's compiled-optimizer recipe).
 Cold in one kernel, then restored in a new kernel on an empty cache dir: every function restores through precompile
 (no fallback), nothing misses, nothing new is saved, and every answer equals the cold run's and eager's. The
 compiled optimizer step is the one torch will not package ("Graph contains named parameters due to static
-addresses"): it is told once, traced again, and still compiles nothing.
+addresses"): it is told once, traced again, and still compiles nothing. The decode comes back with the
+CUDA-graph setting of its mode.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _close(a: list[float], b: list[float], tol: float = 1e-4) -> bool:
 
 def test_decode_flex_and_compiled_optimizer_restore_through_precompile(kernel_factory, dirs):
     k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=dirs["cache_a"], JUPYTER_COMPILE_CACHE_DIR=dirs["store"])
-    outputs = {}
+    outputs, cudagraph_skips = {}, {}
     for run in ("cold", "restored"):
         if run == "restored":
             k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})  # a new kernel, EMPTY cache dir
@@ -92,6 +93,7 @@ def test_decode_flex_and_compiled_optimizer_restore_through_precompile(kernel_fa
         assert out.count("torch does not package a function") == 1, out  # the optimizer step, told once
         assert "Graph contains named parameters due to static addresses" in out, out
         outputs[run] = _values(setup + out)
+        cudagraph_skips[run] = k.counters().get("inductor", {}).get("cudagraph_skips", 0)
         if run == "restored":
             assert all(f"restored 'fix-{name}'" in out for name in CELLS), out
             assert out.count("nothing new to save") == len(CELLS), out
@@ -99,6 +101,10 @@ def test_decode_flex_and_compiled_optimizer_restore_through_precompile(kernel_fa
             assert misses(counters) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
             assert counters["dynamo_cache"]["dynamo_cache_hit"] >= 4, counters  # decode, flex, forward, step
             assert counters.get("jupyter_compile_cache", {}).get("precompile_fallback", 0) == 0
+    # The decode's reduce-overhead comes back with it: a restored graph makes the CUDA-graph decision its cold
+    # compile made (on the CPU, torch counts each graph it does not capture). torch alone restores with CUDA graphs
+    # off, whatever the mode.
+    assert cudagraph_skips["restored"] == cudagraph_skips["cold"] > 0, cudagraph_skips
     cold, restored = outputs["cold"], outputs["restored"]
     assert set(cold) == {"DECODE", "DECODE_EAGER", "FLEX", "FLEX_EAGER", "ADAMW", "ADAMW_EAGER"}, cold
     assert restored == cold  # the restored kernel computes exactly what the cold one did
