@@ -1,4 +1,4 @@
-"""Command line: `jupyter-compile-cache list | explain NAME | rm NAME | gc | export NAME FILE | import FILE
+"""Command line: `jupyter-compile-cache list | explain NAME | stats | rm NAME | gc | export NAME FILE | import FILE
 | install-kernel | demo | hub ls|push|pull|rm|gc` (also `python -m jupyter_compile_cache`).
 
 A view over the same session, store and sources as the magics, for use outside notebooks (CI jobs, shells,
@@ -46,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     command("explain", aliases=["show"], help="why NAME would or would not restore here; its last run").add_argument(
         "name"
     )
+    stats = command("stats", help="what the cells that used the store did: restores, hits, time saved, size")
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.add_argument("--zero", action="store_true", help="start the statistics again (prints them first)")
     rm = command("rm", help="delete all versions of a bundle")
     rm.add_argument("name")
     rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
@@ -146,6 +149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
                 return 1
             print(repr(report.Explanation(session.explain(args.name))))
+        elif args.command == "stats":
+            data = session.stats(zero=args.zero)
+            print(json.dumps(data, indent=1) if args.json else repr(report.StatsView(data)))
         elif args.command == "rm":
             removals = store.remove(args.name, dry_run=args.dry_run)
             if not removals:

@@ -82,6 +82,10 @@ def line_parser() -> _Parser:
     )
     sub.add_parser("status", help="per-layer table: switches, entries on disk, this kernel's hits and misses")
     sub.add_parser("list", help="bundles here and on the hub").add_argument("--store", metavar="DIR", default=None)
+    stats = sub.add_parser("stats", help="what the cells that used the store did: restores, hits, time saved, size")
+    stats.add_argument("--json", action="store_true", help="return the figures as a dict")
+    stats.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")
+    stats.add_argument("--store", metavar="DIR", default=None)
     for command, text in (("explain", "why NAME would or would not restore here"), ("rm", "delete NAME")):
         cmd = sub.add_parser(command, help=text)
         cmd.add_argument("name", metavar="NAME")
@@ -211,6 +215,9 @@ class CompileCacheMagics(Magics):
             return report.StatusView(session.status())
         if args.command == "list":
             return report.BundleTable(session.bundles(args.store))
+        if args.command == "stats":
+            data = session.stats(args.store, zero=args.zero)
+            return data if args.json else report.StatsView(data)
         if args.command == "explain":
             return report.Explanation(session.explain(_valid(args.name, line_usage), args.store))
         if args.command == "rm":

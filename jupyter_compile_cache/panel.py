@@ -52,7 +52,7 @@ def saved_seconds(session: CompileCacheSession) -> dict[str, Any]:
         restore = report.restore
         if not (report.ok and restore and restore.restored):
             continue
-        cold = _cold_seconds(store, report.name, restore.version)
+        cold = store.cold_seconds(report.name, restore.version)
         if cold is None:
             continue
         saved = max(0.0, cold - report.body_seconds)
@@ -63,14 +63,6 @@ def saved_seconds(session: CompileCacheSession) -> dict[str, Any]:
             if total_hits:
                 per_layer[name] = per_layer.get(name, 0.0) + saved * count / total_hits
     return {"per_layer": per_layer, "cells": cells, "total": sum(c["saved"] for c in cells)}
-
-
-def _cold_seconds(store: Any, name: str, version: str | None) -> float | None:
-    for manifest in store.versions(name):
-        if version in (None, manifest.version):
-            seconds = manifest.stats.get("body_seconds")
-            return float(seconds) if seconds is not None else None
-    return None
 
 
 def bar_chart_svg(cells: list[dict[str, Any]], width: int = 520) -> str:

@@ -1,4 +1,5 @@
-"""Tables for `status`, `list` and `explain`: plain text in a terminal, HTML in a notebook, raw data in `.data`."""
+"""Tables for `status`, `list`, `explain` and `stats`: plain text in a terminal, HTML in a notebook, raw data in
+`.data`."""
 
 from __future__ import annotations
 
@@ -142,6 +143,67 @@ class BundleTable(_View):
     def _repr_html_(self) -> str:
         total = self.total()
         return super()._repr_html_() + (f"<div>{html.escape(total)}</div>" if total else "")
+
+
+class StatsView(_View):
+    """`stats`: what the cells that used the store did since the statistics were zeroed, and the store's size."""
+
+    headers = ("", "", "")
+
+    def preamble(self) -> list[str]:
+        d = self.data
+        since = _dt.datetime.fromtimestamp(d["since"]).strftime("%Y-%m-%d %H:%M") if d["since"] else "-"
+        head = f"statistics of {d['store']} since {since}"
+        return [head + (" (now zeroed)" if d["zeroed"] else "")]
+
+    def rows(self) -> list[list[Any]]:
+        d = self.data
+        cells = int(d["cells"])
+
+        def share(n: float) -> str:
+            return f"{100 * n / cells:.1f} %" if cells else ""
+
+        restored = int(d["restored_local"] + d["restored_hub"])
+        rate = "" if d["hit_rate"] is None else f"{100 * d['hit_rate']:.1f} % hits"
+        cap = d["max_bytes"]
+        return [
+            ["cells run", cells, f"{int(d['cells_failed'])} raised an error" if d["cells_failed"] else ""],
+            ["  restored a bundle", restored, share(restored)],
+            ["    from the local store", int(d["restored_local"]), ""],
+            ["    from the hub", int(d["restored_hub"]), ""],
+            ["  compiled (a cache missed)", int(d["compiled"]), share(d["compiled"])],
+            ["torch cache hits / misses", f"{int(d['hits'])} / {int(d['misses'])}", rate],
+            ["compile time saved (estimate)", f"{d['seconds_saved']:.1f} s", "cold time in the bundle - restored run"],
+            ["restored", human_bytes(int(d["restored_bytes"])), ""],
+            ["saved", human_bytes(int(d["saved_bytes"])), f"{int(d['saved_bundles'])} versions"],
+            ["pushed to the hub", int(d["pushed"]), ""],
+            ["stale entries refused", int(d["stale_rejected"]), "code changed since the bundle was saved"],
+            ["precompile fallbacks", int(d["precompile_fallbacks"]), "ran the plain torch.compile way"],
+            [
+                "store size",
+                human_bytes(int(d["store_bytes"])),
+                f"{100 * d['store_bytes'] / cap:.1f} % of the {human_bytes(cap)} cap; "
+                f"{d['versions']} versions of {d['bundles']} bundles"
+                if cap
+                else "",
+            ],
+        ]
+
+    def __repr__(self) -> str:
+        rows = self.rows()
+        width = max(len(r[0]) for r in rows)
+        value_width = max(len(str(r[1])) for r in rows)
+        lines = [f"{r[0].ljust(width)}  {str(r[1]).rjust(value_width)}  {r[2]}".rstrip() for r in rows]
+        return "\n".join([*self.preamble(), *lines])
+
+    def _repr_html_(self) -> str:
+        pre = "".join(f"<div>{html.escape(line)}</div>" for line in self.preamble())
+        body = "".join(
+            f"<tr><td style='text-align:left'>{html.escape(str(a))}</td><td>{html.escape(str(b))}</td>"
+            f"<td style='text-align:left'>{html.escape(str(c))}</td></tr>"
+            for a, b, c in self.rows()
+        )
+        return f"{pre}<table>{body}</table>"
 
 
 def _elide(value: Any, width: int = 60) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from . import bundle, capture, fingerprint, layers, torch_fixes
+from . import bundle, capture, fingerprint, layers, stats, torch_fixes
 from .bundle import Manifest, check_name
 from .hub import HubError, Lease, RedisHub
 from .hub_link import HubLink
@@ -78,6 +78,7 @@ class CompileCacheSession:
             )
         self.hub_link = HubLink(self.settings, self.warn, lambda: self.out)
         self.guard = PrecompileGuard(warn=self.warn)
+        self._stats_failed = False
         self.prewarm = Prewarm(enabled=lambda: self.settings.prewarm)
         self.prewarm.before_probe = self._restore_toolchain
         self.prewarm.after_probe = self._save_toolchain
@@ -259,12 +260,39 @@ class CompileCacheSession:
     def _finish(self, report: CellReport, store_root: str | None = None) -> None:
         report.finished = time.time()
         self.history.append(report)
+        store = self.store(store_root)
         if report.ok:
             with contextlib.suppress(OSError):
-                self.store(store_root).save_run(report.name, report.to_json())
+                store.save_run(report.name, report.to_json())
+        restore = report.restore
+        try:  # statistics are worth a cell's nothing: a store that cannot take them is left as it is
+            cold = store.cold_seconds(report.name, restore.version) if restore and restore.restored else None
+            store.add_stats(stats.outcome(report, cold))
+        except Exception as exc:
+            if not self._stats_failed:  # told once a session
+                self._stats_failed = True
+                self.warn(f"the store's statistics were not updated ({exc}); the cell's result stands")
         for listener in list(self.listeners):
             with contextlib.suppress(Exception):  # a broken view must never break the cell
                 listener(report)
+
+    def stats(self, store_root: str | None = None, zero: bool = False) -> dict[str, Any]:
+        """The store's cumulative statistics (stats.py) with its size against the cap; `zero` starts them again
+        (the returned figures are those before zeroing)."""
+        store = self.store(store_root)
+        current = store.zero_stats() if zero else store.read_stats()
+        size, versions, names = store.usage()
+        return {
+            "store": store.root,
+            "since": current.since or None,
+            **current.counts,
+            "hit_rate": current.hit_rate,
+            "store_bytes": size,
+            "max_bytes": self.settings.max_bytes,
+            "versions": versions,
+            "bundles": names,
+            "zeroed": zero,
+        }
 
     def _set_precompile(self, enabled: bool) -> bool | None:
         """Switch torch's caching_precompile (and our guard with it); returns the previous value."""

@@ -6,6 +6,7 @@ Layout of a local store (default: the user cache dir, never /tmp, which tmpfs an
     <root>/bundles/<NAME>/<version>.json      manifest, written last: a version exists once this file exists
     <root>/quarantine/<NAME>/<version>.*      damaged bundles, moved aside with a .reason file
     <root>/runs/<NAME>.json                   what the last run of that cell hit and missed (for `explain`)
+    <root>/stats.json                         what every cell that used this store did, summed (see stats.py)
 
 Versions are named by creation time, fingerprint and a random suffix, so two kernels saving the same NAME at once
 each commit their own complete version. Pruning and eviction take a file lock. The manifest's mtime records last
@@ -26,6 +27,7 @@ from typing import IO, Any, NamedTuple
 from . import bundle
 from .bundle import DamagedBundle, Manifest
 from .settings import default_store_dir
+from .stats import StoreStats
 
 DEFAULT_MAX_VERSIONS = 3
 PAYLOAD_SUFFIX = ".tar.zst"
@@ -295,6 +297,45 @@ class LocalStore:
                 return json.load(f)
         except (OSError, ValueError):
             return None
+
+    # -- cumulative statistics (stats.py) ------------------------------------------------------------------------
+    def _stats_path(self) -> str:
+        return os.path.join(self.root, "stats.json")
+
+    def read_stats(self) -> StoreStats:
+        """The statistics since they were last zeroed; an unreadable file reads as none (it is rewritten next)."""
+        try:
+            with open(self._stats_path(), encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return StoreStats()
+        return StoreStats.from_json(data) if isinstance(data, dict) else StoreStats()
+
+    def add_stats(self, outcome: Mapping[str, float]) -> None:
+        with self._lock():  # two kernels finishing cells at once both count
+            stats = self.read_stats()
+            stats.add(outcome)
+            _write_json_atomic(self._stats_path(), stats.to_json())
+
+    def zero_stats(self) -> StoreStats:
+        """Start the statistics again; returns what they were."""
+        with self._lock():
+            before = self.read_stats()
+            _write_json_atomic(self._stats_path(), StoreStats(time.time()).to_json())
+        return before
+
+    def cold_seconds(self, name: str, version: str | None) -> float | None:
+        """The cold time recorded in a version of NAME (the newest when `version` is None)."""
+        for manifest in self.versions(name):
+            if version in (None, manifest.version):
+                seconds = manifest.stats.get("body_seconds")
+                return float(seconds) if isinstance(seconds, (int, float)) else None
+        return None
+
+    def usage(self) -> tuple[int, int, int]:
+        """(bytes, versions, names) of the committed bundles."""
+        stored = self.bundles()
+        return sum(b.manifest.payload_bytes for b in stored), len(stored), len({b.manifest.name for b in stored})
 
 
 def _write_json_atomic(path: str, data: Any) -> None:

@@ -47,6 +47,14 @@ def _report(proc):
     return json.loads(line[len("REPORT ") :])
 
 
+def _stats(env):
+    import json
+
+    out = _python(["-m", "jupyter_compile_cache", "stats", "--json"], env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
 def test_script_api_then_cli_export_import_on_another_store(tmp_path):
     store_a, store_b = tmp_path / "store_a", tmp_path / "store_b"
     env_a = {"JUPYTER_COMPILE_CACHE_DIR": str(store_a), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache_a")}
@@ -54,6 +62,10 @@ def test_script_api_then_cli_export_import_on_another_store(tmp_path):
     script.write_text(SCRIPT)
     first = _report(_python([str(script)], env_a))
     assert first == {"saved": True, "restored": False, "fx_miss": first["fx_miss"]} and first["fx_miss"] >= 1
+
+    stats_a = _stats(env_a)  # the store counts what its cells did (ccache -s)
+    assert (stats_a["cells"], stats_a["compiled"], stats_a["saved_bundles"], stats_a["restored_local"]) == (1, 1, 1, 0)
+    assert stats_a["misses"] >= 1 and stats_a["saved_bytes"] > 0 and stats_a["store_bytes"] > 0, stats_a
 
     listing = _python(["-m", "jupyter_compile_cache", "list"], env_a)
     assert listing.returncode == 0 and "script_fn" in listing.stdout
@@ -70,6 +82,15 @@ def test_script_api_then_cli_export_import_on_another_store(tmp_path):
     # a "colleague" with the imported store and an empty cache dir gets every graph from the bundle
     second = _report(_python([str(script)], env_b))
     assert second == {"saved": False, "restored": True, "fx_miss": 0}
+    stats_b = _stats(env_b)
+    assert (stats_b["cells"], stats_b["restored_local"], stats_b["compiled"], stats_b["misses"]) == (1, 1, 0, 0)
+    assert stats_b["hits"] >= 1 and stats_b["hit_rate"] == 1.0 and stats_b["restored_bytes"] > 0, stats_b
+    assert stats_b["seconds_saved"] > 0, stats_b  # the cold time recorded in the bundle, less this run
+    zeroed = _python(["-m", "jupyter_compile_cache", "stats", "--zero"], env_b)
+    assert zeroed.returncode == 0 and "(now zeroed)" in zeroed.stdout, zeroed.stdout  # shows what it zeroes
+    assert re.search(r"^cells run +1$", zeroed.stdout, re.M), zeroed.stdout
+    after = _stats(env_b)
+    assert after["cells"] == 0 and after["since"] is not None and after["store_bytes"] == stats_b["store_bytes"]
 
     out = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", "0"], env_b)  # would empty the store
     assert out.returncode == 1 and "run again with --yes" in out.stderr and "would remove 1 version(s)" in out.stdout
