@@ -82,10 +82,6 @@ def line_parser() -> _Parser:
     )
     sub.add_parser("status", help="per-layer table: switches, entries on disk, this kernel's hits and misses")
     sub.add_parser("list", help="bundles here and on the hub").add_argument("--store", metavar="DIR", default=None)
-    stats = sub.add_parser("stats", help="what the cells that used the store did: restores, hits, time saved, size")
-    stats.add_argument("--json", action="store_true", help="return the figures as a dict")
-    stats.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")
-    stats.add_argument("--store", metavar="DIR", default=None)
     for command, text in (("explain", "why NAME would or would not restore here"), ("rm", "delete NAME")):
         cmd = sub.add_parser(command, help=text)
         cmd.add_argument("name", metavar="NAME")
@@ -105,6 +101,10 @@ def line_parser() -> _Parser:
     gc.add_argument("--store", metavar="DIR", default=None)
     gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
+    stats = sub.add_parser("stats", help="what the cells that used the store did: restores, hits, time saved, size")
+    stats.add_argument("--json", action="store_true", help="return the figures as a dict")
+    stats.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")
+    stats.add_argument("--store", metavar="DIR", default=None)
     for command in ("enable", "disable"):
         sub.add_parser(command, help=f"{command} one of torch's cache layers").add_argument("layer", metavar="LAYER")
     sub.add_parser("hub", help="set the hub, turn it off, or check it").add_argument(
