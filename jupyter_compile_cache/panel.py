@@ -6,7 +6,9 @@ refreshes after every `%%compile_cache` cell (a session listener) and on Refresh
 are shown in the panel instead of vanishing. After a kernel restart, run the magic again for a live panel.
 
 Compile time saved is an estimate: for each restored cell, the cold time recorded in the bundle when it was
-saved minus this run's time; per layer, that saving is split in proportion to the layer's hits in that cell.
+saved minus this run's time (its restore included); per layer, that saving is split in proportion to the layer's
+hits in that cell. Per layer, "in cache dir" counts torch's cache dir, which holds more than the bundles (every
+cell's files, the layers sharing some), so it does not add up to the store's size.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ def saved_seconds(session: CompileCacheSession) -> dict[str, Any]:
         cold = store.cold_seconds(report.name, restore.version)
         if cold is None:
             continue
-        saved = max(0.0, cold - report.body_seconds)
-        cells.append({"name": report.name, "cold": cold, "restored": report.body_seconds, "saved": saved})
+        restored = report.body_seconds + restore.seconds + restore.pull_seconds  # the restore is part of the wait
+        saved = max(0.0, cold - restored)
+        cells.append({"name": report.name, "cold": cold, "restored": restored, "saved": saved})
         hits = {name: counts.get("hits", 0) for name, counts in report.layers.items()}
         total_hits = sum(hits.values())
         for name, count in hits.items():
@@ -119,6 +122,13 @@ class Panel:
         self.messages = w.Output(layout=w.Layout(max_height="160px", overflow="auto"))
         self.refresh_button = w.Button(description="Refresh", icon="refresh")
         self.refresh_button.on_click(self._guarded(lambda _b: self.refresh()))
+        self.free_button = w.Button(
+            description="free space…", tooltip="versions that cannot restore here, then over the cap"
+        )
+        self.free_button.on_click(self._guarded(lambda _b: self.preview_gc("free")))
+        self.clear_button = w.Button(description="clear all…", tooltip="every version in the local store")
+        self.clear_button.on_click(self._guarded(lambda _b: self.preview_gc("clear")))
+        self._pending_gc: str | None = None
         self.toggles: dict[str, Any] = {}
         self.bundle_buttons: dict[tuple[str, str, str], Any] = {}
         self._pending_delete: tuple[str, str, str] | None = None
@@ -128,7 +138,7 @@ class Panel:
                 self.header,
                 w.HTML("<b>Cache layers</b> (toggles flip torch's switch in this kernel)"),
                 self.layer_box,
-                w.HTML("<b>Bundles</b>"),
+                w.HBox([w.HTML("<b>Bundles</b>"), self.free_button, self.clear_button]),
                 self.bundle_box,
                 w.HTML("<b>Cold vs restored</b> (per %%compile_cache cell)"),
                 self.chart,
@@ -196,7 +206,7 @@ class Panel:
             ]
             cells += [toggle, *(w.HTML(html.escape(str(v))) for v in values)]
         self.layer_box.children = cells
-        self._refresh_bundles()
+        self._refresh_bundles(hub=bool(status.get("hub")))
         self.chart.value = bar_chart_svg(saved["cells"])
 
     def _header_html(self, status: dict[str, Any], saved: dict[str, Any]) -> str:
@@ -210,18 +220,22 @@ class Panel:
             device = f"CPU {html.escape(str(dev['name']))}, ISA {html.escape(str(dev['isa']))}"
         versions = f"torch {dev['torch']}, Triton {dev['triton'] or '-'}, CUDA {dev['cuda'] or '-'}"
         hub = html.escape(status.get("hub") or "none")
+        cap = self.session.settings.max_bytes
         precompile = (
             f"<div>precompile: {status.get('stale_rejected', 0)} stale entries refused, "
             f"{status.get('precompile_fallbacks', 0)} functions fell back to plain torch.compile</div>"
         )
         return (
             f"<div>{device}</div><div>{versions}</div>"
-            f"<div>local store {html.escape(status['store'])} ({human_bytes(status['store_bytes'])}); "
+            f"<div>local store {html.escape(status['store'])}: {human_bytes(status['store_bytes'])} of the "
+            f"{human_bytes(cap)} cap ({100 * status['store_bytes'] / max(cap, 1):.1f} %); "
             f"cache dir {html.escape(status['cache_dir'])}</div><div>hub: {hub}</div>"
             f"<div>compile time saved this session (estimate): {saved['total']:.1f} s</div>{precompile}"
         )
 
-    def _refresh_bundles(self) -> None:
+    def _refresh_bundles(self, hub: bool) -> None:
+        from .report import age
+
         w = self._w
         rows = []
         self.bundle_buttons = {}
@@ -230,12 +244,13 @@ class Panel:
             match = "matches" if b["compatible"] else "does NOT match"
             label = w.HTML(
                 f"{html.escape(b['name'])} [{b['store']}] {human_bytes(b['bytes'])}, {b['files']} files, "
-                f"by {html.escape(b['writer'])}, {match} this machine",
-                layout=w.Layout(width="460px"),
+                f"made {age(b['created'])} by {html.escape(b['writer'])}, used {age(b['last_used'])}; "
+                f"{match} this machine",
+                layout=w.Layout(width="560px"),
             )
             buttons = []
             for action in ("restore", "delete", "push", "explain"):
-                if action == "push" and b["store"] != "local":
+                if action == "push" and (b["store"] != "local" or not hub):
                     continue
                 if action == "explain" and b["compatible"]:
                     continue
@@ -254,6 +269,22 @@ class Panel:
             no.on_click(self._guarded(lambda _b: self.confirm_delete(False)))
             self.confirm_buttons = (yes, no)
             rows.append(w.HBox([yes, no]))
+        if self._pending_gc:
+            _store, plan, _refused = self._gc(dry_run=True)
+            if plan:
+                total = human_bytes(sum(r.bytes for r in plan))
+                yes = w.Button(
+                    description=f"remove {len(plan)} version(s), {total}?",
+                    button_style="danger",
+                    layout=w.Layout(width="auto"),
+                )
+                no = w.Button(description="cancel")
+                yes.on_click(self._guarded(lambda _b: self.confirm_gc(True)))
+                no.on_click(self._guarded(lambda _b: self.confirm_gc(False)))
+                self.confirm_buttons = (yes, no)
+                rows.append(w.HBox([yes, no]))
+            else:
+                self._pending_gc = None
         self.bundle_box.children = rows or [w.HTML("<i>no bundles yet</i>")]
 
     # -- actions --------------------------------------------------------------------------------------------------
@@ -279,6 +310,31 @@ class Panel:
             self.say(repr(Explanation(self.session.explain(b["name"]))))
         self.refresh()
 
+    def _gc(self, dry_run: bool) -> Any:
+        """free: versions that cannot restore on this machine, then the least recently used over the cap; clear:
+        every version."""
+        if self._pending_gc == "clear":
+            return self.session.gc(None, 0, None, False, dry_run, True)
+        return self.session.gc(None, self.session.settings.max_bytes, None, True, dry_run, False)
+
+    def preview_gc(self, kind: str) -> None:
+        """Say what would go, then ask (the confirm button under the bundles)."""
+        self._pending_gc = kind
+        store, plan, _refused = self._gc(dry_run=True)
+        from .report import removal_lines
+
+        self.say("\n".join(removal_lines(plan, store.root, dry_run=True)))
+        self.refresh()
+
+    def confirm_gc(self, yes: bool) -> None:
+        if yes and self._pending_gc:
+            store, removals, _refused = self._gc(dry_run=False)
+            from .report import removal_lines
+
+            self.say("\n".join(removal_lines(removals, store.root, dry_run=False)))
+        self._pending_gc = None
+        self.refresh()
+
     def confirm_delete(self, yes: bool) -> None:
         pending, self._pending_delete = self._pending_delete, None
         if yes and pending:
@@ -290,7 +346,7 @@ class Panel:
 _LAYER_COLUMNS = (
     ("on", "30px"),
     ("layer", "215px"),
-    ("entries / on disk", "140px"),
+    ("entries / in cache dir", "160px"),
     ("hits", "50px"),
     ("misses", "60px"),
     ("bypasses", "70px"),

@@ -332,6 +332,9 @@ class _LoadScope:
     code: types.CodeType | None  # the restored function's own code (its entry's L is local_scope)
 
 
+_INSTALLED: PrecompileGuard | None = None  # the guard whose patches are on torch now
+
+
 class PrecompileGuard:
     """Wraps torch's Dynamo precompile while installed; `uninstall` puts torch back exactly as it was."""
 
@@ -380,8 +383,14 @@ class PrecompileGuard:
 
     # -- install / uninstall ----------------------------------------------------------------------------------
     def install(self) -> None:
+        global _INSTALLED
         if self.installed or not self.available():
             return
+        if _INSTALLED is not None:
+            # One guard wraps torch at a time (two sessions in one process: wrapping torch's wrapped functions
+            # again breaks them): the session whose cell runs now. The other installs itself again at its next cell.
+            _INSTALLED.uninstall()
+        _INSTALLED = self
         from torch._dynamo import guards, package
 
         cache = package.DynamoCache
@@ -464,8 +473,11 @@ class PrecompileGuard:
         self.installed = True
 
     def uninstall(self) -> None:
+        global _INSTALLED
         if not self.installed:
             return
+        if _INSTALLED is self:
+            _INSTALLED = None
         for patch in reversed(self._patches):
             patch.undo()
         self._patches = []

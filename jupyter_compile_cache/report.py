@@ -12,7 +12,7 @@ from typing import Any
 from .store import Removal, human_bytes
 
 
-def _age(ts: float | None) -> str:
+def age(ts: float | None) -> str:
     if not ts:
         return "-"
     seconds = max(0.0, time.time() - ts)
@@ -113,8 +113,8 @@ class BundleTable(_View):
                 b["version"][-17:],
                 human_bytes(b["bytes"]),
                 b["files"],
-                _age(b["created"]),
-                _age(b["last_used"]),
+                age(b["created"]),
+                age(b["last_used"]),
                 b["writer"],
                 "yes" if b["compatible"] else "no",
             ]

@@ -7,7 +7,7 @@ saved. `%compile_cache stats` and `jupyter-compile-cache stats` show them with t
 (`--json` for scripts); `--zero` starts them again.
 
 Time saved is an estimate: for each restored cell, the cold time recorded in the bundle it restored minus the
-restored run's time, never below zero.
+restored run's time and its restore, never below zero.
 """
 
 from __future__ import annotations
@@ -75,7 +75,9 @@ def outcome(report: CellReport, cold_seconds: float | None) -> dict[str, float]:
     restored = bool(report.ok and restore is not None and restore.restored)
     hits = sum(counts.get("hits", 0) for counts in report.layers.values())
     misses = sum(counts.get("misses", 0) for counts in report.layers.values())
-    saved = max(0.0, cold_seconds - report.body_seconds) if restored and cold_seconds is not None else 0.0
+    saved = 0.0
+    if restored and cold_seconds is not None:  # the restore is part of the restored run's wait
+        saved = max(0.0, cold_seconds - report.body_seconds - restore.seconds - restore.pull_seconds)
     return {
         "cells": 1,
         "cells_failed": 0 if report.ok else 1,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
-from jupyter_compile_cache.panel import Panel, bar_chart_svg
+from jupyter_compile_cache.panel import Panel, bar_chart_svg, saved_seconds
 from jupyter_compile_cache.records import CellOptions
 from jupyter_compile_cache.session import CompileCacheSession
 
@@ -25,7 +27,9 @@ def _row(panel, title):
 def session(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("JUPYTER_COMPILE_CACHE_HUB", raising=False)
-    return CompileCacheSession(store_root=str(tmp_path / "store"))
+    session = CompileCacheSession(store_root=str(tmp_path / "store"))
+    yield session
+    session.close()  # puts torch back: the next test's session patches torch afresh
 
 
 def test_toggle_flips_torchs_switch_and_says_so(session):
@@ -72,3 +76,34 @@ def test_chart_compares_cold_and_restored():
     svg = bar_chart_svg([{"name": "net", "cold": 10.0, "restored": 0.2, "saved": 9.8}])
     assert svg.startswith("<svg") and "10.00 s" in svg and "0.20 s" in svg
     assert "No restored" in bar_chart_svg([])
+
+
+def test_bundles_show_age_and_use_push_needs_a_hub_and_gc_previews_before_it_removes(session, monkeypatch):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    with session.cell("panelgc", CellOptions(quiet=True)), torch.no_grad():
+        torch.compile(model)(torch.randn(2, 8))
+    # the same cell again, in a fresh cache dir: restored, and the chart's restored time includes the restore
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(session.store().root + "-cache2"))
+    with session.cell("panelgc", CellOptions(quiet=True)) as again, torch.no_grad():
+        torch.compile(model)(torch.randn(2, 8))
+    assert again.restore is not None and again.restore.restored
+    (cell,) = saved_seconds(session)["cells"]
+    assert cell["restored"] == again.body_seconds + again.restore.seconds + again.restore.pull_seconds
+
+    panel = Panel(session)
+    assert "of the 20.0 GB cap" in panel.header.value
+    (row,) = [r for r in panel.bundle_box.children if "panelgc" in r.children[0].value]
+    assert re.search(r"made \d+s ago by .*, used \d+s ago; matches this machine", row.children[0].value)
+    actions = {key[-1] for key in panel.bundle_buttons}
+    assert "push" not in actions and {"restore", "delete"} <= actions  # no hub configured: nothing to push to
+
+    panel.free_button.click()  # everything here restores on this machine and is under the cap
+    assert "nothing to remove" in panel.messages.outputs[-1]["text"] and panel._pending_gc is None
+    panel.clear_button.click()
+    assert "would remove 1 version(s)" in panel.messages.outputs[-1]["text"]
+    assert session.store().versions("panelgc")  # only a preview so far
+    yes, _no = panel.confirm_buttons
+    assert yes.description.startswith("remove 1 version(s)")
+    yes.click()
+    assert session.store().versions("panelgc") == []
+    assert "removed 1 version(s)" in panel.messages.outputs[-1]["text"]

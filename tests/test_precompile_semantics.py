@@ -221,3 +221,31 @@ def test_a_guard_on_an_argument_is_verified_at_the_first_call(kernel_factory, di
     assert sigmoid and _same(sigmoid.group(1), sigmoid.group(2)) and not _same(sigmoid.group(1), relu.group(1))
     stale = k.counters().get("jupyter_compile_cache", {}).get("precompile_stale_rejected", 0)
     assert stale == 0, stale  # torch recompiled for sigmoid because the identity check failed, not a refusal
+
+
+@pytest.mark.skipif(not PrecompileGuard.available(), reason="Dynamo precompile is not used with torch < 2.11")
+def test_two_sessions_in_one_process_take_turns_wrapping_torch(tmp_path, monkeypatch):
+    """A script that makes a second session (or a test that does) must not wrap torch's wrapped functions again:
+    that broke the next compile with Dynamo's InternalTorchDynamoError."""
+    import torch
+
+    from jupyter_compile_cache.records import CellOptions
+    from jupyter_compile_cache.session import CompileCacheSession
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    first, second = (CompileCacheSession(store_root=str(tmp_path / name)) for name in ("a", "b"))
+    try:
+        for i, session in enumerate((first, second, first)):
+            scale = float(i + 2)
+
+            def f(x, scale=scale):
+                return (x * scale).relu()
+
+            x = torch.randn(8)
+            with session.cell(f"turns{i}", CellOptions(quiet=True)):
+                assert torch.equal(torch.compile(f)(x), f(x))
+            assert session.guard.installed and not (first if session is second else second).guard.installed
+    finally:
+        first.close()
+        second.close()
+    assert not first.guard.installed and not second.guard.installed
