@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from . import bundle, capture, fingerprint, layers, stats, torch_fixes
 from .bundle import Manifest, check_name
@@ -86,6 +86,8 @@ class CompileCacheSession:
         self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
         self.listeners: list[Callable[[CellReport], None]] = []  # the panel refreshes through this
         self._restored_paths: dict[str, list[str]] = {}
+        # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
+        self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}
         self._cache_load_patches: list[Any] | None = None  # torch_fixes.cache_load_patches, from the first cell on
         self.toolchain_source: str | None = None  # where this process's CPU probe programs came from, if restored
 
@@ -127,6 +129,17 @@ class CompileCacheSession:
         opts = options or CellOptions(store=store_root, quiet=quiet)
         return self._restore(check_name(name), opts, None, self.hub_link.for_cell(opts))
 
+    def _install(self, manifest: Manifest, payload: IO[bytes], roots: dict[str, str]) -> list[str]:
+        """Extract a version into the cache dirs, unless this session put it there and every file is as it left
+        it (same size, same modification time): restoring NAME and then running its cell passes over it once."""
+        key = (manifest.name, manifest.version, tuple(sorted(roots.items())))
+        stamps = self._installed.get(key)
+        if stamps is not None and all(_stamp(path) == stamp for path, stamp in stamps):
+            return [path for path, _stamp_now in stamps]
+        paths = bundle.extract(payload, manifest, roots)
+        self._installed[key] = [(path, _stamp(path)) for path in paths]
+        return paths
+
     def _restore(self, name: str, opts: CellOptions, report: CellReport | None, hub: RedisHub | None) -> RestoreResult:
         result = RestoreResult(name)
         store = self.store(opts.store)
@@ -137,7 +150,7 @@ class CompileCacheSession:
         def bar(source: Source, _manifest: Manifest) -> TransferBar | None:
             return TransferBar(f"pulling {name!r} from the hub", opts.quiet) if source.kind == "hub" else None
 
-        found = find(name, sources, store, lambda m, payload: bundle.extract(payload, m, roots), bar)
+        found = find(name, sources, store, lambda m, payload: self._install(m, payload, roots), bar)
         for source, exc in found.down:
             if isinstance(source, HubSource):
                 self.hub_link.failed(source.hub, exc, report)
@@ -615,6 +628,14 @@ def bundle_row(m: Manifest, now: dict[str, Any], last_used: float | None, where:
         "compatible": fingerprint.incompatibility(m, now) is None,
         "fingerprint_id": m.fingerprint_id,
     }
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def report_hub_line(info: dict[str, Any]) -> str:

@@ -8,7 +8,6 @@ fails a check, with the reason recorded; the cell's restore, the panel's restore
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,10 +70,9 @@ class HubSource:
     def fetch(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:
         """Check the signature, pull (every chunk verified), then store it: next time it is local."""
         check_signature(manifest, self.hub.config.secret)
-        with tempfile.TemporaryFile() as buffer:
-            self.hub.pull(manifest, buffer, progress)
-            buffer.seek(0)
-            return store.adopt(manifest, buffer)
+        with store.receive(manifest) as sink:  # one pass: each verified chunk straight into the store
+            self.hub.pull(manifest, sink, progress)
+        return manifest
 
     def push(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:
         return self.hub.push(manifest, store.payload_path(manifest), progress)

@@ -151,19 +151,26 @@ class LocalStore:
             raise
 
     def adopt(self, manifest: Manifest, payload: IO[bytes]) -> Manifest:
-        """Store a bundle that arrives as a manifest and a payload stream (hub pull, `import`). Verifies the hash."""
-        import hashlib
+        """Store a bundle that arrives as a manifest and a payload stream (`import`, another store). Verifies the
+        hash."""
+        with self.receive(manifest) as sink:
+            while chunk := payload.read(1 << 20):
+                sink.write(chunk)
+        return manifest
 
+    @contextlib.contextmanager
+    def receive(self, manifest: Manifest) -> Iterator[IO[bytes]]:
+        """A sink for the payload of `manifest` as it arrives (a hub pull writes each verified chunk here): written
+        once, into a temp file beside its final place, hashed on the way; committed when the block ends and the
+        hash matches, gone if it does not or the block raises."""
         fd, tmp = self._temp_payload(manifest.name)
         try:
-            sha = hashlib.sha256()
             with os.fdopen(fd, "wb") as out:
-                while chunk := payload.read(1 << 20):
-                    sha.update(chunk)
-                    out.write(chunk)
-            if sha.hexdigest() != manifest.payload_sha256:
+                sink = _HashingWriter(out)
+                yield sink
+            if sink.hexdigest() != manifest.payload_sha256:
                 raise DamagedBundle("payload fails its sha256 check")
-            return self._commit(manifest, tmp)
+            self._commit(manifest, tmp)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -336,6 +343,22 @@ class LocalStore:
         """(bytes, versions, names) of the committed bundles."""
         stored = self.bundles()
         return sum(b.manifest.payload_bytes for b in stored), len(stored), len({b.manifest.name for b in stored})
+
+
+class _HashingWriter:
+    """A binary sink that hashes what goes through it."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        import hashlib
+
+        self.out, self.sha = out, hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        return self.out.write(data)
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
 
 
 def _write_json_atomic(path: str, data: Any) -> None:

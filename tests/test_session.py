@@ -1,0 +1,40 @@
+"""session.py: the cell flow around torch, in this process (real files, a real store; nothing compiles here)."""
+
+from __future__ import annotations
+
+import os
+
+from store_helpers import make_bundle, restored_whole
+
+from jupyter_compile_cache import fingerprint
+from jupyter_compile_cache.records import CellOptions
+from jupyter_compile_cache.session import CompileCacheSession
+
+
+def _files(root):
+    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_ino for d, _, fs in os.walk(root) for f in fs}
+
+
+def test_restoring_then_running_the_cell_passes_over_the_bundle_once(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    session = CompileCacheSession(store_root=str(tmp_path / "store"))
+    make_bundle(session.store(), "twice", size=200_000, files=4, now=fingerprint.current())
+    first = session.restore("twice", quiet=True)
+    assert first.restored and first.files == 5
+    extracted = _files(cache)
+    with session.cell("twice", CellOptions(quiet=True, save=False)) as report:
+        pass
+    assert report.restore.restored and report.restore.version == first.version
+    after = _files(cache)  # (the cell may add torch's CPU probe programs beside them)
+    assert {p: after[p] for p in extracted} == extracted  # not written again: a new extraction makes new inodes
+
+    # a file changed since (torch rewrote it, a user deleted it): that version is extracted again, whole
+    victim = next(p for p in extracted if p.endswith("k1.so"))
+    with open(victim, "ab") as f:
+        f.write(b"changed")
+    os.unlink(next(p for p in extracted if p.endswith("k2.so")))
+    again = session.restore("twice", quiet=True)
+    assert again.restored and restored_whole(list(extracted))
+    assert _files(cache)[victim] != extracted[victim]
+    session.close()
