@@ -13,6 +13,7 @@ verified. Any failure leaves the cache dir as it was.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -25,6 +26,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
+
+from .writer_thread import FileWriterThread
 
 FORMAT = 1
 COMPRESSION = "zstd"
@@ -209,8 +212,9 @@ def extract(payload: IO[bytes], manifest: Manifest, roots: Mapping[str, str]) ->
             raise UnsafeBundle(f"bundle writes to cache root {root!r}, which this kernel does not have")
 
     staging = {root: os.path.join(path, f".jcc-staging-{uuid.uuid4().hex}") for root, path in real_roots.items()}
-    staged: list[tuple[str, str]] = []  # (staged path, final path)
+    staged: list[tuple[str, str, str]] = []  # (member, staged path, final path)
     reader = _HashingReader(payload)
+    writer = FileWriterThread()  # hashes and writes each member while the next bytes are decompressed
     try:
         try:
             zin = zstandard.ZstdDecompressor().stream_reader(reader, closefd=False)
@@ -232,30 +236,32 @@ def extract(payload: IO[bytes], manifest: Manifest, roots: Mapping[str, str]) ->
                     tmp = os.path.join(staging[root], *rel.split("/"))
                     os.makedirs(os.path.dirname(tmp), exist_ok=True)
                     src = tar.extractfile(info)
-                    sha = hashlib.sha256()
-                    with open(tmp, "wb") as dst:
-                        while chunk := src.read(_READ_SIZE):  # type: ignore[union-attr]
-                            sha.update(chunk)
-                            dst.write(chunk)
-                    if sha.hexdigest() != member.sha256:
-                        raise DamagedBundle(f"member {info.name!r} fails its sha256 check")
-                    staged.append((tmp, final))
+                    writer.open(tmp)
+                    while chunk := src.read(_READ_SIZE):  # type: ignore[union-attr]
+                        writer.write(chunk)
+                    writer.close()
+                    staged.append((info.name, tmp, final))
             reader.drain()
         except (tarfile.TarError, zstandard.ZstdError, EOFError) as exc:
             raise DamagedBundle(f"payload is truncated or corrupt: {exc}") from exc
+        for (name, _tmp, _final), digest in zip(staged, writer.finish(), strict=True):
+            if digest != expected[name].sha256:
+                raise DamagedBundle(f"member {name!r} fails its sha256 check")
         if reader.sha.hexdigest() != manifest.payload_sha256:
             raise DamagedBundle("payload fails its sha256 check")
         missing = set(expected) - {s for s in seen}
         if missing:
             raise DamagedBundle(f"payload lacks {len(missing)} member(s) listed in the manifest")
         written = []
-        for tmp, final in staged:
+        for _name, tmp, final in staged:
             _check_inside(final, real_roots)
             os.makedirs(os.path.dirname(final), exist_ok=True)
             os.replace(tmp, final)
             written.append(final)
         return written
     finally:
+        with contextlib.suppress(Exception):  # the thread stops; its error, if any, was raised above or is moot
+            writer.finish()
         for path in staging.values():
             shutil.rmtree(path, ignore_errors=True)
 

@@ -28,6 +28,7 @@ from . import bundle
 from .bundle import DamagedBundle, Manifest
 from .settings import default_store_dir
 from .stats import StoreStats
+from .writer_thread import FileWriterThread
 
 DEFAULT_MAX_VERSIONS = 3
 PAYLOAD_SUFFIX = ".tar.zst"
@@ -159,19 +160,23 @@ class LocalStore:
         return manifest
 
     @contextlib.contextmanager
-    def receive(self, manifest: Manifest) -> Iterator[IO[bytes]]:
+    def receive(self, manifest: Manifest) -> Iterator[FileWriterThread]:
         """A sink for the payload of `manifest` as it arrives (a hub pull writes each verified chunk here): written
         once, into a temp file beside its final place, hashed on the way; committed when the block ends and the
         hash matches, gone if it does not or the block raises."""
         fd, tmp = self._temp_payload(manifest.name)
+        os.close(fd)
+        sink = FileWriterThread()  # hashes and writes while the next chunk arrives
         try:
-            with os.fdopen(fd, "wb") as out:
-                sink = _HashingWriter(out)
-                yield sink
-            if sink.hexdigest() != manifest.payload_sha256:
+            sink.open(tmp)
+            yield sink
+            sink.close()
+            if sink.finish() != [manifest.payload_sha256]:
                 raise DamagedBundle("payload fails its sha256 check")
             self._commit(manifest, tmp)
         except BaseException:
+            with contextlib.suppress(Exception):
+                sink.finish()
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
@@ -343,22 +348,6 @@ class LocalStore:
         """(bytes, versions, names) of the committed bundles."""
         stored = self.bundles()
         return sum(b.manifest.payload_bytes for b in stored), len(stored), len({b.manifest.name for b in stored})
-
-
-class _HashingWriter:
-    """A binary sink that hashes what goes through it."""
-
-    def __init__(self, out: IO[bytes]) -> None:
-        import hashlib
-
-        self.out, self.sha = out, hashlib.sha256()
-
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        return self.out.write(data)
-
-    def hexdigest(self) -> str:
-        return self.sha.hexdigest()
 
 
 def _write_json_atomic(path: str, data: Any) -> None:
