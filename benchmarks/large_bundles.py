@@ -39,6 +39,12 @@ import redis, torch  # already imported in a notebook: the step's time is its ow
 import jupyter_compile_cache as jcc
 from jupyter_compile_cache import cli
 from jupyter_compile_cache.records import CellOptions
+import os
+go = os.environ.get("BENCH_GO")
+if go:  # several at once: start together, after every process has imported
+    print("READY", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.005)
 out = {}
 start = time.perf_counter()
 if step == "save":
@@ -96,6 +102,37 @@ def step(name: str, what: str, env: dict[str, str], url: str) -> dict:
     return {**json.loads(line[5:]), "process_s": wall, "said": proc.stderr.strip().splitlines()[-3:]}
 
 
+def concurrent_pulls(name: str, n: int, case_dir: str, env: dict[str, str], url: str) -> dict:
+    """n collaborators pulling the same bundle at once (each a fresh process and store): time each, and the wall
+    time from the start signal to the last one done."""
+    go = os.path.join(case_dir, "go")
+    procs = []
+    for i in range(n):
+        store = os.path.join(case_dir, f"store_pull{i}")
+        child_env = {**os.environ, **env, "JUPYTER_COMPILE_CACHE_DIR": store, "BENCH_GO": go}
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD, "pull", name, url],
+                env=child_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for proc in procs:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "READY":
+            raise RuntimeError(proc.stderr.read() if proc.stderr else "a pull did not start")
+    start = time.perf_counter()
+    open(go, "w").close()
+    each = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=900)
+        line = next((x for x in out.splitlines() if x.startswith("STEP ")), None)
+        each.append(json.loads(line[5:])["seconds"] if proc.returncode == 0 and line else None)
+    return {"n": n, "each_s": each, "wall_s": time.perf_counter() - start}
+
+
 def floors(src: str, nbytes: int, work: str, url: str | None) -> dict:
     """The machine's limits for the same bytes, in the same run."""
     out: dict = {}
@@ -134,7 +171,7 @@ def floors(src: str, nbytes: int, work: str, url: str | None) -> dict:
     return out
 
 
-def run_case(total_mb: int, compressible: bool, url: str, work: str) -> dict:
+def run_case(total_mb: int, compressible: bool, url: str, work: str, pulls_at_once: int = 0) -> dict:
     kind = "compressible" if compressible else "incompressible"
     name = f"big-{total_mb}mb-{kind}"
     case_dir = os.path.join(work, name)
@@ -153,6 +190,10 @@ def run_case(total_mb: int, compressible: bool, url: str, work: str) -> dict:
     row["pull"] = step(
         name, "pull", {**base, "TORCHINDUCTOR_CACHE_DIR": empty, "JUPYTER_COMPILE_CACHE_DIR": store_b}, url
     )
+    if pulls_at_once:
+        row["concurrent_pulls"] = concurrent_pulls(
+            name, pulls_at_once, case_dir, {**base, "TORCHINDUCTOR_CACHE_DIR": empty}, url
+        )
     restored = os.path.join(case_dir, "cache_restored")
     row["restore"] = step(
         name, "restore", {**base, "TORCHINDUCTOR_CACHE_DIR": restored, "JUPYTER_COMPILE_CACHE_DIR": store_b}, ""
@@ -195,16 +236,21 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="10,100,1000", help="bundle sizes in MB, comma-separated")
+    p.add_argument(
+        "--pulls-at-once", type=int, default=4, help="collaborators pulling the largest incompressible bundle at once"
+    )
     p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
     args = p.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="large-bundles-") as work:
         with redis_server(shutil.which("redis-server"), work) as url:
             if url is None:
                 raise SystemExit("needs redis-server on PATH (make setup installs it)")
-            for size in (int(s) for s in args.sizes.split(",")):
+            for size in sizes:
                 for compressible in (False, True):
-                    rows.append(run_case(size, compressible, url, work))
+                    at_once = args.pulls_at_once if size == max(sizes) and not compressible else 0
+                    rows.append(run_case(size, compressible, url, work, at_once))
     meta = {"time": time.ctime(), "cpus": os.cpu_count(), "python": sys.version.split()[0]}
     with contextlib.suppress(Exception):
         import torch
@@ -214,6 +260,14 @@ def main() -> None:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     text = f"{meta}\n\nSeconds for each step (a fresh process each, after its imports), and the machine's floors.\n\n"
     text += table(rows) + "\n"
+    for r in rows:
+        if r.get("concurrent_pulls"):
+            c = r["concurrent_pulls"]
+            each = ", ".join("failed" if t is None else f"{t:.2f} s" for t in c["each_s"])
+            text += (
+                f"\n{c['n']} pulls of the {r['size_mb']} MB {r['kind']} bundle at once, one redis-server: each {each}; "
+                f"all done {c['wall_s']:.2f} s after the start ({r['pull'].get('seconds', 0):.2f} s alone)\n"
+            )
     with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
         f.write(text)
     print(text)

@@ -79,6 +79,7 @@ class CellReport:
     saved_version: str | None = None
     saved_bytes: int = 0
     saved_files: int = 0
+    save_seconds: float = 0.0  # writing the bundle into the local store
     pushed: bool = False
     body_seconds: float = 0.0
     # waiting for torch's compiler stack to import (and, for C++ kernels, the CPU probe): once per process

@@ -26,7 +26,7 @@ from .prewarm import Prewarm
 from .records import CellOptions, CellReport, RestoreResult, writer
 from .settings import CompileCache
 from .sources import HubSource, LocalSource, Source, TransferBar, find
-from .store import LocalStore, Removal, human_bytes
+from .store import LocalStore, Removal, human_bytes, speed
 
 
 def spare_status() -> dict[str, Any] | None:
@@ -172,7 +172,9 @@ class CompileCacheSession:
                 pulled = f", pull {result.pull_seconds:.2f} s" if result.source == "hub" else ""
                 print(
                     f"compile_cache: restored {name!r} from {where} ({result.files} files, "
-                    f"{human_bytes(result.bytes)}) in {result.seconds:.2f} s{pulled}",
+                    f"{human_bytes(result.bytes)}) in {result.seconds:.2f} s"
+                    + (f" ({speed(result.bytes, result.seconds)})" if result.seconds >= 1 else "")
+                    + pulled,
                     file=self.out,
                 )
             elif result.skipped:
@@ -342,6 +344,7 @@ class CompileCacheSession:
         store = self.store(opts.store)
         stats = {"body_seconds": report.body_seconds, "layers": report.layers, "layer_bytes": cell_files.layer_bytes()}
         manifest = _new_manifest(name, fingerprint.current(), stats)
+        start = time.perf_counter()
         try:
             manifest = store.write(manifest, cell_files.files)
         except OSError as exc:
@@ -350,6 +353,7 @@ class CompileCacheSession:
         report.saved_version = manifest.version
         report.saved_bytes = manifest.payload_bytes
         report.saved_files = len(manifest.members)
+        report.save_seconds = time.perf_counter() - start
         self._enforce_size_cap(store, report)
         if hub is not None:
             self.hub_link.push(hub, store, manifest, report, opts.quiet)
@@ -431,7 +435,12 @@ class CompileCacheSession:
             parts.append(f"waited {report.waited_seconds:.1f} s for torch's compiler to load (once per kernel)")
         if report.saved_version:
             where = "the local store and the hub" if report.pushed else "the local store"
-            parts.append(f"saved {report.saved_files} files ({human_bytes(report.saved_bytes)}) to {where}")
+            took = (
+                f" in {report.save_seconds:.1f} s ({speed(report.saved_bytes, report.save_seconds)})"
+                if report.save_seconds >= 1
+                else ""
+            )
+            parts.append(f"saved {report.saved_files} files ({human_bytes(report.saved_bytes)}) to {where}{took}")
         else:
             parts.append("nothing new to save")
         return "; ".join(parts)

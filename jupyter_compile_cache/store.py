@@ -365,6 +365,11 @@ def _write_json_atomic(path: str, data: Any) -> None:
         raise
 
 
+def speed(nbytes: int, seconds: float) -> str:
+    """A transfer's rate for the one line each long step prints: "212.4 MB/s"."""
+    return f"{human_bytes(int(nbytes / seconds))}/s" if seconds > 0 else "-"
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":
