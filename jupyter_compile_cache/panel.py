@@ -49,12 +49,11 @@ def saved_seconds(session: CompileCacheSession) -> dict[str, Any]:
     """Estimated compile time saved: per restored cell (cold time in the bundle minus this run), split per layer."""
     per_layer = {layer.name: 0.0 for layer in layers.LAYERS}
     cells = []
-    store = session.store()
     for report in session.history:
         restore = report.restore
         if not (report.ok and restore and restore.restored):
             continue
-        cold = store.cold_seconds(report.name, restore.version)
+        cold = restore.cold_seconds
         if cold is None:
             continue
         restored = report.body_seconds + restore.seconds + restore.pull_seconds  # the restore is part of the wait

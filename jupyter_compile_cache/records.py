@@ -65,6 +65,7 @@ class RestoreResult:
     uses_cpu_kernels: bool = False
     hub_url: str | None = None  # redacted
     pull_seconds: float = 0.0
+    cold_seconds: float | None = None  # the cold run's time, recorded in the restored version
 
     @property
     def restored(self) -> bool:

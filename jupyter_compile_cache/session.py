@@ -163,6 +163,8 @@ class CompileCacheSession:
             result.source, result.version = found.source.kind, manifest.version
             result.files, result.bytes = len(found.installed), manifest.payload_bytes
             result.uses_cpu_kernels = manifest.uses_cpu_kernels
+            cold = manifest.stats.get("body_seconds")
+            result.cold_seconds = float(cold) if isinstance(cold, (int, float)) else None
             if isinstance(found.source, HubSource):
                 result.hub_url, result.pull_seconds = found.source.hub.display_url, found.fetch_seconds
         result.seconds = time.perf_counter() - start
@@ -279,10 +281,8 @@ class CompileCacheSession:
         if report.ok:
             with contextlib.suppress(OSError):
                 store.save_run(report.name, report.to_json())
-        restore = report.restore
         try:  # statistics are worth a cell's nothing: a store that cannot take them is left as it is
-            cold = store.cold_seconds(report.name, restore.version) if restore and restore.restored else None
-            store.add_stats(stats.outcome(report, cold))
+            store.add_stats(stats.outcome(report))
         except Exception as exc:
             if not self._stats_failed:  # told once a session
                 self._stats_failed = True

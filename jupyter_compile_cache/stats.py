@@ -69,15 +69,15 @@ class StoreStats:
         return self.counts["hits"] / total if total else None
 
 
-def outcome(report: CellReport, cold_seconds: float | None) -> dict[str, float]:
-    """What one cell adds. `cold_seconds`: the cold time recorded in the bundle it restored, if it restored one."""
+def outcome(report: CellReport) -> dict[str, float]:
+    """What one cell adds (the cold time of a restored bundle comes with its restore record)."""
     restore = report.restore
     restored = bool(report.ok and restore is not None and restore.restored)
     hits = sum(counts.get("hits", 0) for counts in report.layers.values())
     misses = sum(counts.get("misses", 0) for counts in report.layers.values())
     saved = 0.0
-    if restored and cold_seconds is not None:  # the restore is part of the restored run's wait
-        saved = max(0.0, cold_seconds - report.body_seconds - restore.seconds - restore.pull_seconds)
+    if restored and restore.cold_seconds is not None:  # the restore is part of the restored run's wait
+        saved = max(0.0, restore.cold_seconds - report.body_seconds - restore.seconds - restore.pull_seconds)
     return {
         "cells": 1,
         "cells_failed": 0 if report.ok else 1,

@@ -327,22 +327,14 @@ class LocalStore:
         with self._lock():  # two kernels finishing cells at once both count
             stats = self.read_stats()
             stats.add(outcome)
-            _write_json_atomic(self._stats_path(), stats.to_json())
+            _write_json_atomic(self._stats_path(), stats.to_json(), durable=False)
 
     def zero_stats(self) -> StoreStats:
         """Start the statistics again; returns what they were."""
         with self._lock():
             before = self.read_stats()
-            _write_json_atomic(self._stats_path(), StoreStats(time.time()).to_json())
+            _write_json_atomic(self._stats_path(), StoreStats(time.time()).to_json(), durable=False)
         return before
-
-    def cold_seconds(self, name: str, version: str | None) -> float | None:
-        """The cold time recorded in a version of NAME (the newest when `version` is None)."""
-        for manifest in self.versions(name):
-            if version in (None, manifest.version):
-                seconds = manifest.stats.get("body_seconds")
-                return float(seconds) if isinstance(seconds, (int, float)) else None
-        return None
 
     def usage(self) -> tuple[int, int, int]:
         """(bytes, versions, names) of the committed bundles."""
@@ -350,14 +342,16 @@ class LocalStore:
         return sum(b.manifest.payload_bytes for b in stored), len(stored), len({b.manifest.name for b in stored})
 
 
-def _write_json_atomic(path: str, data: Any) -> None:
+def _write_json_atomic(path: str, data: Any, durable: bool = True) -> None:
+    """Replace `path` whole; `durable`: on disk before the rename (statistics, written after every cell, need not)."""
     directory = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True, default=str)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

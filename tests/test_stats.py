@@ -21,18 +21,19 @@ def _cold_cell() -> CellReport:
 
 
 def _restored_cell(source: str) -> CellReport:
-    cell = CellReport("net", body_seconds=0.5, restore=RestoreResult("net", source=source, version="v1", bytes=4096))
+    restore = RestoreResult("net", source=source, version="v1", bytes=4096, cold_seconds=12.0)
+    cell = CellReport("net", body_seconds=0.5, restore=restore)
     cell.layers = {"dynamo_precompile": {"hits": 1, "misses": 0}}
     return cell
 
 
 def test_cells_add_up_and_zero_starts_again_showing_what_it_zeroed(tmp_path):
     store = LocalStore(str(tmp_path))
-    store.add_stats(stats.outcome(_cold_cell(), None))
-    store.add_stats(stats.outcome(_restored_cell("local"), cold_seconds=12.0))
-    store.add_stats(stats.outcome(_restored_cell("hub"), cold_seconds=12.0))
+    store.add_stats(stats.outcome(_cold_cell()))
+    store.add_stats(stats.outcome(_restored_cell("local")))
+    store.add_stats(stats.outcome(_restored_cell("hub")))
     failed = CellReport("net", ok=False)
-    store.add_stats(stats.outcome(failed, None))
+    store.add_stats(stats.outcome(failed))
     counts = store.read_stats().counts
     assert (counts["cells"], counts["cells_failed"], counts["compiled"]) == (4, 1, 1)
     assert (counts["restored_local"], counts["restored_hub"], counts["hits"], counts["misses"]) == (1, 1, 2, 4)
@@ -75,8 +76,8 @@ def test_a_damaged_stats_file_reads_as_none_and_the_next_cell_rewrites_it(tmp_pa
 
 def test_the_view_shows_rates_time_saved_and_the_store_against_its_cap(tmp_path):
     store = LocalStore(str(tmp_path))
-    store.add_stats(stats.outcome(_cold_cell(), None))
-    store.add_stats(stats.outcome(_restored_cell("local"), cold_seconds=12.0))
+    store.add_stats(stats.outcome(_cold_cell()))
+    store.add_stats(stats.outcome(_restored_cell("local")))
     text = repr(report.StatsView(CompileCacheSession(store_root=str(tmp_path)).stats()))
     assert text.startswith(f"statistics of {tmp_path} since 20"), text
     assert re.search(r"^  restored a bundle +1  50\.0 %$", text, re.M), text
