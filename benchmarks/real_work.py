@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -220,7 +221,13 @@ print(_j.dumps({{"counters": {{f"{{g}}.{{n}}": _c[g][n] for g, ns in _keep.items
 
 
 def run_workload(
-    name: str, size: str, device: str, work: str, case_timeout: float, cases: tuple[str, ...] = CASES
+    name: str,
+    size: str,
+    device: str,
+    work: str,
+    case_timeout: float,
+    cases: tuple[str, ...] = CASES,
+    per_call_kernels: int = 0,
 ) -> dict:
     build, cell = CELLS[name]
     store = os.path.join(work, name, "store")
@@ -277,7 +284,35 @@ def run_workload(
             print(f"{name:9s} {case:10s} FAILED: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
         finally:
             k.close()
+    if name == "decode" and per_call_kernels:
+        row.update(per_call_pairs(size, device, work, case_timeout, per_call_kernels))
     return row
+
+
+def per_call_pairs(size: str, device: str, work: str, case_timeout: float, pairs: int) -> dict:
+    """Decode cost per call, plain torch warm against ours restored, in `pairs` more kernels of each, alternating:
+    two kernels running the same code differ by more than the 2 % asked for, so one kernel per case shows nothing."""
+    build, cell = CELLS["decode"]
+    found: dict = {"torch_warm_per_call_ms_kernels": [], "ours_per_call_ms_kernels": []}
+    for i in range(pairs):
+        for case in ("torch_warm", "ours"):
+            cache_dir = os.path.join(work, "decode", "cold" if case == "torch_warm" else f"ours-pair-{i}")
+            store = os.path.join(work, "decode", "store")
+            env = {"TORCHINDUCTOR_CACHE_DIR": cache_dir, "JUPYTER_COMPILE_CACHE_DIR": store}
+            k = KernelRunner(env, case_timeout)
+            try:
+                if case == "ours":
+                    k.run("%load_ext jupyter_compile_cache")
+                k.run(SETUP.format(size=SIZES[size], device=device, compile_=True) + BUILD[build])
+                k.run(f"%%compile_cache real-decode\n{cell}" if case == "ours" else cell)
+                _, out = k.run(PER_CALL)
+                found[f"{case}_per_call_ms_kernels"].append(float(out.split()[-1]))
+                print(f"decode    per call, {case} kernel {i + 1}: {out.split()[-1]} ms", file=sys.stderr, flush=True)
+            except (TimeoutError, RuntimeError) as exc:
+                print(f"decode    per call, {case} kernel {i + 1} FAILED: {exc}", file=sys.stderr, flush=True)
+            finally:
+                k.close()
+    return found
 
 
 def total(row: dict, case: str) -> float | None:
@@ -287,8 +322,11 @@ def total(row: dict, case: str) -> float | None:
     return row.get(f"{case}_load_ext", 0.0) + row.get(f"{case}_build", 0.0) + row[case]
 
 
-def _s(seconds: float | None) -> str:
-    return "failed" if seconds is None else f"{seconds:.2f}"
+def _c(row: dict, case: str) -> str:
+    """A case's seconds; "-" for a case not run, "failed" for one that ran and failed."""
+    if row.get(case) is None:
+        return "failed" if f"{case}_error" in row else "-"
+    return f"{row[case]:.2f}"
 
 
 def _x(a: float | None, b: float | None, digits: int = 2) -> str:
@@ -304,18 +342,34 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         ours = r.get("ours")
         lines.append(
-            f"| {r['workload']} | {_s(r.get('eager'))} | {_s(r.get('cold'))} | {_s(r.get('torch_warm'))} | "
-            f"{_s(r.get('mega'))} (+{_s(r.get('mega_load_s'))}) | {_s(r.get('ours_cold'))} | **{_s(ours)}** | "
+            f"| {r['workload']} | {_c(r, 'eager')} | {_c(r, 'cold')} | {_c(r, 'torch_warm')} | "
+            f"{_c(r, 'mega')} (+{_c(r, 'mega_load_s')}) | {_c(r, 'ours_cold')} | **{_c(r, 'ours')}** | "
             f"{_x(ours, r.get('eager'))} | {_x(ours, r.get('torch_warm'))} | {_x(ours, r.get('cold'), 3)} |"
         )
     lines += ["", "From a new kernel to the cell's answer (%load_ext + build cell + compiled cell), seconds:", ""]
     lines += ["| workload | eager | torch cold | torch warm | ours restored | /eager | /torch warm |", "|" + "---|" * 7]
     for r in rows:
         t = {case: total(r, case) for case in ("eager", "cold", "torch_warm", "ours")}
+        t.update({key: value for key, value in r.items() if key.endswith("_error")})
         lines.append(
-            f"| {r['workload']} | {_s(t['eager'])} | {_s(t['cold'])} | {_s(t['torch_warm'])} | **{_s(t['ours'])}** | "
+            f"| {r['workload']} | {_c(t, 'eager')} | {_c(t, 'cold')} | {_c(t, 'torch_warm')} | **{_c(t, 'ours')}** | "
             f"{_x(t['ours'], t['eager'])} | {_x(t['ours'], t['torch_warm'])} |"
         )
+    for r in rows:
+        warm, ours = r.get("torch_warm_per_call_ms_kernels"), r.get("ours_per_call_ms_kernels")
+        if warm and ours:
+            med_w, med_o = statistics.median(warm), statistics.median(ours)
+            lines += [
+                "",
+                f"{r['workload']}, cost per decode step (ms; median of 10 generations per kernel, one kernel each):",
+                "",
+                "| | kernels | median of kernels | min | max |",
+                "|---|---|---|---|---|",
+                f"| torch warm | {len(warm)} | {med_w:.3f} | {min(warm):.3f} | {max(warm):.3f} |",
+                f"| ours restored | {len(ours)} | {med_o:.3f} | {min(ours):.3f} | {max(ours):.3f} |",
+                "",
+                f"ours / torch warm: {med_o / med_w:.3f}x",
+            ]
     return "\n".join(lines)
 
 
@@ -326,6 +380,13 @@ def main() -> None:
     p.add_argument("--workloads", default=",".join(CELLS), help="comma-separated, of: " + ", ".join(CELLS))
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take (default 600)")
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES))
+    p.add_argument(
+        "--per-call-kernels",
+        type=int,
+        default=0,
+        help="decode: this many more torch warm and ours kernels, alternating, for the cost per call (needs the "
+        "cold and ours_cold cases)",
+    )
     p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
     args = p.parse_args()
     cases = tuple(c for c in CASES if c in args.cases.split(","))
@@ -339,7 +400,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="real-work-") as work:
         for name in names:
-            rows.append(run_workload(name, args.size, args.device, work, args.cell_timeout, cases))
+            rows.append(
+                run_workload(name, args.size, args.device, work, args.cell_timeout, cases, args.per_call_kernels)
+            )
             with open(args.out, "w") as f:  # after each workload: a run cut short keeps what it measured
                 json.dump({"meta": meta, "rows": rows}, f, indent=1)
     text = f"{meta}\n\nWhole cell, seconds, one fresh kernel per case.\n\n{table(rows)}\n"
