@@ -9,6 +9,10 @@ real kernel through jupyter_client:
 | `torch_warm` | the plain kernel | `torch.compile`, cache dir already warm (torch's own caches) |
 | `ours_today` | the plain kernel | `%%compile_cache`, restored from the local store |
 | `ours_warm` | the warm-restart kernel spec (`install-kernel`) | `%%compile_cache`, restored |
+| `ours_raw` | the same spec, its argv launched raw (as VS Code does) | `%%compile_cache`, restored |
+
+`ours_raw` does what a raw front end does: a connection file with new ports, the spec's argv run as a process, a
+plain `BlockingKernelClient`; a restart is a shutdown request, the process's exit, and a new launch.
 
 Each kernel runs its notebook once (filling the caches and the store), then, `--rounds` times: wait `--pause`
 seconds (a user reading; the warm kernel's spare gets ready meanwhile, and the time it needed is reported), then
@@ -54,6 +58,11 @@ VARIANTS = {
         "import torch\n%load_ext jupyter_compile_cache",
         "%%compile_cache restart-bench --quiet\n" + CALL.format(call="torch.compile(model)(x)"),
     ),
+    "ours_raw": (
+        "python3-compile-cache",
+        "import torch\n%load_ext jupyter_compile_cache",
+        "%%compile_cache restart-bench --quiet\n" + CALL.format(call="torch.compile(model)(x)"),
+    ),
 }
 
 
@@ -65,16 +74,28 @@ def run_cell(kc, code: str, timeout: float = 600) -> float:
     return time.perf_counter() - start
 
 
-def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dict:
-    from jupyter_client import KernelManager
-
-    kernel_name, first, third = VARIANTS[name]
-    env = dict(
+def _env(name: str, work: str) -> dict[str, str]:
+    return dict(
         os.environ,
         TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{name}"),
         JUPYTER_COMPILE_CACHE_DIR=os.path.join(work, f"store-{name}"),
         PYTHONWARNINGS="ignore",
     )
+
+
+def _report(name: str, i: int, r: dict) -> None:
+    print(f"  {name} round {i + 1}: restart + Run All {r['total_s']:.2f} s (restart {r['restart_s']:.2f} s, of which "
+          f"shutdown {r['shutdown_s']:.2f} s; cells "
+          + ", ".join(f"{s:.2f}" for s in r["cells_s"]) + ")", flush=True)  # fmt: skip
+
+
+def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dict:
+    from jupyter_client import KernelManager
+
+    if name == "ours_raw":
+        return measure_raw(name, device, rounds, pause, work)
+    kernel_name, first, third = VARIANTS[name]
+    env = _env(name, work)
     km = KernelManager(kernel_name=kernel_name or "python3")
     if kernel_name is None:
         km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
@@ -106,12 +127,75 @@ def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dic
             per_cell = [run_cell(kc, c) for c in cells]
             total = time.perf_counter() - start
             result["rounds"].append({"restart_s": restarted, "shutdown_s": shut, "cells_s": per_cell, "total_s": total})
-            print(f"  {name} round {i + 1}: restart + Run All {total:.2f} s (restart {restarted:.2f} s, of which "
-                  f"shutdown {shut:.2f} s; cells "
-                  + ", ".join(f"{s:.2f}" for s in per_cell) + ")", flush=True)  # fmt: skip
+            _report(name, i, result["rounds"][-1])
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+    result["median_s"] = statistics.median(r["total_s"] for r in result["rounds"])
+    return result
+
+
+def measure_raw(name: str, device: str, rounds: int, pause: float, work: str) -> dict:
+    """The warm spec's argv launched as a raw front end launches it (see the module docstring)."""
+    import glob
+    import subprocess
+
+    from jupyter_client.blocking import BlockingKernelClient
+    from jupyter_client.connect import write_connection_file
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from jupyter_compile_cache.spare import spare_dir
+
+    kernel_name, first, third = VARIANTS[name]
+    argv = KernelSpecManager().get_kernel_spec(kernel_name).argv
+    env = _env(name, work)
+    cells = [first, f"DEVICE = {device!r}\n" + MODEL, third]
+    launches = iter(range(1_000_000))
+
+    def launch() -> tuple[subprocess.Popen, BlockingKernelClient]:
+        connection_file = os.path.join(work, f"raw-kernel-{next(launches)}.json")
+        write_connection_file(connection_file)
+        proc = subprocess.Popen([a.replace("{connection_file}", connection_file) for a in argv], env=env)
+        kc = BlockingKernelClient(connection_file=connection_file)
+        kc.load_connection_file()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=120)
+        return proc, kc
+
+    proc, kc = launch()
+    result: dict = {"variant": name, "rounds": [], "spare_ready_s": []}
+    try:
+        result["first_run_s"] = sum(run_cell(kc, c) for c in cells)
+        for i in range(rounds):
+            waited = time.perf_counter()
+            while time.perf_counter() - waited < 120:  # the spare this launch started listens once it is ready
+                if glob.glob(os.path.join(spare_dir() or work, f"*-{proc.pid}-*.sock")):
+                    break
+                time.sleep(0.05)
+            result["spare_ready_s"].append(time.perf_counter() - waited)
+            time.sleep(max(0.0, pause - (time.perf_counter() - waited)))
+            start = time.perf_counter()
+            kc.shutdown(restart=True)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:  # what a front end does with a kernel that does not go
+                proc.kill()
+                proc.wait()
+            kc.stop_channels()
+            shut = time.perf_counter() - start
+            proc, kc = launch()
+            restarted = time.perf_counter() - start
+            per_cell = [run_cell(kc, c) for c in cells]
+            total = time.perf_counter() - start
+            result["rounds"].append({"restart_s": restarted, "shutdown_s": shut, "cells_s": per_cell, "total_s": total})
+            _report(name, i, result["rounds"][-1])
+    finally:
+        kc.shutdown()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        kc.stop_channels()
     result["median_s"] = statistics.median(r["total_s"] for r in result["rounds"])
     return result
 
@@ -146,8 +230,12 @@ def main() -> int:
         cells = " | ".join(f"{s:.2f}" for s in median_round["cells_s"])
         restart = f"{median_round['restart_s']:.2f} ({median_round['shutdown_s']:.2f})"
         print(f"| {name} | {r['median_s']:.2f} | {ratio} | {restart} | {cells} |")
-    if results.get("ours_warm", {}).get("spare_ready_s"):
-        print(f"\nwarm spare ready after (s, per round): {results['ours_warm']['spare_ready_s']}")
+    for name in ("ours_warm", "ours_raw"):
+        if results.get(name, {}).get("spare_ready_s"):
+            ready = [round(s, 2) for s in results[name]["spare_ready_s"]]
+            print(f"\n{name}: spare ready after (s, per round): {ready}")
+    if results.get("ours_warm") and results.get("ours_raw"):
+        print(f"ours_raw / ours_warm: {results['ours_raw']['median_s'] / results['ours_warm']['median_s']:.2f}x")
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "device": args.device,

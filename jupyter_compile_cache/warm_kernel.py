@@ -6,8 +6,10 @@ Code::
     python -m jupyter_compile_cache install-kernel [--name NAME] [--display-name TEXT]
         [--user | --sys-prefix | --prefix DIR]
 
-The spec runs the same `python -m ipykernel_launcher` as the default kernel, through jupyter_client's kernel
-provisioner API (`WarmSpareProvisioner`, entry point `compile-cache-warm`). After it starts a kernel, the
+The spec names a kernel provisioner (`WarmSpareProvisioner`, entry point `compile-cache-warm`), which front ends
+that start kernels through jupyter_client use; its argv, `python -m jupyter_compile_cache.launcher`, is for front
+ends that run the argv themselves and ignore provisioners (VS Code): see launcher.py. The provisioner reads the
+argv as `python -m ipykernel_launcher ARGS`, the default kernel's command. After it starts a kernel, the
 provisioner starts one spare process (`spare.py`) with the kernel's Python, environment and working directory;
 the spare imports torch, torch._dynamo, torch._inductor and ipykernel and probes the CPU, and never touches CUDA.
 When the kernel is restarted, the spare becomes the new kernel process: a fresh kernel (new process, no variables,
@@ -42,13 +44,12 @@ from typing import Any
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning import LocalProvisioner
 
+from .spare import KERNEL_MODULES, spare_delay, spare_info_path, spares_enabled
+
 PROVISIONER_NAME = "compile-cache-warm"
 DEFAULT_KERNEL_NAME = "python3-compile-cache"
 DEFAULT_DISPLAY_NAME = "Python 3 (compile cache, warm restart)"
-SPARE_ENV = "JUPYTER_COMPILE_CACHE_SPARE"
-SPARE_DELAY_ENV = "JUPYTER_COMPILE_CACHE_SPARE_DELAY"
-DEFAULT_SPARE_DELAY = 3.0
-KERNEL_MODULES = ("ipykernel_launcher", "ipykernel")  # what a spare can become: `python -m <module> ARGS`
+LAUNCHER_MODULE = "jupyter_compile_cache.launcher"  # the spec's argv, for front ends that launch it raw
 
 
 class Spare:
@@ -128,22 +129,11 @@ def _read_word(fd: int, timeout: float = 0) -> bytes | None:
 
 
 def kernel_module(cmd: list[str]) -> tuple[str, str, list[str]] | None:
-    """(python, module, args) for `python -m ipykernel_launcher ARGS`, the command a spare can take over."""
-    if len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] in KERNEL_MODULES:
-        return cmd[0], cmd[2], list(cmd[3:])
+    """(python, module, args) for `python -m ipykernel_launcher ARGS`, the command a spare can take over. The
+    launcher's command (our spec's argv) means the same kernel: here the provisioner does the launcher's job."""
+    if len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] in (*KERNEL_MODULES, LAUNCHER_MODULE):
+        return cmd[0], cmd[2] if cmd[2] != LAUNCHER_MODULE else KERNEL_MODULES[0], list(cmd[3:])
     return None
-
-
-def spares_enabled(env: dict[str, str]) -> bool:
-    return env.get(SPARE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def spare_delay(env: dict[str, str]) -> float:
-    """Seconds between a kernel's start and its spare's (the spare's imports take a core for a few seconds)."""
-    try:
-        return max(0.0, float(env.get(SPARE_DELAY_ENV, DEFAULT_SPARE_DELAY)))
-    except ValueError:
-        return DEFAULT_SPARE_DELAY
 
 
 class WarmSpareProvisioner(LocalProvisioner):
@@ -178,6 +168,8 @@ class WarmSpareProvisioner(LocalProvisioner):
         self._close_done()  # the previous kernel's, if it ended without our wait()
         self._finished = False
         if not (spare is not None and target is not None and self._take_over(spare, target, cwd)):
+            if target is not None:  # ipykernel itself, not the launcher: its spares are for raw front ends
+                cmd = [target[0], "-m", target[1], *target[2]]
             await super().launch_kernel(cmd, **kwargs)
         self._write_spare_info()
         if enabled:
@@ -298,10 +290,6 @@ class WarmSpareProvisioner(LocalProvisioner):
                     json.dump({"pid": self.spare.pid}, f)
 
 
-def spare_info_path(connection_file: str) -> str:
-    return os.path.splitext(connection_file)[0] + "-spare.json"
-
-
 def spare_status() -> dict[str, Any] | None:
     """This kernel's spare (called inside the kernel): pid, alive, resident memory; None without one."""
     try:
@@ -332,7 +320,7 @@ def install_kernel_spec(
     from jupyter_client.kernelspec import KernelSpecManager
 
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-m", LAUNCHER_MODULE, "-f", "{connection_file}"],
         "display_name": display_name,
         "language": "python",
         "metadata": {"debugger": True, "kernel_provisioner": {"provisioner_name": PROVISIONER_NAME}},

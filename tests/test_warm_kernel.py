@@ -80,7 +80,8 @@ def test_install_kernel_writes_a_spec_with_our_provisioner(tmp_path):
     assert cli.main(["install-kernel", "--prefix", str(tmp_path), "--name", "mine", "--display-name", "Mine"]) == 0
     with open(tmp_path / "share" / "jupyter" / "kernels" / "mine" / "kernel.json") as f:
         spec = json.load(f)
-    assert spec["display_name"] == "Mine" and spec["argv"][:3] == [sys.executable, "-m", "ipykernel_launcher"]
+    assert spec["display_name"] == "Mine"
+    assert spec["argv"][:3] == [sys.executable, "-m", "jupyter_compile_cache.launcher"]
     assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "compile-cache-warm"
 
 
