@@ -22,7 +22,7 @@ CHECK = "# NBVAL_CHECK_OUTPUT\n"
 
 SETUP_DEMO_DIRS = """import os, shutil
 # A demo store and torch cache dir beside these notebooks, so the example never touches your real caches.
-DEMO = os.path.abspath(".jcc-demo")
+DEMO = os.path.abspath("{demo}")
 os.environ["JUPYTER_COMPILE_CACHE_DIR"] = os.path.join(DEMO, "store")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(DEMO, "torch-cache-{tag}")
 """
@@ -45,7 +45,7 @@ NOTEBOOKS = {
             "## 1. Load the extension\nIt starts importing torch's compiler in the background, so "
             "the first compile does not wait for it."
         ),
-        new_code_cell(SETUP_DEMO_DIRS.format(tag="01") + "\n%load_ext jupyter_compile_cache"),
+        new_code_cell(SETUP_DEMO_DIRS.format(demo=".jcc-demo/01", tag="01") + "\n%load_ext jupyter_compile_cache"),
         new_markdown_cell("## 2. A model"),
         new_code_cell(MODEL),
         new_markdown_cell(
@@ -79,7 +79,7 @@ NOTEBOOKS = {
             "into an **empty** torch cache directory."
         ),
         new_code_cell(
-            SETUP_DEMO_DIRS.format(tag="02a") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
+            SETUP_DEMO_DIRS.format(demo=".jcc-demo/02", tag="02a") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
             "%load_ext jupyter_compile_cache"
         ),
         new_code_cell(MODEL),
@@ -99,7 +99,7 @@ NOTEBOOKS = {
             "**empty** torch cache directory: everything the cell needs comes from the bundle."
         ),
         new_code_cell(
-            SETUP_DEMO_DIRS.format(tag="02b")
+            SETUP_DEMO_DIRS.format(demo=".jcc-demo/02", tag="02b")
             + 'assert os.path.isdir(os.environ["JUPYTER_COMPILE_CACHE_DIR"]), "run 02a first: it saves the bundle"\n'
             + "# an EMPTY torch cache dir on every run, as on a wiped /tmp or a colleague's machine\n"
             + 'shutil.rmtree(os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)\n\n'
@@ -139,7 +139,7 @@ NOTEBOOKS = {
             "own store and an empty cache directory) restore it."
         ),
         new_code_cell(
-            SETUP_DEMO_DIRS.format(tag="03") + "import shutil, socket, subprocess, sys, time\n"
+            SETUP_DEMO_DIRS.format(demo=".jcc-demo/03", tag="03") + "import shutil, socket, subprocess, sys, time\n"
             "with socket.socket() as s:\n"
             "    s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]\n"
             "redis_proc = subprocess.Popen([shutil.which('redis-server'), '--port', str(port), "
@@ -158,42 +158,55 @@ NOTEBOOKS = {
         ),
         new_code_cell(COMPILE_CELL.replace("mlp", "shared-mlp")),
         new_markdown_cell(
-            "## A colleague on a fresh machine\nA new process with its own, empty store and cache "
-            "directory, the same hub and secret: its cell restores from the hub."
+            "## A colleague on a fresh machine\nA new kernel with its own, empty store and cache "
+            "directory, the same hub and secret, running the same cells as you: its cell restores from the hub."
         ),
         new_code_cell(
-            'COLLEAGUE = r"""\n'
-            "import json, torch, jupyter_compile_cache as jcc\n"
-            "from torch._dynamo.utils import counters\n" + MODEL + "\n"
-            'with jcc.cell("shared-mlp") as report:\n'
-            "    with torch.no_grad():\n"
-            "        y = torch.compile(model)(x)\n"
-            'print("restored from:", report.restore.source)\n'
-            'print("fx graph misses:", counters["inductor"]["fxgraph_cache_miss"])\n'
-            '"""\n'
+            "from jupyter_client.manager import start_new_kernel\n\n"
+            "# The colleague's notebook: your cells above, then a look at torch's counters.\n"
+            f'MODEL_CELL = """\\\n{MODEL}"""\n'
+            f'COMPILE_CELL = """\\\n{COMPILE_CELL.replace("mlp", "shared-mlp")}"""\n'
+            "COUNTERS_CELL = ('from torch._dynamo.utils import counters\\n'\n"
+            '                 \'print("fx graph misses:", counters["inductor"]["fxgraph_cache_miss"])\')\n'
+            "COLLEAGUE_CELLS = ['%load_ext jupyter_compile_cache', MODEL_CELL, COMPILE_CELL, COUNTERS_CELL]\n\n"
             "def colleague(secret):\n"
             "    env = dict(os.environ, JUPYTER_COMPILE_CACHE_DIR=os.path.join(DEMO, f'store-{secret}'),\n"
             "               TORCHINDUCTOR_CACHE_DIR=os.path.join(DEMO, f'cache-{secret}'),\n"
             "               JUPYTER_COMPILE_CACHE_SECRET=secret)\n"
-            "    done = subprocess.run([sys.executable, '-c', COLLEAGUE], env=env, capture_output=True, "
-            "text=True)\n"
-            "    out = [l for l in done.stdout.splitlines() if not l.startswith('compile_cache: ')]\n"
-            "    refused = [l for l in done.stderr.splitlines() if 'signature' in l]\n"
-            "    return out, refused"
+            "    said, out = [], []  # what the extension told them; what their cells printed\n"
+            "    def keep(msg):\n"
+            "        if msg['msg_type'] == 'stream':\n"
+            "            for line in msg['content']['text'].splitlines():\n"
+            "                (said if line.startswith('compile_cache: ') else out).append(line)\n"
+            "    km, kc = start_new_kernel(env=env, stderr=subprocess.DEVNULL)  # its log lines, not its output\n"
+            "    try:\n"
+            "        for cell in COLLEAGUE_CELLS:\n"
+            "            kc.execute_interactive(cell, output_hook=keep, timeout=300)\n"
+            "    finally:\n"
+            "        kc.stop_channels(); km.shutdown_kernel(now=True)\n"
+            "    out.append(f'restored from the hub: {any(\"from the hub\" in line for line in said)}')\n"
+            "    return said, out\n\n"
+            "said, out = colleague('our-team-secret')\n"
+            "print('\\n'.join(said))"
         ),
-        new_code_cell(
-            CHECK + "out, refused = colleague('our-team-secret')\nprint('\\n'.join(out))\n"
-            "print('refused:', bool(refused))"
-        ),
+        new_markdown_cell("What the colleague's cells printed: the bundle came from the hub, nothing recompiled."),
+        new_code_cell(CHECK + "print('\\n'.join(out))"),
         new_markdown_cell(
             "## Signing\nBundles hold pickled code, so a team sets a secret: every bundle is "
             "signed, and one signed with another secret (or altered on the hub) is refused; the "
             "cell then compiles itself."
         ),
-        new_code_cell(
-            CHECK + "out, refused = colleague('some-other-secret')\nprint('\\n'.join(out))\n"
-            "print('refused:', bool(refused))"
+        new_code_cell("said, out = colleague('some-other-secret')\nprint('\\n'.join(said))"),
+        new_markdown_cell(
+            "The hub's version was refused, the colleague's cell compiled (one FX graph miss), and what it "
+            "compiled stayed in their own store: the team would refuse a version signed with another secret."
         ),
+        new_code_cell(
+            CHECK + "print('\\n'.join(out))\n"
+            "print('refused:', any('wrong signature' in l for l in said))\n"
+            "print('pushed:', not any('not pushed' in l for l in said))"
+        ),
+        new_markdown_cell("The hub holds one version: yours. Nobody pushed again."),
         new_code_cell("%compile_cache list"),
         new_markdown_cell("## Clean up"),
         new_code_cell("redis_proc.terminate(); redis_proc.wait()\nshutil.rmtree(DEMO, ignore_errors=True)"),
@@ -207,7 +220,7 @@ NOTEBOOKS = {
             "Code."
         ),
         new_code_cell(
-            SETUP_DEMO_DIRS.format(tag="04") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
+            SETUP_DEMO_DIRS.format(demo=".jcc-demo/04", tag="04") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
             "%load_ext jupyter_compile_cache"
         ),
         new_code_cell(MODEL),
@@ -287,7 +300,7 @@ GPU_NOTEBOOKS = {
         ),
         new_markdown_cell("## 1. Setup: a demo store and an empty torch cache dir"),
         new_code_cell(
-            GPU_SETUP.format(tag="05") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
+            GPU_SETUP.format(demo=".jcc-demo", tag="05") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
             "%load_ext jupyter_compile_cache\n"
             "import torch\n"
             "print(torch.cuda.get_device_name(), '| torch', torch.__version__)"
@@ -309,7 +322,7 @@ GPU_NOTEBOOKS = {
             "bundle and not from torch's own cache directory, torch now gets a **new, empty** cache dir."
         ),
         new_code_cell(
-            GPU_SETUP.format(tag="05-after-restart")
+            GPU_SETUP.format(demo=".jcc-demo", tag="05-after-restart")
             + 'assert not os.path.exists(os.environ["TORCHINDUCTOR_CACHE_DIR"])\n\n'
             "%load_ext jupyter_compile_cache",
             metadata={"tags": ["restart-kernel"]},

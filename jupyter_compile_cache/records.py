@@ -66,6 +66,7 @@ class RestoreResult:
     hub_url: str | None = None  # redacted
     pull_seconds: float = 0.0
     cold_seconds: float | None = None  # the cold run's time, recorded in the restored version
+    hub_signed_elsewhere: bool = False  # every hub version seen was refused as signed with another secret
 
     @property
     def restored(self) -> bool:

@@ -167,6 +167,7 @@ class CompileCacheSession:
             result.cold_seconds = float(cold) if isinstance(cold, (int, float)) else None
             if isinstance(found.source, HubSource):
                 result.hub_url, result.pull_seconds = found.source.hub.display_url, found.fetch_seconds
+        result.hub_signed_elsewhere = found.wrong_signatures > 0 and not isinstance(found.source, HubSource)
         result.seconds = time.perf_counter() - start
         if not opts.quiet:
             if result.restored:
@@ -355,7 +356,15 @@ class CompileCacheSession:
         report.saved_files = len(manifest.members)
         report.save_seconds = time.perf_counter() - start
         self._enforce_size_cap(store, report)
-        if hub is not None:
+        if hub is not None and report.restore is not None and report.restore.hub_signed_elsewhere:
+            # The team's versions of NAME did not verify with our secret: a version signed with it would be refused
+            # by the team in turn. Most likely our secret is not the team's.
+            self.warn(
+                f"not pushed {name!r} to the hub: its versions there are signed with another secret (is "
+                "JUPYTER_COMPILE_CACHE_SECRET the team's?); saved to the local store only",
+                report,
+            )
+        elif hub is not None:
             self.hub_link.push(hub, store, manifest, report, opts.quiet)
 
     # -- the per-machine toolchain bundle ---------------------------------------------------------------------

@@ -110,6 +110,7 @@ class Found:
     skipped: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     down: list[tuple[Source, HubError]] = field(default_factory=list)  # sources that did not answer
+    wrong_signatures: int = 0  # hub versions refused as not signed with this team's secret
 
 
 def find(
@@ -149,7 +150,8 @@ def find(
                 local = source.fetch(manifest, store, bar)
             except SignatureError as exc:
                 found.skipped.append(f"{tag}: {exc}")
-                found.warnings.append(f"{exc}; refused, the cell compiles instead")
+                found.warnings.append(f"{exc}; refused")
+                found.wrong_signatures += 1
                 continue
             except HubError as exc:  # the transfer failed: the hub is the problem, not this version
                 found.skipped.append(f"{tag}: {exc}")

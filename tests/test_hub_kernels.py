@@ -53,16 +53,20 @@ def test_colleague_restores_from_a_cluster_hub_with_no_misses(kernel_factory, tm
     assert "hub" in listing and "local" in listing
 
 
-def test_wrong_team_secret_is_refused_and_the_cell_compiles(kernel_factory, tmp_path, redis_server):
+def test_wrong_team_secret_is_refused_the_cell_compiles_and_does_not_push(kernel_factory, tmp_path, redis_server):
     alice = _collaborator(kernel_factory, tmp_path, "alice", redis_server.url, JUPYTER_COMPILE_CACHE_SECRET="ours")
     alice.run(COMPILE.format(name="net", options="")).check()
     mallory = _collaborator(
         kernel_factory, tmp_path, "mallory", redis_server.url, JUPYTER_COMPILE_CACHE_SECRET="theirs"
     )
-    out = mallory.run(COMPILE.format(name="net", options="--no-save")).check()
+    out = mallory.run(COMPILE.format(name="net", options="")).check()
     assert "MATCHES_EAGER True" in out.stdout
     assert "wrong signature" in out.stderr and "refused" in out.stderr
     assert mallory.counters()["inductor"]["fxgraph_cache_miss"] >= 1
+    # What mallory compiled stays in mallory's store: the team would refuse a version signed with her secret.
+    assert "not pushed 'net' to the hub" in out.stderr and "saved" in out.stdout
+    assert LocalStore(str(tmp_path / "store_mallory")).versions("net")
+    assert len(RedisHub(HubConfig(url=redis_server.url)).versions("net")) == 1  # alice's only
 
 
 def test_hub_down_or_untrusted_warns_once_and_the_local_store_still_works(
