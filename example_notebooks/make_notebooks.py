@@ -223,12 +223,29 @@ NOTEBOOKS = {
             SETUP_DEMO_DIRS.format(demo=".jcc-demo/04", tag="04") + "shutil.rmtree(DEMO, ignore_errors=True)\n\n"
             "%load_ext jupyter_compile_cache"
         ),
-        new_code_cell(MODEL),
         new_markdown_cell(
-            "Compile once (cold), then run the same cell again: the second run restores the bundle, "
-            "so the panel has a cold and a restored time to compare."
+            "## Yesterday's kernel\nA kernel of its own (another process, the same store) runs this notebook's "
+            "cells cold and saves the bundle, as you did before a restart."
         ),
-        new_code_cell(COMPILE_CELL),
+        new_code_cell(
+            "import subprocess\n"
+            "from jupyter_client.manager import start_new_kernel\n\n"
+            f'MODEL_CELL = """\\\n{MODEL}"""\n'
+            f'COMPILE_CELL = """\\\n{COMPILE_CELL}"""\n\n'
+            "env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(DEMO, 'torch-cache-yesterday'))\n"
+            "km, kc = start_new_kernel(env=env, stderr=subprocess.DEVNULL)\n"
+            "try:\n"
+            "    for cell in ('%load_ext jupyter_compile_cache', MODEL_CELL, COMPILE_CELL):\n"
+            "        kc.execute_interactive(cell, timeout=300)  # its output shows here\n"
+            "finally:\n"
+            "    kc.stop_channels(); km.shutdown_kernel(now=True)"
+        ),
+        new_markdown_cell(
+            "## This kernel, after the restart\nIts torch cache dir is empty, as after a restart on a wiped `/tmp` "
+            "or on a colleague's machine: the same cells restore the bundle, and the panel compares the cold "
+            "time recorded in it with this restored one."
+        ),
+        new_code_cell(MODEL),
         new_code_cell(COMPILE_CELL),
         new_markdown_cell(
             "## The panel\nTick or untick a layer to switch torch's cache for it in this kernel; "
