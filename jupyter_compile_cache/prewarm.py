@@ -37,6 +37,7 @@ class Prewarm:
         self.listing: Callable[[], dict[str, tuple[int, int]]] | None = None
         self.created: list[str] = []  # cache files the ISA probe wrote (compiled test programs)
         self.waited = 0.0  # seconds cells waited for it, not yet reported
+        self.error: str | None = None  # why it stopped early, until a cell tells it (`take_error`)
 
     def start(self) -> None:
         if self.thread is not None or not self.enabled():
@@ -73,8 +74,13 @@ class Prewarm:
                 self.created = sorted(p for p, meta in after.items() if before.get(p) != meta)
                 if self.after_probe is not None:
                     self.after_probe()
-        except Exception:  # prewarming is an optimisation: a failure only costs time later
-            pass
+        except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def take_error(self) -> str | None:
+        """Why the work stopped early, once (the next cell tells it), or None."""
+        error, self.error = self.error, None
+        return error
 
     def join(self) -> None:
         """Wait for the imports only: the CPU ISA probe runs on (torch computes it itself if asked first)."""

@@ -206,6 +206,10 @@ class CompileCacheSession:
             self._wait_for_prewarm(report.restore)
             # this cell's wait, the part in IPython's pre-run hook included
             report.waited_seconds = self.prewarm.take_waited()
+            prewarm_error = self.prewarm.take_error()
+            if prewarm_error is not None:
+                self.warn(f"preparing torch's compiler in the background stopped ({prewarm_error}); cells run as they "
+                          "would without it", report)  # fmt: skip
             if opts.torch_remote and hub is not None:
                 self.hub_link.point_torch_at(hub)
             roots = capture.cache_roots()

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from jupyter_compile_cache import bundle
-from jupyter_compile_cache.bundle import Manifest
+from jupyter_compile_cache.bundle import Manifest, UnsafeBundle
 from jupyter_compile_cache.settings import parse_size
 from jupyter_compile_cache.store import LocalStore
 
@@ -134,7 +134,7 @@ def test_two_processes_saving_the_same_name_both_commit_complete_versions(tmp_pa
             bundle.extract(f, m, {"inductor": str(cache)})
 
 
-def test_unwritable_store_raises_oserror_and_leaves_no_partial_version(tmp_path):
+def test_an_unwritable_store_raises_oserror(tmp_path):
     if os.geteuid() == 0:
         # root ignores permission bits: use a path whose parent is a file instead
         blocker = tmp_path / "blocker"
@@ -146,6 +146,21 @@ def test_unwritable_store_raises_oserror_and_leaves_no_partial_version(tmp_path)
         store = LocalStore(str(ro / "s"))
     with pytest.raises(OSError):
         _write(store, tmp_path)
+
+
+def test_a_write_that_fails_midway_leaves_no_partial_version(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    kept = _write(store, tmp_path)
+    present = tmp_path / "present"
+    present.write_bytes(os.urandom(200_000))
+    folder = os.path.dirname(store.payload_path(kept))
+    before = sorted(os.listdir(folder))
+    # The first member is written, the second is refused (a name that escapes the cache roots): the write stops.
+    files = {"inductor/ab/a.so": str(present), "inductor/ab/zz/../../../escape": str(present)}
+    with pytest.raises(UnsafeBundle):
+        store.write(_manifest(), files)
+    assert [m.version for m in store.versions("m")] == [kept.version]  # the earlier version, nothing half-written
+    assert sorted(os.listdir(folder)) == before  # no temp payload left beside it
 
 
 def test_parse_size():
