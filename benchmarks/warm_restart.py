@@ -89,113 +89,123 @@ def _report(name: str, i: int, r: dict) -> None:
           + ", ".join(f"{s:.2f}" for s in r["cells_s"]) + ")", flush=True)  # fmt: skip
 
 
-def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dict:
-    from jupyter_client import KernelManager
+class JupyterClientFrontEnd:
+    """A kernel through jupyter_client's KernelManager, as JupyterLab starts one (the warm spec: its provisioner)."""
 
-    if name == "ours_raw":
-        return measure_raw(name, device, rounds, pause, work)
+    def __init__(self, kernel_name: str | None, env: dict[str, str]) -> None:
+        from jupyter_client import KernelManager
+
+        self.km = KernelManager(kernel_name=kernel_name or "python3")
+        if kernel_name is None:
+            self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        self.env = env
+
+    def start(self) -> None:
+        self.km.start_kernel(env=self.env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+
+    def spare_ready(self) -> bool:
+        spare = getattr(self.km.provisioner, "spare", None)
+        return spare is not None and spare.ready()
+
+    def restart(self) -> float:
+        """What km.restart_kernel() does, in its two halves; the old kernel's shutdown, in seconds."""
+        start = time.perf_counter()
+        self.km.shutdown_kernel(restart=True)
+        shut = time.perf_counter() - start
+        self.km.start_kernel(**self.km._launch_args)
+        self.kc.wait_for_ready(timeout=120)
+        return shut
+
+    def stop(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+class RawFrontEnd:
+    """The spec's argv launched as a raw front end launches it (see the module docstring)."""
+
+    def __init__(self, kernel_name: str, env: dict[str, str], work: str) -> None:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        self.argv = KernelSpecManager().get_kernel_spec(kernel_name).argv
+        self.env, self.work, self.launches = env, work, 0
+
+    def start(self) -> None:
+        import subprocess
+
+        from jupyter_client.blocking import BlockingKernelClient
+        from jupyter_client.connect import write_connection_file
+
+        self.launches += 1
+        connection_file = os.path.join(self.work, f"raw-kernel-{self.launches}.json")
+        write_connection_file(connection_file)
+        argv = [a.replace("{connection_file}", connection_file) for a in self.argv]
+        self.proc = subprocess.Popen(argv, env=self.env)
+        self.kc = BlockingKernelClient(connection_file=connection_file)
+        self.kc.load_connection_file()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+
+    def spare_ready(self) -> bool:
+        """The spare this launch started listens once it is ready."""
+        import glob
+
+        from jupyter_compile_cache.spare import spare_dir
+
+        return bool(glob.glob(os.path.join(spare_dir() or self.work, f"*-{self.proc.pid}-*.sock")))
+
+    def restart(self) -> float:
+        start = time.perf_counter()
+        self.kc.shutdown(restart=True)
+        self._wait_or_kill()
+        self.kc.stop_channels()
+        shut = time.perf_counter() - start
+        self.start()
+        return shut
+
+    def stop(self) -> None:
+        self.kc.shutdown()
+        self._wait_or_kill()
+        self.kc.stop_channels()
+
+    def _wait_or_kill(self) -> None:
+        import subprocess
+
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:  # what a front end does with a kernel that does not go
+            self.proc.kill()
+            self.proc.wait()
+
+
+def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dict:
     kernel_name, first, third = VARIANTS[name]
     env = _env(name, work)
-    km = KernelManager(kernel_name=kernel_name or "python3")
-    if kernel_name is None:
-        km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    fe = RawFrontEnd(kernel_name, env, work) if name == "ours_raw" else JupyterClientFrontEnd(kernel_name, env)
     cells = [first, f"DEVICE = {device!r}\n" + MODEL, third]
-    km.start_kernel(env=env)
-    kc = km.client()
-    kc.start_channels()
+    fe.start()
     result: dict = {"variant": name, "rounds": [], "spare_ready_s": []}
     try:
-        kc.wait_for_ready(timeout=120)
-        result["first_run_s"] = sum(run_cell(kc, c) for c in cells)
+        result["first_run_s"] = sum(run_cell(fe.kc, c) for c in cells)
         for i in range(rounds):
             waited = time.perf_counter()
             if kernel_name is not None:  # the warm kernel: its spare starts a few seconds after the kernel
-                while time.perf_counter() - waited < 120:
-                    spare = getattr(km.provisioner, "spare", None)
-                    if spare is not None and spare.ready():
-                        break
+                while time.perf_counter() - waited < 120 and not fe.spare_ready():
                     time.sleep(0.05)
                 result["spare_ready_s"].append(time.perf_counter() - waited)
             time.sleep(max(0.0, pause - (time.perf_counter() - waited)))
             start = time.perf_counter()
-            # What km.restart_kernel() does, timed in its two halves: the old kernel's shutdown, the new one's start.
-            km.shutdown_kernel(restart=True)
-            shut = time.perf_counter() - start
-            km.start_kernel(**km._launch_args)
-            kc.wait_for_ready(timeout=120)
+            shut = fe.restart()
             restarted = time.perf_counter() - start
-            per_cell = [run_cell(kc, c) for c in cells]
+            per_cell = [run_cell(fe.kc, c) for c in cells]
             total = time.perf_counter() - start
             result["rounds"].append({"restart_s": restarted, "shutdown_s": shut, "cells_s": per_cell, "total_s": total})
             _report(name, i, result["rounds"][-1])
     finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-    result["median_s"] = statistics.median(r["total_s"] for r in result["rounds"])
-    return result
-
-
-def measure_raw(name: str, device: str, rounds: int, pause: float, work: str) -> dict:
-    """The warm spec's argv launched as a raw front end launches it (see the module docstring)."""
-    import glob
-    import subprocess
-
-    from jupyter_client.blocking import BlockingKernelClient
-    from jupyter_client.connect import write_connection_file
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    from jupyter_compile_cache.spare import spare_dir
-
-    kernel_name, first, third = VARIANTS[name]
-    argv = KernelSpecManager().get_kernel_spec(kernel_name).argv
-    env = _env(name, work)
-    cells = [first, f"DEVICE = {device!r}\n" + MODEL, third]
-    launches = iter(range(1_000_000))
-
-    def launch() -> tuple[subprocess.Popen, BlockingKernelClient]:
-        connection_file = os.path.join(work, f"raw-kernel-{next(launches)}.json")
-        write_connection_file(connection_file)
-        proc = subprocess.Popen([a.replace("{connection_file}", connection_file) for a in argv], env=env)
-        kc = BlockingKernelClient(connection_file=connection_file)
-        kc.load_connection_file()
-        kc.start_channels()
-        kc.wait_for_ready(timeout=120)
-        return proc, kc
-
-    proc, kc = launch()
-    result: dict = {"variant": name, "rounds": [], "spare_ready_s": []}
-    try:
-        result["first_run_s"] = sum(run_cell(kc, c) for c in cells)
-        for i in range(rounds):
-            waited = time.perf_counter()
-            while time.perf_counter() - waited < 120:  # the spare this launch started listens once it is ready
-                if glob.glob(os.path.join(spare_dir() or work, f"*-{proc.pid}-*.sock")):
-                    break
-                time.sleep(0.05)
-            result["spare_ready_s"].append(time.perf_counter() - waited)
-            time.sleep(max(0.0, pause - (time.perf_counter() - waited)))
-            start = time.perf_counter()
-            kc.shutdown(restart=True)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:  # what a front end does with a kernel that does not go
-                proc.kill()
-                proc.wait()
-            kc.stop_channels()
-            shut = time.perf_counter() - start
-            proc, kc = launch()
-            restarted = time.perf_counter() - start
-            per_cell = [run_cell(kc, c) for c in cells]
-            total = time.perf_counter() - start
-            result["rounds"].append({"restart_s": restarted, "shutdown_s": shut, "cells_s": per_cell, "total_s": total})
-            _report(name, i, result["rounds"][-1])
-    finally:
-        kc.shutdown()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        kc.stop_channels()
+        fe.stop()
     result["median_s"] = statistics.median(r["total_s"] for r in result["rounds"])
     return result
 

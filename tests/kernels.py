@@ -1,4 +1,5 @@
-"""Real Jupyter kernels for tests: start, run cells, restart with a fresh cache dir, read torch's counters."""
+"""Real Jupyter kernels for tests: start, run cells, restart with a fresh cache dir, read torch's counters; and
+whether a process has gone."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import json
 import os
 import queue
 import sys
+import time
 from dataclasses import dataclass, field
 
+import psutil
 from jupyter_client.manager import KernelManager
 
 COUNTERS_CODE = (
@@ -122,3 +125,13 @@ def misses(counters: dict[str, dict[str, int]]) -> dict[str, int]:
         "autograd_cache_miss": counters.get("aot_autograd", {}).get("autograd_cache_miss", 0),
         "dynamo_cache_miss": counters.get("dynamo_cache", {}).get("dynamo_cache_miss", 0),
     }
+
+
+def process_gone(pid: int, timeout: float = 10) -> bool:
+    """The process ended (or is a zombie its parent has not reaped yet) within `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.1)
+    return False

@@ -19,6 +19,7 @@ import psutil
 import pytest
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
+from kernels import process_gone
 
 from jupyter_compile_cache import cli
 from jupyter_compile_cache.spare import spare_dir
@@ -159,15 +160,6 @@ def _cold(fe: RawFrontEnd) -> bool:
     return kernel != fe.proc.pid and psutil.Process(kernel).ppid() == fe.proc.pid
 
 
-def _gone(pid: int, timeout: float = 10) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_the_installed_spec_launches_the_launcher_and_keeps_the_provisioner(tmp_path):
     assert cli.main(["install-kernel", "--prefix", str(tmp_path)]) == 0
     with open(tmp_path / "share" / "jupyter" / "kernels" / "python3-compile-cache" / "kernel.json") as f:
@@ -221,14 +213,14 @@ def test_a_raw_restart_takes_over_the_spare_and_signals_pass_through(front_end, 
     # Termination too, and the launcher ends as the kernel did.
     fe.proc.send_signal(signal.SIGTERM)
     assert fe.proc.wait(20) == -signal.SIGTERM
-    assert _gone(spare)
+    assert process_gone(spare)
 
     # The front end kills the launcher outright: the kernel goes with it, no orphan.
     fe.launch()
     assert fe.kernel_pid() == next_spare
     fe.proc.kill()
     fe.proc.wait(10)
-    assert _gone(next_spare)
+    assert process_gone(next_spare)
 
 
 def test_a_raw_launch_starts_cold_when_the_spare_is_not_ready_does_not_fit_or_is_off(front_end):
@@ -249,7 +241,7 @@ def test_a_raw_launch_starts_cold_when_the_spare_is_not_ready_does_not_fit_or_is
     assert fe.shutdown(restart=True) == 0
     fe.launch(MY_SETTING="changed")  # the new launch's environment differs from the spare's
     assert _cold(fe) and fe.value("__import__('os').environ['MY_SETTING']") == "changed"
-    assert _gone(spare, timeout=15)  # its launcher is gone and nobody took it within the linger: it exits
+    assert process_gone(spare, timeout=15)  # its launcher is gone and nobody took it within the linger: it exits
     assert fe.shutdown() == 0
 
     off = front_end(JUPYTER_COMPILE_CACHE_SPARE="0")
@@ -257,4 +249,4 @@ def test_a_raw_launch_starts_cold_when_the_spare_is_not_ready_does_not_fit_or_is
     assert off.kernel_pid() == off.proc.pid and off.value("1 + 1") == 2  # the launcher became ipykernel (exec)
     assert off.shutdown() == 0
     time.sleep(1)
-    assert [pid for pid in _spares_in(os.getcwd()) if not _gone(pid, timeout=20)] == []
+    assert [pid for pid in _spares_in(os.getcwd()) if not process_gone(pid, timeout=20)] == []

@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from kernels import Kernel
+from kernels import Kernel, process_gone
 
 from jupyter_compile_cache import cli
 
@@ -50,15 +50,6 @@ def _wait_ready(kernel: Kernel, timeout: float = 120) -> int:
             return spare.pid
         time.sleep(0.1)
     raise AssertionError("the spare did not get ready")
-
-
-def _gone(pid: int, timeout: float = 10) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _spares_of_this_process(*kernels: Kernel) -> list[int]:
@@ -99,7 +90,7 @@ def test_a_restart_takes_over_the_spare_and_is_a_fresh_kernel(warm_kernels, tmp_
 
     k.restart()
     assert k.km.provisioner.pid == spare  # the spare became the kernel
-    assert _gone(first)
+    assert process_gone(first)
     seen = k.value(
         "{'pid': __import__('os').getpid(), 'env': __import__('os').environ.get('MY_SETTING'),"
         " 'cwd': __import__('os').getcwd(), 'state': 'state' in globals(),"
@@ -127,7 +118,7 @@ def test_a_restart_takes_over_the_spare_and_is_a_fresh_kernel(warm_kernels, tmp_
     kernel = k.km.provisioner.process
     k.shutdown(now=False)
     assert kernel.wait(10) == 0  # it exited on its own, not terminated by jupyter_client
-    assert _gone(next_spare) and _gone(spare)
+    assert process_gone(next_spare) and process_gone(spare)
     assert _spares_of_this_process() == []
 
 
@@ -163,12 +154,12 @@ def test_a_spare_that_does_not_fit_is_not_ready_or_is_off_means_a_plain_start(wa
     k = warm_kernels()
     spare = _wait_ready(k)
     k.restart(same_process_env={"MY_SETTING": "changed"})  # the new kernel's env differs from the spare's
-    assert k.km.provisioner.pid != spare and _gone(spare)
+    assert k.km.provisioner.pid != spare and process_gone(spare)
     assert k.value("__import__('os').environ['MY_SETTING']") == "changed"
 
     not_ready = k.km.provisioner.spare.pid  # restart before the new spare is warm (no delay: it has started)
     k.restart()
-    assert k.km.provisioner.pid != not_ready and _gone(not_ready)
+    assert k.km.provisioner.pid != not_ready and process_gone(not_ready)
     assert k.value("1 + 1") == 2
 
     off = warm_kernels(JUPYTER_COMPILE_CACHE_SPARE="0")
@@ -195,7 +186,7 @@ def test_spares_die_with_a_killed_server(tmp_path):
         kernel, spare = (int(x) for x in proc.stdout.readline().split())
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        assert _gone(spare)
+        assert process_gone(spare)
     finally:
         proc.kill()
         for pid in (locals().get("kernel"), locals().get("spare")):
