@@ -30,7 +30,15 @@ import sys
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from .spare import process_alive, spare_delay, spare_dir, spare_info_path, spare_key, spares_enabled
+from .spare import (
+    process_alive,
+    spare_delay,
+    spare_dir,
+    spare_info_path,
+    spare_key,
+    spares_enabled,
+    take_failure,
+)
 
 if TYPE_CHECKING:
     import subprocess
@@ -81,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     directory = spare_dir() if spares_enabled(env) else None
     if directory is not None:
-        kernel = take_spare(directory, spare_key(sys.executable, env, os.getcwd()), args) or start_cold_kernel(args)
+        key = spare_key(sys.executable, env, os.getcwd())
+        failure = take_failure(directory, key)
+        if failure is not None:  # to the front end's kernel log, where a kernel's own start-up errors go
+            print(f"jupyter_compile_cache launcher: the last spare could not warm up ({failure})", file=sys.stderr)
+        kernel = take_spare(directory, key, args) or start_cold_kernel(args)
         spare = start_spare(spare_delay(env))
         connection_file = _connection_file(args)
         if connection_file and spare is not None:

@@ -30,7 +30,8 @@ and the kernel's arguments, and the spare becomes the kernel, with the environme
 connection stays open as the kernel's tie to that launcher: the kernel's exit code goes back on it, and if it
 closes first (the front end killed the launcher) the kernel's process group is killed. Once its owner is gone, a
 spare that nobody takes within JUPYTER_COMPILE_CACHE_SPARE_LINGER seconds (default 30: a front end's restart
-relaunches within a second or two) exits. With no spare ready, the launcher starts a cold kernel the same way,
+relaunches within a second or two) exits. One that cannot warm up leaves why in the folder, and the next launch
+prints it to the front end's kernel log. With no spare ready, the launcher starts a cold kernel the same way,
 `python -m jupyter_compile_cache.spare --attached FD`, its end of a socket pair as FD, and no warm-up.
 """
 
@@ -182,7 +183,9 @@ def listen(owner: int, delay: float) -> int:
         time.sleep(min(0.5, delay))
     try:
         warm_up()
-    except Exception:
+    except Exception as exc:  # detached, nobody sees our stderr: the next launch tells it (`take_failure`)
+        with contextlib.suppress(OSError), open(_failure_path(directory, key), "w", encoding="utf-8") as f:
+            f.write(f"{type(exc).__name__}: {exc}")
         return 1
     path = os.path.join(directory, f"{key}-{owner}-{os.getpid()}.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -197,6 +200,22 @@ def listen(owner: int, delay: float) -> int:
     if taken is None:
         return 0
     return _serve(*taken, environ)
+
+
+def _failure_path(directory: str, key: str) -> str:
+    return os.path.join(directory, f"{key}.failed")
+
+
+def take_failure(directory: str, key: str) -> str | None:
+    """Why the last spare that fits `key` could not warm up, once (the file goes), or None."""
+    path = _failure_path(directory, key)
+    try:
+        with open(path, encoding="utf-8") as f:
+            reason = f.read().strip()
+        os.unlink(path)
+    except OSError:
+        return None
+    return reason or None
 
 
 def attached(fd: int) -> int:

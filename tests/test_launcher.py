@@ -22,7 +22,7 @@ from jupyter_client.connect import write_connection_file
 from kernels import process_gone
 
 from jupyter_compile_cache import cli
-from jupyter_compile_cache.spare import spare_dir
+from jupyter_compile_cache.spare import spare_dir, spare_key, take_failure
 
 pytestmark = pytest.mark.slow
 
@@ -250,3 +250,25 @@ def test_a_raw_launch_starts_cold_when_the_spare_is_not_ready_does_not_fit_or_is
     assert off.shutdown() == 0
     time.sleep(1)
     assert [pid for pid in _spares_in(os.getcwd()) if not process_gone(pid, timeout=20)] == []
+
+
+def test_a_spare_that_cannot_warm_up_leaves_its_reason_for_the_next_launch_once(tmp_path):
+    """A notebook folder with a module that shadows one a kernel imports (here sqlite3, for IPython's history):
+    the detached spare's warm-up fails where nobody sees its stderr, so the next launch tells why."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "sqlite3.py").write_text("raise ImportError('a sqlite3.py of the notebook folder')\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    spare = subprocess.run(
+        [sys.executable, "-m", "jupyter_compile_cache.spare", "--listen", str(os.getpid()), "0"],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert spare.returncode == 1
+    directory = os.path.join(str(tmp_path), f"jupyter_compile_cache-spares-{os.getuid()}")
+    key = spare_key(sys.executable, env, str(work))
+    assert take_failure(directory, key) == "ImportError: a sqlite3.py of the notebook folder"
+    assert take_failure(directory, key) is None  # told once
+    assert not [name for name in os.listdir(directory) if name.endswith(".sock")]  # it never listened
