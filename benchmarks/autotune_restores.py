@@ -75,7 +75,7 @@ def machine_files() -> dict[str, int]:
 
 
 def bundle_members(store: str, name: str) -> set[str]:
-    from jupyter_compile_cache.store import LocalStore
+    from jupyter_compile_cache.storage.store import LocalStore
 
     versions = LocalStore(store).versions(name)
     return {m.name for v in versions for m in v.members}

@@ -198,10 +198,10 @@ def redis_server(binary: str | None, workdir: str):
 
 def transfer(url: str, size_mb: int, work: str) -> dict:
     """Push a bundle of incompressible files (the worst case), pull it into an empty store, restore it."""
-    from jupyter_compile_cache import bundle
-    from jupyter_compile_cache.bundle import Manifest
-    from jupyter_compile_cache.hub import HubConfig, RedisHub
-    from jupyter_compile_cache.store import LocalStore
+    from jupyter_compile_cache.storage import bundle
+    from jupyter_compile_cache.storage.bundle import Manifest
+    from jupyter_compile_cache.storage.hub import HubConfig, RedisHub
+    from jupyter_compile_cache.storage.store import LocalStore
 
     src = os.path.join(work, f"src{size_mb}")
     os.makedirs(src)
@@ -211,18 +211,7 @@ def transfer(url: str, size_mb: int, work: str) -> dict:
         with open(path, "wb") as f:
             f.write(os.urandom(per_file))
         files[f"inductor/ab/k{i}.bin"] = path
-    fp = "0" * 12
-    manifest = Manifest(
-        name=f"big{size_mb}",
-        version=bundle.new_version_id(fp),
-        created=time.time(),
-        writer="bench",
-        fingerprint={},
-        fingerprint_id=fp,
-        payload_sha256="",
-        payload_bytes=0,
-        members=[],
-    )
+    manifest = Manifest.new(f"big{size_mb}", {}, "0" * 12, "bench")
     store_a = LocalStore(os.path.join(work, f"a{size_mb}"))
     manifest = store_a.write(manifest, files)
     hub = RedisHub(HubConfig(url=url, namespace="bench-transfer"))

@@ -46,7 +46,7 @@ with torch.no_grad():
         compiled = torch.compile(model)
         compiled(x)
     else:
-        from jupyter_compile_cache.session import CompileCacheSession
+        from jupyter_compile_cache.core.session import CompileCacheSession
         session = CompileCacheSession(store_root=os.environ["JUPYTER_COMPILE_CACHE_DIR"])
         with session.cell("overhead", ) as report:
             compiled = torch.compile(model)

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from jupyter_compile_cache.kernel_runner import KernelRunner
+from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
 CASES = ("eager", "cold", "torch_warm", "mega", "ours_cold", "ours")
 

@@ -45,7 +45,7 @@ def main() -> None:
     logger.setLevel(logging.INFO)
     logger.addHandler(reasons)
     if os.environ.get("JCC_FIXES"):
-        from jupyter_compile_cache import torch_fixes
+        from jupyter_compile_cache.torch_adapter import fixes as torch_fixes
 
         print("applied:", [p.name for p in torch_fixes.cache_load_patches()])
     namespace = {"torch": torch, "T": transformers}

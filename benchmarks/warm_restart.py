@@ -153,7 +153,7 @@ class RawFrontEnd:
         """The spare this launch started listens once it is ready."""
         import glob
 
-        from jupyter_compile_cache.spare import spare_dir
+        from jupyter_compile_cache.kernels.spare import spare_dir
 
         return bool(glob.glob(os.path.join(spare_dir() or self.work, f"*-{self.proc.pid}-*.sock")))
 
@@ -221,7 +221,7 @@ def main() -> int:
 
     import torch
 
-    from jupyter_compile_cache.warm_kernel import install_kernel_spec
+    from jupyter_compile_cache.kernels.warm_kernel import install_kernel_spec
 
     with tempfile.TemporaryDirectory(prefix="warm-restart-") as work:
         install_kernel_spec(prefix=os.path.join(work, "prefix"))

@@ -124,7 +124,7 @@ def run_case(case: str, device: str) -> list[dict]:
         import torch._inductor.compile_fx  # noqa: F401
     if case.startswith("ours"):
         import jupyter_compile_cache as jcc
-        from jupyter_compile_cache.records import CellOptions
+        from jupyter_compile_cache.core.records import CellOptions
 
         session = jcc.get_session()
         # What `%load_ext` starts in the background while a notebook's first cells run (imports, Triton's hash, the
@@ -188,7 +188,7 @@ def run_case(case: str, device: str) -> list[dict]:
         row["matches_eager"] = bool(torch.allclose(got.float(), want.float(), atol=1e-3, rtol=1e-3))
         row["files_written_by_call"] = written
         if case == "ours_cold":  # which of them the bundle holds
-            from jupyter_compile_cache.store import LocalStore
+            from jupyter_compile_cache.storage.store import LocalStore
 
             members = {
                 m.name

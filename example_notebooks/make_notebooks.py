@@ -15,7 +15,7 @@ import os
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from jupyter_compile_cache import demo
+from jupyter_compile_cache.frontends import demo
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = "# NBVAL_CHECK_OUTPUT\n"
@@ -86,7 +86,7 @@ NOTEBOOKS = {
         new_markdown_cell("A cold compile: torch traces the model, generates C++ kernels and compiles them."),
         new_code_cell(COMPILE_CELL),
         new_code_cell(
-            CHECK + 'import jupyter_compile_cache as jcc\nprint("bundles saved:", [b["name"] for b in jcc.bundles()])'
+            CHECK + 'import jupyter_compile_cache as jcc\nprint("bundles saved:", [b.name for b in jcc.bundles()])'
         ),
         new_markdown_cell(
             "Now open `02b_restore_after_restart.ipynb`: it runs in a fresh kernel with a different, "

@@ -29,11 +29,11 @@ used the store did: restores, hit rate, time saved, size against the cap), ``rm 
 Settings (store, hub, namespace, secret, timeouts, size cap, precompile, prewarm) are traitlets of
 ``CompileCache``: ``%config CompileCache`` lists them, ``%config CompileCache.max_size = "5G"`` or
 ``c.CompileCache.hub = "redis://..."`` in ipython_config.py sets them, and each one also reads an environment
-variable (see jupyter_compile_cache.settings).
+variable (see jupyter_compile_cache.core.settings).
 
 A kernel that restarts warm: ``python -m jupyter_compile_cache install-kernel`` installs a kernel spec whose
 restarts take over a spare process with torch's compiler stack already imported (see
-jupyter_compile_cache.warm_kernel).
+jupyter_compile_cache.kernels.warm_kernel).
 
 The local store is ``CompileCache.store_dir``, by default the user cache directory (never /tmp). Bundles are only
 restored into a kernel whose torch, Python, GPU/CUDA (for GPU bundles) and CPU ISA (for C++ kernels) match, and
@@ -48,28 +48,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from .records import CellOptions, CellReport, RestoreResult
-    from .session import CompileCacheSession
-
-_session: CompileCacheSession | None = None
+    from .core.records import BundleExplanation, BundleRow, CellOptions, CellReport, RestoreResult, SessionStatus
+    from .core.session import CompileCacheSession
 
 
 def get_session() -> CompileCacheSession:
     """The kernel's one session (created on first use)."""
-    global _session
-    if _session is None:
-        from .session import CompileCacheSession
+    from .core.session import get_session
 
-        _session = CompileCacheSession()
-    return _session
+    return get_session()
 
 
-def status() -> dict[str, Any]:
+def status() -> SessionStatus:
     """Per-layer cache state: torch switch, entries and bytes on disk, this kernel's hits / misses / bypasses."""
-    return get_session().status()
+    from .core.commands import Commands
+
+    return Commands(get_session()).status()
 
 
 def restore(name: str, store: str | None = None, quiet: bool = False) -> RestoreResult:
@@ -77,14 +74,18 @@ def restore(name: str, store: str | None = None, quiet: bool = False) -> Restore
     return get_session().restore(name, store, quiet)
 
 
-def bundles(store: str | None = None) -> list[dict[str, Any]]:
-    """Bundles in the local store with size, age, writer and whether they match this machine."""
-    return get_session().bundles(store)
+def bundles(store: str | None = None) -> list[BundleRow]:
+    """Bundles in the local store (and on the hub) with size, age, writer and whether they match this machine."""
+    from .core.commands import Commands
+
+    return Commands(get_session()).bundles(store)
 
 
-def explain(name: str, store: str | None = None) -> dict[str, Any]:
+def explain(name: str, store: str | None = None) -> BundleExplanation:
     """Field by field why NAME would or would not restore here, and the per-layer result of its last run."""
-    return get_session().explain(name, store)
+    from .core.commands import Commands
+
+    return Commands(get_session()).explain(name, store)
 
 
 def cell(name: str, options: CellOptions | None = None) -> Any:
@@ -94,7 +95,7 @@ def cell(name: str, options: CellOptions | None = None) -> Any:
 
 def save(name: str, store: str | None = None, quiet: bool = False) -> CellReport:
     """Save everything in torch's cache dirs now as bundle NAME (outside a cell there is no finer scope)."""
-    from .records import CellOptions
+    from .core.records import CellOptions
 
     session = get_session()
     opts = CellOptions(store=store, restore=False, force_save=True, quiet=quiet, whole_cache=True)
@@ -106,15 +107,15 @@ def save(name: str, store: str | None = None, quiet: bool = False) -> CellReport
 def __getattr__(name: str) -> Any:
     # Imported lazily: `import jupyter_compile_cache` stays cheap, and ipywidgets is only needed for the panel.
     if name == "Panel":
-        from .panel import Panel
+        from .frontends.panel import Panel
 
         return Panel
     if name in ("CellOptions", "CellReport", "RestoreResult"):
-        from . import records
+        from .core import records
 
         return getattr(records, name)
     if name == "CompileCache":
-        from .settings import CompileCache
+        from .core.settings import CompileCache
 
         return CompileCache
     raise AttributeError(name)
@@ -123,36 +124,38 @@ def __getattr__(name: str) -> Any:
 def load_ipython_extension(ipython: Any) -> None:
     from IPython.core.error import UsageError
 
-    from .session import torch_problem
+    from .torch_adapter.compiler import torch_problem
 
     problem = torch_problem()
     if problem:
         raise UsageError(problem)
-    from .magics import CompileCacheMagics
-    from .session import CompileCacheSession
-    from .settings import CompileCache
+    from .core import session as sessions
+    from .core.session import CompileCacheSession
+    from .core.settings import CompileCache
+    from .frontends.magics import CompileCacheMagics
 
-    global _session
-    if _session is None:
+    if sessions.current is None:
         # Settings from ipython_config.py, and `%config CompileCache.<name> = ...` from now on.
-        _session = CompileCacheSession(settings=CompileCache(parent=ipython))
+        sessions.current = CompileCacheSession(settings=CompileCache(parent=ipython))
     else:  # the script API made the session before the extension was loaded
-        _session.settings.update_config(ipython.config)
-    session = _session
+        sessions.current.settings.update_config(ipython.config)
+    session = sessions.current
     if session.settings not in ipython.configurables:
         ipython.configurables.append(session.settings)
     ipython.register_magics(CompileCacheMagics(ipython, session))
     ipython.events.register("pre_run_cell", session.prewarm.before_cell)
     kernel = getattr(ipython, "kernel", None)  # ipykernel's, not a terminal's
     if kernel is not None:
-        from .kernel_exit import stop_compile_workers_on_shutdown
+        from .kernels.kernel_exit import stop_compile_workers_on_shutdown
 
         stop_compile_workers_on_shutdown(kernel)
     session.prewarm.start()
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    global _session
+    from .core import session as sessions
+
+    _session = sessions.current
     magics = ipython.magics_manager.magics
     magics["cell"].pop("compile_cache", None)
     magics["line"].pop("compile_cache", None)
@@ -163,10 +166,10 @@ def unload_ipython_extension(ipython: Any) -> None:
         except ValueError:
             pass
         if getattr(ipython, "kernel", None) is not None:
-            from .kernel_exit import undo_stop_compile_workers_on_shutdown
+            from .kernels.kernel_exit import undo_stop_compile_workers_on_shutdown
 
             undo_stop_compile_workers_on_shutdown(ipython.kernel)
         if _session.settings in ipython.configurables:
             ipython.configurables.remove(_session.settings)
         _session.close()
-        _session = None
+        sessions.current = None

@@ -5,11 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-import time
 
-from jupyter_compile_cache import bundle, fingerprint
-from jupyter_compile_cache.bundle import Manifest
-from jupyter_compile_cache.store import LocalStore
+from jupyter_compile_cache.storage.bundle import Manifest
+from jupyter_compile_cache.storage.store import LocalStore
+from jupyter_compile_cache.torch_adapter import fingerprint
 
 
 def new_manifest(name: str, fp: str = "f" * 12, writer: str = "test@host", now: dict | None = None) -> Manifest:
@@ -17,17 +16,7 @@ def new_manifest(name: str, fp: str = "f" * 12, writer: str = "test@host", now: 
     machine with that fingerprint (its digest is then the fingerprint id)."""
     if now is not None:
         fp = fingerprint.digest(now)
-    return Manifest(
-        name=name,
-        version=bundle.new_version_id(fp),
-        created=time.time(),
-        writer=writer,
-        fingerprint=now or {"torch": "test"},
-        fingerprint_id=fp,
-        payload_sha256="",
-        payload_bytes=0,
-        members=[],
-    )
+    return Manifest.new(name, now or {"torch": "test"}, fp, writer)
 
 
 def make_bundle(

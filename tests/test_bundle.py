@@ -10,8 +10,8 @@ import tarfile
 import pytest
 import zstandard
 
-from jupyter_compile_cache import bundle
-from jupyter_compile_cache.bundle import DamagedBundle, Manifest, Member, UnsafeBundle
+from jupyter_compile_cache.storage import bundle
+from jupyter_compile_cache.storage.bundle import DamagedBundle, Manifest, Member, UnsafeBundle
 
 
 def _manifest(members, sha, size):

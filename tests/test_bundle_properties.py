@@ -19,10 +19,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from store_helpers import make_bundle, new_manifest, restored_whole
 
-from jupyter_compile_cache import bundle, fingerprint
-from jupyter_compile_cache.bundle import BundleError, DamagedBundle, Manifest, Member
-from jupyter_compile_cache.sources import LocalSource, find
-from jupyter_compile_cache.store import LocalStore
+from jupyter_compile_cache.storage import bundle
+from jupyter_compile_cache.storage.bundle import BundleError, DamagedBundle, Manifest, Member
+from jupyter_compile_cache.storage.sources import LocalSource, find
+from jupyter_compile_cache.storage.store import LocalStore
+from jupyter_compile_cache.torch_adapter import fingerprint
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -113,7 +114,7 @@ def _restore_into_fresh_dirs(manifest: Manifest, payload: bytes, now: dict):
     roots = {"inductor": os.path.join(work, "cache"), "triton": os.path.join(work, "cache", "triton")}
     os.makedirs(roots["triton"])
     os.makedirs(os.path.join(work, "outside"))
-    found = find("net", [LocalSource(store)], store, lambda m, p: bundle.extract(p, m, roots), now=now)
+    found = find("net", [LocalSource(store)], store, _misfit(now), lambda m, p: bundle.extract(p, m, roots))
     return work, store, roots, found
 
 
@@ -139,7 +140,7 @@ def test_a_truncated_or_bit_flipped_payload_is_refused_and_the_store_stays_reada
         # the store is still readable and usable: a new save of the same name restores whole
         assert store.versions("net") == [] and store.bundles() == []
         make_bundle(store, "net", now=now)
-        again = find("net", [LocalSource(store)], store, lambda m, p: bundle.extract(p, m, roots), now=now)
+        again = find("net", [LocalSource(store)], store, _misfit(now), lambda m, p: bundle.extract(p, m, roots))
         assert again.manifest is not None and restored_whole(again.installed)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -241,3 +242,7 @@ def test_a_crafted_archive_is_refused_or_restores_only_regular_files_inside_the_
         assert set(os.listdir(work)) == {"cache", "outside"} and os.listdir(os.path.join(work, "outside")) == []
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _misfit(now):
+    return lambda manifest: fingerprint.incompatibility(manifest, now)

@@ -126,7 +126,7 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
 
     # an empty store lists without importing torch, and says so
     code = (
-        "import sys; from jupyter_compile_cache.cli import main; rc = main(sys.argv[1:]); "
+        "import sys; from jupyter_compile_cache.frontends.cli import main; rc = main(sys.argv[1:]); "
         "print('TORCH', 'torch' in sys.modules); raise SystemExit(rc)"
     )
     out = _python(["-c", code, "list", "--store", str(other)], env)
@@ -141,7 +141,7 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
     # --store after the subcommand is the same as before it
     from store_helpers import make_bundle  # a real bundle in the store, without compiling
 
-    from jupyter_compile_cache.store import LocalStore
+    from jupyter_compile_cache.storage.store import LocalStore
 
     make_bundle(LocalStore(str(other)), "listed", size=2048)
     before = _python(["-m", "jupyter_compile_cache", "--store", str(other), "list"], env)
@@ -150,7 +150,7 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
     assert "listed" in after.stdout and re.sub(r"\d+s ago", "", after.stdout) == re.sub(r"\d+s ago", "", before.stdout)
     assert "local: 1 version of 1 bundle, 2.2 KB" in after.stdout, after.stdout
     # gc by age and by what can restore here; each says what it removes, --dry-run first
-    from jupyter_compile_cache import fingerprint
+    from jupyter_compile_cache.torch_adapter import fingerprint
 
     make_bundle(LocalStore(str(other)), "fits_here", size=2048, now=fingerprint.current(with_gpu=True))
     out = _python(["-m", "jupyter_compile_cache", "gc", "--incompatible", "--dry-run", "--store", str(other)], env)

@@ -17,10 +17,11 @@ import traceback
 import pytest
 from store_helpers import make_bundle, restored_whole
 
-from jupyter_compile_cache import bundle
-from jupyter_compile_cache.hub import HubConfig, HubError, RedisHub
-from jupyter_compile_cache.sources import HubSource, LocalSource, find
-from jupyter_compile_cache.store import LocalStore
+from jupyter_compile_cache.storage import bundle
+from jupyter_compile_cache.storage.hub import HubConfig, HubError, RedisHub
+from jupyter_compile_cache.storage.sources import HubSource, LocalSource, find
+from jupyter_compile_cache.storage.store import LocalStore
+from jupyter_compile_cache.torch_adapter import fingerprint
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,7 +36,13 @@ def _restore(name: str, sources: list, store: LocalStore, scratch: str) -> tuple
     """(restored, whole): a restore into an empty cache dir, as a new kernel's cell does."""
     cache = tempfile.mkdtemp(dir=scratch)
     try:
-        found = find(name, sources, store, lambda m, p: bundle.extract(p, m, {"inductor": cache}), now=NOW)
+        found = find(
+            name,
+            sources,
+            store,
+            lambda m: fingerprint.incompatibility(m, NOW),
+            lambda m, p: bundle.extract(p, m, {"inductor": cache}),
+        )
         if found.manifest is None:
             return False, True
         return True, restored_whole(found.installed)

@@ -6,8 +6,8 @@ import types
 
 import torch
 
-from jupyter_compile_cache import fingerprint
-from jupyter_compile_cache.precompile import code_digest
+from jupyter_compile_cache.torch_adapter import fingerprint
+from jupyter_compile_cache.torch_adapter.precompile import code_digest
 
 
 def test_fingerprint_has_the_fields_that_decide_compatibility():

@@ -13,8 +13,8 @@ import torch
 from kernels import misses
 from torch._dynamo import pgo
 
-from jupyter_compile_cache import frame_sizes
-from jupyter_compile_cache.precompile import PrecompileGuard
+from jupyter_compile_cache.torch_adapter import frame_sizes
+from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 
 SETUP = """
 import warnings

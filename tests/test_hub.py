@@ -12,10 +12,18 @@ import time
 import pytest
 from redis_server import RedisServer
 
-from jupyter_compile_cache import bundle
-from jupyter_compile_cache.bundle import Manifest
-from jupyter_compile_cache.hub import HubConfig, HubError, Lease, RedisHub, SignatureError, check_signature, redact
-from jupyter_compile_cache.store import LocalStore
+from jupyter_compile_cache.storage import bundle
+from jupyter_compile_cache.storage.bundle import Manifest
+from jupyter_compile_cache.storage.hub import (
+    HubConfig,
+    HubError,
+    Lease,
+    RedisHub,
+    SignatureError,
+    check_signature,
+    redact,
+)
+from jupyter_compile_cache.storage.store import LocalStore
 
 
 def _local_bundle(tmp_path, size=3 << 20, name="net"):
@@ -28,18 +36,7 @@ def _local_bundle(tmp_path, size=3 << 20, name="net"):
         path = src / f"k{i}.so"
         path.write_bytes(os.urandom(size // 3))
         files[f"inductor/ab/k{i}.so"] = str(path)
-    fp = "f" * 12
-    manifest = Manifest(
-        name=name,
-        version=bundle.new_version_id(fp),
-        created=time.time(),
-        writer="alice@a",
-        fingerprint={"torch": "x"},
-        fingerprint_id=fp,
-        payload_sha256="",
-        payload_bytes=0,
-        members=[],
-    )
+    manifest = Manifest.new(name, {"torch": "x"}, "f" * 12, "alice@a")
     return store, store.write(manifest, files)
 
 
@@ -293,7 +290,8 @@ def test_passwords_never_appear_in_messages(tmp_path):
 
 
 def test_cli_pull_walks_the_same_checks_as_a_cell(tmp_path, redis_server, monkeypatch, capsys):
-    from jupyter_compile_cache import cli, fingerprint
+    from jupyter_compile_cache.frontends import cli
+    from jupyter_compile_cache.torch_adapter import fingerprint
 
     store, manifest = _local_bundle(tmp_path, name="clinet")
     here = fingerprint.current()  # made on this machine, so it fits
@@ -322,7 +320,7 @@ def test_cli_pull_walks_the_same_checks_as_a_cell(tmp_path, redis_server, monkey
 
 
 def test_hub_rm_and_gc_say_what_they_remove_and_need_yes_to_empty_a_name(tmp_path, redis_server, capsys):
-    from jupyter_compile_cache import cli
+    from jupyter_compile_cache.frontends import cli
 
     hub = _hub(redis_server.url)
     for _ in range(2):

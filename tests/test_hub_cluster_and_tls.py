@@ -10,7 +10,7 @@ import time
 import pytest
 from test_hub import _hub, _local_bundle, _pull_bytes
 
-from jupyter_compile_cache.hub import HubError
+from jupyter_compile_cache.storage.hub import HubError
 
 
 def test_cluster_works_from_any_nodes_url_and_keeps_a_bundle_in_one_slot(tmp_path, redis_cluster):

@@ -6,8 +6,8 @@ import pytest
 from kernels import misses
 from test_kernel_restore import COMPILE, DEFINE
 
-from jupyter_compile_cache.hub import HubConfig, RedisHub
-from jupyter_compile_cache.store import LocalStore
+from jupyter_compile_cache.storage.hub import HubConfig, RedisHub
+from jupyter_compile_cache.storage.store import LocalStore
 
 pytestmark = pytest.mark.slow
 SESSION = "__import__('jupyter_compile_cache').get_session()"
@@ -43,7 +43,7 @@ def test_colleague_restores_from_a_cluster_hub_with_no_misses(kernel_factory, tm
     assert f"restored 'net' from the hub {bob_url}" in out.stdout
     assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
     # Same CPU: Bob's kernel took the probe programs from the hub and built none
-    assert bob.value(f"[{SESSION}.toolchain_source, {SESSION}.prewarm.created]") == ["hub", []]
+    assert bob.value(f"[{SESSION}.toolchain.source, {SESSION}.prewarm.created]") == ["hub", []]
     # written through: Bob's next kernel restores from his own local store
     assert LocalStore(str(tmp_path / "store_bob")).versions("net")
     status = bob.run("%compile_cache hub status").check().stdout

@@ -12,7 +12,7 @@ import os
 import pytest
 from kernels import misses
 
-from jupyter_compile_cache.precompile import PrecompileGuard
+from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +81,7 @@ def test_restart_on_empty_cache_dir_restores_with_no_misses(kernel_factory, dirs
     )
     assert "OK True" in out.check().stdout
 
-    status = k.value("[(r['layer'], r['hits']) for r in __import__('jupyter_compile_cache').status()['layers']]")
+    status = k.value("[(r.layer, r.hits) for r in __import__('jupyter_compile_cache').status().layers]")
     assert dict(status)["dynamo_precompile"] >= 1 if precompiled else dict(status)["aot_autograd"] >= 1
 
 
@@ -144,7 +144,7 @@ def test_failing_cell_saves_nothing_and_reraises_the_users_exception(kernel_fact
     out = k.run("%%compile_cache broken\ny = torch.compile(model)(x)\nraise ValueError('user bug 42')")
     assert out.error["ename"] == "ValueError" and out.error["evalue"] == "user bug 42"
     assert out.status == "error"
-    assert k.value("[b['name'] for b in __import__('jupyter_compile_cache').bundles()]") == []
+    assert k.value("[b.name for b in __import__('jupyter_compile_cache').bundles()]") == []
 
 
 def test_last_expression_is_displayed_like_a_normal_cell(kernel_factory, dirs):
@@ -232,7 +232,7 @@ def test_status_list_explain_enable_disable(kernel_factory, dirs):
     k.run("%compile_cache disable precompile").check()
     assert k.value("__import__('jupyter_compile_cache').get_session().precompile_default") is False
     k.run("%compile_cache rm net").check()
-    assert k.value("[b['name'] for b in __import__('jupyter_compile_cache').bundles()]") == []
+    assert k.value("[b.name for b in __import__('jupyter_compile_cache').bundles()]") == []
 
 
 def test_unload_removes_magics_and_hooks(kernel_factory, dirs):

@@ -21,8 +21,8 @@ from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 from kernels import process_gone
 
-from jupyter_compile_cache import cli
-from jupyter_compile_cache.spare import spare_dir, spare_key, take_failure
+from jupyter_compile_cache.frontends import cli
+from jupyter_compile_cache.kernels.spare import spare_dir, spare_key, take_failure
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +136,7 @@ def _spares_in(cwd: str) -> list[int]:
     for process in psutil.process_iter(["cmdline"]):
         try:
             cmdline = " ".join(process.info["cmdline"] or ())
-            if "jupyter_compile_cache.spare --listen" in cmdline and process.cwd() == cwd:
+            if "jupyter_compile_cache.kernels.spare --listen" in cmdline and process.cwd() == cwd:
                 if process.status() != psutil.STATUS_ZOMBIE:
                     found.append(process.pid)
         except psutil.Error:
@@ -164,7 +164,7 @@ def test_the_installed_spec_launches_the_launcher_and_keeps_the_provisioner(tmp_
     assert cli.main(["install-kernel", "--prefix", str(tmp_path)]) == 0
     with open(tmp_path / "share" / "jupyter" / "kernels" / "python3-compile-cache" / "kernel.json") as f:
         spec = json.load(f)
-    assert spec["argv"] == [sys.executable, "-m", "jupyter_compile_cache.launcher", "-f", "{connection_file}"]
+    assert spec["argv"] == [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher", "-f", "{connection_file}"]
     assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "compile-cache-warm"
 
 
@@ -260,7 +260,7 @@ def test_a_spare_that_cannot_warm_up_leaves_its_reason_for_the_next_launch_once(
     (work / "sqlite3.py").write_text("raise ImportError('a sqlite3.py of the notebook folder')\n")
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     spare = subprocess.run(
-        [sys.executable, "-m", "jupyter_compile_cache.spare", "--listen", str(os.getpid()), "0"],
+        [sys.executable, "-m", "jupyter_compile_cache.kernels.spare", "--listen", str(os.getpid()), "0"],
         cwd=work,
         env=env,
         stdin=subprocess.DEVNULL,

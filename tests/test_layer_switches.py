@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from jupyter_compile_cache.precompile import PrecompileGuard
+from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 
 pytestmark = [
     pytest.mark.slow,

@@ -8,7 +8,7 @@ import sys
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from jupyter_compile_cache import layers
+from jupyter_compile_cache.torch_adapter import layers
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "example_notebooks"))
 

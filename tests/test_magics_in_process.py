@@ -12,8 +12,10 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets import TraitError
 
 import jupyter_compile_cache
-from jupyter_compile_cache.hub import HubConfig, RedisHub
-from jupyter_compile_cache.settings import ENV, CompileCache
+from jupyter_compile_cache.core.commands import Commands
+from jupyter_compile_cache.core.settings import ENV, CompileCache
+from jupyter_compile_cache.storage.hub import HubConfig, RedisHub
+from jupyter_compile_cache.storage.sources import HubSource
 
 NEW_OPTIONS = ("--hub URL", "--no-hub", "--namespace NS", "--ttl SECONDS", "--wait SECONDS", "--torch-remote")
 
@@ -99,7 +101,7 @@ def test_settings_come_from_config_then_environment_then_defaults(shell, monkeyp
     listing = capsys.readouterr().out
     for name in ("store_dir", "hub", "namespace", "secret", "hub_timeout", "max_size", "precompile", "prewarm"):
         assert f"CompileCache.{name}" in listing
-    assert session.status()["settings"]["namespace"] == "from-config"
+    assert Commands(session).status().settings["namespace"] == "from-config"
 
 
 def test_hub_subcommand_sets_the_hub_setting(shell, capsys):
@@ -108,7 +110,7 @@ def test_hub_subcommand_sets_the_hub_setting(shell, capsys):
     assert session.settings.hub == "redis://127.0.0.1:1/0"
     assert "unreachable" in capsys.readouterr().out
     shell.run_line_magic("compile_cache", "hub off")
-    assert session.settings.hub == "" and session.hub_link.for_cell(jupyter_compile_cache.CellOptions()) is None
+    assert session.settings.hub == "" and session.hub_policy.for_cell(jupyter_compile_cache.CellOptions()) is None
 
 
 def test_unload_undoes_what_the_session_changed(shell):
@@ -120,7 +122,8 @@ def test_unload_undoes_what_the_session_changed(shell):
     session = shell.load()
     before = (inductor_config.fx_graph_remote_cache, functorch_config.enable_remote_autograd_cache)
     os.environ.pop("TORCHINDUCTOR_REDIS_URL", None)
-    session.hub_link.point_torch_at(RedisHub(HubConfig(url="redis://127.0.0.1:1/0")))  # what --torch-remote does
+    hub = HubSource(RedisHub(HubConfig(url="redis://127.0.0.1:1/0")))
+    session.hub_policy.point_torch_at(hub)  # what --torch-remote does
     assert inductor_config.fx_graph_remote_cache is True and os.environ["TORCHINDUCTOR_REDIS_URL"]
     status = repr(shell.run_line_magic("compile_cache", "status"))
     assert "caches use the hub redis://127.0.0.1:1/0 in this whole kernel" in status  # where the switch applies
@@ -176,7 +179,7 @@ def test_a_bad_config_value_is_told_with_the_setting_name(shell, caplog):
     ],
 )
 def test_a_bad_environment_variable_is_named_once_and_its_default_used(monkeypatch, capsys, variable, value, told):
-    from jupyter_compile_cache.session import CompileCacheSession
+    from jupyter_compile_cache.core.session import CompileCacheSession
 
     for name in ENV.values():
         monkeypatch.delenv(name, raising=False)
@@ -216,7 +219,7 @@ def test_bad_cell_options_are_usage_errors_naming_the_option(shell, line, told):
 def test_gc_and_rm_say_what_they_remove_and_preview_with_dry_run(shell, capsys):
     from store_helpers import make_bundle
 
-    from jupyter_compile_cache.store import LocalStore
+    from jupyter_compile_cache.storage.store import LocalStore
 
     session = shell.load()
     store = LocalStore(session.settings.store_dir)
@@ -249,8 +252,8 @@ _VALUES = st.sampled_from(["n", "0", "-5", "3", "1.5", "nan", "inf", "bad ns", "
 @given(st.lists(_TOKENS | _VALUES, max_size=6).map(lambda parts: " ".join(parts)) | st.text(max_size=30))
 @settings(max_examples=300, deadline=None)
 def test_any_cell_line_parses_to_valid_options_or_is_a_usage_error(line):
-    from jupyter_compile_cache import magics
-    from jupyter_compile_cache.records import CellOptions
+    from jupyter_compile_cache.core.records import CellOptions
+    from jupyter_compile_cache.frontends import magics
 
     try:
         args = magics.cell_parser().parse_args(magics._split(line, magics.cell_usage))
@@ -267,7 +270,7 @@ def test_any_cell_line_parses_to_valid_options_or_is_a_usage_error(line):
                 max_size=5).map(" ".join) | st.text(max_size=30))  # fmt: skip
 @settings(max_examples=300, deadline=None)
 def test_any_line_magic_parses_or_is_a_usage_error(line):
-    from jupyter_compile_cache import magics
+    from jupyter_compile_cache.frontends import magics
 
     try:
         magics.line_parser().parse_args(magics._split(line, magics.line_usage))

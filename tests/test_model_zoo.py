@@ -51,8 +51,8 @@ print("MATCHES_EAGER {name}", torch.allclose(got.float(), want.float(), atol=1e-
 """
 
 CELLS_REPORT = (
-    "[(c['name'], c['layers'], c['precompile_fallbacks'], c['stale_rejected'], c['ok'])"
-    " for c in __import__('jupyter_compile_cache').status()['cells']]"
+    "[(c.name, c.layers, c.precompile_fallbacks, c.stale_rejected, c.ok)"
+    " for c in __import__('jupyter_compile_cache').status().cells]"
 )
 
 

@@ -7,9 +7,9 @@ import re
 import pytest
 import torch
 
-from jupyter_compile_cache.panel import Panel, bar_chart_svg, saved_seconds
-from jupyter_compile_cache.records import CellOptions
-from jupyter_compile_cache.session import CompileCacheSession
+from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.frontends.panel import Panel, bar_chart_svg, saved_seconds
 
 
 def _row(panel, title):

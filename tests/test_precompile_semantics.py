@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from jupyter_compile_cache.precompile import PrecompileGuard
+from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 
 pytestmark = pytest.mark.slow
 
@@ -229,8 +229,8 @@ def test_two_sessions_in_one_process_take_turns_wrapping_torch(tmp_path, monkeyp
     that broke the next compile with Dynamo's InternalTorchDynamoError."""
     import torch
 
-    from jupyter_compile_cache.records import CellOptions
-    from jupyter_compile_cache.session import CompileCacheSession
+    from jupyter_compile_cache.core.records import CellOptions
+    from jupyter_compile_cache.core.session import CompileCacheSession
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
     first, second = (CompileCacheSession(store_root=str(tmp_path / name)) for name in ("a", "b"))

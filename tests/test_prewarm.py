@@ -3,9 +3,9 @@ the next cell, which runs as it would without the prewarm."""
 
 from __future__ import annotations
 
-from jupyter_compile_cache.prewarm import Prewarm
-from jupyter_compile_cache.records import CellOptions
-from jupyter_compile_cache.session import CompileCacheSession
+from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.kernels.prewarm import Prewarm
 
 
 def _unreadable_toolchain() -> None:

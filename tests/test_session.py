@@ -6,9 +6,9 @@ import os
 
 from store_helpers import make_bundle, restored_whole
 
-from jupyter_compile_cache import fingerprint
-from jupyter_compile_cache.records import CellOptions
-from jupyter_compile_cache.session import CompileCacheSession
+from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.torch_adapter import fingerprint
 
 
 def _files(root):

@@ -8,10 +8,11 @@ from __future__ import annotations
 import multiprocessing
 import re
 
-from jupyter_compile_cache import report, stats
-from jupyter_compile_cache.records import CellReport, RestoreResult
-from jupyter_compile_cache.session import CompileCacheSession
-from jupyter_compile_cache.store import LocalStore
+from jupyter_compile_cache.core.commands import Commands
+from jupyter_compile_cache.core.records import CellReport, RestoreResult
+from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.frontends import tables
+from jupyter_compile_cache.storage.store import LocalStore
 
 
 def _cold_cell() -> CellReport:
@@ -29,19 +30,19 @@ def _restored_cell(source: str) -> CellReport:
 
 def test_cells_add_up_and_zero_starts_again_showing_what_it_zeroed(tmp_path):
     store = LocalStore(str(tmp_path))
-    store.add_stats(stats.outcome(_cold_cell()))
-    store.add_stats(stats.outcome(_restored_cell("local")))
-    store.add_stats(stats.outcome(_restored_cell("hub")))
+    store.add_stats(_cold_cell().stats_outcome())
+    store.add_stats(_restored_cell("local").stats_outcome())
+    store.add_stats(_restored_cell("hub").stats_outcome())
     failed = CellReport("net", ok=False)
-    store.add_stats(stats.outcome(failed))
+    store.add_stats(failed.stats_outcome())
     counts = store.read_stats().counts
     assert (counts["cells"], counts["cells_failed"], counts["compiled"]) == (4, 1, 1)
     assert (counts["restored_local"], counts["restored_hub"], counts["hits"], counts["misses"]) == (1, 1, 2, 4)
     assert counts["seconds_saved"] == 2 * 11.5 and counts["restored_bytes"] == 2 * 4096
     assert (counts["saved_bundles"], counts["saved_bytes"]) == (1, 4096)
 
-    data = CompileCacheSession(store_root=str(tmp_path)).stats(zero=True)
-    assert data["cells"] == 4 and data["zeroed"] and data["hit_rate"] == 2 / 6
+    data = Commands(CompileCacheSession(store_root=str(tmp_path))).stats(zero=True)
+    assert data.counts["cells"] == 4 and data.zeroed and data.hit_rate == 2 / 6
     assert store.read_stats().counts["cells"] == 0 and store.read_stats().since > 0
 
 
@@ -76,9 +77,9 @@ def test_a_damaged_stats_file_reads_as_none_and_the_next_cell_rewrites_it(tmp_pa
 
 def test_the_view_shows_rates_time_saved_and_the_store_against_its_cap(tmp_path):
     store = LocalStore(str(tmp_path))
-    store.add_stats(stats.outcome(_cold_cell()))
-    store.add_stats(stats.outcome(_restored_cell("local")))
-    text = repr(report.StatsView(CompileCacheSession(store_root=str(tmp_path)).stats()))
+    store.add_stats(_cold_cell().stats_outcome())
+    store.add_stats(_restored_cell("local").stats_outcome())
+    text = repr(tables.StatsView(Commands(CompileCacheSession(store_root=str(tmp_path))).stats()))
     assert text.startswith(f"statistics of {tmp_path} since 20"), text
     assert re.search(r"^  restored a bundle +1  50\.0 %$", text, re.M), text
     assert re.search(r"^torch cache hits / misses +1 / 4  20\.0 % hits$", text, re.M), text

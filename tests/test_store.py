@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-from jupyter_compile_cache import bundle
-from jupyter_compile_cache.bundle import Manifest, UnsafeBundle
-from jupyter_compile_cache.settings import parse_size
-from jupyter_compile_cache.store import LocalStore
+from jupyter_compile_cache.storage import bundle
+from jupyter_compile_cache.storage.bundle import Manifest, UnsafeBundle
+from jupyter_compile_cache.storage.store import LocalStore
 
 
 def _manifest(name="m", fp="a" * 12):
@@ -163,15 +162,6 @@ def test_a_write_that_fails_midway_leaves_no_partial_version(tmp_path):
     assert sorted(os.listdir(folder)) == before  # no temp payload left beside it
 
 
-def test_parse_size():
-    assert parse_size("500M") == 500 << 20
-    assert parse_size("2G") == 2 << 30
-    assert parse_size("1.5GiB") == int(1.5 * (1 << 30))
-    assert parse_size("1000") == 1000
-    with pytest.raises(ValueError):
-        parse_size("lots")
-
-
 def test_manifest_json_round_trip(tmp_path):
     store = LocalStore(str(tmp_path / "s"))
     m = _write(store, tmp_path)
@@ -181,8 +171,8 @@ def test_manifest_json_round_trip(tmp_path):
 
 
 def test_session_enforces_the_store_size_cap(tmp_path, monkeypatch, capsys):
-    from jupyter_compile_cache.records import CellReport
-    from jupyter_compile_cache.session import CompileCacheSession
+    from jupyter_compile_cache.core.records import CellReport
+    from jupyter_compile_cache.core.session import CompileCacheSession
 
     store = LocalStore(str(tmp_path / "s"))
     old = _write(store, tmp_path, name="old", size=200_000)

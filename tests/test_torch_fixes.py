@@ -17,7 +17,7 @@ import re
 import pytest
 from kernels import misses
 
-from jupyter_compile_cache.precompile import PrecompileGuard
+from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 
 pytestmark = [
     pytest.mark.slow,

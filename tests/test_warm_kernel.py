@@ -15,7 +15,7 @@ import psutil
 import pytest
 from kernels import Kernel, process_gone
 
-from jupyter_compile_cache import cli
+from jupyter_compile_cache.frontends import cli
 
 pytestmark = pytest.mark.slow
 NAME = "python3-compile-cache"
@@ -60,7 +60,7 @@ def _spares_of_this_process(*kernels: Kernel) -> list[int]:
         try:
             if process.status() == psutil.STATUS_ZOMBIE or process.pid in kernel_pids:
                 continue
-            if "jupyter_compile_cache.spare" in " ".join(process.cmdline()):
+            if "jupyter_compile_cache.kernels.spare" in " ".join(process.cmdline()):
                 spares.append(process.pid)
         except psutil.Error:  # ended while we looked
             continue
@@ -72,7 +72,7 @@ def test_install_kernel_writes_a_spec_with_our_provisioner(tmp_path):
     with open(tmp_path / "share" / "jupyter" / "kernels" / "mine" / "kernel.json") as f:
         spec = json.load(f)
     assert spec["display_name"] == "Mine"
-    assert spec["argv"][:3] == [sys.executable, "-m", "jupyter_compile_cache.launcher"]
+    assert spec["argv"][:3] == [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher"]
     assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "compile-cache-warm"
 
 

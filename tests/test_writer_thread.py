@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jupyter_compile_cache.writer_thread import FileWriterThread
+from jupyter_compile_cache.storage.writer_thread import FileWriterThread
 
 
 def test_files_are_written_in_order_with_their_digests(tmp_path):

@@ -1,0 +1,294 @@
+"""What the front ends do besides running a cell: `status`, `list`, `explain`, `stats`, `push`, `rm`, `gc`, the hub's
+own commands and the layer switches, over one session. The magics, the panel, the CLI and the Python API all call
+these, and get typed records (records.py) to show as they like.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ..kernels.spare import spare_status
+from ..storage.bundle import Manifest, check_name
+from ..storage.hub import HubError
+from ..storage.sources import HubSource, LocalSource, Progress, Source, find
+from ..storage.store import LocalStore, Removal
+from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
+from ..torch_adapter.precompile import PrecompileGuard
+from .records import (
+    BundleExplanation,
+    BundleRow,
+    CellOptions,
+    CellReport,
+    HubState,
+    LayerState,
+    SessionStatus,
+    StoreStatistics,
+    VersionFit,
+)
+from .session import CompileCacheSession
+
+
+class Commands:
+    def __init__(self, session: CompileCacheSession) -> None:
+        self.session = session
+        self.settings = session.settings
+
+    # -- views ----------------------------------------------------------------------------------------------------
+    def status(self) -> SessionStatus:
+        """Per-layer state: switch, env var, entries and bytes on disk, this kernel's hits / misses / bypasses."""
+        session = self.session
+        session.prewarm.join()  # `%load_ext` and `status` in one cell: wait for the background imports
+        roots = capture.cache_roots()
+        usage = layers.disk_usage(roots["inductor"])
+        totals = cell_snapshot.session_counts()
+        layer_states = []
+        for layer in layers.LAYERS:
+            counts = totals.get(layer.name, {})
+            scope = self.switch_scope(layer)
+            on_disk = usage.get(layer.name, {})
+            layer_states.append(
+                LayerState(
+                    layer=layer.name,
+                    title=layer.title,
+                    scope=scope,
+                    enabled=scope not in ("off", "n/a"),
+                    supported=layer.supported(),
+                    switch=".".join(layer.switch) if layer.switch else None,
+                    env_var=layer.env_var,
+                    env_value=os.environ.get(layer.env_var) if layer.env_var else None,
+                    place=layer.place,
+                    entries=on_disk.get("entries", 0),
+                    bytes=on_disk.get("bytes", 0),
+                    hits=counts.get("hits", 0),
+                    misses=counts.get("misses", 0),
+                    bypasses=counts.get("bypasses", 0),
+                )
+            )
+        store = session.store()
+        return SessionStatus(
+            hub=session.hub_policy.state(),
+            settings=self.settings.resolved(),
+            spare=spare_status(),
+            cache_dir=roots["inductor"],
+            store=store.root,
+            store_bytes=store.total_bytes(),
+            max_bytes=self.settings.max_bytes,
+            precompile_default=session.precompile_default,
+            torch_remote=session.hub_policy.torch_remote,
+            stale_rejected=compiler.stale_count(),
+            precompile_fallbacks=compiler.fallback_count(),
+            layers=layer_states,
+            cells=list(session.history),
+        )
+
+    def hub_state(self) -> HubState:
+        """The hub, pinged now even if it failed a moment ago (`%compile_cache hub status`)."""
+        return self.session.hub_policy.state(force=True)
+
+    def bundles(self, store_root: str | None = None) -> list[BundleRow]:
+        """Local bundles, then the hub's (when one is configured and answers)."""
+        local = list(self.session.store(store_root).bundles())
+        remote: list[Manifest] = []
+        hub = self.session.hub_policy.for_cell(CellOptions())
+        if hub is not None:
+            try:
+                remote = [m for name in hub.names() for m in hub.versions(name)]
+            except HubError as exc:
+                self.session.hub_policy.failed(hub, exc, None)
+        if not local and not remote:
+            return []  # nothing to compare with this machine: torch is not imported (1.4 s)
+        now = fingerprint.current(with_gpu=True)
+        rows = [bundle_row(b.manifest, now, b.last_used, b.store) for b in local]
+        return rows + [bundle_row(m, now, None, "hub") for m in remote]
+
+    def explain(self, name: str, store_root: str | None = None) -> BundleExplanation:
+        """Field by field why each version of NAME would or would not restore here, and the last run's layers."""
+        check_name(name)
+        store = self.session.store(store_root)
+        now = fingerprint.current()
+        versions = []
+        for m in store.versions(name):
+            checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
+            versions.append(
+                VersionFit(
+                    version=m.version,
+                    bytes=m.payload_bytes,
+                    files=len(m.members),
+                    created=m.created,
+                    writer=m.writer,
+                    reason=fingerprint.mismatch_reason(checks),
+                    fields=checks,
+                )
+            )
+        return BundleExplanation(name, store.root, versions, store.last_run(name))
+
+    def stats(self, store_root: str | None = None, zero: bool = False) -> StoreStatistics:
+        """The store's cumulative statistics with its size against the cap; `zero` starts them again (the returned
+        figures are those before zeroing)."""
+        store = self.session.store(store_root)
+        current = store.zero_stats() if zero else store.read_stats()
+        size, versions, names = store.usage()
+        return StoreStatistics(
+            store=store.root,
+            since=current.since or None,
+            counts=dict(current.counts),
+            hit_rate=current.hit_rate,
+            store_bytes=size,
+            max_bytes=self.settings.max_bytes,
+            versions=versions,
+            bundles=names,
+            zeroed=zero,
+        )
+
+    # -- changes --------------------------------------------------------------------------------------------------
+    def push(self, name: str, store_root: str | None = None) -> str:
+        """Push the newest local version of NAME to the hub; returns what happened, in words."""
+        policy = self.session.hub_policy
+        hub = policy.for_cell(CellOptions(store=store_root))
+        if hub is None:
+            return (
+                "no hub: none configured (CompileCache.hub, JUPYTER_COMPILE_CACHE_HUB or %compile_cache hub URL), "
+                "or it failed less than a minute ago"
+            )
+        store = self.session.store(store_root)
+        versions = store.versions(check_name(name))
+        if not versions:
+            return f"no local bundle named {name!r}"
+        report = CellReport(name)
+        policy.push(hub, store, versions[0], report, quiet=True)
+        return f"pushed {name!r} to {hub.display_url}" if report.pushed else f"push failed: {report.warnings[-1:]}"
+
+    def remove(
+        self, name: str, version: str | None = None, where: str = "local", dry_run: bool = False
+    ) -> list[Removal]:
+        """Delete NAME (one version or all) from the local store or the hub; returns what went (or would go)."""
+        check_name(name)
+        if where == "hub":
+            hub = self.session.hub_policy.for_cell(CellOptions())
+            return hub.remove(name, version, dry_run) if hub is not None else []
+        return LocalSource(self.session.store()).remove(name, version, dry_run)
+
+    def gc(
+        self,
+        store_root: str | None = None,
+        max_size: int | None = None,
+        older_than: float | None = None,
+        incompatible: bool = False,
+        dry_run: bool = False,
+        yes: bool = False,
+    ) -> tuple[LocalStore, list[Removal], bool]:
+        """Evict versions unused for more than `older_than` seconds, those that cannot restore on this machine
+        (`incompatible`: another torch, Python, GPU...), then the least recently used down to `max_size` (the
+        default cap CompileCache.max_size when no other rule is given). Returns (store, removals, refused):
+        refused when it would empty the store without `yes`; then nothing is removed and removals is the plan."""
+        store = self.session.store(store_root)
+        if max_size is None and older_than is None and not incompatible:
+            max_size = self.settings.max_bytes
+        unusable = None
+        if incompatible:
+            now = fingerprint.current(with_gpu=True)
+            unusable = lambda m: fingerprint.incompatibility(m, now) is not None  # noqa: E731
+        plan = store.gc(max_size, dry_run=True, older_than=older_than, unusable=unusable)
+        if dry_run or not plan:
+            return store, plan, False
+        if len(plan) == store.version_count() and not yes:
+            return store, plan, True
+        return store, store.gc(max_size, older_than=older_than, unusable=unusable), False
+
+    # -- the hub's own commands (the CLI's `hub ...`: failures are raised as HubError, for the command to report) --
+    def hub(self, url: str | None = None, namespace: str | None = None, ttl: int | None = None) -> HubSource | None:
+        """The hub these options name, or the configured one; None when there is none."""
+        return self.session.hub_policy.for_command(url, namespace, ttl)
+
+    def hub_bundles(self, hub: HubSource) -> list[BundleRow]:
+        now = fingerprint.current()
+        return [bundle_row(m, now, None, "hub") for name in hub.names() for m in hub.versions(name)]
+
+    def hub_push(self, hub: HubSource, name: str, progress: Progress | None = None) -> Manifest | None:
+        """The newest local version of NAME onto HUB; None when there is none."""
+        store = self.session.store()
+        versions = store.versions(check_name(name))
+        if not versions:
+            return None
+        return hub.push(versions[0], store, progress)
+
+    def hub_pull(
+        self, hub: HubSource, name: str, progress: Callable[[Source, Manifest], Progress | None] | None = None
+    ) -> tuple[Manifest | None, list[str]]:
+        """The newest version of NAME on HUB that fits this machine, into the local store (verified); with the
+        reasons other versions were skipped."""
+        now = fingerprint.current()
+        found = find(
+            check_name(name),
+            [hub],
+            self.session.store(),
+            lambda m: fingerprint.incompatibility(m, now),
+            progress=progress,
+        )
+        for _source, exc in found.down:
+            raise exc
+        return found.manifest, found.skipped
+
+    # -- layer switches -------------------------------------------------------------------------------------------
+    def set_layer(self, layer_name: str, enabled: bool) -> layers.Layer:
+        """Switch one of torch's cache layers. Dynamo precompile drops identity guards that only our cells put
+        back, so it is switched for `%%compile_cache` cells alone (CompileCache.precompile) and torch's global
+        `caching_precompile` is never left on; the other layers are torch's own switches for the whole kernel."""
+        self.session.prewarm.join()
+        layer = layers.resolve(layer_name)
+        if layer.name == "dynamo_precompile":
+            if enabled and not PrecompileGuard.available():  # disabling it is always allowed: a no-op there
+                raise ValueError(
+                    "Dynamo precompile is not used with this torch (it needs torch's caching_precompile switch "
+                    "and torch 2.11 or newer)"
+                )
+            self.settings.precompile = enabled
+        else:
+            layer.set_switch(enabled)
+        return layer
+
+    def switch_scope(self, layer: layers.Layer) -> str:
+        """Where LAYER applies now, in words: 'off', '%%compile_cache cells', 'this kernel' or 'everywhere'."""
+        if not layer.supported():
+            return "n/a"
+        if layer.name == "dynamo_precompile":
+            if layer.switch_value():  # torch's own switch, set outside us (TORCH_CACHING_PRECOMPILE=1, say)
+                return "everywhere"
+            return "%%compile_cache cells" if self.session.precompile_default else "off"
+        if layer.switch is None:
+            return "this kernel"
+        return "this kernel" if layer.switch_value() else "off"
+
+    def switch_line(self, layer: layers.Layer) -> str:
+        """What `enable` / `disable` changed, for the magic and the panel."""
+        scope = self.switch_scope(layer)
+        if layer.name == "dynamo_precompile":
+            if scope == "everywhere":
+                return (
+                    f"{layer.title}: torch's own caching_precompile is on, so plain torch.compile outside our cells "
+                    "drops identity guards too; unset TORCH_CACHING_PRECOMPILE (our cells switch it on themselves)"
+                )
+            if scope == "off":
+                return f"{layer.title} off (CompileCache.precompile = False)"
+            return (
+                f"{layer.title} on in %%compile_cache cells only (CompileCache.precompile = True; torch's "
+                "caching_precompile is on only while such a cell runs)"
+            )
+        switch = ".".join(layer.switch) if layer.switch else "always on"
+        return f"{layer.title} {'on' if scope != 'off' else 'off'} in this kernel ({switch} = {layer.switch_value()})"
+
+
+def bundle_row(m: Manifest, now: dict, last_used: float | None, where: str) -> BundleRow:
+    return BundleRow(
+        name=m.name,
+        version=m.version,
+        bytes=m.payload_bytes,
+        files=len(m.members),
+        created=m.created,
+        last_used=last_used,
+        writer=m.writer,
+        store=where,
+        compatible=fingerprint.incompatibility(m, now) is None,
+        fingerprint_id=m.fingerprint_id,
+    )

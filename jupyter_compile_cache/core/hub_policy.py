@@ -1,0 +1,218 @@
+"""How a session uses the hub: which hub a cell gets, pushing after a save, the single-flight lease, the hub's
+state, and pointing torch's own Redis caches at it. Fetching is storage/sources.py's `find`.
+
+Every hub failure becomes one warning per hub and session and a minute without that hub: a hub never breaks a
+cell or the local store. The Redis protocol itself is in storage/hub.py; the session and the front ends reach the
+hub through this object and the `Source` protocol only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from ..storage.bundle import Manifest
+from ..storage.hub import HubConfig, HubError, Lease, RedisHub, redact
+from ..storage.sources import HubSource, TransferBar
+from ..storage.store import LocalStore
+from ..torch_adapter.compiler import RemoteCaches
+from .records import CellOptions, CellReport, HubState, RestoreResult
+from .settings import CompileCache
+
+DOWN_SECONDS = 60  # a hub that failed is left alone this long, instead of paying its timeout in every cell
+
+
+def hub_config(
+    settings: CompileCache, url: str | None = None, namespace: str | None = None, ttl: int | None = None
+) -> HubConfig | None:
+    """The hub of these settings, with a cell's or command's overrides; None when there is no hub."""
+    url = url or settings.hub
+    if not url or url == "off":
+        return None
+    return HubConfig(
+        url=url,
+        namespace=namespace or settings.namespace,
+        secret=settings.secret.encode() if settings.secret else None,
+        ttl=ttl or settings.hub_ttl or None,
+        connect_timeout=settings.hub_connect_timeout,
+        timeout=settings.hub_timeout,
+    )
+
+
+class HubPolicy:
+    def __init__(
+        self, settings: CompileCache, warn: Callable[[str, CellReport | None], None], out: Callable[[], TextIO]
+    ) -> None:
+        self.settings = settings
+        self._warn = warn
+        self._out = out
+        self._down_until: dict[str, float] = {}
+        self._warned: set[str] = set()
+        self._untold: dict[str, str] = {}  # failures found in the background, told by the next cell
+        self._trust_warned = False
+        self._clients: dict[tuple, Any] = {}  # one Redis connection pool per URL, shared by the session's hubs
+        self.remote_caches = RemoteCaches()  # what --torch-remote changed in torch, for close()
+
+    # -- which hub --------------------------------------------------------------------------------------------
+    def for_cell(self, opts: CellOptions) -> HubSource | None:
+        """The hub this cell uses, or None (off, not configured, or found down in the last minute)."""
+        if opts.no_hub:
+            return None
+        config = hub_config(self.settings, opts.hub, opts.namespace, opts.ttl)
+        if config is None:
+            return None
+        if self._is_down(config.url):
+            untold = self._untold.pop(config.url, None)
+            if untold is not None and config.url not in self._warned:  # found down in the background: say it here
+                self._warned.add(config.url)
+                self._warn(f"{untold}; carrying on without the hub (the local store is unaffected)", None)
+            return None
+        if config.secret is None and not self._trust_warned:
+            self._trust_warned = True
+            self._warn(
+                "no team secret is set (CompileCache.secret / JUPYTER_COMPILE_CACHE_SECRET): bundles pulled from the "
+                "hub are trusted as they are (they contain pickled code); set one to sign and verify them",
+                None,
+            )
+        return HubSource(RedisHub(config, self._clients))
+
+    def for_toolchain(self) -> HubSource | None:
+        """The session's hub, in a namespace of its own for the CPU probe programs (one bundle per CPU
+        fingerprint, out of the way of the team's bundle names)."""
+        return self.for_cell(CellOptions(namespace=f"{self.settings.namespace}/toolchain"))
+
+    def for_command(
+        self, url: str | None = None, namespace: str | None = None, ttl: int | None = None
+    ) -> HubSource | None:
+        """The hub a command names (the CLI's `hub` commands): tried even if it failed a moment ago, and its
+        failures raised (HubError) for the command to report; None when there is no hub."""
+        config = hub_config(self.settings, url, namespace, ttl)
+        return HubSource(RedisHub(config, self._clients)) if config is not None else None
+
+    def _is_down(self, url: str) -> bool:
+        return self._down_until.get(url, 0) > time.time()
+
+    def failed(self, hub: HubSource, exc: Exception, report: CellReport | None, quiet: bool = False) -> None:
+        """One warning per hub and session, then a minute without it. `quiet` (a background thread): the warning
+        waits for the next cell that would have used the hub."""
+        self._down_until[hub.url] = time.time() + DOWN_SECONDS
+        if quiet:
+            self._untold[hub.url] = str(exc)
+        elif hub.url not in self._warned:
+            self._warned.add(hub.url)
+            self._warn(f"{exc}; carrying on without the hub (the local store is unaffected)", report)
+        elif report is not None:
+            report.warnings.append(str(exc))
+
+    def state(self, force: bool = False) -> HubState:
+        """The session's hub: redacted URL, namespace, cluster or not, reachable or not, latency.
+
+        A hub found down in the last minute is not pinged again unless `force`d (`%compile_cache hub status`):
+        the panel refreshes after every cell and must not add a connect timeout to each.
+        """
+        config = hub_config(self.settings)
+        if config is None:
+            return HubState()
+        hub = RedisHub(config, self._clients)
+        state = HubState(url=hub.display_url, namespace=config.namespace, signed=bool(config.secret))
+        if not force and self._is_down(config.url):
+            state.reachable, state.error = False, "unreachable a moment ago (not retried yet)"
+            return state
+        try:
+            state.latency_ms = hub.ping() * 1000
+            state.reachable = True
+            state.cluster = hub.is_cluster
+            self._down_until.pop(config.url, None)
+        except HubError as exc:
+            state.reachable, state.error = False, str(exc)
+        return state
+
+    # -- push and single flight ---------------------------------------------------------------------------------
+    def push(
+        self,
+        hub: HubSource,
+        store: LocalStore,
+        manifest: Manifest,
+        report: CellReport,
+        quiet: bool,
+        background: bool = False,
+    ) -> None:
+        """`background`: from a thread other than the cell's, so a failure is told by the next cell (`failed`)."""
+        if self._is_down(hub.url):  # it failed earlier in this cell: don't pay its timeout again
+            return
+        bar = TransferBar(f"pushing {manifest.name!r} to the hub", quiet)
+        try:
+            hub.push(manifest, store, bar)
+            report.pushed = True
+        except HubError as exc:
+            self.failed(hub, exc, report, quiet=background)
+        finally:
+            bar.close()
+
+    def single_flight(
+        self,
+        hub: HubSource | None,
+        name: str,
+        fingerprint_id: str,
+        writer: str,
+        opts: CellOptions,
+        report: CellReport,
+        restore: Callable[[], RestoreResult],
+    ) -> Lease | None:
+        """If nothing was restored, take NAME's lease on the hub, or wait (`--wait`) for the collaborator who holds
+        it, calling `restore` every second until their bundle arrives."""
+        if hub is None or not opts.save or (report.restore is not None and report.restore.restored):
+            return None
+        if self._is_down(hub.url):  # the restore just found it down
+            return None
+        try:
+            lease = hub.hub.lease(name, fingerprint_id, writer)
+            holder = lease.acquire()
+        except HubError as exc:
+            self.failed(hub, exc, report)
+            return None
+        if holder is None:
+            return lease
+        since = time.time() - float(holder.get("since", time.time()))
+        message = f"{name!r} is being compiled by {holder.get('holder')} (for {since:.0f} s)"
+        if opts.wait <= 0:
+            print(f"compile_cache: {message}; compiling here too (use --wait SECONDS to wait for it)", file=self._out())
+            return None
+        print(f"compile_cache: {message}; waiting up to {opts.wait:.0f} s for that bundle", file=self._out())
+        deadline = time.time() + opts.wait
+        while time.time() < deadline:
+            time.sleep(min(1.0, max(0.0, deadline - time.time())))
+            result = restore()
+            if result.restored:
+                report.restore = result
+                return None
+            try:
+                if not lease.held():  # the holder finished or died, no bundle
+                    break
+            except HubError:
+                break
+        print(f"compile_cache: no bundle for {name!r} arrived; compiling", file=self._out())
+        return None
+
+    # -- torch's own Redis caches -------------------------------------------------------------------------------
+    def point_torch_at(self, hub: HubSource) -> None:
+        """`--torch-remote`: torch's FX graph, AOTAutograd and autotune caches use the hub too (they then share
+        graphs compiled outside our cells). `close()` puts back what was there."""
+        self.remote_caches.point_at(hub.url)
+
+    @property
+    def torch_remote(self) -> str | None:
+        """The hub torch's own Redis caches use since a `--torch-remote` cell (for the rest of the kernel), or None."""
+        url = self.remote_caches.url
+        return redact(url) if url else None
+
+    def close(self) -> None:
+        """Undo `point_torch_at` and drop the connections."""
+        self.remote_caches.undo()
+        for client in self._clients.values():
+            try:
+                client.close()
+            except Exception:  # closing is best effort: the process may be exiting
+                pass
+        self._clients.clear()

@@ -1,0 +1,254 @@
+"""What a `%%compile_cache` cell asks for and what it did: the plain records the session hands to the magics, the
+panel, the CLI and scripts. No behaviour beyond checking options, so every layer can import it."""
+
+from __future__ import annotations
+
+import getpass
+import math
+import socket
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..kernels.spare import SpareState
+from ..storage.hub import check_hub_url, check_namespace
+from ..units import human_bytes, speed
+
+
+def writer() -> str:
+    """user@host, recorded in manifests and hub leases."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+@dataclass
+class CellOptions:
+    """One cell's options; None means the session's setting (`CompileCache.<name>`)."""
+
+    store: str | None = None
+    restore: bool = True
+    save: bool = True
+    force_save: bool = False
+    quiet: bool = False
+    precompile: bool | None = None
+    whole_cache: bool = False  # bundle every file in the cache dirs, not only this block's (API `save`)
+    hub: str | None = None
+    no_hub: bool = False
+    namespace: str | None = None
+    ttl: int | None = None
+    wait: float = 0.0  # seconds to wait for a collaborator who is compiling the same NAME
+    torch_remote: bool = False  # also point torch's own Redis caches (FX graph, AOTAutograd, autotune) at the hub
+
+    def __post_init__(self) -> None:
+        """The same rules as the magic's options, for scripts: a bad value is a ValueError naming the option."""
+        if self.ttl is not None and (isinstance(self.ttl, bool) or not isinstance(self.ttl, int) or self.ttl < 1):
+            raise ValueError(f"ttl: must be a whole number of seconds, 1 or more, not {self.ttl!r}")
+        if not isinstance(self.wait, (int, float)) or not math.isfinite(self.wait) or self.wait < 0:
+            raise ValueError(f"wait: must be a number of seconds, 0 or more, not {self.wait!r}")
+        for option, value, check in (("namespace", self.namespace, check_namespace), ("hub", self.hub, check_hub_url)):
+            try:
+                if value is not None:
+                    check(value)
+            except ValueError as exc:
+                raise ValueError(f"{option}: {exc}") from None
+
+
+@dataclass
+class RestoreResult:
+    name: str
+    source: str | None = None  # "local", "hub"; None when nothing was restored
+    version: str | None = None
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # why versions were not used
+    uses_cpu_kernels: bool = False
+    hub_url: str | None = None  # redacted
+    pull_seconds: float = 0.0
+    cold_seconds: float | None = None  # the cold run's time, recorded in the restored version
+    hub_signed_elsewhere: bool = False  # every hub version seen was refused as signed with another secret
+
+    @property
+    def restored(self) -> bool:
+        return self.source is not None
+
+
+@dataclass
+class CellReport:
+    name: str
+    ok: bool = True
+    restore: RestoreResult | None = None
+    saved_version: str | None = None
+    saved_bytes: int = 0
+    saved_files: int = 0
+    save_seconds: float = 0.0  # writing the bundle into the local store
+    pushed: bool = False
+    body_seconds: float = 0.0
+    # waiting for torch's compiler stack to import (and, for C++ kernels, the CPU probe): once per process
+    waited_seconds: float = 0.0
+    layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
+    stale_rejected: int = 0
+    precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
+    warnings: list[str] = field(default_factory=list)
+    finished: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def stats_outcome(self) -> dict[str, float]:
+        """What one cell adds (the cold time of a restored bundle comes with its restore record)."""
+        restore = self.restore
+        restored = bool(self.ok and restore is not None and restore.restored)
+        hits = sum(counts.get("hits", 0) for counts in self.layers.values())
+        misses = sum(counts.get("misses", 0) for counts in self.layers.values())
+        saved = 0.0
+        if restored and restore.cold_seconds is not None:  # the restore is part of the restored run's wait
+            saved = max(0.0, restore.cold_seconds - self.body_seconds - restore.seconds - restore.pull_seconds)
+        return {
+            "cells": 1,
+            "cells_failed": 0 if self.ok else 1,
+            "restored_local": 1 if restored and restore.source == "local" else 0,
+            "restored_hub": 1 if restored and restore.source == "hub" else 0,
+            "compiled": 1 if misses else 0,
+            "hits": hits,
+            "misses": misses,
+            "stale_rejected": self.stale_rejected,
+            "precompile_fallbacks": self.precompile_fallbacks,
+            "restored_bytes": restore.bytes if restored else 0,
+            "saved_bundles": 1 if self.saved_version else 0,
+            "saved_bytes": self.saved_bytes if self.saved_version else 0,
+            "pushed": 1 if self.pushed else 0,
+            "seconds_saved": saved,
+        }
+
+    def summary(self) -> str:
+        """The one line a cell ends with."""
+        hits = sum(v["hits"] for v in self.layers.values())
+        misses = sum(v["misses"] for v in self.layers.values())
+        parts = [f"compile_cache: {self.name!r} ran in {self.body_seconds:.2f} s, {hits} cache hits, {misses} misses"]
+        if self.stale_rejected:
+            parts.append(f"{self.stale_rejected} stale precompile entries refused (code changed)")
+        if self.precompile_fallbacks:
+            parts.append(f"{self.precompile_fallbacks} functions fell back from precompile to plain torch.compile")
+        if self.waited_seconds >= 0.5:
+            parts.append(f"waited {self.waited_seconds:.1f} s for torch's compiler to load (once per kernel)")
+        if self.saved_version:
+            where = "the local store and the hub" if self.pushed else "the local store"
+            took = (
+                f" in {self.save_seconds:.1f} s ({speed(self.saved_bytes, self.save_seconds)})"
+                if self.save_seconds >= 1
+                else ""
+            )
+            parts.append(f"saved {self.saved_files} files ({human_bytes(self.saved_bytes)}) to {where}{took}")
+        else:
+            parts.append("nothing new to save")
+        return "; ".join(parts)
+
+
+# -- what the front ends show: status, list, explain, stats ---------------------------------------------------------
+@dataclass
+class LayerState:
+    """One of torch's cache layers in this kernel: its switch, what is on disk, what this kernel counted."""
+
+    layer: str
+    title: str
+    scope: str  # 'off', 'n/a', '%%compile_cache cells', 'this kernel' or 'everywhere'
+    enabled: bool
+    supported: bool
+    switch: str | None  # torch's config switch, dotted; None when always on
+    env_var: str | None
+    env_value: str | None
+    place: str
+    entries: int = 0
+    bytes: int = 0  # in torch's cache dir, this layer's folders
+    hits: int = 0
+    misses: int = 0
+    bypasses: int = 0
+
+
+@dataclass
+class HubState:
+    """The session's hub, as `status` and the panel show it; url None: no hub configured."""
+
+    url: str | None = None  # redacted
+    namespace: str | None = None
+    signed: bool = False
+    reachable: bool | None = None
+    cluster: bool | None = None
+    latency_ms: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class SessionStatus:
+    hub: HubState
+    settings: dict[str, Any]
+    spare: SpareState | None
+    cache_dir: str
+    store: str
+    store_bytes: int
+    max_bytes: int
+    precompile_default: bool
+    torch_remote: str | None  # the hub torch's own Redis caches use since a --torch-remote cell
+    stale_rejected: int
+    precompile_fallbacks: int
+    layers: list[LayerState]
+    cells: list[CellReport]
+
+
+@dataclass
+class BundleRow:
+    """One version of a bundle, in the local store or on the hub (`store`: 'local' or 'hub')."""
+
+    name: str
+    version: str
+    bytes: int
+    files: int
+    created: float
+    last_used: float | None
+    writer: str
+    store: str
+    compatible: bool  # restores on this machine (same torch, Python, GPU...)
+    fingerprint_id: str
+
+
+@dataclass
+class VersionFit:
+    """Field by field, whether one version would restore here (`reason` None: it would)."""
+
+    version: str
+    bytes: int
+    files: int
+    created: float
+    writer: str
+    reason: str | None
+    fields: list[Any]  # fingerprint.FieldCheck
+
+
+@dataclass
+class BundleExplanation:
+    name: str
+    store: str
+    versions: list[VersionFit]
+    last_run: dict[str, Any] | None  # the last run's CellReport, as saved with the store
+
+
+@dataclass
+class StoreStatistics:
+    """A store's cumulative statistics (storage/stats.py) with its size against the cap."""
+
+    store: str
+    since: float | None
+    counts: dict[str, float]
+    hit_rate: float | None
+    store_bytes: int
+    max_bytes: int
+    versions: int
+    bundles: int
+    zeroed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {**{k: v for k, v in data.items() if k != "counts"}, **data["counts"]}

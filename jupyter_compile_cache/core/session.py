@@ -1,0 +1,343 @@
+"""The cell flow behind `%%compile_cache`: restore before a cell, watch it, save after it.
+
+One `CompileCacheSession` lives in each kernel (`get_session`). A cell restores through `sources.find` (the local
+store, then the hub), runs under `capture.CellCapture` with one `CellSnapshot` of torch's counters, and saves
+through `store.LocalStore` (then the hub policy's push). Nothing here raises into the user's cell except the
+user's own exception: store and hub failures become warnings, and the cell's result stands. What the front ends
+show and manage besides cells (status, list, explain, stats, gc...) is commands.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import IO, Any, TextIO
+
+from ..kernels.prewarm import Prewarm
+from ..storage import bundle
+from ..storage.bundle import Manifest, check_name
+from ..storage.sources import HubSource, LocalSource, Source, TransferBar, find
+from ..storage.store import LocalStore
+from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
+from ..torch_adapter.cell_snapshot import CellSnapshot
+from ..torch_adapter.precompile import PrecompileGuard
+from ..units import human_bytes, speed
+from .hub_policy import HubPolicy
+from .records import CellOptions, CellReport, RestoreResult, writer
+from .settings import CompileCache
+from .toolchain import Toolchain
+
+current: CompileCacheSession | None = None  # the kernel's one session
+
+
+def get_session() -> CompileCacheSession:
+    """The kernel's one session (created on first use)."""
+    global current
+    if current is None:
+        current = CompileCacheSession()
+    return current
+
+
+class CompileCacheSession:
+    def __init__(
+        self,
+        store_root: str | None = None,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+        settings: CompileCache | None = None,
+    ) -> None:
+        self.settings = settings or CompileCache()
+        if store_root:
+            self.settings.store_dir = os.path.abspath(store_root)
+        self._out = out
+        self._err = err
+        self.settings.resolved()  # reads every environment variable now, so a bad one is told once, here
+        for problem in self.settings.env_problems:
+            self.warn(problem)
+        if os.environ.get("TORCH_CACHING_PRECOMPILE") == "1":  # read from the environment: torch is not imported yet
+            self.warn(
+                "TORCH_CACHING_PRECOMPILE=1 turns torch's Dynamo precompile on outside %%compile_cache cells too, "
+                "where it drops identity guards and no guard of ours checks edits: plain torch.compile may return "
+                "stale results after a helper is redefined. Unset it: our cells switch precompile on themselves"
+            )
+        self.hub_policy = HubPolicy(self.settings, self.warn, lambda: self.out)
+        self.guard = PrecompileGuard(warn=self.warn)
+        self._stats_failed = False
+        self.toolchain = Toolchain(lambda: self.settings.store_dir, self.hub_policy, self.warn)
+        self.prewarm = Prewarm(enabled=lambda: self.settings.prewarm)
+        self.prewarm.before_probe = self.toolchain.restore
+        self.prewarm.after_probe = lambda: self.toolchain.save(self.prewarm.created)
+        self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
+        self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
+        self.listeners: list[Callable[[CellReport], None]] = []  # the panel refreshes through this
+        self._restored_paths: dict[str, list[str]] = {}
+        # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
+        self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}
+        self._cache_load_patches: list[Any] | None = None  # kernel_load_fixes, from the first cell to close()
+
+    # -- plumbing -----------------------------------------------------------------------------------------------
+    @property
+    def out(self) -> TextIO:
+        return self._out or sys.stdout
+
+    @property
+    def err(self) -> TextIO:
+        return self._err or sys.stderr
+
+    @property
+    def precompile_default(self) -> bool:
+        return self.settings.precompile
+
+    def warn(self, message: str, report: CellReport | None = None) -> None:
+        print(f"compile_cache: warning: {message}", file=self.err)
+        if report is not None:
+            report.warnings.append(message)
+
+    def store(self, root: str | None = None) -> LocalStore:
+        return LocalStore(root or self.settings.store_dir)
+
+    def close(self) -> None:
+        """Undo everything this session changed in torch and the environment (used by %unload_ext)."""
+        self.guard.uninstall()
+        for patch in reversed(self._cache_load_patches or []):
+            patch.undo()
+        self._cache_load_patches = None
+        self.hub_policy.close()
+        self.listeners.clear()
+
+    # -- restore ------------------------------------------------------------------------------------------------
+    def restore(
+        self, name: str, store_root: str | None = None, quiet: bool = False, options: CellOptions | None = None
+    ) -> RestoreResult:
+        """Restore the newest compatible version of NAME into torch's cache dirs: local store, then the hub."""
+        opts = options or CellOptions(store=store_root, quiet=quiet)
+        return self._restore(check_name(name), opts, None, self.hub_policy.for_cell(opts))
+
+    def _install(self, manifest: Manifest, payload: IO[bytes], roots: dict[str, str]) -> list[str]:
+        """Extract a version into the cache dirs, unless this session put it there and every file is as it left
+        it (same size, same modification time): restoring NAME and then running its cell passes over it once."""
+        key = (manifest.name, manifest.version, tuple(sorted(roots.items())))
+        stamps = self._installed.get(key)
+        if stamps is not None and all(_stamp(path) == stamp for path, stamp in stamps):
+            return [path for path, _stamp_now in stamps]
+        paths = bundle.extract(payload, manifest, roots)
+        self._installed[key] = [(path, _stamp(path)) for path in paths]
+        return paths
+
+    def _restore(self, name: str, opts: CellOptions, report: CellReport | None, hub: HubSource | None) -> RestoreResult:
+        result = RestoreResult(name)
+        store = self.store(opts.store)
+        start = time.perf_counter()
+        roots = capture.cache_roots()
+        sources: list[Source] = [LocalSource(store)] + ([hub] if hub is not None else [])
+
+        def bar(source: Source, _manifest: Manifest) -> TransferBar | None:
+            return TransferBar(f"pulling {name!r} from the hub", opts.quiet) if source.kind == "hub" else None
+
+        now = fingerprint.current()
+        found = find(
+            name,
+            sources,
+            store,
+            lambda m: fingerprint.incompatibility(m, now),
+            lambda m, payload: self._install(m, payload, roots),
+            bar,
+        )
+        for source, exc in found.down:
+            if hub is not None and source is hub:
+                self.hub_policy.failed(hub, exc, report)
+        for message in found.warnings:
+            self.warn(message, report)
+        result.skipped = found.skipped
+        from_hub = hub is not None and found.source is hub
+        if found.manifest is not None and found.source is not None:
+            manifest = found.manifest
+            self._restored_paths[name] = found.installed
+            result.source, result.version = found.source.kind, manifest.version
+            result.files, result.bytes = len(found.installed), manifest.payload_bytes
+            result.uses_cpu_kernels = manifest.uses_cpu_kernels
+            cold = manifest.stats.get("body_seconds")
+            result.cold_seconds = float(cold) if isinstance(cold, (int, float)) else None
+            if from_hub:
+                result.hub_url, result.pull_seconds = hub.display_url, found.fetch_seconds
+        result.hub_signed_elsewhere = found.wrong_signatures > 0 and not from_hub
+        result.seconds = time.perf_counter() - start
+        if not opts.quiet:
+            if result.restored:
+                where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
+                pulled = f", pull {result.pull_seconds:.2f} s" if result.source == "hub" else ""
+                print(
+                    f"compile_cache: restored {name!r} from {where} ({result.files} files, "
+                    f"{human_bytes(result.bytes)}) in {result.seconds:.2f} s"
+                    + (f" ({speed(result.bytes, result.seconds)})" if result.seconds >= 1 else "")
+                    + pulled,
+                    file=self.out,
+                )
+            elif result.skipped:
+                print(f"compile_cache: {name!r} not restored: " + "; ".join(result.skipped), file=self.out)
+        return result
+
+    # -- the cell -----------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def cell(self, name: str, options: CellOptions | None = None) -> Iterator[CellReport]:
+        """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts."""
+        opts = options or CellOptions()
+        check_name(name)
+        self.prewarm.join()  # before touching torch's compiler: importing it from two threads at once deadlocks
+        if self._cache_load_patches is None:
+            self._cache_load_patches = kernel_load_fixes.cache_load_patches()
+        report = CellReport(name)
+        lease = None
+        precompile = self.precompile_default if opts.precompile is None else opts.precompile
+        precompile = precompile and PrecompileGuard.available()
+        previous_precompile = self._set_precompile(precompile)
+        hub = self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use the same hub
+        try:
+            if opts.restore:
+                report.restore = self._restore(name, opts, report, hub)
+            fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
+            lease = self.hub_policy.single_flight(
+                hub, name, fingerprint_id, writer(), opts, report, lambda: self._restore(name, opts, report, hub)
+            )
+            self._wait_for_prewarm(report.restore)
+            # this cell's wait, the part in IPython's pre-run hook included
+            report.waited_seconds = self.prewarm.take_waited()
+            prewarm_error = self.prewarm.take_error()
+            if prewarm_error is not None:
+                self.warn(f"preparing torch's compiler in the background stopped ({prewarm_error}); cells run as they "
+                          "would without it", report)  # fmt: skip
+            if opts.torch_remote and hub is not None:
+                self.hub_policy.point_torch_at(hub)
+            roots = capture.cache_roots()
+            watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
+            before = CellSnapshot.take(self.guard if precompile else None)
+            watcher.start()
+            start = time.perf_counter()
+            try:
+                yield report
+            except BaseException:
+                watcher.stop()
+                report.ok = False
+                report.body_seconds = time.perf_counter() - start
+                self._finish(report)
+                raise
+            report.body_seconds = time.perf_counter() - start
+            dynamo_keys = before.save_precompile_entries()
+            digest_files = self.guard.write_digests(dynamo_keys) if precompile else []
+            if opts.whole_cache:
+                dynamo_keys |= capture.all_dynamo_keys(roots)
+                digest_files += capture.all_files(roots)
+            cell_files = watcher.collect(dynamo_keys if precompile else None, digest_files)
+            delta = before.layer_counts()
+            for layer_name, counts in delta.items():
+                counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
+            report.layers = delta
+            report.stale_rejected = before.stale_rejected()
+            report.precompile_fallbacks = before.precompile_fallbacks()
+            for reason in self.guard.new_bypass_reasons() if precompile else ():
+                if not opts.quiet:
+                    print(
+                        f"compile_cache: torch does not package a function of this cell for precompile ({reason}); "
+                        "a restored kernel traces it again, its compiled graph still from torch's AOTAutograd and FX "
+                        "graph caches",
+                        file=self.out,
+                    )
+            if opts.save and cell_files.files and (cell_files.compiled_new(delta) or opts.force_save):
+                self._save(name, cell_files, report, opts, hub)
+            self._finish(report, opts.store)
+            if not opts.quiet:
+                print(report.summary(), file=self.out)
+        finally:
+            self._set_precompile(previous_precompile)
+            if lease is not None:
+                lease.release()
+
+    def _wait_for_prewarm(self, restore: RestoreResult | None) -> None:
+        """Never compile while the prewarm thread imports; wait for its CPU ISA probe when C++ kernels follow."""
+        self.prewarm.start()  # scripts never ran %load_ext: probe here (in parallel, toolchain bundle first)
+        uses_cpu_kernels = restore is not None and restore.uses_cpu_kernels
+        if uses_cpu_kernels or not compiler.cuda_available():
+            self.prewarm.wait_all()  # torch would otherwise probe again, serially, on the critical path
+        else:
+            self.prewarm.join()
+
+    def _finish(self, report: CellReport, store_root: str | None = None) -> None:
+        report.finished = time.time()
+        self.history.append(report)
+        store = self.store(store_root)
+        if report.ok:
+            with contextlib.suppress(OSError):
+                store.save_run(report.name, report.to_json())
+        try:  # statistics are worth a cell's nothing: a store that cannot take them is left as it is
+            store.add_stats(report.stats_outcome())
+        except Exception as exc:
+            if not self._stats_failed:  # told once a session
+                self._stats_failed = True
+                self.warn(f"the store's statistics were not updated ({exc}); the cell's result stands")
+        for listener in list(self.listeners):
+            with contextlib.suppress(Exception):  # a broken view must never break the cell
+                listener(report)
+
+    def _set_precompile(self, enabled: bool | None) -> bool | None:
+        """Switch torch's caching_precompile (and our guard with it); returns the previous value."""
+        if enabled is None or not PrecompileGuard.available():
+            return None
+        if enabled:
+            self.guard.install()
+        return compiler.set_caching_precompile(enabled)
+
+    def _save(
+        self, name: str, cell_files: capture.CellFiles, report: CellReport, opts: CellOptions, hub: HubSource | None
+    ) -> None:
+        store = self.store(opts.store)
+        stats = {"body_seconds": report.body_seconds, "layers": report.layers, "layer_bytes": cell_files.layer_bytes()}
+        now = fingerprint.current()
+        manifest = Manifest.new(name, now, fingerprint.digest(now), writer(), stats)
+        start = time.perf_counter()
+        try:
+            manifest = store.write(manifest, cell_files.files)
+        except OSError as exc:
+            self.warn(f"could not save bundle {name!r} to {store.root}: {exc}; the cell's result stands", report)
+            return
+        report.saved_version = manifest.version
+        report.saved_bytes = manifest.payload_bytes
+        report.saved_files = len(manifest.members)
+        report.save_seconds = time.perf_counter() - start
+        self._enforce_size_cap(store, report)
+        if hub is not None and report.restore is not None and report.restore.hub_signed_elsewhere:
+            # The team's versions of NAME did not verify with our secret: a version signed with it would be refused
+            # by the team in turn. Most likely our secret is not the team's.
+            self.warn(
+                f"not pushed {name!r} to the hub: its versions there are signed with another secret (is "
+                "JUPYTER_COMPILE_CACHE_SECRET the team's?); saved to the local store only",
+                report,
+            )
+        elif hub is not None:
+            self.hub_policy.push(hub, store, manifest, report, opts.quiet)
+
+    def _enforce_size_cap(self, store: LocalStore, report: CellReport) -> None:
+        """Evict least recently used versions past `CompileCache.max_size`."""
+        cap = self.settings.max_bytes
+        try:
+            evicted = store.gc(cap)
+        except OSError as exc:
+            self.warn(f"could not evict old bundles from {store.root}: {exc}", report)
+            return
+        if evicted:
+            names = ", ".join(sorted({name for name, _, _ in evicted}))
+            print(
+                f"compile_cache: store over {human_bytes(cap)}: evicted {len(evicted)} least recently used "
+                f"version(s) ({names})",
+                file=self.out,
+            )
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns

@@ -1,0 +1,232 @@
+"""Every setting of the extension, in one traitlets `Configurable`.
+
+Set them in ``ipython_config.py`` (``c.CompileCache.hub = "redis://cache:6379/0"``) or in a notebook
+(``%config CompileCache.max_size = "5G"``; ``%config CompileCache`` lists them). Each one also reads an environment
+variable, which is how scripts, the CLI and a team's kernel specs set them; an explicit `%config` or config-file
+value wins over the variable. Variables are read once, when the session starts (`%load_ext` or the first API call).
+
+=====================  ==================================  =================================================
+setting                environment variable                default
+=====================  ==================================  =================================================
+store_dir              JUPYTER_COMPILE_CACHE_DIR           the user cache dir (never /tmp)
+hub                    JUPYTER_COMPILE_CACHE_HUB           "" (no hub)
+namespace              JUPYTER_COMPILE_CACHE_NAMESPACE     "default"
+secret                 JUPYTER_COMPILE_CACHE_SECRET        "" (bundles unsigned)
+hub_ttl                JUPYTER_COMPILE_CACHE_HUB_TTL       0 (pushed bundles live until gc or rm)
+hub_connect_timeout    JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT  2.0 seconds
+hub_timeout            JUPYTER_COMPILE_CACHE_HUB_TIMEOUT   10.0 seconds
+max_size               JUPYTER_COMPILE_CACHE_MAX_SIZE      "20G" (local store; also `gc`'s default)
+precompile             JUPYTER_COMPILE_CACHE_PRECOMPILE    True (Dynamo precompile in %%compile_cache cells)
+prewarm                JUPYTER_COMPILE_CACHE_PREWARM       True (import the compiler stack in the background)
+=====================  ==================================  =================================================
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
+from traitlets.config import Configurable
+
+from ..storage.hub import check_hub_url, check_namespace
+from ..storage.store import STORE_DIR_ENV, default_store_dir
+from ..units import parse_size
+
+ENV = {
+    "store_dir": STORE_DIR_ENV,
+    "hub": "JUPYTER_COMPILE_CACHE_HUB",
+    "namespace": "JUPYTER_COMPILE_CACHE_NAMESPACE",
+    "secret": "JUPYTER_COMPILE_CACHE_SECRET",
+    "hub_ttl": "JUPYTER_COMPILE_CACHE_HUB_TTL",
+    "hub_connect_timeout": "JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT",
+    "hub_timeout": "JUPYTER_COMPILE_CACHE_HUB_TIMEOUT",
+    "max_size": "JUPYTER_COMPILE_CACHE_MAX_SIZE",
+    "precompile": "JUPYTER_COMPILE_CACHE_PRECOMPILE",
+    "prewarm": "JUPYTER_COMPILE_CACHE_PREWARM",
+}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def parse_bool(text: str) -> bool:
+    """'1', 'true', 'yes', 'on' and their opposites, any case; anything else is a ValueError."""
+    value = str(text).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"not a yes/no value: {text!r} (use 1/0, true/false, yes/no, on/off)")
+
+
+class CompileCache(Configurable):
+    """Settings of jupyter_compile_cache (see the module docstring for the environment variables)."""
+
+    store_dir = Unicode(help="Local store of bundles [$JUPYTER_COMPILE_CACHE_DIR; default: the user cache dir]").tag(
+        config=True
+    )
+    hub = Unicode(
+        help="Shared Redis hub, redis://[user:password@]host:port/db, rediss://... for TLS; '' for none "
+        "[$JUPYTER_COMPILE_CACHE_HUB]"
+    ).tag(config=True)
+    namespace = Unicode(help="Namespace on the hub (teams, projects) [$JUPYTER_COMPILE_CACHE_NAMESPACE]").tag(
+        config=True
+    )
+    secret = Unicode(
+        help="Team secret: bundles pushed are signed, bundles pulled must verify [$JUPYTER_COMPILE_CACHE_SECRET]"
+    ).tag(config=True)
+    hub_ttl = Int(
+        help="Seconds a pushed bundle lives on the hub; 0: until gc or rm [$JUPYTER_COMPILE_CACHE_HUB_TTL]"
+    ).tag(config=True)
+    hub_connect_timeout = Float(help="Seconds to wait for the hub to accept a connection").tag(config=True)
+    hub_timeout = Float(help="Seconds to wait for any one hub reply").tag(config=True)
+    max_size = Unicode(
+        help="Size cap of the local store (least recently used versions are evicted after each save; `gc` default)"
+    ).tag(config=True)
+    precompile = Bool(help="Use Dynamo precompile in %%compile_cache cells (per cell: --no-precompile)").tag(
+        config=True
+    )
+    prewarm = Bool(help="Import torch's compiler stack in the background when the extension loads").tag(config=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.env_problems: list[str] = []  # variables that could not be read; the session warns about them once
+        super().__init__(**kwargs)
+
+    @default("store_dir")
+    def _default_store_dir(self) -> str:
+        return default_store_dir()
+
+    @default("hub")
+    def _default_hub(self) -> str:
+        value = os.environ.get(ENV["hub"], "").strip()
+        if value in ("", "off"):
+            return ""
+        try:
+            return check_hub_url(value)
+        except ValueError as exc:
+            self.env_problems.append(f"{ENV['hub']}: {exc}; no hub")
+            return ""
+
+    @default("namespace")
+    def _default_namespace(self) -> str:
+        value = os.environ.get(ENV["namespace"], "").strip()
+        try:
+            return check_namespace(value) if value else "default"
+        except ValueError as exc:
+            self.env_problems.append(f"{ENV['namespace']}: {exc}; using 'default'")
+            return "default"
+
+    @default("secret")
+    def _default_secret(self) -> str:
+        return os.environ.get(ENV["secret"], "")
+
+    @default("hub_ttl")
+    def _default_hub_ttl(self) -> int:
+        return int(self._env_number("hub_ttl", 0, int))
+
+    @default("hub_connect_timeout")
+    def _default_hub_connect_timeout(self) -> float:
+        return self._env_number("hub_connect_timeout", 2.0, float)
+
+    @default("hub_timeout")
+    def _default_hub_timeout(self) -> float:
+        return self._env_number("hub_timeout", 10.0, float)
+
+    @default("max_size")
+    def _default_max_size(self) -> str:
+        value = os.environ.get(ENV["max_size"], "").strip()
+        if not value:
+            return "20G"
+        try:
+            parse_size(value)
+            return value
+        except ValueError as exc:
+            self.env_problems.append(f"{ENV['max_size']}: {exc}; using 20G")
+            return "20G"
+
+    @default("precompile")
+    def _default_precompile(self) -> bool:
+        return self._env_bool("precompile")
+
+    @default("prewarm")
+    def _default_prewarm(self) -> bool:
+        return self._env_bool("prewarm")
+
+    # Every message names the setting: IPython's %config logs only the message of a refused value.
+    @validate("hub")
+    def _check_hub(self, proposal: dict[str, Any]) -> str:
+        value = proposal["value"].strip()
+        if value in ("", "off"):
+            return ""
+        try:
+            return check_hub_url(value)
+        except ValueError as exc:
+            raise TraitError(f"CompileCache.hub: {exc}") from None
+
+    @validate("namespace")
+    def _check_namespace(self, proposal: dict[str, Any]) -> str:
+        try:
+            return check_namespace(proposal["value"])
+        except ValueError as exc:
+            raise TraitError(f"CompileCache.namespace: {exc}") from None
+
+    @validate("max_size")
+    def _check_max_size(self, proposal: dict[str, Any]) -> str:
+        try:
+            parse_size(proposal["value"])
+        except ValueError as exc:
+            raise TraitError(f"CompileCache.max_size: {exc}") from None
+        return proposal["value"]
+
+    @validate("store_dir")
+    def _check_store_dir(self, proposal: dict[str, Any]) -> str:
+        value = proposal["value"]
+        if not value.strip() or "\x00" in value:
+            raise TraitError(f"CompileCache.store_dir: not a directory path: {value!r}")
+        return value
+
+    @validate("hub_ttl")
+    def _check_ttl(self, proposal: dict[str, Any]) -> int:
+        if proposal["value"] < 0:
+            raise TraitError(f"CompileCache.hub_ttl: must be 0 (no expiry) or more seconds, not {proposal['value']}")
+        return proposal["value"]
+
+    @validate("hub_connect_timeout", "hub_timeout")
+    def _check_timeout(self, proposal: dict[str, Any]) -> float:
+        value = proposal["value"]
+        if not (math.isfinite(value) and value > 0):
+            raise TraitError(
+                f"CompileCache.{proposal['trait'].name}: must be a positive number of seconds, not {value}"
+            )
+        return value
+
+    @property
+    def max_bytes(self) -> int:
+        return parse_size(self.max_size)
+
+    def _env_number(self, name: str, fallback: float, kind: type) -> float:
+        raw = os.environ.get(ENV[name], "").strip()
+        try:
+            value = kind(raw) if raw else fallback
+        except ValueError:
+            value = -1
+        # a ttl may be 0 (no expiry); a timeout must be positive
+        if not math.isfinite(value) or value < 0 or (value == 0 and kind is float):
+            self.env_problems.append(f"{ENV[name]}: not a number of seconds: {raw!r}; using {fallback}")
+            return fallback
+        return value
+
+    def _env_bool(self, name: str) -> bool:
+        raw = os.environ.get(ENV[name], "").strip()
+        try:
+            return parse_bool(raw) if raw else True
+        except ValueError as exc:
+            self.env_problems.append(f"{ENV[name]}: {exc}; using on")
+            return True
+
+    def resolved(self) -> dict[str, Any]:
+        """Every setting's value in use (the secret masked), for `status` and tests."""
+        values = {name: getattr(self, name) for name in ENV}
+        values["secret"] = "***" if values["secret"] else ""
+        return values

@@ -1,0 +1,285 @@
+"""Command line: `jupyter-compile-cache list | explain NAME | stats | rm NAME | gc | export NAME FILE | import FILE
+| install-kernel | demo | hub ls|push|pull|rm|gc` (also `python -m jupyter_compile_cache`).
+
+A view over the same session, store and sources as the magics, for use outside notebooks (CI jobs, shells,
+scripts), with the magics' words: `explain` (`show` is kept as another name for it), `--dry-run`, `--yes`.
+Options go before or after the subcommand. Exit status: 0 done, 1 nothing by that name (or a removal that needs
+--yes), 2 an error (bad input, an unreadable bundle, a hub that fails). Settings come from the same environment
+variables as the magics (see jupyter_compile_cache.core.settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import tarfile
+from collections.abc import Sequence
+from typing import Any
+
+from .._version import __version__
+from ..core.commands import Commands
+from ..core.session import CompileCacheSession
+from ..storage.bundle import BundleError, Manifest, check_name
+from ..storage.hub import HubError
+from ..storage.sources import TransferBar
+from ..storage.store import LocalStore
+from ..units import human_bytes
+from . import arguments, tables
+
+EXPORT_MANIFEST = "manifest.json"
+EXPORT_PAYLOAD = "payload.tar.zst"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jupyter-compile-cache", description="Inspect and manage compile-cache bundles.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    store_help = "local store directory (default: $JUPYTER_COMPILE_CACHE_DIR or the user cache)"
+    p.add_argument("--store", metavar="DIR", help=store_help)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, **kwargs)
+        # also after the subcommand; SUPPRESS keeps a --store given before it
+        cmd.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
+        return cmd
+
+    command("list", help="bundles in the store and on the hub, with a total")
+    command("explain", aliases=["show"], help="why NAME would or would not restore here; its last run").add_argument(
+        "name"
+    )
+    stats = command("stats", help="what the cells that used the store did: restores, hits, time saved, size")
+    stats.add_argument("--json", action="store_true", help="print one JSON object")
+    stats.add_argument("--zero", action="store_true", help="start the statistics again (prints them first)")
+    rm = command("rm", help="delete all versions of a bundle")
+    rm.add_argument("name")
+    rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    gc = command("gc", help="evict old, unusable or least recently used versions")
+    gc.add_argument(
+        "--max-size",
+        metavar="SIZE",
+        type=arguments.size,
+        help="evict the least recently used down to SIZE (default, when no other rule is given: "
+        "$JUPYTER_COMPILE_CACHE_MAX_SIZE or 20G)",
+    )
+    gc.add_argument("--older-than", metavar="AGE", type=arguments.age, help="evict versions unused for AGE (30d, 12h)")
+    gc.add_argument("--incompatible", action="store_true", help="evict versions that cannot restore on this machine")
+    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
+    export = command("export", help="write the newest version of NAME to one file")
+    export.add_argument("name")
+    export.add_argument("file")
+    command("import", help="add a bundle file made by export").add_argument("file")
+    demo = command("demo", help="the quick start, then a kernel restart, in real kernels (about a minute)")
+    demo.add_argument("--dir", default=None, help="keep the demo's store and caches in DIR (default: a temp folder)")
+    kernel = command("install-kernel", help="install the warm-restart kernel spec (see warm_kernel.py)")
+    kernel.add_argument("--name", default=None, help="kernel spec name (default: python3-compile-cache)")
+    kernel.add_argument("--display-name", default=None, help="name shown in the launcher")
+    where = kernel.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="for this user only")
+    where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (sys.prefix)")
+    where.add_argument("--prefix", metavar="DIR", default=None, help="under DIR/share/jupyter/kernels")
+    hub = command("hub", help="the shared Redis hub: ls | push NAME | pull NAME | rm NAME | gc")
+
+    def hub_options(parser: argparse.ArgumentParser, default: Any) -> None:
+        parser.add_argument(
+            "--hub",
+            dest="hub_url",
+            type=arguments.hub_url,
+            default=default,
+            help="redis://[user:password@]host:port/db (default: $JUPYTER_COMPILE_CACHE_HUB)",
+        )
+        parser.add_argument(
+            "--namespace",
+            type=arguments.namespace,
+            default=default,
+            help="default: $JUPYTER_COMPILE_CACHE_NAMESPACE or 'default'",
+        )
+        parser.add_argument("--ttl", type=arguments.ttl_seconds, default=default, help="seconds a pushed bundle lives")
+
+    hub_options(hub, None)
+    hub_sub = hub.add_subparsers(dest="hub_command", required=True, metavar="HUB_COMMAND")
+
+    def hub_command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        cmd = hub_sub.add_parser(name, **kwargs)
+        hub_options(cmd, argparse.SUPPRESS)
+        cmd.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
+        return cmd
+
+    hub_command("ls", help="bundles on the hub")
+    for name in ("push", "pull"):
+        hub_command(name, help=f"{name} the newest version of NAME").add_argument("name")
+    hub_rm = hub_command("rm", help="delete NAME from the hub (every version needs --yes)")
+    hub_rm.add_argument("name")
+    hub_rm.add_argument("--version", default=None, help="only this version")
+    hub_rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    hub_rm.add_argument("--yes", action="store_true", help="needed to delete every version of NAME")
+    hub_gc = hub_command("gc", help="keep the newest versions of each name and machine, delete the rest")
+    hub_gc.add_argument(
+        "--keep",
+        type=arguments.keep_versions,
+        default=3,
+        metavar="N",
+        help="versions kept per name and machine (1 or more; default 3)",
+    )
+    hub_gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "install-kernel":
+        return _install_kernel(args)
+    if args.command == "demo":
+        from . import demo
+
+        try:
+            demo.run(args.dir)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            print(f"error: the demo stopped: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    session = CompileCacheSession(store_root=args.store)
+    commands = Commands(session)
+    store = session.store()
+    try:
+        if args.command in ("explain", "show", "rm", "export"):
+            check_name(args.name)
+        if args.command == "list":
+            print(repr(tables.BundleTable(commands.bundles())))
+        elif args.command in ("explain", "show"):
+            if not store.versions(args.name):
+                print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
+                return 1
+            print(repr(tables.Explanation(commands.explain(args.name))))
+        elif args.command == "stats":
+            data = commands.stats(zero=args.zero)
+            print(json.dumps(data.to_json(), indent=1) if args.json else repr(tables.StatsView(data)))
+        elif args.command == "rm":
+            removals = commands.remove(args.name, dry_run=args.dry_run)
+            if not removals:
+                print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
+                return 1
+            print("\n".join(tables.removal_lines(removals, store.root, args.dry_run)))
+        elif args.command == "gc":
+            _, removals, refused = commands.gc(
+                None, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes
+            )
+            if refused:
+                print("\n".join(tables.removal_lines(removals, store.root, dry_run=True)[:-1]))
+                print("this empties the store: nothing removed; run again with --yes", file=sys.stderr)
+                return 1
+            print("\n".join(tables.removal_lines(removals, store.root, args.dry_run)))
+        elif args.command == "export":
+            versions = store.versions(args.name)
+            if not versions:
+                print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
+                return 1
+            export_bundle(store, versions[0], args.file)
+            print(f"exported {args.name!r} version {versions[0].version} to {args.file}")
+        elif args.command == "hub":
+            return _hub_command(args, commands)
+        elif args.command == "import":
+            manifest = import_bundle(store, args.file)
+            print(f"imported {manifest.name!r} version {manifest.version} ({human_bytes(manifest.payload_bytes)})")
+    except (ValueError, BundleError, OSError, tarfile.TarError, HubError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _install_kernel(args: argparse.Namespace) -> int:
+    from ..kernels.warm_kernel import DEFAULT_DISPLAY_NAME, DEFAULT_KERNEL_NAME, install_kernel_spec
+
+    prefix = sys.prefix if args.sys_prefix else args.prefix
+    try:
+        path = install_kernel_spec(
+            args.name or DEFAULT_KERNEL_NAME, args.display_name or DEFAULT_DISPLAY_NAME, args.user, prefix
+        )
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"installed kernel spec {args.name or DEFAULT_KERNEL_NAME!r} in {path}")
+    return 0
+
+
+def export_bundle(store: LocalStore, manifest: Manifest, path: str) -> None:
+    data = json.dumps(manifest.to_json()).encode()
+    with tarfile.open(path, "w") as tar:
+        info = tarfile.TarInfo(EXPORT_MANIFEST)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        tar.add(store.payload_path(manifest), arcname=EXPORT_PAYLOAD)
+
+
+def import_bundle(store: LocalStore, path: str) -> Manifest:
+    """Read an exported file without extracting it: only the two expected regular members are read."""
+    try:
+        tar = tarfile.open(path, "r:")  # export writes a plain tar (its payload is compressed already)
+    except tarfile.ReadError:
+        raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache (not a tar file)") from None
+    with tar:
+        members = {m.name: m for m in tar.getmembers()}
+        if set(members) != {EXPORT_MANIFEST, EXPORT_PAYLOAD} or not all(m.isreg() for m in members.values()):
+            raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache")
+        manifest = Manifest.from_json(json.load(tar.extractfile(members[EXPORT_MANIFEST])))  # type: ignore[arg-type]
+        check_name(manifest.name)
+        return store.adopt(manifest, tar.extractfile(members[EXPORT_PAYLOAD]))
+
+
+def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
+    hub = commands.hub(args.hub_url, args.namespace, args.ttl)
+    if hub is None:
+        print("error: no hub: pass --hub redis://host:port/0 or set JUPYTER_COMPILE_CACHE_HUB", file=sys.stderr)
+        return 2
+    store = commands.session.store()
+    where = f"the hub {hub.display_url} namespace {hub.namespace!r}"
+    if args.hub_command in ("push", "pull", "rm"):
+        check_name(args.name)
+    if args.hub_command == "ls":
+        print(where.removeprefix("the "))
+        print(repr(tables.BundleTable(commands.hub_bundles(hub))))
+    elif args.hub_command == "push":
+        bar = TransferBar(f"pushing {args.name!r}", stream=sys.stderr)
+        try:
+            pushed = commands.hub_push(hub, args.name, bar)
+        finally:
+            bar.close()
+        if pushed is None:
+            print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
+            return 1
+        print(
+            f"pushed {args.name!r} version {pushed.version} ({human_bytes(pushed.payload_bytes)}, "
+            f"{len(pushed.chunk_sha256 or [])} chunks) to {hub.display_url}"
+        )
+    elif args.hub_command == "pull":
+        local, skipped = commands.hub_pull(
+            hub, args.name, lambda _source, m: TransferBar(f"pulling {m.name!r}", stream=sys.stderr)
+        )
+        if local is None:
+            reasons = "".join(f"\n  {line}" for line in skipped)
+            print(f"no bundle named {args.name!r} on the hub matches this machine{reasons}", file=sys.stderr)
+            return 1
+        for line in skipped:
+            print(f"skipped {line}", file=sys.stderr)
+        print(f"pulled {args.name!r} version {local.version} ({human_bytes(local.payload_bytes)}) into {store.root}")
+    elif args.hub_command == "rm":
+        plan = hub.remove(args.name, args.version, dry_run=True)
+        if not plan:
+            print(f"no bundle named {args.name!r} on {where}", file=sys.stderr)
+            return 1
+        everything = args.version is None or len(hub.versions(args.name)) <= len(plan)
+        if everything and not (args.dry_run or args.yes):
+            print("\n".join(tables.removal_lines(plan, where, dry_run=True)[:-1]))
+            print(
+                f"this removes every version of {args.name!r} from the team's hub: nothing removed; "
+                "run again with --yes",
+                file=sys.stderr,
+            )
+            return 1
+        done = plan if args.dry_run else hub.remove(args.name, args.version)
+        print("\n".join(tables.removal_lines(done, where, args.dry_run)))
+    elif args.hub_command == "gc":
+        print("\n".join(tables.removal_lines(hub.gc(args.keep, dry_run=args.dry_run), where, args.dry_run)))
+    return 0

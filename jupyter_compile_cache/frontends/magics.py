@@ -1,0 +1,288 @@
+"""The IPython magics: argument parsing and display only; the work is done by CompileCacheSession.
+
+The usage lines and the magics' help (`%%compile_cache?`) are generated from the parsers below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import shlex
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from traitlets import TraitError
+
+from ..core.commands import Commands
+from ..core.records import CellOptions
+from ..core.session import CompileCacheSession
+from ..storage.bundle import check_name
+from ..storage.sources import LocalSource
+from ..torch_adapter import layers
+from . import arguments, tables
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (shown without a traceback) instead of exiting the kernel, and keeps its
+    usage on one line (it is quoted in every error)."""
+
+    def __init__(self, *args: Any, usage_line: Callable[[], str] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(prog, width=10_000))
+        super().__init__(*args, add_help=False, **kwargs)
+        self.usage_line = usage_line or (lambda: self.format_usage().strip().removeprefix("usage: "))
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}\nusage: {self.usage_line()}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise UsageError(f"{message or ''}\nusage: {self.usage_line()}".strip())
+
+
+def cell_parser() -> _Parser:
+    p = _Parser(prog="%%compile_cache", description="Restore NAME before the cell, run it, save what it compiled.")
+    p.add_argument("name", metavar="NAME", help="the bundle: letters, digits, '.', '_', '-'")
+    p.add_argument("--store", metavar="DIR", default=None, help="another local store (default: CompileCache.store_dir)")
+    p.add_argument("--no-restore", dest="restore", action="store_false", help="compile cold, even if a bundle fits")
+    p.add_argument("--no-save", dest="save", action="store_false", help="save nothing")
+    p.add_argument("--force-save", action="store_true", help="save even if the cell compiled nothing new")
+    p.add_argument("--quiet", action="store_true", help="print nothing but warnings")
+    p.add_argument(
+        "--no-precompile", dest="precompile", action="store_false", default=None, help="Dynamo precompile off"
+    )
+    p.add_argument(
+        "--hub", metavar="URL", type=arguments.hub_url, default=None, help="this cell's hub (default: CompileCache.hub)"
+    )
+    p.add_argument("--no-hub", action="store_true", help="local store only")
+    p.add_argument(
+        "--namespace",
+        metavar="NS",
+        type=arguments.namespace,
+        default=None,
+        help="hub namespace (default: CompileCache.namespace)",
+    )
+    p.add_argument(
+        "--ttl", metavar="SECONDS", type=arguments.ttl_seconds, default=None, help="how long the pushed bundle lives"
+    )
+    p.add_argument(
+        "--wait",
+        metavar="SECONDS",
+        type=arguments.wait_seconds,
+        default=0.0,
+        help="wait for a collaborator compiling the same NAME",
+    )
+    p.add_argument("--torch-remote", action="store_true", help="point torch's own Redis caches at the hub too")
+    return p
+
+
+def line_parser() -> _Parser:
+    p = _Parser(prog="%compile_cache", description="Inspect and manage the caches.", usage_line=line_usage)
+    sub = p.add_subparsers(
+        dest="command", parser_class=functools.partial(_Parser, usage_line=line_usage), metavar="COMMAND"
+    )
+    sub.add_parser("status", help="per-layer table: switches, entries on disk, this kernel's hits and misses")
+    sub.add_parser("list", help="bundles here and on the hub").add_argument("--store", metavar="DIR", default=None)
+    for command, text in (("explain", "why NAME would or would not restore here"), ("rm", "delete NAME")):
+        cmd = sub.add_parser(command, help=text)
+        cmd.add_argument("name", metavar="NAME")
+        cmd.add_argument("--store", metavar="DIR", default=None)
+        if command == "rm":
+            cmd.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    gc = sub.add_parser("gc", help="evict old, unusable or least recently used versions")
+    gc.add_argument(
+        "--max-size",
+        metavar="SIZE",
+        type=arguments.size,
+        default=None,
+        help="evict the least recently used down to SIZE (default, when no other rule is given: CompileCache.max_size)",
+    )
+    gc.add_argument("--older-than", metavar="AGE", type=arguments.age, help="evict versions unused for AGE (30d, 12h)")
+    gc.add_argument("--incompatible", action="store_true", help="evict versions that cannot restore on this machine")
+    gc.add_argument("--store", metavar="DIR", default=None)
+    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
+    stats = sub.add_parser("stats", help="what the cells that used the store did: restores, hits, time saved, size")
+    stats.add_argument("--json", action="store_true", help="return the figures as a dict")
+    stats.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")
+    stats.add_argument("--store", metavar="DIR", default=None)
+    for command in ("enable", "disable"):
+        sub.add_parser(command, help=f"{command} one of torch's cache layers").add_argument("layer", metavar="LAYER")
+    sub.add_parser("hub", help="set the hub, turn it off, or check it").add_argument(
+        "target", metavar="URL|off|status", nargs="?", default="status"
+    )
+    sub.add_parser("panel", help="the ipywidgets panel")
+    return p
+
+
+def cell_usage() -> str:
+    return cell_parser().usage_line()
+
+
+def line_usage() -> str:
+    """`%compile_cache status | list [--store DIR] | ...`, from the sub-parsers."""
+    p = line_parser()
+    action = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    commands = [sp.format_usage().strip().removeprefix("usage: %compile_cache ") for sp in action.choices.values()]
+    return "%compile_cache " + " | ".join(commands)
+
+
+def _asks_help(words: list[str]) -> bool:
+    return bool({"-h", "--help"} & set(words)) or words == ["help"]
+
+
+def _subcommands() -> dict[str, _Parser]:
+    action = next(a for a in line_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _subcommand_help(name: str) -> str:
+    p = _subcommands()[name]
+    _usage, _, rest = p.format_help().partition("\n\n")
+    return f"usage: {p.format_usage().strip().removeprefix('usage: ')}\n\n{rest}".rstrip()
+
+
+def _split(line: str, usage: Callable[[], str]) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        raise UsageError(f"{exc}\nusage: {usage()}") from None
+
+
+def _with_help(parser: Callable[[], _Parser]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The magic's docstring (`%%compile_cache?`) is its parser's help, headed by the one-line usage."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        p = parser()
+        _usage, _, rest = p.format_help().partition("\n\n")
+        fn.__doc__ = f"usage: {p.usage_line()}\n\n{rest}"
+        return fn
+
+    return decorate
+
+
+@magics_class
+class CompileCacheMagics(Magics):
+    def __init__(self, shell: Any, session: CompileCacheSession) -> None:
+        super().__init__(shell)
+        self.session = session
+
+    @cell_magic
+    @_with_help(cell_parser)
+    def compile_cache(self, line: str, cell: str) -> Any:
+        words = _split(line, cell_usage)
+        if _asks_help(words):
+            print(self.compile_cache.__doc__)  # the help only: the cell does not run
+            return None
+        args = cell_parser().parse_args(words)
+        _valid(args.name, cell_usage)
+        # The parser's destinations are named after CellOptions' fields.
+        options = CellOptions(
+            **{f.name: getattr(args, f.name) for f in dataclasses.fields(CellOptions) if f.name in args}
+        )
+        __tracebackhide__ = True  # noqa: F841  (IPython hides this frame from the user's traceback)
+        with self.session.cell(args.name, options):
+            return self._run_body(cell)
+
+    def _run_body(self, cell: str) -> Any:
+        """Run the cell like IPython does (so its exception propagates unchanged, once); return the last expression.
+
+        The source is registered with IPython's compiler cache, so `inspect.getsource` (which Dynamo uses) works
+        for functions and classes the cell defines.
+        """
+        __tracebackhide__ = True  # noqa: F841
+        shell = self.shell
+        source = shell.transform_cell(cell)
+        filename = shell.compile.cache(source)
+        tree = ast.parse(source, filename=filename)
+        last_expr = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last_expr = ast.Expression(tree.body.pop().value)
+        exec(shell.compile(tree, filename, "exec"), shell.user_global_ns, shell.user_ns)
+        if last_expr is not None:
+            return eval(shell.compile(last_expr, filename, "eval"), shell.user_global_ns, shell.user_ns)
+        return None
+
+    @line_magic("compile_cache")
+    @_with_help(line_parser)
+    def compile_cache_line(self, line: str) -> Any:
+        words = _split(line, line_usage)
+        if _asks_help(words):
+            print(_subcommand_help(words[0]) if words[0] in _subcommands() else self.compile_cache_line.__doc__)
+            return None
+        args = line_parser().parse_args(words)
+        session = self.session
+        commands = Commands(session)
+        if args.command in (None, "status"):
+            return tables.StatusView(commands.status())
+        if args.command == "list":
+            return tables.BundleTable(commands.bundles(args.store))
+        if args.command == "stats":
+            data = commands.stats(args.store, zero=args.zero)
+            return data.to_json() if args.json else tables.StatsView(data)
+        if args.command == "explain":
+            return tables.Explanation(commands.explain(_valid(args.name, line_usage), args.store))
+        if args.command == "rm":
+            store = session.store(args.store)
+            removals = LocalSource(store).remove(_valid(args.name, line_usage), dry_run=args.dry_run)
+            if not removals:
+                raise UsageError(f"no bundle named {args.name!r} in {store.root}")
+            _say(tables.removal_lines(removals, store.root, args.dry_run))
+            return None
+        if args.command == "gc":
+            store, removals, refused = commands.gc(
+                args.store, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes
+            )
+            if refused:
+                lines = tables.removal_lines(removals, store.root, dry_run=True)[:-1]
+                raise UsageError("\n".join([*lines, "this empties the store: nothing removed; add --yes to do it"]))
+            _say(tables.removal_lines(removals, store.root, args.dry_run))
+            return None
+        if args.command in ("enable", "disable"):
+            try:
+                layer = commands.set_layer(args.layer, args.command == "enable")
+            except KeyError:
+                names = ", ".join(layer.name for layer in layers.LAYERS)
+                raise UsageError(f"unknown layer {args.layer!r}; layers: {names}\nusage: {line_usage()}") from None
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            print(f"compile_cache: {commands.switch_line(layer)}")
+            return None
+        if args.command == "hub":
+            return self._hub(args.target)
+        if args.command == "panel":
+            from .panel import Panel
+
+            try:
+                return Panel(session)
+            except ImportError as exc:  # ipywidgets missing: the message names the extra
+                raise UsageError(str(exc)) from None
+        raise UsageError(f"unknown subcommand {args.command!r}\nusage: {line_usage()}")
+
+    def _hub(self, target: str) -> Any:
+        """`hub URL` and `hub off` set CompileCache.hub for this session (as `%config` would)."""
+        settings = self.session.settings
+        if target == "off":
+            settings.hub = ""
+            print("compile_cache: hub off for this session")
+            return None
+        if target != "status":
+            try:
+                settings.hub = target
+            except TraitError as exc:
+                raise UsageError(f"{exc}\nusage: {line_usage()}") from None
+        print(tables.hub_line(Commands(self.session).hub_state()))
+        return None
+
+
+def _say(lines: list[str]) -> None:
+    print("compile_cache: " + "\n".join(lines))
+
+
+def _valid(name: str, usage: Callable[[], str]) -> str:
+    try:
+        return check_name(name)
+    except ValueError as exc:
+        raise UsageError(f"{exc}\nusage: {usage()}") from None

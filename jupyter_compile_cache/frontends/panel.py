@@ -1,0 +1,349 @@
+"""An ipywidgets panel over the session: per-layer cache state, toggles, bundles, and cold-vs-restored times.
+
+Standard ipywidgets 8 controls only (no custom JavaScript, nothing fetched from a CDN), so it renders offline in
+JupyterLab 4, Notebook 7 and VS Code. `%compile_cache panel` or `jupyter_compile_cache.Panel()` shows it. It
+refreshes after every `%%compile_cache` cell (a session listener) and on Refresh; errors raised in its callbacks
+are shown in the panel instead of vanishing. After a kernel restart, run the magic again for a live panel.
+
+Compile time saved is an estimate: for each restored cell, the cold time recorded in the bundle when it was
+saved minus this run's time (its restore included); per layer, that saving is split in proportion to the layer's
+hits in that cell. Per layer, "in cache dir" counts torch's cache dir, which holds more than the bundles (every
+cell's files, the layers sharing some), so it does not add up to the store's size.
+"""
+
+from __future__ import annotations
+
+import html
+import platform
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from ..core.commands import Commands
+from ..core.records import BundleRow, CellReport, SessionStatus
+from ..core.session import CompileCacheSession
+from ..torch_adapter import fingerprint, layers
+from ..units import human_bytes
+from .tables import Explanation, age, hub_line, removal_lines
+
+
+def device_summary() -> dict[str, Any]:
+    """GPU name, compute capability and memory in use / total, or the CPU and its ISA; torch/Triton/CUDA versions."""
+    import torch
+
+    fp = fingerprint.current()
+    info: dict[str, Any] = {"torch": fp["torch"], "triton": fp["triton"], "cuda": fp["cuda"], "hip": fp["hip"]}
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        info.update(
+            kind="gpu",
+            name=fp["gpu_name"],
+            capability=fp["gpu_capability"],
+            memory_used=total - free,
+            memory_total=total,
+        )
+    else:
+        info.update(kind="cpu", name=fp["cpu_model"] or platform.processor(), isa=fp["cpu_isa"])
+    return info
+
+
+def saved_seconds(session: CompileCacheSession) -> dict[str, Any]:
+    """Estimated compile time saved: per restored cell (cold time in the bundle minus this run), split per layer."""
+    per_layer = {layer.name: 0.0 for layer in layers.LAYERS}
+    cells = []
+    for report in session.history:
+        restore = report.restore
+        if not (report.ok and restore and restore.restored):
+            continue
+        cold = restore.cold_seconds
+        if cold is None:
+            continue
+        restored = report.body_seconds + restore.seconds + restore.pull_seconds  # the restore is part of the wait
+        saved = max(0.0, cold - restored)
+        cells.append({"name": report.name, "cold": cold, "restored": restored, "saved": saved})
+        hits = {name: counts.get("hits", 0) for name, counts in report.layers.items()}
+        total_hits = sum(hits.values())
+        for name, count in hits.items():
+            if total_hits:
+                per_layer[name] = per_layer.get(name, 0.0) + saved * count / total_hits
+    return {"per_layer": per_layer, "cells": cells, "total": sum(c["saved"] for c in cells)}
+
+
+def bar_chart_svg(cells: list[dict[str, Any]], width: int = 520) -> str:
+    """Cold vs restored seconds per cell, as inline SVG (no plotting library, nothing to download)."""
+    if not cells:
+        return "<i>No restored %%compile_cache cell yet: run one twice (or after a restart) to compare.</i>"
+    top = max(max(c["cold"], c["restored"]) for c in cells) or 1.0
+    row, bar, label_w = 34, 12, 140
+    scale = (width - label_w - 70) / top
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{row * len(cells) + 24}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect x="{label_w}" y="2" width="10" height="10" fill="#d9534f"/><text x="{label_w + 14}" y="11">cold'
+        f'</text><rect x="{label_w + 60}" y="2" width="10" height="10" fill="#5cb85c"/>'
+        f'<text x="{label_w + 74}" y="11">restored</text>',
+    ]
+    for i, c in enumerate(cells):
+        y = 20 + i * row
+        parts.append(f'<text x="0" y="{y + bar + 4}">{html.escape(c["name"][:22])}</text>')
+        for j, (key, color) in enumerate((("cold", "#d9534f"), ("restored", "#5cb85c"))):
+            w = max(1.0, c[key] * scale)
+            parts.append(
+                f'<rect x="{label_w}" y="{y + j * (bar + 2)}" width="{w:.1f}" height="{bar}" fill="{color}"/>'
+                f'<text x="{label_w + w + 4:.1f}" y="{y + j * (bar + 2) + bar - 2}">{c[key]:.2f} s</text>'
+            )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+class Panel:
+    """The widget tree plus the callbacks; `widget` is what gets displayed."""
+
+    def __init__(self, session: CompileCacheSession | None = None) -> None:
+        try:
+            import ipywidgets as w
+        except ImportError:
+            raise ImportError(
+                "the panel needs ipywidgets 8, which is not installed: pip install 'jupyter_compile_cache[panel]'"
+            ) from None
+
+        if session is None:
+            from ..core.session import get_session
+
+            session = get_session()
+        self.session = session
+        self.commands = Commands(session)
+        self._w = w
+        self.header = w.HTML()
+        # One grid, so every row's cells line up whatever their content (an HBox per row drifts).
+        self.layer_box = w.GridBox(
+            layout=w.Layout(grid_template_columns=" ".join(width for _h, width in _LAYER_COLUMNS), align_items="center")
+        )
+        self.bundle_box = w.VBox()
+        self.chart = w.HTML()
+        self.messages = w.Output(layout=w.Layout(max_height="160px", overflow="auto"))
+        self.refresh_button = w.Button(description="Refresh", icon="refresh")
+        self.refresh_button.on_click(self._guarded(lambda _b: self.refresh()))
+        self.free_button = w.Button(
+            description="free space…", tooltip="versions that cannot restore here, then over the cap"
+        )
+        self.free_button.on_click(self._guarded(lambda _b: self.preview_gc("free")))
+        self.clear_button = w.Button(description="clear all…", tooltip="every version in the local store")
+        self.clear_button.on_click(self._guarded(lambda _b: self.preview_gc("clear")))
+        self._pending_gc: str | None = None
+        self.toggles: dict[str, Any] = {}
+        self.bundle_buttons: dict[tuple[str, str, str], Any] = {}
+        self._pending_delete: tuple[str, str, str] | None = None
+        self.widget = w.VBox(
+            [
+                w.HBox([w.HTML("<b>jupyter_compile_cache</b>"), self.refresh_button]),
+                self.header,
+                w.HTML("<b>Cache layers</b> (toggles flip torch's switch in this kernel)"),
+                self.layer_box,
+                w.HBox([w.HTML("<b>Bundles</b>"), self.free_button, self.clear_button]),
+                self.bundle_box,
+                w.HTML("<b>Cold vs restored</b> (per %%compile_cache cell)"),
+                self.chart,
+                self.messages,
+            ]
+        )
+        session.listeners.append(self._on_cell)
+        self.refresh()
+
+    # -- display ------------------------------------------------------------------------------------------------
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def close(self) -> None:
+        if self._on_cell in self.session.listeners:
+            self.session.listeners.remove(self._on_cell)
+        self.widget.close()
+
+    def _on_cell(self, _report: CellReport) -> None:
+        self.refresh()
+
+    def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Errors in widget callbacks vanish unless shown: put them in the panel."""
+
+        def run(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except Exception:
+                self.say(traceback.format_exc(), error=True)
+                return None
+
+        return run
+
+    def say(self, text: str, error: bool = False) -> None:
+        # append_* sets the widget's outputs directly: works inside callbacks, where print() output goes nowhere
+        if error:
+            self.messages.append_stderr("error: " + text + "\n")
+        else:
+            self.messages.append_stdout(text + "\n")
+
+    # -- content --------------------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        w = self._w
+        status = self.commands.status()
+        saved = saved_seconds(self.session)
+        self.header.value = self._header_html(status, saved)
+        cells: list[Any] = [w.HTML(f"<b>{h}</b>") for h, _wd in _LAYER_COLUMNS]
+        for row in status.layers:
+            toggle = self.toggles.get(row.layer)
+            if toggle is None:
+                toggle = w.Checkbox(value=bool(row.enabled), indent=False, layout=w.Layout(width="auto"))
+                toggle.observe(self._guarded(lambda change, name=row.layer: self._toggled(name, change)), "value")
+                self.toggles[row.layer] = toggle
+            toggle.disabled = not row.supported or row.switch is None
+            if toggle.value != bool(row.enabled):
+                toggle.value = bool(row.enabled)
+            values = [
+                row.title,
+                f"{row.entries} / {human_bytes(row.bytes)}",
+                row.hits,
+                row.misses,
+                row.bypasses,
+                f"{saved['per_layer'].get(row.layer, 0.0):.1f} s",
+                row.switch or "always on",
+            ]
+            cells += [toggle, *(w.HTML(html.escape(str(v))) for v in values)]
+        self.layer_box.children = cells
+        self._refresh_bundles(hub=status.hub.url is not None)
+        self.chart.value = bar_chart_svg(saved["cells"])
+
+    def _header_html(self, status: SessionStatus, saved: dict[str, Any]) -> str:
+        dev = device_summary()
+        if dev["kind"] == "gpu":
+            device = (
+                f"{html.escape(str(dev['name']))} (compute {dev['capability']}), memory "
+                f"{human_bytes(dev['memory_used'])} / {human_bytes(dev['memory_total'])}"
+            )
+        else:
+            device = f"CPU {html.escape(str(dev['name']))}, ISA {html.escape(str(dev['isa']))}"
+        versions = f"torch {dev['torch']}, Triton {dev['triton'] or '-'}, CUDA {dev['cuda'] or '-'}"
+        hub = html.escape(hub_line(status.hub).removeprefix("compile_cache: hub ") if status.hub.url else "none")
+        cap = status.max_bytes
+        precompile = (
+            f"<div>precompile: {status.stale_rejected} stale entries refused, "
+            f"{status.precompile_fallbacks} functions fell back to plain torch.compile</div>"
+        )
+        return (
+            f"<div>{device}</div><div>{versions}</div>"
+            f"<div>local store {html.escape(status.store)}: {human_bytes(status.store_bytes)} of the "
+            f"{human_bytes(cap)} cap ({100 * status.store_bytes / max(cap, 1):.1f} %); "
+            f"cache dir {html.escape(status.cache_dir)}</div><div>hub: {hub}</div>"
+            f"<div>compile time saved this session (estimate): {saved['total']:.1f} s</div>{precompile}"
+        )
+
+    def _refresh_bundles(self, hub: bool) -> None:
+        w = self._w
+        rows = []
+        self.bundle_buttons = {}
+        for b in self.commands.bundles():
+            key = (b.store, b.name, b.version)
+            match = "matches" if b.compatible else "does NOT match"
+            label = w.HTML(
+                f"{html.escape(b.name)} [{b.store}] {human_bytes(b.bytes)}, {b.files} files, "
+                f"made {age(b.created)} by {html.escape(b.writer)}, used {age(b.last_used)}; "
+                f"{match} this machine",
+                layout=w.Layout(width="560px"),
+            )
+            buttons = []
+            for action in ("restore", "delete", "push", "explain"):
+                if action == "push" and (b.store != "local" or not hub):
+                    continue
+                if action == "explain" and b.compatible:
+                    continue
+                button = w.Button(description=action, layout=w.Layout(width="80px"))
+                button.on_click(self._guarded(lambda _b, a=action, bb=b: self._bundle_action(a, bb)))
+                self.bundle_buttons[(*key, action)] = button
+                buttons.append(button)
+            rows.append(w.HBox([label, *buttons]))
+        if self._pending_delete:
+            name, _version, where = self._pending_delete
+            yes = w.Button(
+                description=f"delete {name} ({where})?", button_style="danger", layout=w.Layout(width="auto")
+            )
+            no = w.Button(description="cancel")
+            yes.on_click(self._guarded(lambda _b: self.confirm_delete(True)))
+            no.on_click(self._guarded(lambda _b: self.confirm_delete(False)))
+            self.confirm_buttons = (yes, no)
+            rows.append(w.HBox([yes, no]))
+        if self._pending_gc:
+            _store, plan, _refused = self._gc(dry_run=True)
+            if plan:
+                total = human_bytes(sum(r.bytes for r in plan))
+                yes = w.Button(
+                    description=f"remove {len(plan)} version(s), {total}?",
+                    button_style="danger",
+                    layout=w.Layout(width="auto"),
+                )
+                no = w.Button(description="cancel")
+                yes.on_click(self._guarded(lambda _b: self.confirm_gc(True)))
+                no.on_click(self._guarded(lambda _b: self.confirm_gc(False)))
+                self.confirm_buttons = (yes, no)
+                rows.append(w.HBox([yes, no]))
+            else:
+                self._pending_gc = None
+        self.bundle_box.children = rows or [w.HTML("<i>no bundles yet</i>")]
+
+    # -- actions --------------------------------------------------------------------------------------------------
+    def _toggled(self, layer_name: str, change: dict[str, Any]) -> None:
+        layer = self.commands.set_layer(layer_name, bool(change["new"]))
+        self.say(self.commands.switch_line(layer))
+
+    def _bundle_action(self, action: str, b: BundleRow) -> None:
+        if action == "restore":
+            result = self.session.restore(b.name, quiet=True)
+            self.say(
+                f"restored {b.name!r} from {result.source}"
+                if result.restored
+                else f"{b.name!r} not restored: {'; '.join(result.skipped) or 'nothing compatible'}"
+            )
+        elif action == "delete":
+            self._pending_delete = (b.name, b.version, b.store)  # confirm first
+        elif action == "push":
+            self.say(self.commands.push(b.name))
+        elif action == "explain":
+            self.say(repr(Explanation(self.commands.explain(b.name))))
+        self.refresh()
+
+    def _gc(self, dry_run: bool) -> Any:
+        """free: versions that cannot restore on this machine, then the least recently used over the cap; clear:
+        every version."""
+        if self._pending_gc == "clear":
+            return self.commands.gc(None, 0, None, False, dry_run, True)
+        return self.commands.gc(None, self.session.settings.max_bytes, None, True, dry_run, False)
+
+    def preview_gc(self, kind: str) -> None:
+        """Say what would go, then ask (the confirm button under the bundles)."""
+        self._pending_gc = kind
+        store, plan, _refused = self._gc(dry_run=True)
+        self.say("\n".join(removal_lines(plan, store.root, dry_run=True)))
+        self.refresh()
+
+    def confirm_gc(self, yes: bool) -> None:
+        if yes and self._pending_gc:
+            store, removals, _refused = self._gc(dry_run=False)
+            self.say("\n".join(removal_lines(removals, store.root, dry_run=False)))
+        self._pending_gc = None
+        self.refresh()
+
+    def confirm_delete(self, yes: bool) -> None:
+        pending, self._pending_delete = self._pending_delete, None
+        if yes and pending:
+            removed = self.commands.remove(pending[0], pending[1], pending[2])
+            self.say(f"deleted {len(removed)} version of {pending[0]!r} from the {pending[2]} store")
+        self.refresh()
+
+
+_LAYER_COLUMNS = (
+    ("on", "30px"),
+    ("layer", "215px"),
+    ("entries / in cache dir", "160px"),
+    ("hits", "50px"),
+    ("misses", "60px"),
+    ("bypasses", "70px"),
+    ("saved (est.)", "90px"),
+    ("torch switch", "330px"),
+)

@@ -1,0 +1,289 @@
+"""Tables for `status`, `list`, `explain` and `stats`: plain text in a terminal, HTML in a notebook, the record
+they show in `.data`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..core.records import BundleExplanation, HubState, SessionStatus, StoreStatistics
+from ..storage.store import Removal
+from ..units import human_bytes
+
+
+def age(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    seconds = max(0.0, time.time() - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def _text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class _View:
+    title = ""
+    headers: Sequence[str] = ()
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def rows(self) -> list[list[Any]]:
+        return []
+
+    def preamble(self) -> list[str]:
+        return []
+
+    def __repr__(self) -> str:
+        return "\n".join([*self.preamble(), _text_table(self.headers, self.rows())])
+
+    def _repr_html_(self) -> str:
+        pre = "".join(f"<div>{html.escape(line)}</div>" for line in self.preamble())
+        return pre + _html_table(self.headers, self.rows())
+
+
+class StatusView(_View):
+    headers = ("layer", "enabled", "entries", "on disk", "hits", "misses", "bypasses", "torch switch")
+
+    def preamble(self) -> list[str]:
+        d: SessionStatus = self.data
+        lines = [f"cache dir: {d.cache_dir}", f"local store: {d.store} ({human_bytes(d.store_bytes)})"]
+        if d.hub.url:
+            lines.append(f"hub: {hub_line(d.hub).removeprefix('compile_cache: hub ')}")
+        spare = d.spare
+        if spare:
+            state = "ready for the next restart" if spare.alive else "gone (the next restart is a plain start)"
+            lines.append(f"warm spare: pid {spare.pid}, {human_bytes(spare.rss_bytes)} resident, {state}")
+        if d.torch_remote:
+            lines.append(
+                f"torch's own FX graph, AOTAutograd and autotune caches use the hub {d.torch_remote} in this whole "
+                "kernel, not only in our cells (--torch-remote; %unload_ext puts them back)"
+            )
+        if d.stale_rejected:
+            lines.append(f"stale precompile entries refused this session: {d.stale_rejected}")
+        if d.precompile_fallbacks:
+            lines.append(f"functions that fell back from precompile to plain torch.compile: {d.precompile_fallbacks}")
+        return lines
+
+    def rows(self) -> list[list[Any]]:
+        out = []
+        for row in self.data.layers:
+            scope = row.scope
+            enabled = scope if scope in ("n/a", "off") else f"on ({scope})"
+            out.append(
+                [
+                    row.title,
+                    enabled,
+                    row.entries,
+                    human_bytes(row.bytes),
+                    row.hits,
+                    row.misses,
+                    row.bypasses,
+                    row.switch or "(always on)",
+                ]
+            )
+        return out
+
+
+class BundleTable(_View):
+    headers = ("name", "where", "version", "size", "files", "age", "last used", "writer", "matches this machine")
+
+    def rows(self) -> list[list[Any]]:
+        return [
+            [
+                b.name,
+                b.store,
+                b.version[-17:],
+                human_bytes(b.bytes),
+                b.files,
+                age(b.created),
+                age(b.last_used),
+                b.writer,
+                "yes" if b.compatible else "no",
+            ]
+            for b in self.data
+        ]
+
+    def preamble(self) -> list[str]:
+        return [] if self.data else ["no bundles"]
+
+    def total(self) -> str:
+        """One line under the table: versions, bundles and bytes, here and on the hub."""
+        parts = []
+        for where in ("local", "hub"):
+            rows = [b for b in self.data if (b.store == "hub") == (where == "hub")]
+            if rows:
+                size = human_bytes(sum(b.bytes for b in rows))
+                names = len({b.name for b in rows})
+                versions = f"{len(rows)} version{'s' * (len(rows) != 1)}"
+                parts.append(f"{where}: {versions} of {names} bundle{'s' * (names != 1)}, {size}")
+        return "; ".join(parts)
+
+    def __repr__(self) -> str:
+        total = self.total()
+        return super().__repr__() + (f"\n{total}" if total else "")
+
+    def _repr_html_(self) -> str:
+        total = self.total()
+        return super()._repr_html_() + (f"<div>{html.escape(total)}</div>" if total else "")
+
+
+class StatsView(_View):
+    """`stats`: what the cells that used the store did since the statistics were zeroed, and the store's size."""
+
+    headers = ("", "", "")
+
+    def preamble(self) -> list[str]:
+        d: StoreStatistics = self.data
+        since = _dt.datetime.fromtimestamp(d.since).strftime("%Y-%m-%d %H:%M") if d.since else "-"
+        head = f"statistics of {d.store} since {since}"
+        return [head + (" (now zeroed)" if d.zeroed else "")]
+
+    def rows(self) -> list[list[Any]]:
+        d: StoreStatistics = self.data
+        n = d.counts
+        cells = int(n["cells"])
+
+        def share(count: float) -> str:
+            return f"{100 * count / cells:.1f} %" if cells else ""
+
+        restored = int(n["restored_local"] + n["restored_hub"])
+        rate = "" if d.hit_rate is None else f"{100 * d.hit_rate:.1f} % hits"
+        cap = d.max_bytes
+        return [
+            ["cells run", cells, f"{int(n['cells_failed'])} raised an error" if n["cells_failed"] else ""],
+            ["  restored a bundle", restored, share(restored)],
+            ["    from the local store", int(n["restored_local"]), ""],
+            ["    from the hub", int(n["restored_hub"]), ""],
+            ["  compiled (a cache missed)", int(n["compiled"]), share(n["compiled"])],
+            ["torch cache hits / misses", f"{int(n['hits'])} / {int(n['misses'])}", rate],
+            ["compile time saved (estimate)", f"{n['seconds_saved']:.1f} s", "cold time in the bundle - restored run"],
+            ["restored", human_bytes(int(n["restored_bytes"])), ""],
+            ["saved", human_bytes(int(n["saved_bytes"])), f"{int(n['saved_bundles'])} versions"],
+            ["pushed to the hub", int(n["pushed"]), ""],
+            ["stale entries refused", int(n["stale_rejected"]), "code changed since the bundle was saved"],
+            ["precompile fallbacks", int(n["precompile_fallbacks"]), "ran the plain torch.compile way"],
+            [
+                "store size",
+                human_bytes(int(d.store_bytes)),
+                f"{100 * d.store_bytes / cap:.1f} % of the {human_bytes(cap)} cap; "
+                f"{d.versions} versions of {d.bundles} bundles"
+                if cap
+                else "",
+            ],
+        ]
+
+    def __repr__(self) -> str:
+        rows = self.rows()
+        width = max(len(r[0]) for r in rows)
+        value_width = max(len(str(r[1])) for r in rows)
+        lines = [f"{r[0].ljust(width)}  {str(r[1]).rjust(value_width)}  {r[2]}".rstrip() for r in rows]
+        return "\n".join([*self.preamble(), *lines])
+
+    def _repr_html_(self) -> str:
+        pre = "".join(f"<div>{html.escape(line)}</div>" for line in self.preamble())
+        body = "".join(
+            f"<tr><td style='text-align:left'>{html.escape(str(a))}</td><td>{html.escape(str(b))}</td>"
+            f"<td style='text-align:left'>{html.escape(str(c))}</td></tr>"
+            for a, b, c in self.rows()
+        )
+        return f"{pre}<table>{body}</table>"
+
+
+def _elide(value: Any, width: int = 60) -> str:
+    """A long fingerprint value (a build string, a list of ISAs) kept to `width` characters: its head and tail."""
+    text = str(value)
+    half = (width - 1) // 2
+    return text if len(text) <= width else f"{text[:half]}…{text[-half:]}"
+
+
+class Explanation(_View):
+    headers = ("field", "verdict", "bundle", "this kernel")  # the verdict first: long values come last
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines())
+
+    def _repr_html_(self) -> str:
+        return "<pre>" + html.escape(repr(self)) + "</pre>"
+
+    def lines(self) -> list[str]:
+        d: BundleExplanation = self.data
+        out = [f"bundle {d.name!r} in {d.store}"]
+        if not d.versions:
+            out.append("  no versions stored")
+        for v in d.versions:
+            created = _dt.datetime.fromtimestamp(v.created).isoformat(timespec="seconds")
+            verdict = "WOULD RESTORE" if v.reason is None else "would NOT restore"
+            out.append(
+                f"version {v.version} ({human_bytes(v.bytes)}, {v.files} files, {created}, by {v.writer}): {verdict}"
+            )
+            rows = []
+            for f in v.fields:
+                if not f.relevant:
+                    verdict = "not relevant (no such artifacts)"
+                elif f.saved == f.current:
+                    verdict = "match"
+                else:
+                    verdict = "MISMATCH (blocks)" if f.blocking else "differs (reported only)"
+                current = "(same)" if f.saved == f.current else _elide(f.current)
+                rows.append([f.field, verdict, _elide(f.saved), current])
+            out.extend("  " + line for line in _text_table(self.headers, rows).splitlines())
+        run = d.last_run
+        if run:
+            out.append(
+                f"last run of this cell: {run['body_seconds']:.2f} s, restored from "
+                f"{(run.get('restore') or {}).get('source') or 'nothing'}"
+            )
+            rows = [
+                [name, c.get("hits", 0), c.get("misses", 0), c.get("bypasses", 0), c.get("written", 0)]
+                for name, c in run.get("layers", {}).items()
+            ]
+            out.extend(
+                "  " + line
+                for line in _text_table(("layer", "hits", "misses", "bypasses", "files written"), rows).splitlines()
+            )
+        else:
+            out.append("no recorded run of this cell")
+        return out
+
+
+def hub_line(hub: HubState) -> str:
+    if not hub.url:
+        return (
+            "compile_cache: no hub (%compile_cache hub redis://host:port/0, %config CompileCache.hub = ..., or "
+            "JUPYTER_COMPILE_CACHE_HUB)"
+        )
+    kind = "Redis Cluster, " if hub.cluster else ""
+    state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"unreachable: {hub.error}"
+    signed = "bundles signed with the team secret" if hub.signed else "no team secret: pulled bundles trusted"
+    return f"compile_cache: hub {hub.url} namespace {hub.namespace!r}: {state}; {signed}"
+
+
+def removal_lines(removals: Sequence[Removal], where: str, dry_run: bool) -> list[str]:
+    """What a delete removed (or would remove): a total, then one line per version, oldest use first."""
+    total = human_bytes(sum(r.bytes for r in removals))
+    verb = "would remove" if dry_run else "removed"
+    if not removals:
+        return [f"nothing to remove from {where}"]
+    lines = [f"{verb} {len(removals)} version(s) from {where}, freeing {total}:"]
+    lines += [f"  {r.name}  {r.version}  {human_bytes(r.bytes)}" for r in removals]
+    if dry_run:
+        lines.append("(dry run: nothing was removed)")
+    return lines

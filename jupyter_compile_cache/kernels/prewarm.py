@@ -1,0 +1,95 @@
+"""Start torch's compiler stack while the user is still reading, not when the first compiled call waits for it.
+
+Importing Dynamo and Inductor, hashing torch's and Triton's files and probing the CPU's vector ISAs are per-process
+work that no cache can hold (measured in docs/how_it_works.md). `%load_ext` starts them in a background thread.
+
+Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
+looks like it compiles (and every `%%compile_cache` cell) first waits for the imports to finish. The ISA probe
+goes on in the background: a GPU model never needs it, and a CPU compile that asks first simply computes it.
+`CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..torch_adapter import compiler
+
+
+class Prewarm:
+    def __init__(self, enabled: Callable[[], bool] = lambda: True) -> None:
+        self.enabled = enabled
+        self.thread: threading.Thread | None = None
+        self.imported = threading.Event()  # set once the compiler modules are imported (or failed to)
+        self.import_seconds: float | None = None
+        # Set by the session: restores the per-machine toolchain bundle, lists the cache files, saves what the probe
+        # built (off the cells' path: writing the bundle was 41 of a GPU kernel's first cell's 47 ms).
+        self.before_probe: Callable[[], None] | None = None
+        self.after_probe: Callable[[], None] | None = None
+        self.listing: Callable[[], dict[str, tuple[int, int]]] | None = None
+        self.created: list[str] = []  # cache files the ISA probe wrote (compiled test programs)
+        self.waited = 0.0  # seconds cells waited for it, not yet reported
+        self.error: str | None = None  # why it stopped early, until a cell tells it (`take_error`)
+
+    def start(self) -> None:
+        if self.thread is not None or not self.enabled():
+            return
+        self.thread = threading.Thread(target=self.run_here, name="jupyter_compile_cache-prewarm", daemon=True)
+        self.thread.start()
+
+    def run_here(self) -> None:
+        """The work, in the calling thread (the background thread's body; a spare kernel calls it directly)."""
+        start = time.perf_counter()
+        try:
+            try:
+                compiler.import_compiler()
+            finally:
+                self.import_seconds = time.perf_counter() - start
+                self.imported.set()
+            compiler.hash_torch_and_triton()
+            if compiler.can_probe_cpu():
+                if self.before_probe is not None:
+                    self.before_probe()
+                before = self.listing() if self.listing else {}
+                compiler.probe_cpu()
+                after = self.listing() if self.listing else {}
+                self.created = sorted(p for p, meta in after.items() if before.get(p) != meta)
+                if self.after_probe is not None:
+                    self.after_probe()
+        except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def take_error(self) -> str | None:
+        """Why the work stopped early, once (the next cell tells it), or None."""
+        error, self.error = self.error, None
+        return error
+
+    def join(self) -> None:
+        """Wait for the imports only: the CPU ISA probe runs on (torch computes it itself if asked first)."""
+        if self.thread is not None and not self.imported.is_set():
+            start = time.perf_counter()
+            self.imported.wait()
+            self.waited += time.perf_counter() - start
+
+    def wait_all(self) -> None:
+        if self.thread is not None and self.thread.is_alive():
+            start = time.perf_counter()
+            self.thread.join()
+            self.waited += time.perf_counter() - start
+
+    def take_waited(self) -> float:
+        """Seconds cells have waited for this work since the last call (a cell reports it, then it is reset)."""
+        waited, self.waited = self.waited, 0.0
+        return waited
+
+    def before_cell(self, info: Any) -> None:
+        """IPython pre_run_cell hook: wait only for cells that may compile."""
+        self.waited = 0.0  # what a cell reports is its own wait, not an earlier plain cell's
+        if self.thread is None or not self.thread.is_alive():
+            return
+        source = getattr(info, "raw_cell", "") or ""
+        if compiler.may_compile(source):
+            self.join()

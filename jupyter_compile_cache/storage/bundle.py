@@ -1,0 +1,325 @@
+"""A bundle: the cache-dir files one cell compiled or used, as one compressed payload plus a JSON manifest.
+
+The payload is a tar stream compressed with zstd. Its members are named `<root>/<path>`, where root is
+`inductor` (TORCHINDUCTOR_CACHE_DIR) or `triton` (a TRITON_CACHE_DIR outside it). The manifest lists every member
+with its size and sha256, the sha256 of the payload, the environment fingerprint and the saving run's stats; it is
+written after the payload and is the commit point.
+
+Extraction trusts nothing: member names are checked against the manifest before anything is written (no absolute
+paths, no `..`, only known roots), only regular files are accepted (no links, devices, directories), every file
+is hashed while it is staged inside the cache dir, and files move into place only after the whole payload
+verified. Any failure leaves the cache dir as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import os
+import re
+import shutil
+import tarfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+from .writer_thread import FileWriterThread
+
+FORMAT = 1
+COMPRESSION = "zstd"
+ROOTS = ("inductor", "triton")
+_READ_SIZE = 1 << 20
+NAME_RE = re.compile(r"^(?!\.+$)[A-Za-z0-9._-]{1,128}$")
+VERSION_RE = re.compile(r"^[0-9]{20}-[0-9a-f]{12}-[0-9a-f]{8}$")
+
+
+class BundleError(Exception):
+    """A bundle that cannot be restored: the caller skips it (and quarantines a local copy)."""
+
+
+class DamagedBundle(BundleError):
+    pass
+
+
+class UnsafeBundle(BundleError):
+    pass
+
+
+@dataclass
+class Member:
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass
+class Manifest:
+    name: str
+    version: str
+    created: float
+    writer: str
+    fingerprint: dict[str, Any]
+    fingerprint_id: str
+    payload_sha256: str
+    payload_bytes: int
+    members: list[Member]
+    uses_gpu: bool = False
+    uses_cpu_kernels: bool = False
+    stats: dict[str, Any] = field(default_factory=dict)
+    format: int = FORMAT
+    compression: str = COMPRESSION
+    # Set by the hub: how the payload was chunked and each chunk's sha256 (covered by the signature).
+    chunk_size: int | None = None
+    chunk_sha256: list[str] | None = None
+    signature: str | None = None
+    # Fields this version does not know (written by an older or newer one), kept as read so that a signature over
+    # the manifest still verifies.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def new(
+        cls,
+        name: str,
+        fingerprint: dict[str, Any],
+        fingerprint_id: str,
+        writer: str,
+        stats: dict[str, Any] | None = None,
+    ) -> Manifest:
+        """A manifest before its payload is written: the store fills in members, sizes and hashes."""
+        return cls(
+            name=name,
+            version=new_version_id(fingerprint_id),
+            created=time.time(),
+            writer=writer,
+            fingerprint=fingerprint,
+            fingerprint_id=fingerprint_id,
+            payload_sha256="",
+            payload_bytes=0,
+            members=[],
+            stats=stats or {},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {**data.pop("extra"), **data}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Manifest:
+        try:
+            if data.get("format") != FORMAT:
+                raise DamagedBundle(f"unsupported bundle format {data.get('format')!r} (this version reads {FORMAT})")
+            known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+            fields = {k: v for k, v in data.items() if k in known}
+            fields["extra"] = {k: v for k, v in data.items() if k not in known}
+            name, version = data["name"], data["version"]
+            if not (isinstance(name, str) and isinstance(version, str)) or not (
+                VERSION_RE.match(version) and NAME_RE.match(name)
+            ):
+                raise DamagedBundle(f"manifest has an invalid name or version: {data['name']!r} {data['version']!r}")
+            fields["members"] = [Member(str(m["name"]), int(m["size"]), str(m["sha256"])) for m in data["members"]]
+            return cls(**fields)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DamagedBundle(f"manifest is malformed: {exc}") from exc
+
+
+def check_name(name: str) -> str:
+    """Bundle names: letters, digits, '._-', at most 128 characters, not only dots."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValueError(f"invalid bundle name {name!r}: use letters, digits, '.', '_', '-' (at most 128 characters)")
+    return name
+
+
+def new_version_id(fingerprint_id: str) -> str:
+    """Sortable by creation time, unique across concurrent writers."""
+    return f"{time.time_ns():020d}-{fingerprint_id}-{uuid.uuid4().hex[:8]}"
+
+
+def check_member_name(name: str) -> None:
+    """Refuse names that could escape the cache dir or that we never write."""
+    if not name or "\\" in name or "\x00" in name or name.startswith("/") or os.path.isabs(name):
+        raise UnsafeBundle(f"member {name!r} has an absolute or malformed path")
+    parts = name.split("/")
+    if parts[0] not in ROOTS or len(parts) < 2:
+        raise UnsafeBundle(f"member {name!r} is outside the known cache roots")
+    if any(p in ("", ".", "..") for p in parts):
+        raise UnsafeBundle(f"member {name!r} contains '..' or an empty path component")
+
+
+class _HashingWriter(io.RawIOBase):
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.sha, self.count = raw, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.raw.write(view)
+        self.sha.update(view)
+        self.count += len(view)
+        return len(view)
+
+
+class _HashingReader(io.RawIOBase):
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.sha, self.count = raw, hashlib.sha256(), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.raw.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self.sha.update(data)
+        self.count += n
+        return n
+
+    def drain(self) -> None:
+        while self.readinto(bytearray(_READ_SIZE)):
+            pass
+
+
+def write_payload(files: Mapping[str, str], out: IO[bytes], level: int = 3) -> tuple[list[Member], str, int]:
+    """Write `files` ({member name: path on disk}) as a zstd tar stream to `out`.
+
+    Returns (members, payload sha256, payload bytes). Files that vanish while we read them are skipped: torch may
+    prune its cache concurrently and a missing entry only costs a hit.
+    """
+    import zstandard
+
+    members: list[Member] = []
+    sink = _HashingWriter(out)
+    compressor = zstandard.ZstdCompressor(level=level, threads=-1)
+    with compressor.stream_writer(sink, closefd=False) as zout, tarfile.open(fileobj=zout, mode="w|") as tar:
+        for name in sorted(files):
+            check_member_name(name)
+            try:
+                with open(files[name], "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+            members.append(Member(name, len(data), hashlib.sha256(data).hexdigest()))
+    return members, sink.sha.hexdigest(), sink.count
+
+
+def _root_dirs(roots: Mapping[str, str]) -> dict[str, str]:
+    return {k: os.path.realpath(v) for k, v in roots.items()}
+
+
+def extract(payload: IO[bytes], manifest: Manifest, roots: Mapping[str, str]) -> list[str]:
+    """Verify and restore a payload into the cache roots; returns the paths written.
+
+    Raises UnsafeBundle or DamagedBundle and writes nothing visible if anything is off.
+    """
+    import zstandard
+
+    expected = {}
+    for m in manifest.members:
+        check_member_name(m.name)
+        if m.name in expected:
+            raise UnsafeBundle(f"member {m.name!r} is listed twice")
+        expected[m.name] = m
+    real_roots = _root_dirs(roots)
+    for root in {m.name.split("/", 1)[0] for m in manifest.members}:
+        if root not in real_roots:
+            raise UnsafeBundle(f"bundle writes to cache root {root!r}, which this kernel does not have")
+
+    staging = {root: os.path.join(path, f".jcc-staging-{uuid.uuid4().hex}") for root, path in real_roots.items()}
+    staged: list[tuple[str, str, str]] = []  # (member, staged path, final path)
+    reader = _HashingReader(payload)
+    writer = FileWriterThread()  # hashes and writes each member while the next bytes are decompressed
+    try:
+        try:
+            zin = zstandard.ZstdDecompressor().stream_reader(reader, closefd=False)
+            with tarfile.open(fileobj=zin, mode="r|") as tar:
+                seen: set[str] = set()
+                for info in tar:
+                    if not info.isreg():
+                        raise UnsafeBundle(
+                            f"member {info.name!r} is not a regular file (links and devices are refused)"
+                        )
+                    member = expected.get(info.name)
+                    if member is None or info.name in seen:
+                        raise UnsafeBundle(f"member {info.name!r} is not in the manifest")
+                    if info.size != member.size:
+                        raise DamagedBundle(f"member {info.name!r} has {info.size} bytes, manifest says {member.size}")
+                    seen.add(info.name)
+                    root, rel = info.name.split("/", 1)
+                    final = os.path.join(real_roots[root], *rel.split("/"))
+                    tmp = os.path.join(staging[root], *rel.split("/"))
+                    os.makedirs(os.path.dirname(tmp), exist_ok=True)
+                    src = tar.extractfile(info)
+                    writer.open(tmp)
+                    while chunk := src.read(_READ_SIZE):  # type: ignore[union-attr]
+                        writer.write(chunk)
+                    writer.close()
+                    staged.append((info.name, tmp, final))
+            reader.drain()
+        except (tarfile.TarError, zstandard.ZstdError, EOFError) as exc:
+            raise DamagedBundle(f"payload is truncated or corrupt: {exc}") from exc
+        for (name, _tmp, _final), digest in zip(staged, writer.finish(), strict=True):
+            if digest != expected[name].sha256:
+                raise DamagedBundle(f"member {name!r} fails its sha256 check")
+        if reader.sha.hexdigest() != manifest.payload_sha256:
+            raise DamagedBundle("payload fails its sha256 check")
+        missing = set(expected) - {s for s in seen}
+        if missing:
+            raise DamagedBundle(f"payload lacks {len(missing)} member(s) listed in the manifest")
+        written = []
+        for _name, tmp, final in staged:
+            _check_inside(final, real_roots)
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            os.replace(tmp, final)
+            written.append(final)
+        return written
+    finally:
+        with contextlib.suppress(Exception):  # the thread stops; its error, if any, was raised above or is moot
+            writer.finish()
+        for path in staging.values():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _check_inside(path: str, real_roots: Mapping[str, str]) -> None:
+    # A symlinked directory already inside the cache dir must not redirect our write elsewhere.
+    parent = os.path.realpath(os.path.dirname(path))
+    if not any(parent == r or parent.startswith(r + os.sep) for r in real_roots.values()):
+        raise UnsafeBundle(f"{path} resolves outside the cache dir")
+
+
+# Generated wrapper modules that call compiled C++ kernels contain one of these.
+_CPU_KERNEL_MARKERS = (b"cpp_pybinding", b"async_compile.cpp(", b"CppPythonBindingsCodeCache")
+
+
+def classify(members: Iterable[Member], files: Mapping[str, str] | None = None) -> tuple[bool, bool]:
+    """(uses_gpu, uses_cpu_kernels) of a bundle: decides which fingerprint fields must match.
+
+    CPU kernels are recognised by the generated wrapper modules that load them (when `files` gives their paths),
+    not by `.so` files alone: torch also leaves its CPU ISA probe programs in the cache dir, and those must not
+    make a GPU bundle look CPU-bound.
+    """
+    uses_gpu = uses_cpu = False
+    for m in members:
+        base = m.name.rsplit("/", 1)[-1]
+        in_triton = m.name.startswith(("triton/", "inductor/triton/"))
+        if in_triton or base.endswith((".cubin", ".hsaco", ".ptx")):
+            uses_gpu = True
+        elif files is None and base.endswith(".so"):
+            uses_cpu = True
+        elif files is not None and base.endswith(".py") and not uses_cpu:
+            try:
+                with open(files[m.name], "rb") as f:
+                    source = f.read()
+            except (OSError, KeyError):
+                continue
+            uses_cpu = any(marker in source for marker in _CPU_KERNEL_MARKERS)
+    return uses_gpu, uses_cpu

@@ -1,0 +1,369 @@
+"""The local store: bundles on this machine's disk (sources.py puts it and the hub behind one protocol).
+
+Layout of a local store (default: the user cache dir, never /tmp, which tmpfs and reboots wipe):
+
+    <root>/bundles/<NAME>/<version>.tar.zst   payload, renamed into place when complete
+    <root>/bundles/<NAME>/<version>.json      manifest, written last: a version exists once this file exists
+    <root>/quarantine/<NAME>/<version>.*      damaged bundles, moved aside with a .reason file
+    <root>/runs/<NAME>.json                   what the last run of that cell hit and missed (for `explain`)
+    <root>/stats.json                         what every cell that used this store did, summed (see stats.py)
+
+Versions are named by creation time, fingerprint and a random suffix, so two kernels saving the same NAME at once
+each commit their own complete version. Pruning and eviction take a file lock. The manifest's mtime records last
+use, which drives least-recently-used eviction in `gc`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO, Any, NamedTuple
+
+from . import bundle
+from .bundle import DamagedBundle, Manifest
+from .stats import StoreStats
+from .writer_thread import FileWriterThread
+
+STORE_DIR_ENV = "JUPYTER_COMPILE_CACHE_DIR"
+
+DEFAULT_MAX_VERSIONS = 3
+PAYLOAD_SUFFIX = ".tar.zst"
+
+
+def default_store_dir() -> str:
+    env = os.environ.get(STORE_DIR_ENV)
+    if env:
+        return os.path.abspath(os.path.expanduser(env))
+    import platformdirs
+
+    return platformdirs.user_cache_dir("jupyter_compile_cache", appauthor=False)
+
+
+class Removal(NamedTuple):
+    """One version a delete removed (or, in a dry run, would remove)."""
+
+    name: str
+    version: str
+    bytes: int
+
+
+@dataclass
+class StoredBundle:
+    manifest: Manifest
+    last_used: float
+    store: str
+
+
+class LocalStore:
+    def __init__(self, root: str | None = None, max_versions: int = DEFAULT_MAX_VERSIONS) -> None:
+        self.root = os.path.abspath(root or default_store_dir())
+        self.max_versions = max_versions
+        self.problems: list[str] = []  # manifests skipped while listing, for the caller to report
+
+    # -- paths ------------------------------------------------------------------------------------------------
+    def _name_dir(self, name: str) -> str:
+        return os.path.join(self.root, "bundles", name)
+
+    def manifest_path(self, manifest: Manifest) -> str:
+        return os.path.join(self._name_dir(manifest.name), manifest.version + ".json")
+
+    def payload_path(self, manifest: Manifest) -> str:
+        return os.path.join(self._name_dir(manifest.name), manifest.version + PAYLOAD_SUFFIX)
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        import filelock  # a torch dependency, so always present
+
+        os.makedirs(self.root, exist_ok=True)
+        with filelock.FileLock(os.path.join(self.root, ".lock"), timeout=60):
+            yield
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        base = os.path.join(self.root, "bundles")
+        try:
+            return sorted(n for n in os.listdir(base) if os.path.isdir(os.path.join(base, n)))
+        except OSError:
+            return []
+
+    def versions(self, name: str) -> list[Manifest]:
+        """Committed versions of NAME, newest first. Unreadable manifests are quarantined and reported."""
+        directory = self._name_dir(name)
+        try:
+            # not ".tmp-*.json": a manifest still being written by a concurrent save
+            files = sorted(
+                (f for f in os.listdir(directory) if f.endswith(".json") and not f.startswith(".")), reverse=True
+            )
+        except OSError:
+            return []
+        result = []
+        for fname in files:
+            path = os.path.join(directory, fname)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    manifest = Manifest.from_json(json.load(f))
+            except FileNotFoundError:  # pruned by another kernel while we listed
+                continue
+            except (OSError, ValueError, DamagedBundle) as exc:
+                version = fname[: -len(".json")]
+                self._quarantine_files(name, version, f"unreadable manifest: {exc}")
+                self.problems.append(f"bundle {name!r} version {version}: unreadable manifest, quarantined ({exc})")
+                continue
+            result.append(manifest)
+        return result
+
+    def bundles(self) -> list[StoredBundle]:
+        out = []
+        for name in self.names():
+            for manifest in self.versions(name):
+                try:
+                    last_used = os.stat(self.manifest_path(manifest)).st_mtime
+                except OSError:
+                    continue
+                out.append(StoredBundle(manifest, last_used, "local"))
+        return out
+
+    def open_payload(self, manifest: Manifest) -> IO[bytes]:
+        return open(self.payload_path(manifest), "rb")
+
+    def touch(self, manifest: Manifest) -> None:
+        """Record a use, for least-recently-used eviction."""
+        with contextlib.suppress(OSError):
+            os.utime(self.manifest_path(manifest))
+
+    def total_bytes(self) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for fname in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(dirpath, fname)).st_size
+        return total
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def write(self, manifest: Manifest, files: Mapping[str, str]) -> Manifest:
+        """Write a new version holding `files` ({member name: path}); payload fields of `manifest` are filled in."""
+        fd, tmp = self._temp_payload(manifest.name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                members, sha, size = bundle.write_payload(files, out)
+                out.flush()
+                os.fsync(out.fileno())
+            manifest.members, manifest.payload_sha256, manifest.payload_bytes = members, sha, size
+            manifest.uses_gpu, manifest.uses_cpu_kernels = bundle.classify(members, files)
+            return self._commit(manifest, tmp)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def adopt(self, manifest: Manifest, payload: IO[bytes]) -> Manifest:
+        """Store a bundle that arrives as a manifest and a payload stream (`import`, another store). Verifies the
+        hash."""
+        with self.receive(manifest) as sink:
+            while chunk := payload.read(1 << 20):
+                sink.write(chunk)
+        return manifest
+
+    @contextlib.contextmanager
+    def receive(self, manifest: Manifest) -> Iterator[FileWriterThread]:
+        """A sink for the payload of `manifest` as it arrives (a hub pull writes each verified chunk here): written
+        once, into a temp file beside its final place, hashed on the way; committed when the block ends and the
+        hash matches, gone if it does not or the block raises."""
+        fd, tmp = self._temp_payload(manifest.name)
+        os.close(fd)
+        sink = FileWriterThread()  # hashes and writes while the next chunk arrives
+        try:
+            sink.open(tmp)
+            yield sink
+            sink.close()
+            if sink.finish() != [manifest.payload_sha256]:
+                raise DamagedBundle("payload fails its sha256 check")
+            self._commit(manifest, tmp)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                sink.finish()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _temp_payload(self, name: str) -> tuple[int, str]:
+        """A temp file for a new payload in NAME's folder; an `rm NAME` may remove the empty folder between our
+        makedirs and mkstemp, so that is tried again."""
+        directory = self._name_dir(name)
+        for attempt in range(5):
+            try:
+                os.makedirs(directory, exist_ok=True)  # FileExistsError: it vanished between two of its checks
+                return tempfile.mkstemp(prefix=".tmp-", suffix=PAYLOAD_SUFFIX, dir=directory)
+            except (FileNotFoundError, FileExistsError):
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _commit(self, manifest: Manifest, tmp_payload: str) -> Manifest:
+        os.replace(tmp_payload, self.payload_path(manifest))
+        _write_json_atomic(self.manifest_path(manifest), manifest.to_json())
+        self.prune(manifest.name)
+        return manifest
+
+    def prune(self, name: str) -> list[str]:
+        """Keep the newest `max_versions` per fingerprint; also sweep temp files that died with their writer."""
+        removed = []
+        with self._lock():
+            per_fp: dict[str, int] = {}
+            for manifest in self.versions(name):
+                per_fp[manifest.fingerprint_id] = per_fp.get(manifest.fingerprint_id, 0) + 1
+                if per_fp[manifest.fingerprint_id] > self.max_versions:
+                    self._delete_version(manifest.name, manifest.version)
+                    removed.append(manifest.version)
+            directory = self._name_dir(name)
+            with contextlib.suppress(OSError):
+                for fname in os.listdir(directory):
+                    path = os.path.join(directory, fname)
+                    if fname.startswith(".tmp-") and time.time() - os.stat(path).st_mtime > 3600:
+                        os.unlink(path)
+        return removed
+
+    def _delete_version(self, name: str, version: str) -> None:
+        # Manifest first: from then on no reader can pick the version up.
+        for suffix in (".json", PAYLOAD_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self._name_dir(name), version + suffix))
+
+    def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
+        """Delete one version or all of NAME; returns what went (with `dry_run`, what would go)."""
+        with self._lock():
+            targets = [
+                Removal(name, m.version, m.payload_bytes) for m in self.versions(name) if version in (None, m.version)
+            ]
+            if dry_run:
+                return targets
+            for target in targets:
+                self._delete_version(name, target.version)
+            if version is None:
+                # Only the versions listed: a save committing now, or still writing its temp file, keeps its
+                # files; the folder goes only once it is empty.
+                with contextlib.suppress(OSError):
+                    os.rmdir(self._name_dir(name))
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._run_path(name))
+        return targets
+
+    def gc(
+        self,
+        max_bytes: int | None,
+        dry_run: bool = False,
+        older_than: float | None = None,
+        unusable: Callable[[Manifest], bool] | None = None,
+    ) -> list[Removal]:
+        """Evict the versions unused for more than `older_than` seconds and those `unusable` says cannot restore,
+        then the least recently used until the bundles take at most max_bytes (None: no size limit); returns what
+        went (with `dry_run`, what would go)."""
+        now = time.time()
+        with self._lock():
+            entries = sorted(self.bundles(), key=lambda b: b.last_used)
+            doomed = [
+                b
+                for b in entries
+                if (older_than is not None and now - b.last_used > older_than)
+                or (unusable is not None and unusable(b.manifest))
+            ]
+            total = sum(b.manifest.payload_bytes for b in entries if b not in doomed)
+            for entry in entries:  # oldest first
+                if max_bytes is None or total <= max_bytes:
+                    break
+                if entry not in doomed:
+                    doomed.append(entry)
+                    total -= entry.manifest.payload_bytes
+            evicted = []
+            for entry in doomed:
+                if not dry_run:
+                    self._delete_version(entry.manifest.name, entry.manifest.version)
+                evicted.append(Removal(entry.manifest.name, entry.manifest.version, entry.manifest.payload_bytes))
+        return evicted
+
+    def version_count(self) -> int:
+        return sum(len(self.versions(name)) for name in self.names())
+
+    # -- damaged bundles --------------------------------------------------------------------------------------
+    def quarantine(self, manifest: Manifest, reason: str) -> str:
+        return self._quarantine_files(manifest.name, manifest.version, reason)
+
+    def _quarantine_files(self, name: str, version: str, reason: str) -> str:
+        target = os.path.join(self.root, "quarantine", name)
+        os.makedirs(target, exist_ok=True)
+        for suffix in (".json", PAYLOAD_SUFFIX):
+            src = os.path.join(self._name_dir(name), version + suffix)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(src, os.path.join(target, version + suffix))
+        with open(os.path.join(target, version + ".reason"), "w", encoding="utf-8") as f:
+            f.write(reason + "\n")
+        return target
+
+    # -- last run of each cell, for `explain` -----------------------------------------------------------------
+    def _run_path(self, name: str) -> str:
+        return os.path.join(self.root, "runs", name + ".json")
+
+    def save_run(self, name: str, data: Mapping[str, Any]) -> None:
+        path = self._run_path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write_json_atomic(path, dict(data))
+
+    def last_run(self, name: str) -> dict[str, Any] | None:
+        try:
+            with open(self._run_path(name), encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    # -- cumulative statistics (stats.py) ------------------------------------------------------------------------
+    def _stats_path(self) -> str:
+        return os.path.join(self.root, "stats.json")
+
+    def read_stats(self) -> StoreStats:
+        """The statistics since they were last zeroed; an unreadable file reads as none (it is rewritten next)."""
+        try:
+            with open(self._stats_path(), encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return StoreStats()
+        return StoreStats.from_json(data) if isinstance(data, dict) else StoreStats()
+
+    def add_stats(self, outcome: Mapping[str, float]) -> None:
+        with self._lock():  # two kernels finishing cells at once both count
+            stats = self.read_stats()
+            stats.add(outcome)
+            _write_json_atomic(self._stats_path(), stats.to_json(), durable=False)
+
+    def zero_stats(self) -> StoreStats:
+        """Start the statistics again; returns what they were."""
+        with self._lock():
+            before = self.read_stats()
+            _write_json_atomic(self._stats_path(), StoreStats(time.time()).to_json(), durable=False)
+        return before
+
+    def usage(self) -> tuple[int, int, int]:
+        """(bytes, versions, names) of the committed bundles."""
+        stored = self.bundles()
+        return sum(b.manifest.payload_bytes for b in stored), len(stored), len({b.manifest.name for b in stored})
+
+
+def _write_json_atomic(path: str, data: Any, durable: bool = True) -> None:
+    """Replace `path` whole; `durable`: on disk before the rename (statistics, written after every cell, need not)."""
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=True, default=str)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

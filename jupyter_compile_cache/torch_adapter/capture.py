@@ -1,0 +1,266 @@
+"""Which cache files one cell compiled or used.
+
+torch keeps one cache dir for the whole process, so a cell's share of it is found by watching the cell:
+
+* files created or rewritten while it ran (a listing with sizes and mtimes before, compared after);
+* files it read (a Python audit hook sees every `open`, including the imports of generated wrapper modules);
+* shared libraries it loaded (new lines in /proc/self/maps, since `dlopen` raises no audit event);
+* the files of the bundle restored for it, so a re-save after a warm run keeps everything the next kernel needs.
+
+The audit hook cannot be removed once added (Python's rule), so it is added once and does nothing outside a cell.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import layers
+
+
+def _inductor_cache_dir() -> str:
+    # torch's own function once its compiler is imported; before that the same rule without the 0.8 s import.
+    module = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    if module is not None and hasattr(module, "cache_dir"):
+        return module.cache_dir()
+    path = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not path:
+        import getpass
+        import re
+        import tempfile
+
+        try:
+            user = getpass.getuser()
+        except (KeyError, ModuleNotFoundError, OSError):
+            user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+        path = os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    path = os.path.abspath(path)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def cache_roots() -> dict[str, str]:
+    """The cache roots torch will use in this kernel: {'inductor': dir, 'triton': dir (only if outside it)}."""
+    inductor = _inductor_cache_dir()
+    roots = {"inductor": os.path.realpath(inductor)}
+    triton = os.environ.get("TRITON_CACHE_DIR")
+    if triton:
+        real = os.path.realpath(triton)
+        if not (real == roots["inductor"] or real.startswith(roots["inductor"] + os.sep)):
+            roots["triton"] = real
+    else:
+        roots["triton"] = os.path.join(roots["inductor"], "triton", "0")
+    return roots
+
+
+def member_name(path: str, roots: dict[str, str]) -> str | None:
+    """'inductor/<rel>' or 'triton/<rel>' for a path inside a root, else None."""
+    real = os.path.realpath(path)
+    inductor = roots["inductor"]
+    triton = roots.get("triton")
+    if triton and not triton.startswith(inductor + os.sep) and real.startswith(triton + os.sep):
+        return "triton/" + os.path.relpath(real, triton).replace(os.sep, "/")
+    if real.startswith(inductor + os.sep):
+        return "inductor/" + os.path.relpath(real, inductor).replace(os.sep, "/")
+    return None
+
+
+def _listing(root: str) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".jcc-")]
+        for fname in files:
+            path = os.path.join(dirpath, fname)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            out[path] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def listing(roots: dict[str, str]) -> dict[str, tuple[int, int]]:
+    """{path: (size, mtime_ns)} of every file under the cache roots."""
+    out: dict[str, tuple[int, int]] = {}
+    for root in {roots["inductor"], roots.get("triton", roots["inductor"])}:
+        out.update(_listing(root))
+    return out
+
+
+def all_files(roots: dict[str, str]) -> list[str]:
+    return list(listing(roots))
+
+
+def _mapped_libraries() -> set[str]:
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            return {line.split(None, 5)[5].strip() for line in f if line.count(" ") >= 5 and ".so" in line}
+    except OSError:
+        return set()
+
+
+def _is_keyed(path: str, roots: dict[str, str]) -> bool:
+    name = member_name(path, roots)
+    if name is None or not name.startswith("inductor/"):
+        return False
+    return layers.layer_of(name.split("/", 1)[1]) in ("fx_graph", "aot_autograd", "dynamo_precompile")
+
+
+def _isa_probe_programs(paths: set[str]) -> set[str]:
+    """torch's CPU ISA probe programs (written by whichever thread probes first, maybe during a cell).
+
+    They are not kernels and are rebuilt per machine by the prewarm thread (or kept in the toolchain bundle).
+    Each probe source is one of the `*_code` snippets of torch's ISA classes, written verbatim to
+    `<xx>/<key>.cpp` and built into `<key>.so` beside it.
+    """
+    try:
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
+        return set()
+    # Each ISA class probes with its own snippet: VecISA._avx_code, VecAMX._amx_code, ...
+    probes = {
+        value.encode()
+        for cls in vars(cpu_vec_isa).values()
+        if isinstance(cls, type)
+        for attr, value in vars(cls).items()
+        if attr.endswith("_code") and isinstance(value, str)
+    }
+    sizes = {len(p) for p in probes}
+    out = set()
+    for path in paths:
+        if not path.endswith(".cpp"):
+            continue
+        try:
+            if os.path.getsize(path) not in sizes:
+                continue
+            with open(path, "rb") as f:
+                if f.read() not in probes:
+                    continue
+        except OSError:
+            continue
+        stem = path[: -len(".cpp")]
+        out |= {p for p in paths if p == path or p.startswith(stem + ".")}
+    return out
+
+
+class _OpenRecorder:
+    """Collects paths opened during a cell; one audit hook per process, idle when no cell is recording."""
+
+    _instance: _OpenRecorder | None = None
+
+    def __init__(self) -> None:
+        self.active: set[str] | None = None
+        self.prefixes: tuple[str, ...] = ()
+
+    @classmethod
+    def get(cls) -> _OpenRecorder:
+        if cls._instance is None:
+            cls._instance = cls()
+            sys.addaudithook(cls._instance._hook)
+        return cls._instance
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.active is None or event != "open" or not args:
+            return
+        path = args[0]
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if isinstance(path, str) and path.startswith(self.prefixes):
+            self.active.add(path)
+
+
+@dataclass
+class CellFiles:
+    """The result of watching one cell."""
+
+    files: dict[str, str] = field(default_factory=dict)  # member name -> path
+    new_by_layer: dict[str, int] = field(default_factory=dict)  # files written by this cell, per layer
+
+    def layer_bytes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, path in self.files.items():
+            layer = layers.layer_of(name.split("/", 1)[1]) if name.startswith("inductor/") else "kernels"
+            if layer is None:
+                continue
+            try:
+                out[layer] = out.get(layer, 0) + os.path.getsize(path)
+            except OSError:
+                pass
+        return out
+
+    def compiled_new(self, layer_counts: dict[str, dict[str, int]]) -> bool:
+        """Whether the cell compiled anything new. A graph loaded from a cache still writes files (torch emits the
+        Triton kernels bundled in a precompile or FX entry): new files only count when some graph layer missed."""
+        written = sum(n for layer_name, n in self.new_by_layer.items() if layer_name != "pgo")
+        return not layers.only_graph_hits(layer_counts) and written > 0
+
+
+def all_dynamo_keys(roots: dict[str, str]) -> set[str]:
+    """Every Dynamo precompile entry in the cache dir (the API's `save`, which bundles the whole cache)."""
+    try:
+        return set(os.listdir(os.path.join(roots["inductor"], "dynamo")))
+    except OSError:
+        return set()
+
+
+class CellCapture:
+    def __init__(self, roots: dict[str, str], restored: Iterable[str] = ()) -> None:
+        self.roots = roots
+        self.restored = set(restored)
+        self._before: dict[str, tuple[int, int]] = {}
+        self._libs_before: set[str] = set()
+        self._recorder = _OpenRecorder.get()
+        self._opened: set[str] = set()
+
+    def _root_dirs(self) -> list[str]:
+        dirs = [self.roots["inductor"]]
+        if "triton" in self.roots and not self.roots["triton"].startswith(self.roots["inductor"] + os.sep):
+            dirs.append(self.roots["triton"])
+        return dirs
+
+    def start(self) -> None:
+        self._before = {}
+        for root in self._root_dirs():
+            self._before.update(_listing(root))
+        self._libs_before = _mapped_libraries()
+        self._opened = set()
+        self._recorder.prefixes = tuple(r + os.sep for r in self._root_dirs())
+        self._recorder.active = self._opened
+
+    def stop(self) -> None:
+        self._recorder.active = None
+
+    def collect(self, dynamo_keys: set[str] | None = None, extra_paths: Iterable[str] = ()) -> CellFiles:
+        """Files for the bundle. `dynamo_keys`: the precompile entries this cell owns (others are left out)."""
+        self.stop()
+        after: dict[str, tuple[int, int]] = {}
+        for root in self._root_dirs():
+            after.update(_listing(root))
+        changed = {p for p, meta in after.items() if self._before.get(p) != meta}
+        libs = {p for p in _mapped_libraries() - self._libs_before if p in after}
+        # Restored keyed entries (graphs, precompile entries) are always read through Python when used, so an
+        # unopened one is provably stale (e.g. the graph of code since edited) and is not carried forward.
+        carried = {p for p in self.restored if p in after and (p in self._opened or not _is_keyed(p, self.roots))}
+        wanted = changed | {p for p in self._opened if p in after} | libs | carried
+        wanted |= {p for p in extra_paths if p in after}
+        wanted -= _isa_probe_programs(wanted)
+        result = CellFiles()
+        for path in sorted(wanted):
+            name = member_name(path, self.roots)
+            if name is None:
+                continue
+            rel = name.split("/", 1)[1]
+            layer = layers.layer_of(rel) if name.startswith("inductor/") else "kernels"
+            if layer is None:
+                continue
+            if layer == "dynamo_precompile" and dynamo_keys is not None:
+                parts = rel.split("/")
+                if len(parts) >= 2 and parts[1] not in dynamo_keys:
+                    continue
+            result.files[name] = path
+            if path in changed:
+                result.new_by_layer[layer] = result.new_by_layer.get(layer, 0) + 1
+        return result

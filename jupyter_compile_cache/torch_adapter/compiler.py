@@ -1,0 +1,207 @@
+"""torch's compiler as one process sees it: whether this torch can be used, importing and warming it up, the
+switches our cells flip, what it counted, and its background workers.
+
+Everything else in the package reaches torch's private modules through this sub-package; each name below is
+feature-detected (read in torch 2.9 to 2.15), so a torch without it gets the plain behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import re
+import sys
+from typing import Any
+
+from .layers import COUNTER_GROUP
+
+MIN_TORCH = (2, 7)
+# torch's own Redis-backed caches, switched on by --torch-remote
+REMOTE_CACHE_SWITCHES = (
+    ("torch._inductor.config", "fx_graph_remote_cache"),
+    ("torch._inductor.config", "autotune_remote_cache"),
+    ("torch._functorch.config", "enable_remote_autograd_cache"),
+)
+TORCH_REDIS_ENV = "TORCHINDUCTOR_REDIS_URL"
+# A cell whose source matches may compile (it then waits for the compiler's background import).
+COMPILE_HINT = re.compile(r"torch\.compile|_dynamo|_inductor|torch\.compiler|compile_cache|torch\.export")
+
+
+def torch_problem() -> str | None:
+    """Why torch cannot be used with this extension, or None."""
+    try:
+        import torch
+    except ImportError:
+        return "jupyter_compile_cache needs PyTorch: pip install torch (2.7 or newer)"
+    version = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2])
+    compiler = getattr(torch, "compiler", None)
+    if version < MIN_TORCH or not hasattr(compiler, "save_cache_artifacts"):
+        return f"jupyter_compile_cache needs PyTorch 2.7 or newer with torch.compiler caches; found {torch.__version__}"
+    return None
+
+
+def may_compile(source: str) -> bool:
+    """Whether a cell's source looks like it compiles."""
+    return COMPILE_HINT.search(source) is not None
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# -- warming up (kernels/prewarm.py runs these off the cell's path) -----------------------------------------------
+def import_compiler() -> None:
+    """Import Dynamo and Inductor, and what Inductor's C++ builder imports when a compiled graph is loaded
+    (setuptools and Cython, through cpp_extension)."""
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401
+
+
+def hash_torch_and_triton() -> None:
+    """The hashes of torch's and Triton's installed files that Inductor takes once per process for its cache keys.
+    Files only: CUDA is not touched."""
+    try:
+        from torch._inductor.codecache import torch_key
+
+        torch_key()
+    except Exception:  # a torch without it: inductor computes what it needs itself
+        pass
+    try:
+        from torch._inductor.runtime.triton_compat import triton_key
+
+        triton_key()
+    except Exception:  # no triton here (torch's stand-in raises): the CPU probe goes on
+        pass
+
+
+def can_probe_cpu() -> bool:
+    """Whether this torch probes the CPU's vector ISAs (by compiling test programs)."""
+    try:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def probe_cpu() -> None:
+    """torch probes each vector ISA in turn, each in a child process; probe them side by side, then let torch pick.
+
+    Each `bool(isa)` fills torch's own per-ISA cache, so the `pick_vec_isa()` that follows finds every answer.
+    Only ISAs the CPU advertises are probed, as torch itself does.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch._inductor import cpu_vec_isa
+
+    checker = getattr(cpu_vec_isa, "x86_isa_checker", None)
+    isas = list(getattr(cpu_vec_isa, "supported_vec_isa_list", []))
+    if checker is not None and isas:
+        flags = checker()
+        candidates = [isa for isa in isas if all(flag in flags for flag in str(isa).split())]
+        if len(candidates) > 1:
+            with ThreadPoolExecutor(max_workers=len(candidates)) as pool:
+                list(pool.map(bool, candidates))
+    cpu_vec_isa.pick_vec_isa()  # cached by torch for the process
+
+
+# -- switches -------------------------------------------------------------------------------------------------
+def set_caching_precompile(enabled: bool) -> bool:
+    """Switch torch's global caching_precompile; returns the previous value."""
+    import torch._dynamo.config as dynamo_config
+
+    previous = bool(dynamo_config.caching_precompile)
+    dynamo_config.caching_precompile = bool(enabled)
+    return previous
+
+
+class RemoteCaches:
+    """`--torch-remote`: torch's FX graph, AOTAutograd and autotune caches use a Redis too, for the rest of the
+    kernel; `undo()` puts back what was there."""
+
+    def __init__(self) -> None:
+        self._before: dict[tuple[str, str], Any] | None = None
+
+    @property
+    def url(self) -> str | None:
+        """The Redis torch's own caches use since `point_at`, or None."""
+        return os.environ.get(TORCH_REDIS_ENV) if self._before is not None else None
+
+    def point_at(self, url: str) -> None:
+        if self._before is None:
+            self._before = {("env", TORCH_REDIS_ENV): os.environ.get(TORCH_REDIS_ENV)}
+            for module, attr in REMOTE_CACHE_SWITCHES:
+                mod = importlib.import_module(module)
+                if hasattr(mod, attr):
+                    self._before[(module, attr)] = getattr(mod, attr)
+        os.environ[TORCH_REDIS_ENV] = url
+        for module, attr in self._before:
+            if module != "env":
+                setattr(importlib.import_module(module), attr, True)
+
+    def undo(self) -> None:
+        before, self._before = self._before, None
+        for (module, attr), value in (before or {}).items():
+            if module == "env":
+                if value is None:
+                    os.environ.pop(attr, None)
+                else:
+                    os.environ[attr] = value
+            else:
+                setattr(importlib.import_module(module), attr, value)
+
+
+# -- what torch counted ---------------------------------------------------------------------------------------
+def our_counter(name: str) -> int:
+    """One of our counters in torch's `counters` (precompile_stale_rejected, precompile_fallback), 0 before torch's
+    compiler is imported."""
+    try:
+        from torch._dynamo.utils import counters
+    except Exception:
+        return 0
+    return int(counters.get(COUNTER_GROUP, {}).get(name, 0))
+
+
+def stale_count() -> int:
+    return our_counter("precompile_stale_rejected")
+
+
+def fallback_count() -> int:
+    return our_counter("precompile_fallback")
+
+
+# -- background workers ---------------------------------------------------------------------------------------
+def stop_compile_workers() -> None:
+    """Shut down inductor's compile-worker pools (and reap the sidecar) if this process started any.
+
+    torch's graceful pool shutdown waits about a second for the sidecar to stop its own workers, out of the ~2.5 s
+    jupyter_client gives a kernel to exit. The kernel is going away, so the sidecar and its workers are killed
+    first; torch's shutdown then reaps the sidecar at once, and the workers, orphaned, are no longer this kernel's
+    children.
+    """
+    async_compile = sys.modules.get("torch._inductor.async_compile")
+    shutdown = getattr(async_compile, "shutdown_compile_workers", None)
+    if shutdown is None:
+        return
+    # torch 2.9-2.15: SubprocPool objects in `_pool_set`, each with its sidecar's Popen in `.process`
+    for pool in list(getattr(async_compile, "_pool_set", ())):
+        _kill_tree(getattr(getattr(pool, "process", None), "pid", None))
+    with contextlib.suppress(Exception):  # torch's own exit handler tries again; a shutdown must go on
+        shutdown()
+
+
+def _kill_tree(pid: int | None) -> None:
+    if pid is None:
+        return
+    try:
+        import psutil  # an ipykernel dependency
+
+        sidecar = psutil.Process(pid)
+        for process in [*sidecar.children(recursive=True), sidecar]:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+    except Exception:  # psutil missing or the sidecar already gone: torch's graceful shutdown does it all
+        return

@@ -1,0 +1,306 @@
+"""What torch's Dynamo precompile gets wrong on everyday models, put right while precompile is in use.
+
+Each fix replaces one attribute of torch (a `Patch`) and is found by feature detection: a torch without the
+attribute, or where it changed shape, gets no patch. They are applied with the precompile guard, from the first
+`%%compile_cache` cell that uses precompile until `%unload_ext`, and matter only while torch's caching_precompile is
+on, which is only inside such cells. Found on HF transformers and timm models (the zoo of tests/test_model_zoo.py):
+
+* AOTAutograd entries are keyed as plain torch.compile keys them (`_aot_key_patch`);
+* the guard-state pickler saves wrapped functions, sources with derived fields and ContextVars
+  (`_guard_state_pickler_patch`, rebuilt by pickling.py);
+* modules that Dynamo's generated code loads as globals are recorded (`_module_global_patch`);
+* a decorated function is recorded under the module whose globals it runs with (`_globals_module_patch`);
+* the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`);
+* a restored entry runs with the CUDA graphs it was compiled with (`_precompile_cudagraphs_patch`).
+
+What precompile drops on purpose (identity guards) is not here: precompile.py gives those back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+import marshal
+import pickle
+import sys
+import types
+from dataclasses import fields, is_dataclass, replace
+from typing import Any
+
+from .patch import Patch
+from .pickling import (
+    cell_value,
+    rebuild_compiled_wrapper,
+    rebuild_context_var,
+    rebuild_function,
+    rebuild_source,
+    return_none,
+)
+
+
+def patches() -> list[Patch]:
+    """Apply every fix this torch needs; undo each with `Patch.undo`, in reverse order."""
+    return [
+        *_aot_key_patch(),
+        *_guard_state_pickler_patch(),
+        *_module_global_patch(),
+        *_globals_module_patch(),
+        *_pop_null_patch(),
+        *_record_artifact_patch(),
+        *_precompile_cudagraphs_patch(),  # after _record_artifact_patch: the copy it records carries the stamp
+    ]
+
+
+def _aot_key_patch() -> list[Patch]:
+    """Key AOTAutograd entries as plain torch.compile does. Under precompile torch puts the graph's backend id, a
+    fresh uuid per compile, into the AOTAutograd cache key, so an entry written by a function that is not
+    precompiled (a package bypass, a fallback) can never hit again in another process. The id only tells torch
+    which package a hit is bundled into, and torch takes it from the live config for that, never from the key."""
+    try:
+        from torch._functorch._aot_autograd import autograd_cache
+    except Exception:
+        return []
+    original = getattr(autograd_cache, "autograd_cache_key", None)
+    config_type = getattr(getattr(autograd_cache, "AOTConfig", None), "__dataclass_fields__", {})
+    if original is None or "precompile_backend_id" not in config_type:
+        return []  # torch without the backend id in its key: nothing to do
+
+    def autograd_cache_key(mod: Any, example_inputs: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(config, "precompile_backend_id", None) is not None:
+            config = replace(config, precompile_backend_id=None)
+        return original(mod, example_inputs, config, *args, **kwargs)
+
+    return [Patch(autograd_cache, "autograd_cache_key", autograd_cache_key)]
+
+
+def _guard_state_pickler_patch() -> list[Patch]:
+    """Save what torch's guard-state pickler gets wrong, so that a restored entry's guards can be rebuilt. The saved
+    objects only serve to rebuild the guards (their types, constants, defaults): the guards read the live objects.
+
+    * A function whose qualified name resolves to another object (the wrapper a decorator put there: HF's
+      `GPT2LMHeadModel.forward`) is saved by value. torch saves a placeholder, and a guard on its defaults failed
+      while the restored entry was installed ("'_Missing' object has no attribute '__defaults__'", torch 2.13).
+    * A guard source is saved field by field and loaded back without running its constructor. torch 2.11 passes
+      every field to the constructor, also those it does not take ("DefaultsSource.__init__() takes from 3 to 4
+      positional arguments but 6 were given", HF BERT); and a source's `__post_init__` may install a guard, which
+      needs a trace in progress ("TracingContext.get() must be called within an ongoing trace" loading an
+      `ImportSource`, torch 2.13, a compiled `flex_attention`).
+    * A `contextvars.ContextVar` (HF ViT, on the GPU) is saved as a new one of the same name and default: it
+      cannot be pickled, and torch then saved no entry.
+      torch.compile's own wrapper is not: it looks the same (functools.wraps gives it the wrapped function's
+      name), but saved by value it drags in the compiler and the compiled graph, which cannot be pickled ("Can't
+      pickle <function _runtime_wrapper>: attribute lookup _runtime_wrapper on __main__ failed", torch 2.13, with
+      `model.forward = torch.compile(model.forward)`, transformers' static-cache recipe). It is saved as a stand-in
+      holding the function it wraps, which is what Dynamo's guards read of it (`_torchdynamo_inline`, when a
+      compiled function is called inside a compiled module: a compiled flex_attention as a module attribute).
+    """
+    try:
+        from torch._dynamo import guards
+        from torch._guards import Source
+    except Exception:
+        return []
+    pickler = getattr(guards, "GuardsStatePickler", None)
+    missing = getattr(guards, "_Missing", None)
+    original = getattr(pickler, "reducer_override", None)
+    if original is None or missing is None:
+        return []
+
+    def reducer_override(self: Any, obj: Any) -> Any:
+        if isinstance(obj, Source) and is_dataclass(obj):
+            declared = fields(obj)
+            if any(not f.init for f in declared) or hasattr(type(obj), "__post_init__"):
+                return rebuild_source, (type(obj), {f.name: getattr(obj, f.name) for f in declared})
+        elif isinstance(obj, contextvars.ContextVar):
+            try:  # its default: what it holds in a context where it was never set
+                return rebuild_context_var, (obj.name, True, contextvars.Context().run(obj.get))
+            except LookupError:
+                return rebuild_context_var, (obj.name, False, None)
+        wrapped = getattr(obj, "_torchdynamo_orig_callable", None)  # set on torch.compile's wrapper
+        if wrapped is not None and inspect.isfunction(obj):
+            return rebuild_compiled_wrapper, (getattr(obj, "_torchdynamo_inline", wrapped),)
+        reduced = original(self, obj)
+        if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
+            module = getattr(obj, "__module__", None)
+            if module and module in sys.modules:
+                # The code as marshal bytes and the closure as its values: torch 2.10's pickler saves code objects
+                # and cells as placeholders ("function() argument 'code' must be code, not _Missing" at load).
+                closure = None if obj.__closure__ is None else tuple(cell_value(c) for c in obj.__closure__)
+                return rebuild_function, (
+                    marshal.dumps(obj.__code__),
+                    module,
+                    obj.__name__,
+                    obj.__qualname__,
+                    obj.__defaults__,
+                    obj.__kwdefaults__,
+                    closure,
+                )
+        return reduced
+
+    return [Patch(pickler, "reducer_override", reducer_override)]
+
+
+def _module_global_patch() -> list[Patch]:
+    """Record the modules Dynamo's generated code loads as globals (`___module_collections_<id>_c0`, to rebuild an
+    HF ModelOutput) as import sources of the entry, as torch records the modules a traced function imports. torch
+    does not, so a restored entry's code found no such global ("name '___module_collections_..._c0' is not
+    defined", HF ResNet)."""
+    try:
+        from torch._dynamo.output_graph import OutputGraph
+    except Exception:
+        return []
+    original = getattr(OutputGraph, "install_global_unsafe", None)
+    if original is None:
+        return []
+
+    def install_global_unsafe(self: Any, name: str, value: Any) -> None:
+        original(self, name, value)
+        package = getattr(self, "package", None)
+        if package is not None and isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is value:
+            with contextlib.suppress(Exception):  # no entry being recorded: the install check still catches it
+                package.add_import_source(name, value.__name__)
+
+    return [Patch(OutputGraph, "install_global_unsafe", install_global_unsafe)]
+
+
+def _globals_module_patch() -> list[Patch]:
+    """Record the compiled function under the module whose globals its frame runs with. torch records
+    `fn.__module__`, which a decorator's `functools.wraps` sets to the decorated function's module (HF's forward is
+    a wrapper from `transformers.utils.generic`): a restored entry then builds its guards against another module's
+    globals, and they fail (Dynamo traces the function again); its compiled graph is installed there too."""
+    try:
+        from torch._dynamo.package import CompilePackage
+    except Exception:
+        return []
+    original = getattr(CompilePackage, "_add_function", None)
+    if original is None:
+        return []
+
+    def _add_function(self: Any, python_code: Any, python_module: str, *args: Any, **kwargs: Any) -> None:
+        fn = getattr(self, "_innermost_fn", None)
+        if fn is not None and python_code is getattr(fn, "__code__", None):
+            python_module = _globals_module(fn) or python_module
+        original(self, python_code, python_module, *args, **kwargs)
+
+    return [Patch(CompilePackage, "_add_function", _add_function)]
+
+
+def _pop_null_patch() -> list[Patch]:
+    """Make the no-op function Dynamo's bytecode calls to pop a NULL one that can be saved. torch puts a fresh
+    `lambda: None` among the code's constants, and the entry cannot be pickled ("Can't pickle local object
+    'PyCodegen.pop_null.<locals>.<lambda>'", HF T5 and BART on the GPU, torch 2.11): we put a module-level
+    function doing the same in its place."""
+    try:
+        from torch._dynamo.codegen import PyCodegen
+    except Exception:
+        return []
+    original = getattr(PyCodegen, "pop_null", None)
+    if original is None:
+        return []
+
+    def pop_null(self: Any) -> Any:
+        instructions = original(self)
+        for inst in instructions:
+            value = getattr(inst, "argval", None)
+            if inspect.isfunction(value) and value.__qualname__.endswith("pop_null.<locals>.<lambda>"):
+                inst.argval = return_none
+        return instructions
+
+    return [Patch(PyCodegen, "pop_null", pop_null)]
+
+
+def _record_artifact_patch() -> list[Patch]:
+    """Copy a loaded backend artifact by a pickle round trip, not `copy.deepcopy`. Loading a precompiled entry,
+    torch keeps a copy of each backend (the compiled graph and its Triton kernels) for saving it again later; its
+    deepcopy took 62 of a tiny HF model's 419 ms restored first call under cProfile on the H100 (BERT, 9 kernels),
+    more for larger graphs. Artifacts are made to be pickled (that is how torch saves them), so the copy is what a
+    save would write; one that does not pickle is deep-copied as before."""
+    try:
+        from torch._dynamo.precompile_context import PrecompileContext
+    except Exception:
+        return []
+    original = vars(PrecompileContext).get("record_artifact")
+    if not isinstance(original, classmethod):
+        return []
+    try:
+        source = inspect.getsource(original.__func__)
+        params = list(inspect.signature(PrecompileContext.record_artifact).parameters)
+    except (OSError, TypeError, ValueError):
+        return []
+    if params != ["artifact"] or "_backend_artifacts_by_key[" not in source or "deepcopy(" not in source:
+        return []  # another shape of torch's method: leave it
+
+    try:
+        from torch.utils._mode_utils import no_dispatch  # as torch copies: fake-tensor modes off
+    except ImportError:
+        no_dispatch = contextlib.nullcontext
+
+    def record_artifact(cls: Any, artifact: Any) -> None:
+        try:
+            with no_dispatch():
+                copied = pickle.loads(pickle.dumps(artifact, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception:
+            return original.__func__(cls, artifact)
+        cls._backend_artifacts_by_key[artifact.key] = copied
+        return None
+
+    return [Patch(PrecompileContext, "record_artifact", classmethod(record_artifact))]
+
+
+CUDAGRAPHS_STAMP = "jcc_cudagraphs"  # on a precompile backend artifact: whether it was compiled with CUDA graphs
+
+
+def _precompile_cudagraphs_patch() -> list[Patch]:
+    """Load a precompiled graph with the CUDA-graph setting it was compiled with.
+
+    torch takes a restored entry's CUDA-graph switch from the global inductor config at load time
+    (`deserialize_bundled_cache_entry`: "TODO: this isn't exactly right", pytorch/pytorch#155703), not from the
+    mode the function was compiled in, so a `mode="reduce-overhead"` or `"max-autotune"` function came back without
+    CUDA graphs: its answers the same, each call several times slower. While torch compiles, the mode's config is in
+    force: the artifact it records is stamped with it, and loading applies the stamp. An artifact saved without
+    the stamp had CUDA graphs if its forward carries their metadata (`cudagraph_info`); else torch decides as before.
+    """
+    try:
+        import torch._inductor.config as inductor_config
+        from torch._dynamo.precompile_context import PrecompileContext
+        from torch._functorch._aot_autograd import aot_autograd_result as results
+    except ImportError:
+        return []
+    current_record = vars(PrecompileContext).get("record_artifact")
+    original_load = getattr(results, "deserialize_bundled_cache_entry", None)
+    if not isinstance(current_record, classmethod) or original_load is None:
+        return []
+    if not isinstance(getattr(inductor_config.triton, "cudagraphs", None), bool):
+        return []
+
+    def record_artifact(cls: Any, artifact: Any) -> None:
+        content = getattr(artifact, "content", None)
+        # A backend loaded from a saved entry is recorded again with its stamp: only a new compile gets one.
+        if content is not None and getattr(content, "compiled_fw", None) is not None:
+            if not hasattr(content, CUDAGRAPHS_STAMP):
+                with contextlib.suppress(AttributeError, TypeError):  # an object without a __dict__
+                    setattr(content, CUDAGRAPHS_STAMP, bool(inductor_config.triton.cudagraphs))
+        return current_record.__func__(cls, artifact)
+
+    def deserialize_bundled_cache_entry(entry: Any) -> Any:
+        cudagraphs = getattr(entry, CUDAGRAPHS_STAMP, None)
+        if cudagraphs is None:
+            graph = getattr(getattr(entry, "compiled_fw", None), "result", None)
+            cudagraphs = True if getattr(graph, "cudagraph_info", None) is not None else None
+        if cudagraphs is None:
+            return original_load(entry)
+        with inductor_config.patch({"triton.cudagraphs": cudagraphs}):
+            return original_load(entry)
+
+    return [
+        Patch(PrecompileContext, "record_artifact", classmethod(record_artifact)),
+        Patch(results, "deserialize_bundled_cache_entry", deserialize_bundled_cache_entry),
+    ]
+
+
+def _globals_module(fn: Any) -> str | None:
+    """The name of the module whose namespace is `fn.__globals__`, if it is imported."""
+    fn_globals = getattr(fn, "__globals__", None)
+    name = fn_globals.get("__name__") if isinstance(fn_globals, dict) else None
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    return name if module is not None and module.__dict__ is fn_globals else None

@@ -1,0 +1,189 @@
+"""Fixes to how torch saves and loads cached Triton kernels, precompile or not, applied from a kernel's first
+`%%compile_cache` cell until `%unload_ext` (`cache_load_patches`):
+
+* a kernel keeps its coordinate-descent result instead of being tuned again (`_recheck_autotune_patch`);
+* a kernel with a long name is saved ready to launch, not for Triton's compiler to load (`_long_kernel_name_patch`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.util
+import inspect
+import os
+import shutil
+import sys
+import types
+from typing import Any
+
+from .patch import Patch
+
+
+def cache_load_patches() -> list[Patch]:
+    """Fixes to how torch saves and loads cached Triton kernels, whether or not precompile is on; undo each with
+    `undo`."""
+    return [*_recheck_autotune_patch(), *_long_kernel_name_patch()]
+
+
+def _long_kernel_name_patch() -> list[Patch]:
+    """Let a Triton kernel whose name is longer than Triton's cache file names be launched statically.
+
+    Triton names a kernel's cache files after the first 150 characters of its name. torch (2.11 and 2.13, at least)
+    looks for the binary under the whole name, does not find it ("Bypassing StaticallyLaunchedCudaKernel due to
+    Cubin path not found") and saves the kernel for Triton's own launcher. Every restore then loads it through
+    Triton's compiler, and at times compiles it again: HF T5 on the H100 has five such kernels, about 1 s of its
+    1.8 s restored first call. Inductor names a kernel after the operations it fuses, so such names are common.
+
+    We give the binary the name torch looks for (a hard link beside it) before torch's check. Compile workers run
+    that check in their own processes, where our patch is not: the parent checks their long-named kernels again
+    when it takes them. Nothing about what a kernel computes changes, only how it is launched and saved; where
+    anything goes wrong, torch's way is kept.
+    """
+    heuristics = _triton_heuristics()
+    if heuristics is None:
+        return []
+    static_result = getattr(heuristics, "StaticTritonCompileResult", None)
+    autotuner = getattr(heuristics, "CachingAutotuner", None)
+    check = vars(static_result).get("can_statically_launch") if static_result else None
+    original_precompile = getattr(autotuner, "precompile", None)
+    helpers = [getattr(heuristics, n, None) for n in ("triton_cache_dir", "triton_hash_to_path_key")]
+    if not isinstance(check, staticmethod) or original_precompile is None or None in helpers:
+        return []
+    triton_cache_dir, triton_hash_to_path_key = helpers
+
+    def link_full_name(kernel: Any, triton_meta: dict) -> None:
+        name = kernel.src.fn.__name__
+        if len(name) <= _TRITON_FILE_NAME_CHARS:
+            return  # Triton named its files after the whole name
+        directory = os.path.join(triton_cache_dir(triton_meta.get("device", 0)), triton_hash_to_path_key(kernel.hash))
+        for entry in os.listdir(directory):
+            stem, ext = os.path.splitext(entry)
+            if ext in _BINARY_EXTS and stem != name and name.startswith(stem):  # Triton's cut of this name
+                target = os.path.join(directory, name + ext)
+                try:
+                    os.link(os.path.join(directory, entry), target)
+                except FileExistsError:
+                    pass  # linked already (another thread, an earlier check)
+                except OSError:  # a file system without hard links
+                    shutil.copyfile(os.path.join(directory, entry), target)
+
+    def can_statically_launch(kernel: Any, inductor_meta: Any, triton_meta: Any, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(Exception):  # no link: torch bypasses the static launcher, as without us
+            link_full_name(kernel, triton_meta)
+        return check.__func__(kernel, inductor_meta, triton_meta, *args, **kwargs)
+
+    def precompile(self: Any, warm_cache_only: bool = False, *args: Any, **kwargs: Any) -> Any:
+        if not warm_cache_only and self.compile_results:  # the parent, taking what a compile worker built
+            try:
+                launch_long_names_statically(self)
+            except Exception as exc:
+                _tell_once(told, f"kept torch's launcher for a long-named Triton kernel ({type(exc).__name__}: {exc})")
+        return original_precompile(self, warm_cache_only, *args, **kwargs)
+
+    told: list[str] = []
+
+    def launch_long_names_statically(self: Any) -> None:
+        results = list(self.compile_results)
+        for i, result in enumerate(results):
+            if isinstance(result, static_result):
+                continue
+            kernel = result.kernel
+            name = getattr(getattr(kernel.src, "fn", None), "__name__", "")
+            if len(name) <= _TRITON_FILE_NAME_CHARS:
+                continue  # torch found its binary, or bypassed it for another reason: its decision stands
+            launcher = can_statically_launch(kernel, self.inductor_meta, self.triton_meta, self.heuristic_type)
+            if launcher is not None:
+                results[i] = static_result(launcher, result.config, result.compile_meta, result.inductor_meta)
+        self.compile_results = results
+
+    return [
+        Patch(static_result, "can_statically_launch", staticmethod(can_statically_launch)),
+        Patch(autotuner, "precompile", precompile),
+    ]
+
+
+# Triton's cut of a kernel's cache file names (triton.compiler.compile: `src.name[:150]`), and its binaries
+_TRITON_FILE_NAME_CHARS = 150
+
+
+_BINARY_EXTS = (".cubin", ".hsaco", ".zebin", ".spv")
+
+
+def _triton_heuristics() -> types.ModuleType | None:
+    """torch's Triton kernel runtime, where Triton is installed (else there are no Triton kernels to fix)."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    try:
+        from torch._inductor.runtime import triton_heuristics
+    except Exception:
+        return None
+    return triton_heuristics
+
+
+def _tell_once(told: list[str], line: str) -> None:
+    if not told:
+        told.append(line)
+        print(f"compile_cache: warning: {line}", file=sys.stderr)
+
+
+def _recheck_autotune_patch() -> list[Patch]:
+    """Give a Triton kernel loaded from the FX graph cache its coordinate-descent result back.
+
+    With `coordinate_descent_tuning` (on under max-autotune), each Triton kernel is tuned at its first run and the
+    result saved in its `.best_config` file. A kernel loaded from the FX graph cache ("static autotuner") rechecks
+    that file, but torch 2.11 only takes the cached config when the kernel was compiled with more than one, and drops
+    its `found_by_coordesc` mark when it is one of the compiled ones. Either way the kernel is tuned again at its
+    first call: 2.6-11 s of a max-autotune transformer's first restored call on an H100, which kernels depending on
+    the timing noise of the cold run's tuning (torch's own warm cache pays the same). torch 2.13 takes the cached
+    config in both cases; this is its method, for the torch versions that still have the old one.
+    """
+    heuristics = _triton_heuristics()
+    if heuristics is None:
+        return []
+    autotuner = getattr(heuristics, "CachingAutotuner", None)
+    original = getattr(autotuner, "recheck_autotune_cache", None)
+    helpers = [getattr(heuristics, n, None) for n in ("check_autotune_cache", "triton_config_to_hashable")]
+    if original is None or None in helpers:
+        return []
+    check_autotune_cache, triton_config_to_hashable = helpers
+
+    @functools.cache
+    def torch_has_the_fix() -> bool:  # read at the first kernel load, not on the cell's path
+        try:
+            return "len(configs) > 1" not in inspect.getsource(original)
+        except (OSError, TypeError):
+            return True  # source unknown: leave torch as it is
+
+    def recheck_autotune_cache(self: Any, reload_kernel_from_src: Any) -> None:
+        if torch_has_the_fix():
+            return original(self, reload_kernel_from_src)
+        try:
+            return backport(self, reload_kernel_from_src)
+        except Exception as exc:  # torch's own method then: the kernel is tuned again, nothing else changes
+            _tell_once(told, f"kept torch's autotune recheck ({type(exc).__name__}: {exc})")
+            return original(self, reload_kernel_from_src)
+
+    told: list[str] = []
+
+    def backport(self: Any, reload_kernel_from_src: Any) -> None:
+        configs = [result.config for result in self.compile_results]
+        cached_configs, _, self.autotune_cache_info = check_autotune_cache(configs, self.filename, self.inductor_meta)
+        if len(cached_configs) != 1:
+            return None
+        best_config = cached_configs[0]
+        found_by_coordesc = getattr(best_config, "found_by_coordesc", False)
+        best_hash = triton_config_to_hashable(best_config)
+        for compile_result in self.compile_results:
+            if triton_config_to_hashable(compile_result.config) == best_hash:
+                compile_result.config.found_by_coordesc = found_by_coordesc
+                self.compile_results = [compile_result]
+                return None
+        if found_by_coordesc:  # tuned to a config the kernel was not compiled with: compile it (Triton's cache)
+            if self.fn.fn is None:
+                self.fn = reload_kernel_from_src().fn
+            self.compile_results = [self._precompile_config(best_config)]
+        return None
+
+    return [Patch(autotuner, "recheck_autotune_cache", recheck_autotune_cache)]

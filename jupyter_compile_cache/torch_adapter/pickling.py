@@ -1,0 +1,74 @@
+"""Rebuilding what torch's guard-state pickler cannot save by itself: wrapped functions, guard sources with
+derived fields, ContextVars and closures (used by `fixes._guard_state_pickler_patch`)."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import importlib
+import marshal
+import types
+from typing import Any
+
+
+def return_none() -> None:
+    return None
+
+
+def rebuild_compiled_wrapper(inline: Any) -> Any:
+    """A stand-in for torch.compile's wrapper in a restored entry's guard state: it carries the function the wrapper
+    compiles, as torch's wrapper does; guards on a live kernel read the live wrapper."""
+
+    @functools.wraps(inline)
+    def compiled(*args: Any, **kwargs: Any) -> Any:
+        return inline(*args, **kwargs)
+
+    compiled._torchdynamo_inline = inline  # type: ignore[attr-defined]
+    compiled._torchdynamo_orig_callable = inline  # type: ignore[attr-defined]
+    return compiled
+
+
+def rebuild_source(cls: type, values: dict[str, Any]) -> Any:
+    """A guard source as it was saved, every field set as it was, without running its constructor: a source's
+    `__post_init__` may install a guard into the trace in progress (ImportSource), and there is none at load."""
+    source = object.__new__(cls)
+    for name, value in values.items():
+        object.__setattr__(source, name, value)
+    return source
+
+
+def rebuild_context_var(name: str, has_default: bool, default: Any) -> contextvars.ContextVar:
+    return contextvars.ContextVar(name, default=default) if has_default else contextvars.ContextVar(name)
+
+
+class EmptyCell:
+    """A closure cell with nothing in it yet (a name assigned after the inner function was made)."""
+
+
+def cell_value(cell: types.CellType) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return EmptyCell()
+
+
+def rebuild_function(
+    code: types.CodeType | bytes,
+    module: str,
+    name: str,
+    qualname: str,
+    defaults: tuple | None,
+    kwdefaults: dict[str, Any] | None,
+    closure: tuple | None,
+) -> types.FunctionType:
+    if isinstance(code, bytes):
+        code = marshal.loads(code)  # noqa: S302  (bytes from a verified bundle made by this Python)
+    if closure is not None:  # cells, from bundles saved before the values were
+        closure = tuple(
+            c if isinstance(c, types.CellType) else types.CellType() if isinstance(c, EmptyCell) else types.CellType(c)
+            for c in closure
+        )
+    fn = types.FunctionType(code, importlib.import_module(module).__dict__, name, defaults, closure)
+    fn.__qualname__ = qualname
+    fn.__kwdefaults__ = kwdefaults
+    return fn

@@ -1,0 +1,598 @@
+"""Dynamo precompile that never answers differently from plain torch.compile.
+
+With `torch._dynamo.config.caching_precompile`, Dynamo stores traced bytecode and guards under
+`<cache>/dynamo/<key>/entry`, keyed by the function's qualified name and first line only, and, so that guards can
+be serialized, drops every guard that compares object identity (ID_MATCH, CLOSURE_MATCH, WEAKREF_ALIVE,
+DICT_VERSION and the guards built on them: FUNCTION_MATCH, MODULE_MATCH, BUILTIN_MATCH, ...). It drops them while
+it BUILDS the guards, so the live entries of this kernel lose them too: a redefined helper, a swapped callable
+attribute or closure would keep running the old code (measured on torch 2.11, 2.13 and 2.15). What we do instead:
+
+* Live entries (compiled in this kernel) get torch's full guards. We let torch build the guards twice: once as
+  plain torch.compile does (those guard the live entry), and once the precompile way, whose serializable state is
+  what gets saved. The second build tells us which guards precompile drops and the objects they watched. It also
+  drops the identity guards torch cannot serialize but keeps (CLASS_MATCH, NN_MODULE, ...), for which torch would
+  save no entry at all: they come back like the others.
+* Saved entries carry a record next to them (`jcc_code_digest`): a digest of the code the function can reach
+  (bytecode, constants, user functions/classes/constants reachable through globals and closures, an nn.Module's
+  submodule classes, constant attributes and hooks), and, for each dropped guard, its source (`G['helper']`,
+  `L['self'].act`) and a digest of the object it watched.
+* On restore (`DynamoCache.load`) the entry is used only if the live code digest and every dropped guard's object
+  match the record. Otherwise it is refused (`precompile_stale_rejected`) and torch compiles the new code.
+* Installed restored entries get the dropped guards back as one identity check per entry (the objects verified at
+  load; a source naming something that exists only during the call, an argument, is verified at the entry's first
+  call), so a later edit in this kernel, in a later cell or the same one, recompiles exactly where plain
+  torch.compile would.
+* Any failure inside torch's precompile machinery (recording while compiling, installing, building guards) is
+  caught: that function takes the plain torch.compile path (FX graph and AOTAutograd caches still apply), its
+  entry is set aside and not saved again in this kernel, one line says so, and it is counted
+  (`precompile_fallback`).
+
+What torch's precompile gets wrong on everyday models (HF transformers, timm) is put right in fixes.py.
+
+Also: an installed entry puts globals such as `__builtins_dict___0` into the module, and the next fresh compile in
+that module picks the same name from Dynamo's unique-id counter and fails ("Name '__builtins_dict___0' already
+exists"); after each install we move that counter past the names the entry installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dis
+import inspect
+import itertools
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import types
+from typing import Any
+
+from . import fixes, frame_sizes
+from .code_digest import code_digest
+from .fixes import Patch
+from .identity_checks import LoadScope, identity_check, innermost, load_scope, never, resolve, sha
+from .layers import COUNTER_GROUP
+
+DIGEST_FILE = "jcc_code_digest"
+# torch 2.10 has caching_precompile, but its saved entries fail to install (an IndexError, or code saved as a
+# placeholder) and the plain path they fall back to then misses the FX graph and AOTAutograd caches: there, bundles
+# carry those layers only, as before torch 2.9. Measured on the CPU; 2.11, 2.13 and 2.15 restore through precompile.
+MIN_TORCH = "2.11.0a0"  # pre-releases of 2.11 included
+RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
+_TRAILING_NUMBER = re.compile(r"_(\d+)$")
+
+
+# The guards precompile drops (torch 2.9-2.15: guards.py, CheckFunctionManager.__init__), those built on them, and
+# the identity guards it cannot serialize but does not drop (CLASS_MATCH, NN_MODULE...: torch then saves no entry
+# for the function, HF T5 and BART). We drop those too from the saved build: each is an identity check, which the
+# restored entry gets back from our record like the others.
+_DROPPED_KINDS = frozenset(
+    {"ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION"}
+    | {"CLASS_MATCH", "FUNCTION_MATCH", "MODULE_MATCH", "NN_MODULE"}
+)
+_DROPPED_BASES = frozenset({"ID_MATCH", "DICT_VERSION"})
+_DROPPED_MESSAGE = "is dropped with caching_precompile=True"
+
+
+def _source(entry: Any) -> str:
+    """A guard's source expression, as torch evaluates it (`L['self'].act`; the entry's own name is shorter)."""
+    guard = getattr(entry, "orig_guard", None)
+    return str(getattr(guard, "name", None) or entry.name)
+
+
+def _is_dropped(entry: Any) -> bool:
+    derived = set(getattr(entry, "derived_guard_types", ()) or ())
+    return entry.guard_type in _DROPPED_KINDS or bool(_DROPPED_BASES & derived)
+
+
+_FILTERED_LOGGERS = ("_dynamo.guards", "_dynamo.eval_frame", "_dynamo.output_graph", "_guards")
+
+
+class _TorchLogFilter(logging.Filter):
+    """Hides torch's per-guard "dropped" warnings (we re-add those guards) and notes which guards they name;
+    hides torch's "Failed to load entry" and guard-building tracebacks (we print one line instead) and counts its
+    package bypasses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped_names: list[str] | None = None  # collecting during a precompile guard build
+        self.installing = False  # torch is installing a restored entry
+        self.bypass_reasons: list[str] = []  # torch's reasons for not packaging a function, not told yet
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        if _DROPPED_MESSAGE in message:
+            if self.dropped_names is not None and isinstance(record.args, tuple) and len(record.args) >= 2:
+                self.dropped_names.append(str(record.args[1]))
+            return False
+        if "Detected a package bypass" in message:
+            # torch saves no entry for this function (e.g. "CLASS_MATCH guard cannot be serialized"): it compiles
+            # the plain way, its FX graph and AOTAutograd entries still cached. Counted as a precompile bypass.
+            from torch._dynamo.utils import counters
+
+            counters[COUNTER_GROUP]["precompile_bypass"] += 1
+            if isinstance(record.args, tuple) and record.args:
+                self.bypass_reasons.append(str(record.args[0]))
+            return False
+        if self.installing and record.name == "torch._guards" and record.levelno >= logging.ERROR:
+            return False  # a restored entry's guard failed to build: we say so in one line and fall back
+        return "Failed to load entry from dynamo cache" not in message
+
+
+_INSTALLED: PrecompileGuard | None = None  # the guard whose patches are on torch now
+
+
+class PrecompileGuard:
+    """Wraps torch's Dynamo precompile while installed; `uninstall` puts torch back exactly as it was."""
+
+    def __init__(self, warn: Any = None) -> None:
+        self.installed = False
+        self.warn = warn or (lambda message: print(f"compile_cache: {message}", file=sys.stderr))
+        self.pending: dict[str, str] = {}  # key -> code digest of functions looked up since the last save
+        self.loaded_keys: set[str] = set()  # keys whose entries were handed to torch
+        self.refused_keys: set[str] = set()  # keys whose precompile failed in torch: plain path, never saved again
+        self._told: set[str] = set()  # one line per function
+        # package key -> {sha256 of a saved guard state -> {guard source: digest of the object it watched}}: the
+        # guards precompile dropped from each saved entry.
+        self.dropped: dict[str, dict[str, dict[str, str]]] = {}
+        self._loading: dict[str, LoadScope] = {}  # key -> its record and the scope its guard sources resolve in
+        self._installing: str | None = None  # key of the package being installed
+        self._state_sha: str | None = None  # sha256 of the guard state torch is loading
+        self.code_ids: dict[str, Any] = {}  # key -> torch's key for the function's remembered input sizes
+        self._patches: list[Patch] = []
+        self._log_filter = _TorchLogFilter()
+        self._loggers = [logging.getLogger(f"torch.{name}") for name in _FILTERED_LOGGERS]
+
+    def new_bypass_reasons(self) -> list[str]:
+        """torch's reasons for functions it would not package since the last call, each reason once a session."""
+        reasons, self._log_filter.bypass_reasons = self._log_filter.bypass_reasons, []
+        fresh = [r for r in dict.fromkeys(reasons) if r not in self._told]
+        self._told.update(fresh)
+        return fresh
+
+    @staticmethod
+    def available() -> bool:
+        try:
+            import torch
+            import torch._dynamo.config as dynamo_config
+            from torch._dynamo import guards, package
+        except Exception:
+            return False
+        if torch.__version__ < MIN_TORCH:
+            return False
+        return (
+            hasattr(dynamo_config, "caching_precompile")
+            and hasattr(package, "DynamoCache")
+            and hasattr(package, "load_guard_manager")
+            and hasattr(package, "load_guards_state")
+            and hasattr(guards, "CheckFunctionManager")
+        )
+
+    # -- install / uninstall ----------------------------------------------------------------------------------
+    def install(self) -> None:
+        global _INSTALLED
+        if self.installed or not self.available():
+            return
+        if _INSTALLED is not None:
+            # One guard wraps torch at a time (two sessions in one process: wrapping torch's wrapped functions
+            # again breaks them): the session whose cell runs now. The other installs itself again at its next cell.
+            _INSTALLED.uninstall()
+        _INSTALLED = self
+        from torch._dynamo import guards, package
+
+        cache = package.DynamoCache
+        cfm = guards.CheckFunctionManager
+        compile_package = package.CompilePackage
+        orig = {
+            "load": cache.load,  # bound method of the singleton
+            "record": cache.record_package,
+            "install": compile_package.install,
+            "inlined": compile_package.add_inlined_source,
+            "init": cfm.__init__,
+            "load_gm": package.load_guard_manager,
+            "load_state": package.load_guards_state,
+            "user_fn": getattr(compile_package, "_add_user_function", None),
+        }
+        signature = inspect.signature(orig["init"])
+        me = self
+
+        def load(fn: Any) -> Any:
+            return me._load(fn, orig["load"])
+
+        def record_package(pkg: Any) -> None:
+            try:
+                orig["record"](pkg)
+            except Exception as exc:
+                me._fallback(getattr(pkg, "source_id", None), "recording the compiled function", exc)
+
+        def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
+            me._install(pkg, orig["install"], args, kwargs)
+
+        def add_inlined_source(pkg: Any, sources: Any, *args: Any, **kwargs: Any) -> None:
+            # Under IPython, inspect.getmodule names `collections.abc` for code of `_collections_abc`, and torch
+            # compared that code with the other module's source ("Source mismatch for collections.abc", HF models
+            # in a kernel). In a plain process getmodule finds no module for such code and torch records nothing:
+            # we leave it out the same way. Any other failure: this function is not precompiled.
+            try:
+                orig["inlined"](pkg, [code for code in sources if _module_holds(code)], *args, **kwargs)
+            except Exception as exc:
+                with contextlib.suppress(Exception):
+                    pkg.bypass_current_entry()
+                me._fallback(getattr(pkg, "source_id", None), "recording the sources it inlined", exc)
+
+        def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                orig["user_fn"](pkg, code, *args, **kwargs)
+            except Exception:
+                # e.g. PackageError "Cannot find module for code" (a dataclass __init__, HF T5 on torch 2.11, which
+                # Dynamo compiles as a frame of its own): that frame is left out of the package (a bypass, as torch
+                # counts its own) and compiles the plain way; the function that calls it is still precompiled.
+                from torch._dynamo.utils import counters
+
+                counters[COUNTER_GROUP]["precompile_bypass"] += 1
+                module = inspect.getmodule(code)
+                pkg._add_function(code, module.__name__ if module else "__main__")
+                pkg._codes[code].bypassed = True
+
+        def check_function_manager_init(cfm_self: Any, *args: Any, **kwargs: Any) -> None:
+            me._build_guards(cfm_self, orig["init"], signature, args, kwargs)
+
+        def load_guards_state(state: bytes, *args: Any, **kwargs: Any) -> Any:
+            me._state_sha = sha(state)
+            return orig["load_state"](state, *args, **kwargs)
+
+        def load_guard_manager(*args: Any, **kwargs: Any) -> Any:
+            return me._with_identity_guard(orig["load_gm"](*args, **kwargs), args, kwargs)
+
+        self._patches = [
+            *fixes.patches(),
+            Patch(cache, "load", load),  # instance attribute shadows the method
+            Patch(cache, "record_package", record_package),
+            Patch(compile_package, "install", install_package),
+            Patch(compile_package, "add_inlined_source", add_inlined_source),
+            *([Patch(compile_package, "_add_user_function", add_user_function)] if orig["user_fn"] else []),
+            Patch(cfm, "__init__", check_function_manager_init),
+            Patch(package, "load_guards_state", load_guards_state),
+            Patch(package, "load_guard_manager", load_guard_manager),
+        ]
+        for logger in self._loggers:
+            logger.addFilter(self._log_filter)
+        self.installed = True
+
+    def uninstall(self) -> None:
+        global _INSTALLED
+        if not self.installed:
+            return
+        if _INSTALLED is self:
+            _INSTALLED = None
+        for patch in reversed(self._patches):
+            patch.undo()
+        self._patches = []
+        for logger in self._loggers:
+            logger.removeFilter(self._log_filter)
+        self.installed = False
+
+    # -- while compiling ----------------------------------------------------------------------------------------
+    def _build_guards(
+        self, cfm: Any, orig_init: Any, signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]
+    ) -> None:
+        """Live guards as plain torch.compile builds them; the saved state from torch's precompile build."""
+        import torch._dynamo.config as dynamo_config
+
+        arguments = dict(signature.bind(cfm, *args, **kwargs).arguments)
+        arguments.pop(next(iter(signature.parameters)))  # self
+        save = bool(arguments.get("save_guards", False))
+        if not dynamo_config.caching_precompile and not save:
+            orig_init(cfm, *args, **kwargs)
+            return
+        live = {**arguments, "save_guards": False} if "save_guards" in signature.parameters else arguments
+        with dynamo_config.patch(caching_precompile=False):
+            orig_init(cfm, **live)
+        if not save:
+            return
+        # The entry a package records (also when a function compiled in a %%compile_cache cell recompiles
+        # outside one): torch's precompile build, whose guards can be serialized.
+        user_filter = arguments.get("guard_filter_fn")
+        seen: list[Any] = []
+
+        def recording_filter(entries: Any) -> Any:
+            seen.extend(entries)
+            keep = user_filter(entries) if user_filter else [True] * len(entries)
+            return [bool(k) and not _is_dropped(entry) for k, entry in zip(keep, entries)]
+
+        output_graph = arguments.get("output_graph")
+        shadow = object.__new__(type(cfm))
+        self._log_filter.dropped_names = logged = []
+        try:
+            with dynamo_config.patch(caching_precompile=True):
+                orig_init(shadow, **{**arguments, "guard_filter_fn": recording_filter})
+            guards_state = getattr(shadow, "guards_state", None)
+        except Exception as exc:
+            package = getattr(output_graph, "package", None)
+            self._fallback(getattr(package, "source_id", None), "building the guards to save", exc)
+            with contextlib.suppress(Exception):
+                package.bypass_current_entry()
+            guards_state = None
+        finally:
+            self._log_filter.dropped_names = None
+        # None: torch bypassed this entry (it is not saved); its package ignores the state then, but torch asserts
+        # that there is one ("check_fn.guards_state must not be None").
+        cfm.guards_state = guards_state if guards_state is not None else b""
+        if guards_state is None:
+            return
+        logged_names = set(logged)
+        dropped = {
+            _source(entry): code_digest(entry.value) if entry.has_value else "<no value>"
+            for entry in seen
+            if _is_dropped(entry) or _source(entry) in logged_names
+        }
+        # Per package: its function's entry, and those of the frames it left to Dynamo (resume functions after a
+        # graph break, functions in other modules that Dynamo compiled as frames of their own).
+        key = getattr(getattr(output_graph, "package", None), "source_id", None) or ""
+        self.dropped.setdefault(key, {})[sha(guards_state)] = dropped
+
+    # -- on restore -----------------------------------------------------------------------------------------------
+    def _load(self, fn: Any, orig_load: Any) -> Any:
+        from torch._dynamo import package
+        from torch._dynamo.utils import counters
+
+        key = package.CompilePackage.source_id_from_fn(fn)
+        if key in self.refused_keys:  # never saved again: no digest to take
+            return None
+        digest = code_digest(fn)
+        self.pending[key] = digest
+        try:
+            code_id = frame_sizes.code_id(innermost(fn))
+        except Exception as exc:  # its input sizes are then not carried: a later recompile may compile afresh
+            code_id = None
+            self._tell(key, f"the input sizes of a compiled function cannot be kept ({exc})")
+        self.code_ids[key] = code_id
+        entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
+        if not os.path.exists(os.path.join(entry_dir, "entry")):
+            return orig_load(fn)
+        record = read_record(entry_dir)
+        if record is None or record.get("digest") != digest:
+            counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
+            counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+            return None
+        if code_id is not None:
+            # What the cold kernel had seen of the inputs' sizes: a later recompile makes the same graph it made.
+            try:
+                frame_sizes.merge(entry_dir, code_id)
+            except Exception as exc:
+                self._tell(key, f"the saved input sizes of a restored function were not used ({exc})")
+        try:
+            result = orig_load(fn)
+        except Exception as exc:
+            self._fallback(key, "loading the saved entry", exc)
+            return None
+        if result is not None:
+            self.loaded_keys.add(key)
+            self._loading[key] = load_scope(record, fn)
+            # Saved again with this cell, the entry keeps its record of dropped guards.
+            self.dropped.setdefault(key, {}).update(record.get("guarded", {}))
+        return result
+
+    def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        key = getattr(pkg, "source_id", None)
+        self._installing = key
+        self._log_filter.installing = True
+        try:
+            orig_install(pkg, *args, **kwargs)
+            _check_installed_globals(pkg)
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                pkg.uninstall()
+            _advance_unique_ids(pkg)  # the globals torch put in the module stay: the fresh compile must not clash
+            # torch catches a RuntimeError here and initializes the package afresh, but the package is already
+            # initialized with the failed entry ("CompilePackage is already initialized"): make it a new one.
+            type(pkg).__init__(pkg, None)
+            from torch._dynamo.utils import counters
+
+            if counters["dynamo_cache"]["dynamo_cache_hit"] > 0:  # torch counted the load as a hit
+                counters["dynamo_cache"]["dynamo_cache_hit"] -= 1
+            counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+            self.loaded_keys.discard(key)
+            self._fallback(key, "installing the saved entry", exc)
+            raise RuntimeError(f"jupyter_compile_cache: precompile entry {key} set aside") from exc
+        finally:
+            self._installing = None
+            self._log_filter.installing = False
+        _advance_unique_ids(pkg)
+
+    def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """Give a restored entry back the guards precompile dropped, bound to objects verified against its record.
+
+        Each entry's record lists the sources of its dropped guards and a digest of what each watched when it was
+        compiled. A source that names an object now (a global, `L['self'].act` of the restored method) is checked
+        now; one that names an argument or a local of a frame other than the restored function's is checked when
+        the entry's guards first run. If every object is equal to the one compiled for, the entry gets one guard:
+        each source still names that very object. If not (or the record is missing), the entry's guard fails:
+        torch compiles anew instead, as plain torch.compile would for a changed object.
+        """
+        from torch._dynamo.utils import counters
+
+        scope = self._loading.get(self._installing or "")
+        if scope is None:
+            return guard_manager
+        runtime_globals = kwargs.get("runtime_global_scope", args[2] if len(args) > 2 else scope.fn_globals)
+        target_code = kwargs.get("code", args[1] if len(args) > 1 else None)
+        dropped = (scope.record.get("guarded") or {}).get(self._state_sha or "")
+        split = None
+        if isinstance(dropped, dict):
+            # L is the restored function's frame only for its own entry; a resume function's L is another frame.
+            local_scope = scope.local_scope if target_code is scope.code else {}
+            split = resolve(dropped, runtime_globals, local_scope)
+        if split is None:
+            counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
+            guard_manager.root.add_lambda_guard(
+                never, ["jupyter_compile_cache: an object this entry was compiled for has changed"], None
+            )
+        elif split[0] or split[1]:
+            check, parts = identity_check(*split, runtime_globals)
+            guard_manager.root.add_lambda_guard(check, parts, None)
+        return guard_manager
+
+    def _fallback(self, key: str | None, step: str, exc: BaseException) -> None:
+        """torch's precompile failed for one function: plain path for it, its entry set aside, one line."""
+        from torch._dynamo.utils import counters
+
+        counters[COUNTER_GROUP]["precompile_fallback"] += 1
+        if key:
+            self.refused_keys.add(key)
+            self.pending.pop(key, None)
+            _set_aside(key)
+            if key in self._told:
+                return
+            self._told.add(key)
+        message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        self.warn(
+            f"Dynamo precompile failed while {step} ({type(exc).__name__}: {message}); "
+            "this function runs the plain torch.compile way (FX graph and AOTAutograd caches still apply)"
+        )
+
+    def _tell(self, key: str, message: str) -> None:
+        """One line, once per function, for a failure that costs time later but changes no answer."""
+        if f"{key}:{message}" not in self._told:
+            self._told.add(f"{key}:{message}")
+            self.warn(message)
+
+    # -- when the cell saves --------------------------------------------------------------------------------------
+    def save_entries(self, context: Any) -> None:
+        """Write the process's precompile entries to the cache dir, one by one: torch's own save_to_dynamo_cache
+        stops at the first entry it cannot pickle (torch 2.11: "Can't pickle local object
+        'PyCodegen.pop_null.<locals>.<lambda>'") and so would lose every entry after it, in every later cell too."""
+        from torch._dynamo.package import DynamoCache
+
+        try:
+            if not hasattr(context, "create_cache_entries"):  # a torch without it: its all-or-nothing save
+                context.save_to_dynamo_cache()
+                return
+            entries, _ = context.create_cache_entries()
+        except Exception as exc:
+            self._fallback(None, "collecting the entries to save", exc)
+            return
+        for key, entry in entries.items():
+            if key in self.refused_keys:
+                continue
+            try:
+                DynamoCache.write(entry, key)
+            except Exception as exc:  # this entry is not saved; the function already ran, the others are saved
+                self._fallback(key, "saving the entry", exc)
+
+    def write_digests(self, keys: set[str]) -> list[str]:
+        """Write the record next to each saved entry; returns the record files written."""
+        from torch._dynamo import package
+
+        written = []
+        prefix = package.DynamoCache.path_prefix()
+        for key in keys - self.refused_keys:
+            digest = self.pending.get(key)
+            entry_dir = os.path.join(prefix, key)
+            if digest is None or not os.path.exists(os.path.join(entry_dir, "entry")):
+                continue
+            guarded = self.dropped.get(key, {})
+            record = {"version": RECORD_VERSION, "digest": digest, "guarded": dict(sorted(guarded.items()))}
+            path = os.path.join(entry_dir, DIGEST_FILE)
+            if read_record(entry_dir) != record:
+                tmp = path + f".tmp{os.getpid()}"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(record, f)
+                os.replace(tmp, path)
+            written.append(path)
+            if self.code_ids.get(key) is not None:
+                try:
+                    sizes = frame_sizes.save(entry_dir, self.code_ids[key])
+                except Exception as exc:  # a later recompile in a restored kernel may then compile afresh
+                    self._tell(key, f"the input sizes of a compiled function were not saved ({exc})")
+                else:
+                    written += [sizes] if sizes else []
+        return written
+
+
+def _module_holds(code: types.CodeType) -> bool:
+    """Whether the module inspect finds for `code` is the file the code comes from."""
+    module = inspect.getmodule(code)
+    path = getattr(module, "__file__", None)
+    try:
+        return bool(path) and os.path.samefile(path, code.co_filename)
+    except OSError:
+        return False
+
+
+def read_record(entry_dir: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(entry_dir, DIGEST_FILE), encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if (
+        not isinstance(record, dict)
+        or record.get("version") != RECORD_VERSION
+        or not isinstance(record.get("digest"), str)
+    ):
+        return None
+    return record
+
+
+def _check_installed_globals(pkg: Any) -> None:
+    """Every global the restored bytecode loads must exist: else it would fail in the user's cell at call time."""
+    import builtins
+
+    from torch._dynamo.package import SerializedCode
+
+    for entry in getattr(pkg, "_codes", {}).values():
+        module = sys.modules.get(getattr(entry, "python_module", None) or "")
+        if module is None:
+            continue
+        for guarded in getattr(entry, "guarded_codes", ()):
+            code = SerializedCode.to_code_object(guarded.dynamo_code)
+            for name in _loaded_globals(code):
+                if name not in module.__dict__ and not hasattr(builtins, name):
+                    raise NameError(f"the restored code needs the global {name!r}, which torch did not install")
+
+
+def _loaded_globals(code: types.CodeType) -> set[str]:
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _loaded_globals(const)
+    return {n for n in names if isinstance(n, str)}
+
+
+def _set_aside(key: str) -> None:
+    """Move a failing entry out of torch's way (kept beside it for inspection), so it is not tried again."""
+    try:
+        from torch._dynamo.package import DynamoCache
+
+        entry_dir = os.path.join(DynamoCache.path_prefix(), key)
+        if os.path.isdir(entry_dir):
+            target = os.path.join(os.path.dirname(entry_dir), f".jcc-set-aside-{key}")
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(entry_dir, target)
+    except Exception:
+        pass
+
+
+def _advance_unique_ids(package_obj: Any) -> None:
+    """Keep Dynamo's next unique ids clear of the global names a restored entry just installed."""
+    try:
+        from torch._dynamo import bytecode_transformation as bt
+    except Exception:
+        return
+    # The builtins dict is put into the module's globals directly, not through _installed_globals: scan the
+    # globals of every module the entry installed into for Dynamo-style names ("__<prefix>_<n>").
+    modules = {getattr(entry, "python_module", None) for entry in getattr(package_obj, "_codes", {}).values()}
+    highest = -1
+    for module_name in modules:
+        module = sys.modules.get(module_name) if module_name else None
+        for name in getattr(module, "__dict__", {}):
+            if name.startswith("__") and (match := _TRAILING_NUMBER.search(name)):
+                highest = max(highest, int(match.group(1)))
+    counter = getattr(bt, "_unique_id_counter", None)
+    if highest < 0 or counter is None:
+        return
+    nxt = next(counter)
+    bt._unique_id_counter = itertools.count(max(nxt, highest + 1))

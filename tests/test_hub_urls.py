@@ -1,0 +1,55 @@
+"""The hub's URL and namespace rules (storage/hub.py), property-based: any text is either taken or refused with a
+ValueError that names the rule and never a password."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jupyter_compile_cache.storage.hub import check_hub_url, check_namespace, redact
+
+MANY = settings(max_examples=400, deadline=None)
+
+
+_URLS = st.builds(
+    lambda scheme, auth, host, port, db: f"{scheme}://{auth}{host}{port}{db}",
+    st.sampled_from(["redis", "rediss", "unix", "http", "redis+x", ""]),
+    st.sampled_from(["", "alice:s3cr3t-pw@", ":s3cr3t-pw@", "user@"]),
+    st.sampled_from(["127.0.0.1", "cache.example", "", "[::1]", "h st", "/tmp/redis.sock"]),
+    st.sampled_from(["", ":6379", ":0", ":99999", ":port", ":-1"]),
+    st.sampled_from(["", "/0", "/15", "/db", "/0?ssl_ca_certs=/ca.pem", "?db=2", "?db=x"]),
+)
+
+
+@given(_URLS | st.text(max_size=40))
+@MANY
+def test_any_hub_url_opens_in_redis_py_or_is_a_clear_error_without_the_password(url):
+    import redis  # loaded, so check_hub_url applies redis-py's own rules too (as it does once the hub was used)
+
+    try:
+        checked = check_hub_url(url)
+    except ValueError as exc:
+        assert str(exc).startswith("not a Redis URL") and "s3cr3t-pw" not in str(exc)
+        return
+    redis.Redis.from_url(checked)  # what we take, redis-py opens (no connection is made here)
+    assert "s3cr3t-pw" not in redact(checked)
+
+
+@given(st.text(max_size=30), st.text(max_size=20), st.text(max_size=20))
+@MANY
+def test_redact_hides_any_password_even_in_text_that_is_no_url(scheme, user, host):
+    url = f"{scheme}://{user.replace('@', '')}:s3cr3t-pw@{host.replace('/', '')}"
+    assert "s3cr3t-pw" not in redact(url) and "s3cr3t-pw" not in redact(url.split("://", 1)[1])
+
+
+@given(st.text(max_size=140) | st.sampled_from(["team/proj", "a//b", "/a", "a/", "{x}", "ok.name-1_2", "a b"]))
+@MANY
+def test_a_namespace_is_taken_only_as_slash_joined_safe_parts(namespace):
+    try:
+        checked = check_namespace(namespace)
+    except ValueError as exc:
+        assert "invalid namespace" in str(exc)
+        return
+    assert checked == namespace and len(namespace) <= 128
+    assert not set(namespace) & set("{} \t\n:*?") and "//" not in namespace  # one hash slot, one key shape
+    assert not namespace.startswith("/") and not namespace.endswith("/")
