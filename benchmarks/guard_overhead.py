@@ -47,7 +47,7 @@ with torch.no_grad():
         compiled(x)
     else:
         from jupyter_compile_cache.core.session import CompileCacheSession
-        session = CompileCacheSession(store_root=os.environ["JUPYTER_COMPILE_CACHE_DIR"])
+        session = CompileCacheSession(store_dir=os.environ["JUPYTER_COMPILE_CACHE_DIR"])
         with session.cell("overhead", ) as report:
             compiled = torch.compile(model)
             compiled(x)

@@ -69,23 +69,23 @@ def status() -> SessionStatus:
     return Commands(get_session()).status()
 
 
-def restore(name: str, store: str | None = None, quiet: bool = False) -> RestoreResult:
+def restore(name: str, store_dir: str | None = None, quiet: bool = False) -> RestoreResult:
     """Restore the newest compatible version of bundle NAME into torch's cache dirs (before compiling)."""
-    return get_session().restore(name, store, quiet)
+    return get_session().restore(name, store_dir, quiet)
 
 
-def bundles(store: str | None = None) -> list[BundleRow]:
+def bundles(store_dir: str | None = None) -> list[BundleRow]:
     """Bundles in the local store (and on the hub) with size, age, writer and whether they match this machine."""
     from .core.commands import Commands
 
-    return Commands(get_session()).bundles(store)
+    return Commands(get_session()).bundles(store_dir)
 
 
-def explain(name: str, store: str | None = None) -> BundleExplanation:
+def explain(name: str, store_dir: str | None = None) -> BundleExplanation:
     """Field by field why NAME would or would not restore here, and the per-layer result of its last run."""
     from .core.commands import Commands
 
-    return Commands(get_session()).explain(name, store)
+    return Commands(get_session()).explain(name, store_dir)
 
 
 def cell(name: str, options: CellOptions | None = None) -> Any:
@@ -93,12 +93,12 @@ def cell(name: str, options: CellOptions | None = None) -> Any:
     return get_session().cell(name, options)
 
 
-def save(name: str, store: str | None = None, quiet: bool = False) -> CellReport:
+def save(name: str, store_dir: str | None = None, quiet: bool = False) -> CellReport:
     """Save everything in torch's cache dirs now as bundle NAME (outside a cell there is no finer scope)."""
     from .core.records import CellOptions
 
     session = get_session()
-    opts = CellOptions(store=store, restore=False, force_save=True, quiet=quiet, whole_cache=True)
+    opts = CellOptions(store_dir=store_dir, restore=False, force_save=True, quiet=quiet, whole_cache=True)
     with session.cell(name, opts) as report:
         pass
     return report

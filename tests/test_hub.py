@@ -21,8 +21,8 @@ from jupyter_compile_cache.storage.hub import (
     RedisHub,
     SignatureError,
     check_signature,
-    redact,
 )
+from jupyter_compile_cache.storage.hub_url import redact
 from jupyter_compile_cache.storage.store import LocalStore
 
 

@@ -27,7 +27,7 @@ def _row(panel, title):
 def session(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("JUPYTER_COMPILE_CACHE_HUB", raising=False)
-    session = CompileCacheSession(store_root=str(tmp_path / "store"))
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
     yield session
     session.close()  # puts torch back: the next test's session patches torch afresh
 

@@ -233,7 +233,7 @@ def test_two_sessions_in_one_process_take_turns_wrapping_torch(tmp_path, monkeyp
     from jupyter_compile_cache.core.session import CompileCacheSession
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    first, second = (CompileCacheSession(store_root=str(tmp_path / name)) for name in ("a", "b"))
+    first, second = (CompileCacheSession(store_dir=str(tmp_path / name)) for name in ("a", "b"))
     try:
         for i, session in enumerate((first, second, first)):
             scale = float(i + 2)

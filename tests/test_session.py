@@ -18,7 +18,7 @@ def _files(root):
 def test_restoring_then_running_the_cell_passes_over_the_bundle_once(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
-    session = CompileCacheSession(store_root=str(tmp_path / "store"))
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
     make_bundle(session.store(), "twice", size=200_000, files=4, now=fingerprint.current())
     first = session.restore("twice", quiet=True)
     assert first.restored and first.files == 5

@@ -41,7 +41,7 @@ def test_cells_add_up_and_zero_starts_again_showing_what_it_zeroed(tmp_path):
     assert counts["seconds_saved"] == 2 * 11.5 and counts["restored_bytes"] == 2 * 4096
     assert (counts["saved_bundles"], counts["saved_bytes"]) == (1, 4096)
 
-    data = Commands(CompileCacheSession(store_root=str(tmp_path))).stats(zero=True)
+    data = Commands(CompileCacheSession(store_dir=str(tmp_path))).stats(zero=True)
     assert data.counts["cells"] == 4 and data.zeroed and data.hit_rate == 2 / 6
     assert store.read_stats().counts["cells"] == 0 and store.read_stats().since > 0
 
@@ -79,7 +79,7 @@ def test_the_view_shows_rates_time_saved_and_the_store_against_its_cap(tmp_path)
     store = LocalStore(str(tmp_path))
     store.add_stats(_cold_cell().stats_outcome())
     store.add_stats(_restored_cell("local").stats_outcome())
-    text = repr(tables.StatsView(Commands(CompileCacheSession(store_root=str(tmp_path))).stats()))
+    text = repr(tables.StatsView(Commands(CompileCacheSession(store_dir=str(tmp_path))).stats()))
     assert text.startswith(f"statistics of {tmp_path} since 20"), text
     assert re.search(r"^  restored a bundle +1  50\.0 %$", text, re.M), text
     assert re.search(r"^torch cache hits / misses +1 / 4  20\.0 % hits$", text, re.M), text

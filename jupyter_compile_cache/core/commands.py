@@ -71,7 +71,7 @@ class Commands:
             settings=self.settings.resolved(),
             spare=spare_status(),
             cache_dir=roots["inductor"],
-            store=store.root,
+            store_dir=store.root,
             store_bytes=store.total_bytes(),
             max_bytes=self.settings.max_bytes,
             precompile_default=session.precompile_default,
@@ -86,9 +86,9 @@ class Commands:
         """The hub, pinged now even if it failed a moment ago (`%compile_cache hub status`)."""
         return self.session.hub_policy.state(force=True)
 
-    def bundles(self, store_root: str | None = None) -> list[BundleRow]:
+    def bundles(self, store_dir: str | None = None) -> list[BundleRow]:
         """Local bundles, then the hub's (when one is configured and answers)."""
-        local = list(self.session.store(store_root).bundles())
+        local = list(self.session.store(store_dir).bundles())
         remote: list[Manifest] = []
         hub = self.session.hub_policy.for_cell(CellOptions())
         if hub is not None:
@@ -99,13 +99,13 @@ class Commands:
         if not local and not remote:
             return []  # nothing to compare with this machine: torch is not imported (1.4 s)
         now = fingerprint.current(with_gpu=True)
-        rows = [bundle_row(b.manifest, now, b.last_used, b.store) for b in local]
+        rows = [bundle_row(b.manifest, now, b.last_used, "local") for b in local]
         return rows + [bundle_row(m, now, None, "hub") for m in remote]
 
-    def explain(self, name: str, store_root: str | None = None) -> BundleExplanation:
+    def explain(self, name: str, store_dir: str | None = None) -> BundleExplanation:
         """Field by field why each version of NAME would or would not restore here, and the last run's layers."""
         check_name(name)
-        store = self.session.store(store_root)
+        store = self.session.store(store_dir)
         now = fingerprint.current()
         versions = []
         for m in store.versions(name):
@@ -123,14 +123,14 @@ class Commands:
             )
         return BundleExplanation(name, store.root, versions, store.last_run(name))
 
-    def stats(self, store_root: str | None = None, zero: bool = False) -> StoreStatistics:
+    def stats(self, store_dir: str | None = None, zero: bool = False) -> StoreStatistics:
         """The store's cumulative statistics with its size against the cap; `zero` starts them again (the returned
         figures are those before zeroing)."""
-        store = self.session.store(store_root)
+        store = self.session.store(store_dir)
         current = store.zero_stats() if zero else store.read_stats()
         size, versions, names = store.usage()
         return StoreStatistics(
-            store=store.root,
+            store_dir=store.root,
             since=current.since or None,
             counts=dict(current.counts),
             hit_rate=current.hit_rate,
@@ -142,16 +142,16 @@ class Commands:
         )
 
     # -- changes --------------------------------------------------------------------------------------------------
-    def push(self, name: str, store_root: str | None = None) -> str:
+    def push(self, name: str, store_dir: str | None = None) -> str:
         """Push the newest local version of NAME to the hub; returns what happened, in words."""
         policy = self.session.hub_policy
-        hub = policy.for_cell(CellOptions(store=store_root))
+        hub = policy.for_cell(CellOptions(store_dir=store_dir))
         if hub is None:
             return (
                 "no hub: none configured (CompileCache.hub, JUPYTER_COMPILE_CACHE_HUB or %compile_cache hub URL), "
                 "or it failed less than a minute ago"
             )
-        store = self.session.store(store_root)
+        store = self.session.store(store_dir)
         versions = store.versions(check_name(name))
         if not versions:
             return f"no local bundle named {name!r}"
@@ -160,18 +160,23 @@ class Commands:
         return f"pushed {name!r} to {hub.display_url}" if report.pushed else f"push failed: {report.warnings[-1:]}"
 
     def remove(
-        self, name: str, version: str | None = None, where: str = "local", dry_run: bool = False
+        self,
+        name: str,
+        version: str | None = None,
+        where: str = "local",
+        dry_run: bool = False,
+        store_dir: str | None = None,
     ) -> list[Removal]:
         """Delete NAME (one version or all) from the local store or the hub; returns what went (or would go)."""
         check_name(name)
         if where == "hub":
             hub = self.session.hub_policy.for_cell(CellOptions())
             return hub.remove(name, version, dry_run) if hub is not None else []
-        return LocalSource(self.session.store()).remove(name, version, dry_run)
+        return LocalSource(self.session.store(store_dir)).remove(name, version, dry_run)
 
     def gc(
         self,
-        store_root: str | None = None,
+        store_dir: str | None = None,
         max_size: int | None = None,
         older_than: float | None = None,
         incompatible: bool = False,
@@ -182,7 +187,7 @@ class Commands:
         (`incompatible`: another torch, Python, GPU...), then the least recently used down to `max_size` (the
         default cap CompileCache.max_size when no other rule is given). Returns (store, removals, refused):
         refused when it would empty the store without `yes`; then nothing is removed and removals is the plan."""
-        store = self.session.store(store_root)
+        store = self.session.store(store_dir)
         if max_size is None and older_than is None and not incompatible:
             max_size = self.settings.max_bytes
         unusable = None
@@ -288,7 +293,7 @@ def bundle_row(m: Manifest, now: dict, last_used: float | None, where: str) -> B
         created=m.created,
         last_used=last_used,
         writer=m.writer,
-        store=where,
+        where=where,
         compatible=fingerprint.incompatibility(m, now) is None,
         fingerprint_id=m.fingerprint_id,
     )

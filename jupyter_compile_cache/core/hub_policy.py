@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from ..storage.bundle import Manifest
-from ..storage.hub import HubConfig, HubError, Lease, RedisHub, redact
+from ..storage.hub import HubConfig, HubError, Lease, RedisHub
+from ..storage.hub_url import redact
 from ..storage.sources import HubSource, TransferBar
 from ..storage.store import LocalStore
 from ..torch_adapter.compiler import RemoteCaches

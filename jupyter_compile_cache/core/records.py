@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..kernels.spare import SpareState
-from ..storage.hub import check_hub_url, check_namespace
+from ..storage.hub_url import check_hub_url, check_namespace
 from ..units import human_bytes, speed
 
 
@@ -27,7 +27,7 @@ def writer() -> str:
 class CellOptions:
     """One cell's options; None means the session's setting (`CompileCache.<name>`)."""
 
-    store: str | None = None
+    store_dir: str | None = None
     restore: bool = True
     save: bool = True
     force_save: bool = False
@@ -187,7 +187,7 @@ class SessionStatus:
     settings: dict[str, Any]
     spare: SpareState | None
     cache_dir: str
-    store: str
+    store_dir: str
     store_bytes: int
     max_bytes: int
     precompile_default: bool
@@ -200,7 +200,7 @@ class SessionStatus:
 
 @dataclass
 class BundleRow:
-    """One version of a bundle, in the local store or on the hub (`store`: 'local' or 'hub')."""
+    """One version of a bundle, in the local store or on the hub (`where`: 'local' or 'hub')."""
 
     name: str
     version: str
@@ -209,7 +209,7 @@ class BundleRow:
     created: float
     last_used: float | None
     writer: str
-    store: str
+    where: str
     compatible: bool  # restores on this machine (same torch, Python, GPU...)
     fingerprint_id: str
 
@@ -230,7 +230,7 @@ class VersionFit:
 @dataclass
 class BundleExplanation:
     name: str
-    store: str
+    store_dir: str
     versions: list[VersionFit]
     last_run: dict[str, Any] | None  # the last run's CellReport, as saved with the store
 
@@ -239,7 +239,7 @@ class BundleExplanation:
 class StoreStatistics:
     """A store's cumulative statistics (storage/stats.py) with its size against the cap."""
 
-    store: str
+    store_dir: str
     since: float | None
     counts: dict[str, float]
     hit_rate: float | None

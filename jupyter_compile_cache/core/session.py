@@ -44,14 +44,14 @@ def get_session() -> CompileCacheSession:
 class CompileCacheSession:
     def __init__(
         self,
-        store_root: str | None = None,
+        store_dir: str | None = None,
         out: TextIO | None = None,
         err: TextIO | None = None,
         settings: CompileCache | None = None,
     ) -> None:
         self.settings = settings or CompileCache()
-        if store_root:
-            self.settings.store_dir = os.path.abspath(store_root)
+        if store_dir:
+            self.settings.store_dir = os.path.abspath(store_dir)
         self._out = out
         self._err = err
         self.settings.resolved()  # reads every environment variable now, so a bad one is told once, here
@@ -110,10 +110,10 @@ class CompileCacheSession:
 
     # -- restore ------------------------------------------------------------------------------------------------
     def restore(
-        self, name: str, store_root: str | None = None, quiet: bool = False, options: CellOptions | None = None
+        self, name: str, store_dir: str | None = None, quiet: bool = False, options: CellOptions | None = None
     ) -> RestoreResult:
         """Restore the newest compatible version of NAME into torch's cache dirs: local store, then the hub."""
-        opts = options or CellOptions(store=store_root, quiet=quiet)
+        opts = options or CellOptions(store_dir=store_dir, quiet=quiet)
         return self._restore(check_name(name), opts, None, self.hub_policy.for_cell(opts))
 
     def _install(self, manifest: Manifest, payload: IO[bytes], roots: dict[str, str]) -> list[str]:
@@ -129,7 +129,7 @@ class CompileCacheSession:
 
     def _restore(self, name: str, opts: CellOptions, report: CellReport | None, hub: HubSource | None) -> RestoreResult:
         result = RestoreResult(name)
-        store = self.store(opts.store)
+        store = self.store(opts.store_dir)
         start = time.perf_counter()
         roots = capture.cache_roots()
         sources: list[Source] = [LocalSource(store)] + ([hub] if hub is not None else [])
@@ -247,7 +247,7 @@ class CompileCacheSession:
                     )
             if opts.save and cell_files.files and (cell_files.compiled_new(delta) or opts.force_save):
                 self._save(name, cell_files, report, opts, hub)
-            self._finish(report, opts.store)
+            self._finish(report, opts.store_dir)
             if not opts.quiet:
                 print(report.summary(), file=self.out)
         finally:
@@ -264,10 +264,10 @@ class CompileCacheSession:
         else:
             self.prewarm.join()
 
-    def _finish(self, report: CellReport, store_root: str | None = None) -> None:
+    def _finish(self, report: CellReport, store_dir: str | None = None) -> None:
         report.finished = time.time()
         self.history.append(report)
-        store = self.store(store_root)
+        store = self.store(store_dir)
         if report.ok:
             with contextlib.suppress(OSError):
                 store.save_run(report.name, report.to_json())
@@ -292,7 +292,7 @@ class CompileCacheSession:
     def _save(
         self, name: str, cell_files: capture.CellFiles, report: CellReport, opts: CellOptions, hub: HubSource | None
     ) -> None:
-        store = self.store(opts.store)
+        store = self.store(opts.store_dir)
         stats = {"body_seconds": report.body_seconds, "layers": report.layers, "layer_bytes": cell_files.layer_bytes()}
         now = fingerprint.current()
         manifest = Manifest.new(name, now, fingerprint.digest(now), writer(), stats)

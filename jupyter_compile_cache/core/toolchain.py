@@ -21,14 +21,14 @@ from .records import CellReport, writer
 
 
 class Toolchain:
-    def __init__(self, store_root: Callable[[], str], hub_policy: HubPolicy, warn: Callable[[str], None]) -> None:
-        self._store_root = store_root
+    def __init__(self, store_dir: Callable[[], str], hub_policy: HubPolicy, warn: Callable[[str], None]) -> None:
+        self._store_root = store_dir
         self._hub_policy = hub_policy
         self._warn = warn
         self.source: str | None = None  # where this process's probe programs came from, if restored
 
-    def store(self, store_root: str | None = None) -> LocalStore:
-        return LocalStore(os.path.join(store_root or self._store_root(), "toolchain"), max_versions=1)
+    def store(self, store_dir: str | None = None) -> LocalStore:
+        return LocalStore(os.path.join(store_dir or self._store_root(), "toolchain"), max_versions=1)
 
     def restore(self) -> None:
         """This machine's probe programs from the local store, else from the hub."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..storage.hub import check_hub_url, check_namespace
+from ..storage.hub_url import check_hub_url, check_namespace
 from ..units import parse_age, parse_size
 
 

@@ -36,13 +36,13 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jupyter-compile-cache", description="Inspect and manage compile-cache bundles.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     store_help = "local store directory (default: $JUPYTER_COMPILE_CACHE_DIR or the user cache)"
-    p.add_argument("--store", metavar="DIR", help=store_help)
+    p.add_argument("--store", dest="store_dir", metavar="DIR", help=store_help)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, **kwargs)
         # also after the subcommand; SUPPRESS keeps a --store given before it
-        cmd.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
+        cmd.add_argument("--store", dest="store_dir", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
         return cmd
 
     command("list", help="bundles in the store and on the hub, with a total")
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     def hub_command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
         cmd = hub_sub.add_parser(name, **kwargs)
         hub_options(cmd, argparse.SUPPRESS)
-        cmd.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
+        cmd.add_argument("--store", dest="store_dir", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
         return cmd
 
     hub_command("ls", help="bundles on the hub")
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: the demo stopped: {exc}", file=sys.stderr)
             return 2
         return 0
-    session = CompileCacheSession(store_root=args.store)
+    session = CompileCacheSession(store_dir=args.store_dir)
     commands = Commands(session)
     store = session.store()
     try:

@@ -21,7 +21,6 @@ from ..core.commands import Commands
 from ..core.records import CellOptions
 from ..core.session import CompileCacheSession
 from ..storage.bundle import check_name
-from ..storage.sources import LocalSource
 from ..torch_adapter import layers
 from . import arguments, tables
 
@@ -45,7 +44,13 @@ class _Parser(argparse.ArgumentParser):
 def cell_parser() -> _Parser:
     p = _Parser(prog="%%compile_cache", description="Restore NAME before the cell, run it, save what it compiled.")
     p.add_argument("name", metavar="NAME", help="the bundle: letters, digits, '.', '_', '-'")
-    p.add_argument("--store", metavar="DIR", default=None, help="another local store (default: CompileCache.store_dir)")
+    p.add_argument(
+        "--store",
+        dest="store_dir",
+        metavar="DIR",
+        default=None,
+        help="another local store (default: CompileCache.store_dir)",
+    )
     p.add_argument("--no-restore", dest="restore", action="store_false", help="compile cold, even if a bundle fits")
     p.add_argument("--no-save", dest="save", action="store_false", help="save nothing")
     p.add_argument("--force-save", action="store_true", help="save even if the cell compiled nothing new")
@@ -84,11 +89,13 @@ def line_parser() -> _Parser:
         dest="command", parser_class=functools.partial(_Parser, usage_line=line_usage), metavar="COMMAND"
     )
     sub.add_parser("status", help="per-layer table: switches, entries on disk, this kernel's hits and misses")
-    sub.add_parser("list", help="bundles here and on the hub").add_argument("--store", metavar="DIR", default=None)
+    sub.add_parser("list", help="bundles here and on the hub").add_argument(
+        "--store", dest="store_dir", metavar="DIR", default=None
+    )
     for command, text in (("explain", "why NAME would or would not restore here"), ("rm", "delete NAME")):
         cmd = sub.add_parser(command, help=text)
         cmd.add_argument("name", metavar="NAME")
-        cmd.add_argument("--store", metavar="DIR", default=None)
+        cmd.add_argument("--store", dest="store_dir", metavar="DIR", default=None)
         if command == "rm":
             cmd.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc = sub.add_parser("gc", help="evict old, unusable or least recently used versions")
@@ -101,13 +108,13 @@ def line_parser() -> _Parser:
     )
     gc.add_argument("--older-than", metavar="AGE", type=arguments.age, help="evict versions unused for AGE (30d, 12h)")
     gc.add_argument("--incompatible", action="store_true", help="evict versions that cannot restore on this machine")
-    gc.add_argument("--store", metavar="DIR", default=None)
+    gc.add_argument("--store", dest="store_dir", metavar="DIR", default=None)
     gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
     stats = sub.add_parser("stats", help="what the cells that used the store did: restores, hits, time saved, size")
     stats.add_argument("--json", action="store_true", help="return the figures as a dict")
     stats.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")
-    stats.add_argument("--store", metavar="DIR", default=None)
+    stats.add_argument("--store", dest="store_dir", metavar="DIR", default=None)
     for command in ("enable", "disable"):
         sub.add_parser(command, help=f"{command} one of torch's cache layers").add_argument("layer", metavar="LAYER")
     sub.add_parser("hub", help="set the hub, turn it off, or check it").add_argument(
@@ -218,22 +225,22 @@ class CompileCacheMagics(Magics):
         if args.command in (None, "status"):
             return tables.StatusView(commands.status())
         if args.command == "list":
-            return tables.BundleTable(commands.bundles(args.store))
+            return tables.BundleTable(commands.bundles(args.store_dir))
         if args.command == "stats":
-            data = commands.stats(args.store, zero=args.zero)
+            data = commands.stats(args.store_dir, zero=args.zero)
             return data.to_json() if args.json else tables.StatsView(data)
         if args.command == "explain":
-            return tables.Explanation(commands.explain(_valid(args.name, line_usage), args.store))
+            return tables.Explanation(commands.explain(_valid(args.name, line_usage), args.store_dir))
         if args.command == "rm":
-            store = session.store(args.store)
-            removals = LocalSource(store).remove(_valid(args.name, line_usage), dry_run=args.dry_run)
+            store = session.store(args.store_dir)
+            removals = commands.remove(_valid(args.name, line_usage), dry_run=args.dry_run, store_dir=args.store_dir)
             if not removals:
                 raise UsageError(f"no bundle named {args.name!r} in {store.root}")
             _say(tables.removal_lines(removals, store.root, args.dry_run))
             return None
         if args.command == "gc":
             store, removals, refused = commands.gc(
-                args.store, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes
+                args.store_dir, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes
             )
             if refused:
                 lines = tables.removal_lines(removals, store.root, dry_run=True)[:-1]

@@ -229,7 +229,7 @@ class Panel:
         )
         return (
             f"<div>{device}</div><div>{versions}</div>"
-            f"<div>local store {html.escape(status.store)}: {human_bytes(status.store_bytes)} of the "
+            f"<div>local store {html.escape(status.store_dir)}: {human_bytes(status.store_bytes)} of the "
             f"{human_bytes(cap)} cap ({100 * status.store_bytes / max(cap, 1):.1f} %); "
             f"cache dir {html.escape(status.cache_dir)}</div><div>hub: {hub}</div>"
             f"<div>compile time saved this session (estimate): {saved['total']:.1f} s</div>{precompile}"
@@ -240,17 +240,17 @@ class Panel:
         rows = []
         self.bundle_buttons = {}
         for b in self.commands.bundles():
-            key = (b.store, b.name, b.version)
+            key = (b.where, b.name, b.version)
             match = "matches" if b.compatible else "does NOT match"
             label = w.HTML(
-                f"{html.escape(b.name)} [{b.store}] {human_bytes(b.bytes)}, {b.files} files, "
+                f"{html.escape(b.name)} [{b.where}] {human_bytes(b.bytes)}, {b.files} files, "
                 f"made {age(b.created)} by {html.escape(b.writer)}, used {age(b.last_used)}; "
                 f"{match} this machine",
                 layout=w.Layout(width="560px"),
             )
             buttons = []
             for action in ("restore", "delete", "push", "explain"):
-                if action == "push" and (b.store != "local" or not hub):
+                if action == "push" and (b.where != "local" or not hub):
                     continue
                 if action == "explain" and b.compatible:
                     continue
@@ -301,7 +301,7 @@ class Panel:
                 else f"{b.name!r} not restored: {'; '.join(result.skipped) or 'nothing compatible'}"
             )
         elif action == "delete":
-            self._pending_delete = (b.name, b.version, b.store)  # confirm first
+            self._pending_delete = (b.name, b.version, b.where)  # confirm first
         elif action == "push":
             self.say(self.commands.push(b.name))
         elif action == "explain":

@@ -64,7 +64,7 @@ class StatusView(_View):
 
     def preamble(self) -> list[str]:
         d: SessionStatus = self.data
-        lines = [f"cache dir: {d.cache_dir}", f"local store: {d.store} ({human_bytes(d.store_bytes)})"]
+        lines = [f"cache dir: {d.cache_dir}", f"local store: {d.store_dir} ({human_bytes(d.store_bytes)})"]
         if d.hub.url:
             lines.append(f"hub: {hub_line(d.hub).removeprefix('compile_cache: hub ')}")
         spare = d.spare
@@ -109,7 +109,7 @@ class BundleTable(_View):
         return [
             [
                 b.name,
-                b.store,
+                b.where,
                 b.version[-17:],
                 human_bytes(b.bytes),
                 b.files,
@@ -128,7 +128,7 @@ class BundleTable(_View):
         """One line under the table: versions, bundles and bytes, here and on the hub."""
         parts = []
         for where in ("local", "hub"):
-            rows = [b for b in self.data if (b.store == "hub") == (where == "hub")]
+            rows = [b for b in self.data if (b.where == "hub") == (where == "hub")]
             if rows:
                 size = human_bytes(sum(b.bytes for b in rows))
                 names = len({b.name for b in rows})
@@ -153,7 +153,7 @@ class StatsView(_View):
     def preamble(self) -> list[str]:
         d: StoreStatistics = self.data
         since = _dt.datetime.fromtimestamp(d.since).strftime("%Y-%m-%d %H:%M") if d.since else "-"
-        head = f"statistics of {d.store} since {since}"
+        head = f"statistics of {d.store_dir} since {since}"
         return [head + (" (now zeroed)" if d.zeroed else "")]
 
     def rows(self) -> list[list[Any]]:
@@ -225,7 +225,7 @@ class Explanation(_View):
 
     def lines(self) -> list[str]:
         d: BundleExplanation = self.data
-        out = [f"bundle {d.name!r} in {d.store}"]
+        out = [f"bundle {d.name!r} in {d.store_dir}"]
         if not d.versions:
             out.append("  no versions stored")
         for v in d.versions:

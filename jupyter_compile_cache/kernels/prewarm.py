@@ -26,7 +26,7 @@ class Prewarm:
         self.imported = threading.Event()  # set once the compiler modules are imported (or failed to)
         self.import_seconds: float | None = None
         # Set by the session: restores the per-machine toolchain bundle, lists the cache files, saves what the probe
-        # built (off the cells' path: writing the bundle was 41 of a GPU kernel's first cell's 47 ms).
+        # built (off the cells' path).
         self.before_probe: Callable[[], None] | None = None
         self.after_probe: Callable[[], None] | None = None
         self.listing: Callable[[], dict[str, tuple[int, int]]] | None = None

@@ -56,7 +56,6 @@ class Removal(NamedTuple):
 class StoredBundle:
     manifest: Manifest
     last_used: float
-    store: str
 
 
 class LocalStore:
@@ -125,7 +124,7 @@ class LocalStore:
                     last_used = os.stat(self.manifest_path(manifest)).st_mtime
                 except OSError:
                     continue
-                out.append(StoredBundle(manifest, last_used, "local"))
+                out.append(StoredBundle(manifest, last_used))
         return out
 
     def open_payload(self, manifest: Manifest) -> IO[bytes]:

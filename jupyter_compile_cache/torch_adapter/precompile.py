@@ -1,50 +1,23 @@
-"""Dynamo precompile that never answers differently from plain torch.compile.
+"""Dynamo precompile that never answers differently from plain torch.compile (the design: docs/how_it_works.md).
 
-With `torch._dynamo.config.caching_precompile`, Dynamo stores traced bytecode and guards under
-`<cache>/dynamo/<key>/entry`, keyed by the function's qualified name and first line only, and, so that guards can
-be serialized, drops every guard that compares object identity (ID_MATCH, CLOSURE_MATCH, WEAKREF_ALIVE,
-DICT_VERSION and the guards built on them: FUNCTION_MATCH, MODULE_MATCH, BUILTIN_MATCH, ...). It drops them while
-it BUILDS the guards, so the live entries of this kernel lose them too: a redefined helper, a swapped callable
-attribute or closure would keep running the old code (measured on torch 2.11, 2.13 and 2.15). What we do instead:
+torch's caching_precompile drops the guards that compare object identity while it builds them. `PrecompileGuard`
+lets torch build the guards twice, once as plain torch.compile does (for the live entry) and once the precompile
+way (for what is saved), records the dropped guards with a digest of the code (code_digest.py), refuses a saved
+entry whose code or objects changed, and gives a restored entry its dropped guards back as one identity check
+(identity_checks.py). Any failure of torch's precompile machinery falls back to the plain path, told in one line.
 
-* Live entries (compiled in this kernel) get torch's full guards. We let torch build the guards twice: once as
-  plain torch.compile does (those guard the live entry), and once the precompile way, whose serializable state is
-  what gets saved. The second build tells us which guards precompile drops and the objects they watched. It also
-  drops the identity guards torch cannot serialize but keeps (CLASS_MATCH, NN_MODULE, ...), for which torch would
-  save no entry at all: they come back like the others.
-* Saved entries carry a record next to them (`jcc_code_digest`): a digest of the code the function can reach
-  (bytecode, constants, user functions/classes/constants reachable through globals and closures, an nn.Module's
-  submodule classes, constant attributes and hooks), and, for each dropped guard, its source (`G['helper']`,
-  `L['self'].act`) and a digest of the object it watched.
-* On restore (`DynamoCache.load`) the entry is used only if the live code digest and every dropped guard's object
-  match the record. Otherwise it is refused (`precompile_stale_rejected`) and torch compiles the new code.
-* Installed restored entries get the dropped guards back as one identity check per entry (the objects verified at
-  load; a source naming something that exists only during the call, an argument, is verified at the entry's first
-  call), so a later edit in this kernel, in a later cell or the same one, recompiles exactly where plain
-  torch.compile would.
-* Any failure inside torch's precompile machinery (recording while compiling, installing, building guards) is
-  caught: that function takes the plain torch.compile path (FX graph and AOTAutograd caches still apply), its
-  entry is set aside and not saved again in this kernel, one line says so, and it is counted
-  (`precompile_fallback`).
-
-What torch's precompile gets wrong on everyday models (HF transformers, timm) is put right in fixes.py.
-
-Also: an installed entry puts globals such as `__builtins_dict___0` into the module, and the next fresh compile in
-that module picks the same name from Dynamo's unique-id counter and fails ("Name '__builtins_dict___0' already
-exists"); after each install we move that counter past the names the entry installed.
+Over 400 lines on purpose: `PrecompileGuard` is one object wrapping four of torch's functions (guard building,
+loading, installing, saving) that share its load scope, its refused keys and its fallbacks; its helpers live in
+code_digest.py, identity_checks.py, installed_entries.py and torch_logs.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dis
 import inspect
-import itertools
 import json
 import logging
 import os
-import re
-import shutil
 import sys
 import types
 from typing import Any
@@ -53,7 +26,9 @@ from . import fixes, frame_sizes
 from .code_digest import code_digest
 from .fixes import Patch
 from .identity_checks import LoadScope, identity_check, innermost, load_scope, never, resolve, sha
+from .installed_entries import advance_unique_ids, check_installed_globals, set_aside
 from .layers import COUNTER_GROUP
+from .torch_logs import FILTERED_LOGGERS, TorchLogFilter
 
 DIGEST_FILE = "jcc_code_digest"
 # torch 2.10 has caching_precompile, but its saved entries fail to install (an IndexError, or code saved as a
@@ -61,7 +36,6 @@ DIGEST_FILE = "jcc_code_digest"
 # carry those layers only, as before torch 2.9. Measured on the CPU; 2.11, 2.13 and 2.15 restore through precompile.
 MIN_TORCH = "2.11.0a0"  # pre-releases of 2.11 included
 RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
-_TRAILING_NUMBER = re.compile(r"_(\d+)$")
 
 
 # The guards precompile drops (torch 2.9-2.15: guards.py, CheckFunctionManager.__init__), those built on them, and
@@ -73,7 +47,6 @@ _DROPPED_KINDS = frozenset(
     | {"CLASS_MATCH", "FUNCTION_MATCH", "MODULE_MATCH", "NN_MODULE"}
 )
 _DROPPED_BASES = frozenset({"ID_MATCH", "DICT_VERSION"})
-_DROPPED_MESSAGE = "is dropped with caching_precompile=True"
 
 
 def _source(entry: Any) -> str:
@@ -85,40 +58,6 @@ def _source(entry: Any) -> str:
 def _is_dropped(entry: Any) -> bool:
     derived = set(getattr(entry, "derived_guard_types", ()) or ())
     return entry.guard_type in _DROPPED_KINDS or bool(_DROPPED_BASES & derived)
-
-
-_FILTERED_LOGGERS = ("_dynamo.guards", "_dynamo.eval_frame", "_dynamo.output_graph", "_guards")
-
-
-class _TorchLogFilter(logging.Filter):
-    """Hides torch's per-guard "dropped" warnings (we re-add those guards) and notes which guards they name;
-    hides torch's "Failed to load entry" and guard-building tracebacks (we print one line instead) and counts its
-    package bypasses."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dropped_names: list[str] | None = None  # collecting during a precompile guard build
-        self.installing = False  # torch is installing a restored entry
-        self.bypass_reasons: list[str] = []  # torch's reasons for not packaging a function, not told yet
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = str(record.msg)
-        if _DROPPED_MESSAGE in message:
-            if self.dropped_names is not None and isinstance(record.args, tuple) and len(record.args) >= 2:
-                self.dropped_names.append(str(record.args[1]))
-            return False
-        if "Detected a package bypass" in message:
-            # torch saves no entry for this function (e.g. "CLASS_MATCH guard cannot be serialized"): it compiles
-            # the plain way, its FX graph and AOTAutograd entries still cached. Counted as a precompile bypass.
-            from torch._dynamo.utils import counters
-
-            counters[COUNTER_GROUP]["precompile_bypass"] += 1
-            if isinstance(record.args, tuple) and record.args:
-                self.bypass_reasons.append(str(record.args[0]))
-            return False
-        if self.installing and record.name == "torch._guards" and record.levelno >= logging.ERROR:
-            return False  # a restored entry's guard failed to build: we say so in one line and fall back
-        return "Failed to load entry from dynamo cache" not in message
 
 
 _INSTALLED: PrecompileGuard | None = None  # the guard whose patches are on torch now
@@ -142,8 +81,8 @@ class PrecompileGuard:
         self._state_sha: str | None = None  # sha256 of the guard state torch is loading
         self.code_ids: dict[str, Any] = {}  # key -> torch's key for the function's remembered input sizes
         self._patches: list[Patch] = []
-        self._log_filter = _TorchLogFilter()
-        self._loggers = [logging.getLogger(f"torch.{name}") for name in _FILTERED_LOGGERS]
+        self._log_filter = TorchLogFilter()
+        self._loggers = [logging.getLogger(f"torch.{name}") for name in FILTERED_LOGGERS]
 
     def new_bypass_reasons(self) -> list[str]:
         """torch's reasons for functions it would not package since the last call, each reason once a session."""
@@ -381,11 +320,11 @@ class PrecompileGuard:
         self._log_filter.installing = True
         try:
             orig_install(pkg, *args, **kwargs)
-            _check_installed_globals(pkg)
+            check_installed_globals(pkg)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 pkg.uninstall()
-            _advance_unique_ids(pkg)  # the globals torch put in the module stay: the fresh compile must not clash
+            advance_unique_ids(pkg)  # the globals torch put in the module stay: the fresh compile must not clash
             # torch catches a RuntimeError here and initializes the package afresh, but the package is already
             # initialized with the failed entry ("CompilePackage is already initialized"): make it a new one.
             type(pkg).__init__(pkg, None)
@@ -400,7 +339,7 @@ class PrecompileGuard:
         finally:
             self._installing = None
             self._log_filter.installing = False
-        _advance_unique_ids(pkg)
+        advance_unique_ids(pkg)
 
     def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         """Give a restored entry back the guards precompile dropped, bound to objects verified against its record.
@@ -443,7 +382,7 @@ class PrecompileGuard:
         if key:
             self.refused_keys.add(key)
             self.pending.pop(key, None)
-            _set_aside(key)
+            set_aside(key)
             if key in self._told:
                 return
             self._told.add(key)
@@ -535,64 +474,3 @@ def read_record(entry_dir: str) -> dict[str, Any] | None:
     ):
         return None
     return record
-
-
-def _check_installed_globals(pkg: Any) -> None:
-    """Every global the restored bytecode loads must exist: else it would fail in the user's cell at call time."""
-    import builtins
-
-    from torch._dynamo.package import SerializedCode
-
-    for entry in getattr(pkg, "_codes", {}).values():
-        module = sys.modules.get(getattr(entry, "python_module", None) or "")
-        if module is None:
-            continue
-        for guarded in getattr(entry, "guarded_codes", ()):
-            code = SerializedCode.to_code_object(guarded.dynamo_code)
-            for name in _loaded_globals(code):
-                if name not in module.__dict__ and not hasattr(builtins, name):
-                    raise NameError(f"the restored code needs the global {name!r}, which torch did not install")
-
-
-def _loaded_globals(code: types.CodeType) -> set[str]:
-    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _loaded_globals(const)
-    return {n for n in names if isinstance(n, str)}
-
-
-def _set_aside(key: str) -> None:
-    """Move a failing entry out of torch's way (kept beside it for inspection), so it is not tried again."""
-    try:
-        from torch._dynamo.package import DynamoCache
-
-        entry_dir = os.path.join(DynamoCache.path_prefix(), key)
-        if os.path.isdir(entry_dir):
-            target = os.path.join(os.path.dirname(entry_dir), f".jcc-set-aside-{key}")
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(entry_dir, target)
-    except Exception:
-        pass
-
-
-def _advance_unique_ids(package_obj: Any) -> None:
-    """Keep Dynamo's next unique ids clear of the global names a restored entry just installed."""
-    try:
-        from torch._dynamo import bytecode_transformation as bt
-    except Exception:
-        return
-    # The builtins dict is put into the module's globals directly, not through _installed_globals: scan the
-    # globals of every module the entry installed into for Dynamo-style names ("__<prefix>_<n>").
-    modules = {getattr(entry, "python_module", None) for entry in getattr(package_obj, "_codes", {}).values()}
-    highest = -1
-    for module_name in modules:
-        module = sys.modules.get(module_name) if module_name else None
-        for name in getattr(module, "__dict__", {}):
-            if name.startswith("__") and (match := _TRAILING_NUMBER.search(name)):
-                highest = max(highest, int(match.group(1)))
-    counter = getattr(bt, "_unique_id_counter", None)
-    if highest < 0 or counter is None:
-        return
-    nxt = next(counter)
-    bt._unique_id_counter = itertools.count(max(nxt, highest + 1))

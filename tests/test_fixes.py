@@ -1,4 +1,4 @@
-"""What torch_fixes.py puts right in torch's precompile, on the workloads it was found on, in real kernels at tiny
+"""What fixes.py puts right in torch's precompile, on the workloads it was found on, in real kernels at tiny
 width: a static-cache decode loop with `model.forward = torch.compile(model.forward, mode="reduce-overhead",
 fullgraph=True)` (transformers' recipe), a compiled `flex_attention`, and a training step with a compiled forward,
 backward and AdamW step (torch's compiled-optimizer recipe).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_compile_cache.storage.hub import check_hub_url, check_namespace, redact
+from jupyter_compile_cache.storage.hub_url import check_hub_url, check_namespace, redact
 
 MANY = settings(max_examples=400, deadline=None)
 

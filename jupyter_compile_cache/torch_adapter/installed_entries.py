@@ -1,0 +1,76 @@
+"""What a restored precompile entry installs into a module's globals: checked to be all there before the entry is
+used, and kept clear of by the names Dynamo picks next; an entry that fails is set aside, out of torch's way."""
+
+from __future__ import annotations
+
+import dis
+import itertools
+import os
+import re
+import shutil
+import sys
+import types
+from typing import Any
+
+_TRAILING_NUMBER = re.compile(r"_(\d+)$")
+
+
+def check_installed_globals(pkg: Any) -> None:
+    """Every global the restored bytecode loads must exist: else it would fail in the user's cell at call time."""
+    import builtins
+
+    from torch._dynamo.package import SerializedCode
+
+    for entry in getattr(pkg, "_codes", {}).values():
+        module = sys.modules.get(getattr(entry, "python_module", None) or "")
+        if module is None:
+            continue
+        for guarded in getattr(entry, "guarded_codes", ()):
+            code = SerializedCode.to_code_object(guarded.dynamo_code)
+            for name in loaded_globals(code):
+                if name not in module.__dict__ and not hasattr(builtins, name):
+                    raise NameError(f"the restored code needs the global {name!r}, which torch did not install")
+
+
+def loaded_globals(code: types.CodeType) -> set[str]:
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= loaded_globals(const)
+    return {n for n in names if isinstance(n, str)}
+
+
+def set_aside(key: str) -> None:
+    """Move a failing entry out of torch's way (kept beside it for inspection), so it is not tried again."""
+    try:
+        from torch._dynamo.package import DynamoCache
+
+        entry_dir = os.path.join(DynamoCache.path_prefix(), key)
+        if os.path.isdir(entry_dir):
+            target = os.path.join(os.path.dirname(entry_dir), f".jcc-set-aside-{key}")
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(entry_dir, target)
+    except Exception:
+        pass
+
+
+def advance_unique_ids(package_obj: Any) -> None:
+    """Keep Dynamo's next unique ids clear of the global names a restored entry just installed."""
+    try:
+        from torch._dynamo import bytecode_transformation as bt
+    except Exception:
+        return
+    # The builtins dict is put into the module's globals directly, not through _installed_globals: scan the
+    # globals of every module the entry installed into for Dynamo-style names ("__<prefix>_<n>").
+    modules = {getattr(entry, "python_module", None) for entry in getattr(package_obj, "_codes", {}).values()}
+    highest = -1
+    for module_name in modules:
+        module = sys.modules.get(module_name) if module_name else None
+        for name in getattr(module, "__dict__", {}):
+            if name.startswith("__") and (match := _TRAILING_NUMBER.search(name)):
+                highest = max(highest, int(match.group(1)))
+    counter = getattr(bt, "_unique_id_counter", None)
+    if highest < 0 or counter is None:
+        return
+    nxt = next(counter)
+    bt._unique_id_counter = itertools.count(max(nxt, highest + 1))

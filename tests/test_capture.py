@@ -1,0 +1,98 @@
+"""capture.py: which files of torch's cache dirs one cell compiled or used, found by watching real file operations
+(a listing before and after, Python's audit hook for opens) in a cache dir of the test's own."""
+
+from __future__ import annotations
+
+import os
+
+from jupyter_compile_cache.torch_adapter import capture, layers
+
+
+def _write(root, rel: str, data: bytes = b"x") -> str:
+    path = os.path.join(root, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def _roots(tmp_path) -> dict[str, str]:
+    inductor = os.path.realpath(tmp_path / "inductor")
+    os.makedirs(inductor)
+    return {"inductor": inductor, "triton": os.path.join(inductor, "triton", "0")}
+
+
+def test_a_cell_takes_what_it_wrote_and_what_it_read_and_nothing_else(tmp_path):
+    roots = _roots(tmp_path)
+    old_graph = _write(roots["inductor"], "fxgraph/aa/old-graph", b"old")
+    untouched = _write(roots["inductor"], "fxgraph/bb/other-graph", b"other")
+    outside = str(tmp_path / "elsewhere.txt")
+    watcher = capture.CellCapture(roots)
+    watcher.start()
+    _write(roots["inductor"], "aotautograd/cc/new-entry", b"new")
+    _write(roots["inductor"], "triton/0/KEY/kernel.cubin", b"\0" * 10)
+    _write(roots["inductor"], "locks/some.lock")  # bookkeeping: never bundled
+    with open(old_graph, "rb") as f:  # read, not written: a cache hit the next kernel needs too
+        f.read()
+    with open(outside, "w") as f:
+        f.write("not torch's")
+    files = watcher.collect()
+    assert sorted(files.files) == [
+        "inductor/aotautograd/cc/new-entry",
+        "inductor/fxgraph/aa/old-graph",
+        "inductor/triton/0/KEY/kernel.cubin",
+    ]
+    assert files.new_by_layer == {"aot_autograd": 1, "kernels": 1}  # what it read is used, not new
+    assert untouched not in files.files.values()
+    assert files.layer_bytes() == {"aot_autograd": 3, "fx_graph": 3, "kernels": 10}
+
+
+def test_only_the_cells_own_precompile_entries_are_taken(tmp_path):
+    roots = _roots(tmp_path)
+    watcher = capture.CellCapture(roots)
+    watcher.start()
+    _write(roots["inductor"], "dynamo/mine/entry")
+    _write(roots["inductor"], "dynamo/another-cells/entry")
+    _write(roots["inductor"], "dynamo/code_state_mine.pkl")  # automatic-dynamic memory: its own layer (pgo)
+    files = watcher.collect(dynamo_keys={"mine"})
+    assert sorted(files.files) == ["inductor/dynamo/code_state_mine.pkl", "inductor/dynamo/mine/entry"]
+    assert {"mine", "another-cells"} <= capture.all_dynamo_keys(roots)  # the API's save bundles every entry
+
+
+def test_a_restored_entry_is_carried_forward_only_if_the_cell_used_it(tmp_path):
+    roots = _roots(tmp_path)
+    used = _write(roots["inductor"], "fxgraph/aa/used")
+    stale = _write(roots["inductor"], "fxgraph/bb/stale")  # the graph of code since edited: never opened
+    kernel = _write(roots["inductor"], "ab/kernel.so")  # not keyed: loaded through dlopen, carried as restored
+    watcher = capture.CellCapture(roots, restored=[used, stale, kernel])
+    watcher.start()
+    with open(used, "rb") as f:
+        f.read()
+    files = watcher.collect()
+    assert sorted(files.files) == ["inductor/ab/kernel.so", "inductor/fxgraph/aa/used"]
+    assert files.new_by_layer == {}
+
+
+def test_new_files_count_as_new_work_only_when_a_graph_layer_missed(tmp_path):
+    roots = _roots(tmp_path)
+    watcher = capture.CellCapture(roots)
+    watcher.start()
+    _write(roots["inductor"], "triton/0/KEY/kernel.cubin")  # torch writes kernels out of a cached graph too
+    files = watcher.collect()
+    nothing = {name: {"hits": 0, "misses": 0, "bypasses": 0} for name in layers.GRAPH_LAYERS}
+    graph_hit = nothing | {"fx_graph": {"hits": 1, "misses": 0, "bypasses": 0}}
+    graph_miss = nothing | {"fx_graph": {"hits": 0, "misses": 1, "bypasses": 0}}
+    assert not files.compiled_new(graph_hit)
+    assert files.compiled_new(graph_miss)
+
+
+def test_cache_roots_follow_torchs_environment_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "ind"))
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    roots = capture.cache_roots()
+    inductor = os.path.realpath(tmp_path / "ind")
+    assert roots == {"inductor": inductor, "triton": os.path.join(inductor, "triton", "0")}
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tri"))
+    assert capture.cache_roots()["triton"] == os.path.realpath(tmp_path / "tri")
+    assert capture.member_name(os.path.join(inductor, "fxgraph", "a"), capture.cache_roots()) == "inductor/fxgraph/a"
+    assert capture.member_name(str(tmp_path / "nowhere"), capture.cache_roots()) is None

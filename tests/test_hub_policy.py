@@ -1,0 +1,78 @@
+"""hub_policy.py: which hub a cell gets, how a failing hub is told (once) and left alone (a minute), the hub's state
+and the single-flight lease, against a real redis-server and a port where nothing listens."""
+
+from __future__ import annotations
+
+import io
+
+from jupyter_compile_cache.core.hub_policy import HubPolicy
+from jupyter_compile_cache.core.records import CellOptions, CellReport
+from jupyter_compile_cache.core.settings import CompileCache
+from jupyter_compile_cache.storage.hub import HubError
+
+
+def _policy(url: str, secret: str = "team") -> tuple[HubPolicy, list[str], io.StringIO]:
+    settings = CompileCache(hub=url, secret=secret, hub_connect_timeout=0.5, hub_timeout=1.0)
+    warnings: list[str] = []
+    out = io.StringIO()
+    return HubPolicy(settings, lambda message, _report=None: warnings.append(message), lambda: out), warnings, out
+
+
+def test_a_hub_that_fails_is_told_once_then_left_alone_for_a_minute(free_port):
+    policy, warnings, _out = _policy(f"redis://127.0.0.1:{free_port}/0")
+    hub = policy.for_cell(CellOptions())
+    assert hub is not None and hub.url.endswith(f":{free_port}/0")
+    try:
+        hub.names()
+    except HubError as exc:
+        failure = exc
+    report = CellReport("cell")
+    policy.failed(hub, failure, report)
+    assert len(warnings) == 1 and "carrying on without the hub" in warnings[0]
+    assert policy.for_cell(CellOptions()) is None  # down: no cell pays its timeout again for a minute
+    policy.failed(hub, failure, report)  # a second failure of the same hub: in the report, not told again
+    assert len(warnings) == 1 and report.warnings == [str(failure)]
+    state = policy.state()
+    assert state.reachable is False and "not retried yet" in state.error
+    forced = policy.state(force=True)  # `hub status` pings anyway
+    assert forced.reachable is False and forced.error != state.error
+
+
+def test_a_failure_in_the_background_is_told_by_the_next_cell_that_would_use_the_hub(free_port):
+    policy, warnings, _out = _policy(f"redis://127.0.0.1:{free_port}/0")
+    hub = policy.for_toolchain()
+    assert hub is not None and hub.namespace == "default/toolchain"
+    policy.failed(hub, HubError("connection refused"), None, quiet=True)
+    assert warnings == []  # a background thread prints nothing
+    assert policy.for_cell(CellOptions()) is None
+    assert warnings == ["connection refused; carrying on without the hub (the local store is unaffected)"]
+    assert policy.for_cell(CellOptions()) is None and len(warnings) == 1
+
+
+def test_no_hub_no_secret_and_the_hubs_state(redis_server):
+    policy, warnings, _out = _policy("")
+    assert policy.for_cell(CellOptions()) is None and policy.state().url is None
+    assert policy.for_cell(CellOptions(hub=redis_server.url)) is not None  # a cell's --hub wins
+    policy, warnings, _out = _policy(redis_server.url, secret="")
+    assert policy.for_cell(CellOptions(no_hub=True)) is None
+    policy.for_cell(CellOptions())
+    policy.for_cell(CellOptions())
+    assert len(warnings) == 1 and "no team secret is set" in warnings[0]  # told once
+    state = policy.state()
+    assert state.reachable and not state.signed and not state.cluster and state.latency_ms is not None
+    assert state.namespace == "default"
+
+
+def test_one_collaborator_holds_the_lease_the_other_compiles_too(redis_server):
+    alice, _, _ = _policy(redis_server.url)
+    bob, _, bob_out = _policy(redis_server.url)
+    opts = CellOptions()
+    hub_a, hub_b = alice.for_cell(opts), bob.for_cell(opts)
+    lease = alice.single_flight(hub_a, "net", "fp", "alice@a", opts, CellReport("net"), lambda: None)
+    assert lease is not None and lease.held()
+    assert bob.single_flight(hub_b, "net", "fp", "bob@b", opts, CellReport("net"), lambda: None) is None
+    assert "'net' is being compiled by alice@a" in bob_out.getvalue() and "compiling here too" in bob_out.getvalue()
+    lease.release()
+    assert not lease.held()
+    alice.close()
+    bob.close()
