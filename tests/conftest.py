@@ -7,9 +7,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from kernels import Kernel  # noqa: E402
-from redis_server import RedisClusterServers, RedisServer, TlsRedisServer  # noqa: E402
-from redis_server import free_port as _free_port
+from helpers.kernels import Kernel  # noqa: E402
+from helpers.redis_server import RedisClusterServers, RedisServer, TlsRedisServer  # noqa: E402
+from helpers.redis_server import free_port as _free_port
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ import tempfile
 
 import pytest
 import zstandard
+from helpers.store import make_bundle, new_manifest, restored_whole
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from store_helpers import make_bundle, new_manifest, restored_whole
 
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.bundle import BundleError, DamagedBundle, Manifest, Member

@@ -139,7 +139,7 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
         assert out.returncode == 1 and "no bundle named 'nothing_here'" in out.stderr, (command, out.stderr)
 
     # --store after the subcommand is the same as before it
-    from store_helpers import make_bundle  # a real bundle in the store, without compiling
+    from helpers.store import make_bundle  # a real bundle in the store, without compiling
 
     from jupyter_compile_cache.storage.store import LocalStore
 

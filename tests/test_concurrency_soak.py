@@ -15,7 +15,7 @@ import time
 import traceback
 
 import pytest
-from store_helpers import make_bundle, restored_whole
+from helpers.store import make_bundle, restored_whole
 
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.hub import HubConfig, HubError, RedisHub

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from kernels import misses
+from helpers.kernels import misses
 
 from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 

@@ -10,7 +10,7 @@ import re
 
 import pytest
 import torch
-from kernels import misses
+from helpers.kernels import misses
 from torch._dynamo import pgo
 
 from jupyter_compile_cache.torch_adapter import frame_sizes

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from redis_server import RedisServer
+from helpers.redis_server import RedisServer
 
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.bundle import Manifest
@@ -224,7 +224,7 @@ def test_lease_single_flight(redis_server):
 def test_an_old_holder_never_releases_a_lease_a_collaborator_took_since(redis_server):
     """The release's check and delete are one step on the server: held back on the wire (a slow network) until
     Alice's lease has expired and Bob has taken it, her release must leave Bob's lease alone."""
-    from tcp_proxy import HoldingProxy
+    from helpers.tcp_proxy import HoldingProxy
 
     proxy = HoldingProxy(redis_server.port)
     try:

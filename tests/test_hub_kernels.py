@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kernels import misses
+from helpers.kernels import misses
 from test_kernel_restore import COMPILE, DEFINE
 
 from jupyter_compile_cache.storage.hub import HubConfig, RedisHub

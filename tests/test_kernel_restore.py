@@ -10,7 +10,7 @@ import json
 import os
 
 import pytest
-from kernels import misses
+from helpers.kernels import misses
 
 from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 

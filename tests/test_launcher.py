@@ -17,9 +17,9 @@ import time
 
 import psutil
 import pytest
+from helpers.kernels import process_gone
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
-from kernels import process_gone
 
 from jupyter_compile_cache.frontends import cli
 from jupyter_compile_cache.kernels.spare import spare_dir, spare_key, take_failure

@@ -217,7 +217,7 @@ def test_bad_cell_options_are_usage_errors_naming_the_option(shell, line, told):
 
 
 def test_gc_and_rm_say_what_they_remove_and_preview_with_dry_run(shell, capsys):
-    from store_helpers import make_bundle
+    from helpers.store import make_bundle
 
     from jupyter_compile_cache.storage.store import LocalStore
 

@@ -10,14 +10,12 @@ the cell says so in one line, counts a fallback, and still hits the FX graph cac
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.zoo_models import zoo_models  # the models are defined once, for this test and benchmarks/zoo.py
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-from zoo import zoo_models  # noqa: E402  the models are defined once, for this test and benchmarks/zoo.py
+TESTS = Path(__file__).resolve().parent
 
 pytest.importorskip("transformers")  # a test extra: installed by `make setup`
 
@@ -35,8 +33,8 @@ import transformers as T
 {"import timm" if any(name.startswith("timm") for name in MODELS) else ""}
 warnings.filterwarnings("ignore")
 import sys
-sys.path.insert(0, {str(BENCHMARKS)!r})
-from zoo import first_tensor
+sys.path.insert(0, {str(TESTS)!r})
+from helpers.zoo_models import first_tensor
 """
 
 # The tolerance is torch.compile's against eager on a GPU (convolution algorithms differ: HF ResNet).

@@ -7,9 +7,10 @@ import re
 import pytest
 import torch
 
-from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.commands import Commands
+from jupyter_compile_cache.core.records import CellOptions, CellSaving
 from jupyter_compile_cache.core.session import CompileCacheSession
-from jupyter_compile_cache.frontends.panel import Panel, bar_chart_svg, saved_seconds
+from jupyter_compile_cache.frontends.panel import Panel, bar_chart_svg
 
 
 def _row(panel, title):
@@ -73,7 +74,7 @@ def test_errors_in_callbacks_are_shown_in_the_panel(session):
 
 
 def test_chart_compares_cold_and_restored():
-    svg = bar_chart_svg([{"name": "net", "cold": 10.0, "restored": 0.2, "saved": 9.8}])
+    svg = bar_chart_svg([CellSaving("net", cold=10.0, restored=0.2, saved=9.8)])
     assert svg.startswith("<svg") and "10.00 s" in svg and "0.20 s" in svg
     assert "No restored" in bar_chart_svg([])
 
@@ -87,8 +88,8 @@ def test_bundles_show_age_and_use_push_needs_a_hub_and_gc_previews_before_it_rem
     with session.cell("panelgc", CellOptions(quiet=True)) as again, torch.no_grad():
         torch.compile(model)(torch.randn(2, 8))
     assert again.restore is not None and again.restore.restored
-    (cell,) = saved_seconds(session)["cells"]
-    assert cell["restored"] == again.body_seconds + again.restore.seconds + again.restore.pull_seconds
+    (cell,) = Commands(session).time_saved().cells
+    assert cell.restored == again.body_seconds + again.restore.seconds + again.restore.pull_seconds
 
     panel = Panel(session)
     assert "of the 20.0 GB cap" in panel.header.value

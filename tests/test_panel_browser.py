@@ -19,7 +19,7 @@ import time
 import urllib.request
 
 import pytest
-from redis_server import free_port
+from helpers.redis_server import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from store_helpers import make_bundle, restored_whole
+from helpers.store import make_bundle, restored_whole
 
 from jupyter_compile_cache.core.records import CellOptions
 from jupyter_compile_cache.core.session import CompileCacheSession

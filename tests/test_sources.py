@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from store_helpers import make_bundle, restored_whole
+from helpers.store import make_bundle, restored_whole
 
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.hub import HubConfig, RedisHub

@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from kernels import Kernel, process_gone
+from helpers.kernels import Kernel, process_gone
 
 from jupyter_compile_cache.frontends import cli
 

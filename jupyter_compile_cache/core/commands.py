@@ -6,6 +6,7 @@ these, and get typed records (records.py) to show as they like.
 from __future__ import annotations
 
 import os
+import platform
 from collections.abc import Callable
 
 from ..kernels.spare import spare_status
@@ -20,10 +21,13 @@ from .records import (
     BundleRow,
     CellOptions,
     CellReport,
+    CellSaving,
+    DeviceSummary,
     HubState,
     LayerState,
     SessionStatus,
     StoreStatistics,
+    TimeSaved,
     VersionFit,
 )
 from .session import CompileCacheSession
@@ -141,6 +145,38 @@ class Commands:
             zeroed=zero,
         )
 
+    def device(self) -> DeviceSummary:
+        """This kernel's GPU (name, compute capability, memory in use / total) or CPU (model, ISA)."""
+        import torch
+
+        fp = fingerprint.current()
+        versions = {"torch": fp["torch"], "triton": fp["triton"], "cuda": fp["cuda"], "hip": fp["hip"]}
+        if torch.cuda.is_available():
+            free, total = torch.cuda.mem_get_info()
+            return DeviceSummary(
+                "gpu", fp["gpu_name"], **versions, capability=fp["gpu_capability"], memory_used=total - free,
+                memory_total=total,
+            )  # fmt: skip
+        return DeviceSummary("cpu", fp["cpu_model"] or platform.processor(), **versions, isa=fp["cpu_isa"])
+
+    def time_saved(self) -> TimeSaved:
+        """Estimated compile time saved: per restored cell (cold time in the bundle minus this run), per layer."""
+        per_layer = {layer.name: 0.0 for layer in layers.LAYERS}
+        cells = []
+        for report in self.session.history:
+            restore = report.restore
+            if not (report.ok and restore and restore.restored) or restore.cold_seconds is None:
+                continue
+            restored = report.body_seconds + restore.seconds + restore.pull_seconds  # the restore is part of the wait
+            saved = max(0.0, restore.cold_seconds - restored)
+            cells.append(CellSaving(report.name, restore.cold_seconds, restored, saved))
+            hits = {name: counts.get("hits", 0) for name, counts in report.layers.items()}
+            total_hits = sum(hits.values())
+            for name, count in hits.items():
+                if total_hits:
+                    per_layer[name] = per_layer.get(name, 0.0) + saved * count / total_hits
+        return TimeSaved(per_layer, cells, sum(c.saved for c in cells))
+
     # -- changes --------------------------------------------------------------------------------------------------
     def push(self, name: str, store_dir: str | None = None) -> str:
         """Push the newest local version of NAME to the hub; returns what happened, in words."""
@@ -252,6 +288,9 @@ class Commands:
         else:
             layer.set_switch(enabled)
         return layer
+
+    def layer_names(self) -> list[str]:
+        return [layer.name for layer in layers.LAYERS]
 
     def switch_scope(self, layer: layers.Layer) -> str:
         """Where LAYER applies now, in words: 'off', '%%compile_cache cells', 'this kernel' or 'everywhere'."""

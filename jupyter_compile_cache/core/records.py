@@ -252,3 +252,38 @@ class StoreStatistics:
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         return {**{k: v for k, v in data.items() if k != "counts"}, **data["counts"]}
+
+
+@dataclass
+class DeviceSummary:
+    """The GPU (name, compute capability, memory in use) or the CPU (model, vector ISA), with the versions."""
+
+    kind: str  # 'gpu' or 'cpu'
+    name: str | None
+    torch: str
+    triton: str | None
+    cuda: str | None
+    hip: str | None
+    capability: str | None = None
+    memory_used: int = 0
+    memory_total: int = 0
+    isa: str | None = None
+
+
+@dataclass
+class CellSaving:
+    """One restored cell: its cold time (recorded in the bundle) against this run, the restore included."""
+
+    name: str
+    cold: float
+    restored: float
+    saved: float
+
+
+@dataclass
+class TimeSaved:
+    """Estimated compile time saved this session, per restored cell and split over the layers that hit."""
+
+    per_layer: dict[str, float]
+    cells: list[CellSaving]
+    total: float

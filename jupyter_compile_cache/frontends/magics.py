@@ -21,7 +21,6 @@ from ..core.commands import Commands
 from ..core.records import CellOptions
 from ..core.session import CompileCacheSession
 from ..storage.bundle import check_name
-from ..torch_adapter import layers
 from . import arguments, tables
 
 
@@ -251,7 +250,7 @@ class CompileCacheMagics(Magics):
             try:
                 layer = commands.set_layer(args.layer, args.command == "enable")
             except KeyError:
-                names = ", ".join(layer.name for layer in layers.LAYERS)
+                names = ", ".join(commands.layer_names())
                 raise UsageError(f"unknown layer {args.layer!r}; layers: {names}\nusage: {line_usage()}") from None
             except ValueError as exc:
                 raise UsageError(str(exc)) from None

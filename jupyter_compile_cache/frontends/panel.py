@@ -14,66 +14,22 @@ cell's files, the layers sharing some), so it does not add up to the store's siz
 from __future__ import annotations
 
 import html
-import platform
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from ..core.commands import Commands
-from ..core.records import BundleRow, CellReport, SessionStatus
+from ..core.records import BundleRow, CellReport, CellSaving, SessionStatus, TimeSaved
 from ..core.session import CompileCacheSession
-from ..torch_adapter import fingerprint, layers
 from ..units import human_bytes
 from .tables import Explanation, age, hub_line, removal_lines
 
 
-def device_summary() -> dict[str, Any]:
-    """GPU name, compute capability and memory in use / total, or the CPU and its ISA; torch/Triton/CUDA versions."""
-    import torch
-
-    fp = fingerprint.current()
-    info: dict[str, Any] = {"torch": fp["torch"], "triton": fp["triton"], "cuda": fp["cuda"], "hip": fp["hip"]}
-    if torch.cuda.is_available():
-        free, total = torch.cuda.mem_get_info()
-        info.update(
-            kind="gpu",
-            name=fp["gpu_name"],
-            capability=fp["gpu_capability"],
-            memory_used=total - free,
-            memory_total=total,
-        )
-    else:
-        info.update(kind="cpu", name=fp["cpu_model"] or platform.processor(), isa=fp["cpu_isa"])
-    return info
-
-
-def saved_seconds(session: CompileCacheSession) -> dict[str, Any]:
-    """Estimated compile time saved: per restored cell (cold time in the bundle minus this run), split per layer."""
-    per_layer = {layer.name: 0.0 for layer in layers.LAYERS}
-    cells = []
-    for report in session.history:
-        restore = report.restore
-        if not (report.ok and restore and restore.restored):
-            continue
-        cold = restore.cold_seconds
-        if cold is None:
-            continue
-        restored = report.body_seconds + restore.seconds + restore.pull_seconds  # the restore is part of the wait
-        saved = max(0.0, cold - restored)
-        cells.append({"name": report.name, "cold": cold, "restored": restored, "saved": saved})
-        hits = {name: counts.get("hits", 0) for name, counts in report.layers.items()}
-        total_hits = sum(hits.values())
-        for name, count in hits.items():
-            if total_hits:
-                per_layer[name] = per_layer.get(name, 0.0) + saved * count / total_hits
-    return {"per_layer": per_layer, "cells": cells, "total": sum(c["saved"] for c in cells)}
-
-
-def bar_chart_svg(cells: list[dict[str, Any]], width: int = 520) -> str:
+def bar_chart_svg(cells: list[CellSaving], width: int = 520) -> str:
     """Cold vs restored seconds per cell, as inline SVG (no plotting library, nothing to download)."""
     if not cells:
         return "<i>No restored %%compile_cache cell yet: run one twice (or after a restart) to compare.</i>"
-    top = max(max(c["cold"], c["restored"]) for c in cells) or 1.0
+    top = max(max(c.cold, c.restored) for c in cells) or 1.0
     row, bar, label_w = 34, 12, 140
     scale = (width - label_w - 70) / top
     parts = [
@@ -85,12 +41,13 @@ def bar_chart_svg(cells: list[dict[str, Any]], width: int = 520) -> str:
     ]
     for i, c in enumerate(cells):
         y = 20 + i * row
-        parts.append(f'<text x="0" y="{y + bar + 4}">{html.escape(c["name"][:22])}</text>')
+        parts.append(f'<text x="0" y="{y + bar + 4}">{html.escape(c.name[:22])}</text>')
         for j, (key, color) in enumerate((("cold", "#d9534f"), ("restored", "#5cb85c"))):
-            w = max(1.0, c[key] * scale)
+            value = getattr(c, key)
+            w = max(1.0, value * scale)
             parts.append(
                 f'<rect x="{label_w}" y="{y + j * (bar + 2)}" width="{w:.1f}" height="{bar}" fill="{color}"/>'
-                f'<text x="{label_w + w + 4:.1f}" y="{y + j * (bar + 2) + bar - 2}">{c[key]:.2f} s</text>'
+                f'<text x="{label_w + w + 4:.1f}" y="{y + j * (bar + 2) + bar - 2}">{value:.2f} s</text>'
             )
     parts.append("</svg>")
     return "".join(parts)
@@ -185,7 +142,7 @@ class Panel:
     def refresh(self) -> None:
         w = self._w
         status = self.commands.status()
-        saved = saved_seconds(self.session)
+        saved = self.commands.time_saved()
         self.header.value = self._header_html(status, saved)
         cells: list[Any] = [w.HTML(f"<b>{h}</b>") for h, _wd in _LAYER_COLUMNS]
         for row in status.layers:
@@ -203,24 +160,24 @@ class Panel:
                 row.hits,
                 row.misses,
                 row.bypasses,
-                f"{saved['per_layer'].get(row.layer, 0.0):.1f} s",
+                f"{saved.per_layer.get(row.layer, 0.0):.1f} s",
                 row.switch or "always on",
             ]
             cells += [toggle, *(w.HTML(html.escape(str(v))) for v in values)]
         self.layer_box.children = cells
         self._refresh_bundles(hub=status.hub.url is not None)
-        self.chart.value = bar_chart_svg(saved["cells"])
+        self.chart.value = bar_chart_svg(saved.cells)
 
-    def _header_html(self, status: SessionStatus, saved: dict[str, Any]) -> str:
-        dev = device_summary()
-        if dev["kind"] == "gpu":
+    def _header_html(self, status: SessionStatus, saved: TimeSaved) -> str:
+        dev = self.commands.device()
+        if dev.kind == "gpu":
             device = (
-                f"{html.escape(str(dev['name']))} (compute {dev['capability']}), memory "
-                f"{human_bytes(dev['memory_used'])} / {human_bytes(dev['memory_total'])}"
+                f"{html.escape(str(dev.name))} (compute {dev.capability}), memory "
+                f"{human_bytes(dev.memory_used)} / {human_bytes(dev.memory_total)}"
             )
         else:
-            device = f"CPU {html.escape(str(dev['name']))}, ISA {html.escape(str(dev['isa']))}"
-        versions = f"torch {dev['torch']}, Triton {dev['triton'] or '-'}, CUDA {dev['cuda'] or '-'}"
+            device = f"CPU {html.escape(str(dev.name))}, ISA {html.escape(str(dev.isa))}"
+        versions = f"torch {dev.torch}, Triton {dev.triton or '-'}, CUDA {dev.cuda or '-'}"
         hub = html.escape(hub_line(status.hub).removeprefix("compile_cache: hub ") if status.hub.url else "none")
         cap = status.max_bytes
         precompile = (
@@ -232,7 +189,7 @@ class Panel:
             f"<div>local store {html.escape(status.store_dir)}: {human_bytes(status.store_bytes)} of the "
             f"{human_bytes(cap)} cap ({100 * status.store_bytes / max(cap, 1):.1f} %); "
             f"cache dir {html.escape(status.cache_dir)}</div><div>hub: {hub}</div>"
-            f"<div>compile time saved this session (estimate): {saved['total']:.1f} s</div>{precompile}"
+            f"<div>compile time saved this session (estimate): {saved.total:.1f} s</div>{precompile}"
         )
 
     def _refresh_bundles(self, hub: bool) -> None:

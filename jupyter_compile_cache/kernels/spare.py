@@ -329,7 +329,8 @@ def _become_kernel(module: str, args: list[str], own_stdin: bool = True) -> None
 
     from .kernel_exit import stop_compile_workers_on_shutdown
 
-    for name in [n for n in sys.modules if n == __package__ or n.startswith(f"{__package__}.")]:
+    ours = (__package__ or "jupyter_compile_cache").partition(".")[0]  # the whole package, not only kernels/
+    for name in [n for n in sys.modules if n == ours or n.startswith(f"{ours}.")]:
         del sys.modules[name]
     if own_stdin:  # the provisioner's pipe: a kernel started by jupyter_client has its stdin closed
         sys.stdin.close()
