@@ -38,3 +38,25 @@ def test_restoring_then_running_the_cell_passes_over_the_bundle_once(tmp_path, m
     assert again.restored and restored_whole(list(extracted))
     assert _files(cache)[victim] != extracted[victim]
     session.close()
+
+
+def test_a_view_that_fails_is_told_once_and_the_cell_stands(tmp_path, monkeypatch):
+    import io
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    err = io.StringIO()
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"), out=io.StringIO(), err=err)
+    seen = []
+
+    def broken(report):
+        seen.append(report.name)
+        raise RuntimeError("the widget is gone")
+
+    session.listeners.append(broken)
+    for name in ("one", "two"):
+        with session.cell(name, CellOptions(quiet=True)) as report:
+            pass
+        assert report.ok
+    assert seen == ["one"] and session.listeners == []
+    assert err.getvalue().count("a view of this session stopped updating (RuntimeError: the widget is gone)") == 1
+    assert [r.name for r in session.history] == ["one", "two"]

@@ -278,8 +278,11 @@ class CompileCacheSession:
                 self._stats_failed = True
                 self.warn(f"the store's statistics were not updated ({exc}); the cell's result stands")
         for listener in list(self.listeners):
-            with contextlib.suppress(Exception):  # a broken view must never break the cell
+            try:
                 listener(report)
+            except Exception as exc:  # a broken view must never break the cell: told once, then dropped
+                self.listeners.remove(listener)
+                self.warn(f"a view of this session stopped updating ({type(exc).__name__}: {exc})")
 
     def _set_precompile(self, enabled: bool | None) -> bool | None:
         """Switch torch's caching_precompile (and our guard with it); returns the previous value."""

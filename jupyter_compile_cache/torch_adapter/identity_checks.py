@@ -159,6 +159,6 @@ def innermost(fn: Any) -> Any:
         from torch._dynamo.eval_frame import innermost_fn
 
         fn = innermost_fn(fn)
-    except Exception:
+    except Exception:  # a torch without it: the function as given
         pass
     return getattr(fn, "__func__", fn)

@@ -50,7 +50,7 @@ def set_aside(key: str) -> None:
             target = os.path.join(os.path.dirname(entry_dir), f".jcc-set-aside-{key}")
             shutil.rmtree(target, ignore_errors=True)
             os.replace(entry_dir, target)
-    except Exception:
+    except Exception:  # best effort: the fallback was told, and this kernel refuses the entry by its key anyway
         pass
 
 

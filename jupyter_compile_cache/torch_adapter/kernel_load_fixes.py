@@ -117,7 +117,7 @@ def _triton_heuristics() -> types.ModuleType | None:
         return None
     try:
         from torch._inductor.runtime import triton_heuristics
-    except Exception:
+    except Exception:  # a Triton this torch cannot load: nothing to fix
         return None
     return triton_heuristics
 

@@ -97,7 +97,7 @@ class PrecompileGuard:
             import torch
             import torch._dynamo.config as dynamo_config
             from torch._dynamo import guards, package
-        except Exception:
+        except Exception:  # no torch, or one without precompile: the plain path
             return False
         if torch.__version__ < MIN_TORCH:
             return False
