@@ -56,7 +56,7 @@ def test_only_the_cells_own_precompile_entries_are_taken(tmp_path):
     _write(roots["inductor"], "dynamo/code_state_mine.pkl")  # automatic-dynamic memory: its own layer (pgo)
     files = watcher.collect(dynamo_keys={"mine"})
     assert sorted(files.files) == ["inductor/dynamo/code_state_mine.pkl", "inductor/dynamo/mine/entry"]
-    assert {"mine", "another-cells"} <= capture.all_dynamo_keys(roots)  # the API's save bundles every entry
+    assert {"mine", "another-cells"} <= capture.all_precompile_keys(roots)  # the API's save bundles every entry
 
 
 def test_a_restored_entry_is_carried_forward_only_if_the_cell_used_it(tmp_path):

@@ -77,6 +77,8 @@ def test_chart_compares_cold_and_restored():
     svg = bar_chart_svg([CellSaving("net", cold=10.0, restored=0.2, saved=9.8)])
     assert svg.startswith("<svg") and "10.00 s" in svg and "0.20 s" in svg
     assert "No restored" in bar_chart_svg([])
+    long_name = "transformer-max-autotune-infer"
+    assert f">{long_name}</text>" in bar_chart_svg([CellSaving(long_name, cold=1.0, restored=0.1, saved=0.9)])
 
 
 def test_bundles_show_age_and_use_push_needs_a_hub_and_gc_previews_before_it_removes(session, monkeypatch):
@@ -108,3 +110,18 @@ def test_bundles_show_age_and_use_push_needs_a_hub_and_gc_previews_before_it_rem
     yes.click()
     assert session.store().versions("panelgc") == []
     assert "removed 1 version(s)" in panel.messages.outputs[-1]["text"]
+
+
+def test_a_restore_from_the_panel_shows_its_progress_then_hides_it(session):
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.torch_adapter import fingerprint
+
+    make_bundle(session.store(), "big", size=4 << 20, files=4, now=fingerprint.current())
+    panel = Panel(session)
+    seen = []
+    panel.progress.observe(lambda change: seen.append(change["new"]), "value")
+    panel.bundle_buttons[("local", "big", session.store().versions("big")[0].version, "restore")].click()
+    assert "restored 'big' from local" in panel.messages.outputs[-1]["text"]
+    assert seen[-1] == 1.0 and len(seen) >= 4 and seen == sorted(seen)  # as the bytes land, never backwards
+    assert panel.progress.layout.display == "none" and "big: 4.0 MB / 4.0 MB" in panel.progress.description

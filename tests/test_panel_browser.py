@@ -35,6 +35,18 @@ CELLS = [
 ]
 
 
+# The texts of a panel (an element, in the page) that do not fit their box, and the panel itself if it is wider than
+# the output area it sits in.
+CLIPPED = """panel => {
+    const cut = [...panel.querySelectorAll('.widget-html-content, .widget-label, .widget-button, button')]
+        .filter(e => e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1)
+        .map(e => e.textContent.trim().slice(0, 60));
+    const area = panel.closest('.jp-OutputArea-output') || panel.parentElement;
+    if (panel.getBoundingClientRect().right > area.getBoundingClientRect().right + 1) cut.push('the panel itself');
+    return cut;
+}"""
+
+
 def _notebook(path):
     cells = [
         {"cell_type": "code", "metadata": {}, "source": src, "outputs": [], "execution_count": None} for src in CELLS
@@ -73,6 +85,8 @@ def _lab_settings(config_dir):
 
 @pytest.fixture
 def jupyterlab(tmp_path):
+    # PANEL_DEMO_DIR: where the store and caches go when the run is for the README's screenshot
+    demo = os.path.expanduser(os.environ.get("PANEL_DEMO_DIR", "")) or str(tmp_path)
     root = tmp_path / "lab"
     root.mkdir()
     _notebook(root / "panel.ipynb")
@@ -80,8 +94,8 @@ def jupyterlab(tmp_path):
     port, token = free_port(), secrets.token_hex(16)
     env = dict(
         os.environ,
-        JUPYTER_COMPILE_CACHE_DIR=str(tmp_path / "store"),
-        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"),
+        JUPYTER_COMPILE_CACHE_DIR=os.path.join(demo, "store"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(demo, "torch-cache"),
         JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
         JUPYTER_RUNTIME_DIR=str(tmp_path / "jupyter-runtime"),
         JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"),
@@ -178,6 +192,13 @@ def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path)
                 grid.get_by_text(t, exact=True).bounding_box()["x"] for t in ("FX graph", "PGO (automatic dynamic)")
             ]
             assert abs(titles[0] - titles[1]) < 1, titles
+            # nothing is cut: no text runs out of its box, and the panel stays inside the notebook's output area
+            assert panel.evaluate(CLIPPED) == []
+            shot = os.environ.get("PANEL_SCREENSHOT") or str(tmp_path / "panel.png")
+            panel.scroll_into_view_if_needed()
+            panel.screenshot(path=shot)  # as the user first sees it, before the toggle below
+            assert os.path.getsize(shot) > 10_000
+
             fx_title = grid.locator(".widget-html", has_text="FX graph")
             fx_title.locator("xpath=preceding-sibling::*[1]").locator("input[type=checkbox]").click()
             expect(panel.get_by_text("fx_graph_cache = False")).to_be_visible(timeout=30_000)
@@ -186,11 +207,6 @@ def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path)
             page.locator(".jp-Cell").last.click()
             page.keyboard.press("Shift+Enter")
             expect(page.get_by_text("FXCACHE False")).to_be_visible(timeout=30_000)
-
-            shot = os.environ.get("PANEL_SCREENSHOT") or str(tmp_path / "panel.png")
-            panel.scroll_into_view_if_needed()
-            panel.screenshot(path=shot)
-            assert os.path.getsize(shot) > 10_000
         except Exception:
             failure = os.environ.get("PANEL_FAILURE_SCREENSHOT") or str(tmp_path / "failure.png")
             page.screenshot(path=failure, full_page=True)

@@ -19,7 +19,7 @@ from typing import IO, Any, TextIO
 from ..kernels.prewarm import Prewarm
 from ..storage import bundle
 from ..storage.bundle import Manifest, check_name
-from ..storage.sources import HubSource, LocalSource, Source, TransferBar, find
+from ..storage.sources import HubSource, LocalSource, Progress, Source, TransferBar, find
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
 from ..torch_adapter.cell_snapshot import CellSnapshot
@@ -110,42 +110,60 @@ class CompileCacheSession:
 
     # -- restore ------------------------------------------------------------------------------------------------
     def restore(
-        self, name: str, store_dir: str | None = None, quiet: bool = False, options: CellOptions | None = None
+        self,
+        name: str,
+        store_dir: str | None = None,
+        quiet: bool = False,
+        options: CellOptions | None = None,
+        progress: Progress | None = None,
     ) -> RestoreResult:
-        """Restore the newest compatible version of NAME into torch's cache dirs: local store, then the hub."""
+        """Restore the newest compatible version of NAME into torch's cache dirs: local store, then the hub.
+        `progress(done, total)` is told the bytes pulled, then restored (else a bar shows what takes over a second)."""
         opts = options or CellOptions(store_dir=store_dir, quiet=quiet)
-        return self._restore(check_name(name), opts, None, self.hub_policy.for_cell(opts))
+        return self._restore(check_name(name), opts, None, self.hub_policy.for_cell(opts), progress)
 
-    def _install(self, manifest: Manifest, payload: IO[bytes], roots: dict[str, str]) -> list[str]:
+    def _install(
+        self, manifest: Manifest, payload: IO[bytes], roots: dict[str, str], progress: Progress | None = None
+    ) -> list[str]:
         """Extract a version into the cache dirs, unless this session put it there and every file is as it left
         it (same size, same modification time): restoring NAME and then running its cell passes over it once."""
         key = (manifest.name, manifest.version, tuple(sorted(roots.items())))
         stamps = self._installed.get(key)
         if stamps is not None and all(_stamp(path) == stamp for path, stamp in stamps):
             return [path for path, _stamp_now in stamps]
-        paths = bundle.extract(payload, manifest, roots)
+        paths = bundle.extract(payload, manifest, roots, progress)
         self._installed[key] = [(path, _stamp(path)) for path in paths]
         return paths
 
-    def _restore(self, name: str, opts: CellOptions, report: CellReport | None, hub: HubSource | None) -> RestoreResult:
+    def _restore(
+        self,
+        name: str,
+        opts: CellOptions,
+        report: CellReport | None,
+        hub: HubSource | None,
+        progress: Progress | None = None,
+    ) -> RestoreResult:
         result = RestoreResult(name)
         store = self.store(opts.store_dir)
         start = time.perf_counter()
         roots = capture.cache_roots()
         sources: list[Source] = [LocalSource(store)] + ([hub] if hub is not None else [])
 
-        def bar(source: Source, _manifest: Manifest) -> TransferBar | None:
-            return TransferBar(f"pulling {name!r} from the hub", opts.quiet) if source.kind == "hub" else None
+        def pull_bar(source: Source, _manifest: Manifest) -> Progress | None:
+            if source.kind != "hub":
+                return None
+            return progress or TransferBar(f"pulling {name!r} from the hub", opts.quiet)
+
+        def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
+            bar = None if progress is not None else TransferBar(f"restoring {name!r}", opts.quiet)
+            try:
+                return self._install(manifest, payload, roots, progress or bar)
+            finally:
+                if bar is not None:
+                    bar.close()
 
         now = fingerprint.current()
-        found = find(
-            name,
-            sources,
-            store,
-            lambda m: fingerprint.incompatibility(m, now),
-            lambda m, payload: self._install(m, payload, roots),
-            bar,
-        )
+        found = find(name, sources, store, lambda m: fingerprint.incompatibility(m, now), install, pull_bar)
         for source, exc in found.down:
             if hub is not None and source is hub:
                 self.hub_policy.failed(hub, exc, report)
@@ -225,12 +243,12 @@ class CompileCacheSession:
                 self._finish(report)
                 raise
             report.body_seconds = time.perf_counter() - start
-            dynamo_keys = before.save_precompile_entries()
-            digest_files = self.guard.write_digests(dynamo_keys) if precompile else []
+            precompile_keys = before.save_precompile_entries()
+            digest_files = self.guard.write_digests(precompile_keys) if precompile else []
             if opts.whole_cache:
-                dynamo_keys |= capture.all_dynamo_keys(roots)
+                precompile_keys |= capture.all_precompile_keys(roots)
                 digest_files += capture.all_files(roots)
-            cell_files = watcher.collect(dynamo_keys if precompile else None, digest_files)
+            cell_files = watcher.collect(precompile_keys if precompile else None, digest_files)
             delta = before.layer_counts()
             for layer_name, counts in delta.items():
                 counts["written"] = cell_files.new_by_layer.get(layer_name, 0)

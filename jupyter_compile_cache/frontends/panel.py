@@ -14,43 +14,56 @@ cell's files, the layers sharing some), so it does not add up to the store's siz
 from __future__ import annotations
 
 import html
+import os
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from ..core.commands import Commands
-from ..core.records import BundleRow, CellReport, CellSaving, SessionStatus, TimeSaved
+from ..core.records import BundleRow, CellReport, CellSaving, RestoreResult, SessionStatus, TimeSaved
 from ..core.session import CompileCacheSession
 from ..units import human_bytes
 from .tables import Explanation, age, hub_line, removal_lines
 
 
 def bar_chart_svg(cells: list[CellSaving], width: int = 520) -> str:
-    """Cold vs restored seconds per cell, as inline SVG (no plotting library, nothing to download)."""
+    """Cold vs restored seconds per cell, as inline SVG (no plotting library, nothing to download). Each cell's whole
+    name stands on its own line above its bars, so no name is cut."""
     if not cells:
         return "<i>No restored %%compile_cache cell yet: run one twice (or after a restart) to compare.</i>"
     top = max(max(c.cold, c.restored) for c in cells) or 1.0
-    row, bar, label_w = 34, 12, 140
-    scale = (width - label_w - 70) / top
+    label, bar, gap = 14, 12, 10
+    row = label + 2 * (bar + 2) + gap
+    scale = (width - 70) / top
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{row * len(cells) + 24}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{row * len(cells) + 20}" '
         'font-family="sans-serif" font-size="11">',
-        f'<rect x="{label_w}" y="2" width="10" height="10" fill="#d9534f"/><text x="{label_w + 14}" y="11">cold'
-        f'</text><rect x="{label_w + 60}" y="2" width="10" height="10" fill="#5cb85c"/>'
-        f'<text x="{label_w + 74}" y="11">restored</text>',
+        '<rect x="0" y="2" width="10" height="10" fill="#d9534f"/><text x="14" y="11">cold</text>'
+        '<rect x="60" y="2" width="10" height="10" fill="#5cb85c"/><text x="74" y="11">restored</text>',
     ]
     for i, c in enumerate(cells):
         y = 20 + i * row
-        parts.append(f'<text x="0" y="{y + bar + 4}">{html.escape(c.name[:22])}</text>')
+        parts.append(f'<text x="0" y="{y + label - 3}">{html.escape(c.name)}</text>')
         for j, (key, color) in enumerate((("cold", "#d9534f"), ("restored", "#5cb85c"))):
             value = getattr(c, key)
             w = max(1.0, value * scale)
+            top_y = y + label + j * (bar + 2)
             parts.append(
-                f'<rect x="{label_w}" y="{y + j * (bar + 2)}" width="{w:.1f}" height="{bar}" fill="{color}"/>'
-                f'<text x="{label_w + w + 4:.1f}" y="{y + j * (bar + 2) + bar - 2}">{value:.2f} s</text>'
+                f'<rect x="0" y="{top_y}" width="{w:.1f}" height="{bar}" fill="{color}"/>'
+                f'<text x="{w + 4:.1f}" y="{top_y + bar - 2}">{value:.2f} s</text>'
             )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _wrapping(text: str) -> str:
+    # widget HTML does not wrap by itself: a long torch switch name would run out of its column
+    return f'<span style="white-space: normal; overflow-wrap: anywhere">{html.escape(text)}</span>'
+
+
+def _from_home(path: str) -> str:
+    home = os.path.expanduser("~")
+    return "~" + path[len(home) :] if home not in ("", "/") and path.startswith(home + os.sep) else path
 
 
 class Panel:
@@ -77,6 +90,10 @@ class Panel:
             layout=w.Layout(grid_template_columns=" ".join(width for _h, width in _LAYER_COLUMNS), align_items="center")
         )
         self.bundle_box = w.VBox()
+        # a restore's progress (pulled, then restored), shown while one runs
+        self.progress = w.FloatProgress(
+            min=0.0, max=1.0, style={"description_width": "initial"}, layout=w.Layout(display="none", width="560px")
+        )
         self.chart = w.HTML()
         self.messages = w.Output(layout=w.Layout(max_height="160px", overflow="auto"))
         self.refresh_button = w.Button(description="Refresh", icon="refresh")
@@ -98,6 +115,7 @@ class Panel:
                 w.HTML("<b>Cache layers</b> (toggles flip torch's switch in this kernel)"),
                 self.layer_box,
                 w.HBox([w.HTML("<b>Bundles</b>"), self.free_button, self.clear_button]),
+                self.progress,
                 self.bundle_box,
                 w.HTML("<b>Cold vs restored</b> (per %%compile_cache cell)"),
                 self.chart,
@@ -163,7 +181,7 @@ class Panel:
                 f"{saved.per_layer.get(row.layer, 0.0):.1f} s",
                 row.switch or "always on",
             ]
-            cells += [toggle, *(w.HTML(html.escape(str(v))) for v in values)]
+            cells += [toggle, *(w.HTML(_wrapping(str(v))) for v in values)]
         self.layer_box.children = cells
         self._refresh_bundles(hub=status.hub.url is not None)
         self.chart.value = bar_chart_svg(saved.cells)
@@ -186,9 +204,9 @@ class Panel:
         )
         return (
             f"<div>{device}</div><div>{versions}</div>"
-            f"<div>local store {html.escape(status.store_dir)}: {human_bytes(status.store_bytes)} of the "
+            f"<div>local store {html.escape(_from_home(status.store_dir))}: {human_bytes(status.store_bytes)} of the "
             f"{human_bytes(cap)} cap ({100 * status.store_bytes / max(cap, 1):.1f} %); "
-            f"cache dir {html.escape(status.cache_dir)}</div><div>hub: {hub}</div>"
+            f"cache dir {html.escape(_from_home(status.cache_dir))}</div><div>hub: {hub}</div>"
             f"<div>compile time saved this session (estimate): {saved.total:.1f} s</div>{precompile}"
         )
 
@@ -251,7 +269,7 @@ class Panel:
 
     def _bundle_action(self, action: str, b: BundleRow) -> None:
         if action == "restore":
-            result = self.session.restore(b.name, quiet=True)
+            result = self._restore_with_progress(b.name)
             self.say(
                 f"restored {b.name!r} from {result.source}"
                 if result.restored
@@ -264,6 +282,23 @@ class Panel:
         elif action == "explain":
             self.say(repr(Explanation(self.commands.explain(b.name))))
         self.refresh()
+
+    def _restore_with_progress(self, name: str) -> RestoreResult:
+        bar = self.progress
+        bar.value, bar.description, bar.layout.display = 0.0, "restoring", None
+        shown = [-1.0]
+
+        def progress(done: int, total: int) -> None:
+            fraction = done / total if total else 1.0
+            if abs(fraction - shown[0]) >= 0.01 or fraction >= 1.0:  # a message per percent, not per chunk
+                shown[0] = fraction
+                bar.value = fraction
+                bar.description = f"{name}: {human_bytes(done)} / {human_bytes(total)}"
+
+        try:
+            return self.session.restore(name, quiet=True, progress=progress)
+        finally:
+            bar.layout.display = "none"
 
     def _gc(self, dry_run: bool) -> Any:
         """free: versions that cannot restore on this machine, then the least recently used over the cap; clear:

@@ -23,7 +23,7 @@ import shutil
 import tarfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
@@ -216,8 +216,14 @@ def _root_dirs(roots: Mapping[str, str]) -> dict[str, str]:
     return {k: os.path.realpath(v) for k, v in roots.items()}
 
 
-def extract(payload: IO[bytes], manifest: Manifest, roots: Mapping[str, str]) -> list[str]:
-    """Verify and restore a payload into the cache roots; returns the paths written.
+def extract(
+    payload: IO[bytes],
+    manifest: Manifest,
+    roots: Mapping[str, str],
+    progress: Callable[[int, int], None] | None = None,
+) -> list[str]:
+    """Verify and restore a payload into the cache roots; returns the paths written. `progress(done, total)`:
+    the bytes of files restored so far, of all.
 
     Raises UnsafeBundle or DamagedBundle and writes nothing visible if anything is off.
     """
@@ -237,6 +243,7 @@ def extract(payload: IO[bytes], manifest: Manifest, roots: Mapping[str, str]) ->
     staging = {root: os.path.join(path, f".jcc-staging-{uuid.uuid4().hex}") for root, path in real_roots.items()}
     staged: list[tuple[str, str, str]] = []  # (member, staged path, final path)
     reader = _HashingReader(payload)
+    total, done = sum(m.size for m in manifest.members), 0
     writer = FileWriterThread()  # hashes and writes each member while the next bytes are decompressed
     try:
         try:
@@ -262,6 +269,9 @@ def extract(payload: IO[bytes], manifest: Manifest, roots: Mapping[str, str]) ->
                     writer.open(tmp)
                     while chunk := src.read(_READ_SIZE):  # type: ignore[union-attr]
                         writer.write(chunk)
+                        done += len(chunk)
+                        if progress is not None:
+                            progress(done, total)
                     writer.close()
                     staged.append((info.name, tmp, final))
             reader.drain()

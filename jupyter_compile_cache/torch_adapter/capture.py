@@ -198,7 +198,7 @@ class CellFiles:
         return not layers.only_graph_hits(layer_counts) and written > 0
 
 
-def all_dynamo_keys(roots: dict[str, str]) -> set[str]:
+def all_precompile_keys(roots: dict[str, str]) -> set[str]:
     """Every Dynamo precompile entry in the cache dir (the API's `save`, which bundles the whole cache)."""
     try:
         return set(os.listdir(os.path.join(roots["inductor"], "dynamo")))
