@@ -215,23 +215,22 @@ def _elide(value: Any, width: int = 60) -> str:
 
 
 class Explanation(_View):
+    """`explain`: per version, a heading with the verdict and a table of the fingerprint's fields; then the last
+    run's layers. Text in a terminal, the same headings and tables as HTML in a notebook."""
+
     headers = ("field", "verdict", "bundle", "this kernel")  # the verdict first: long values come last
+    run_headers = ("layer", "hits", "misses", "bypasses", "files written")
 
-    def __repr__(self) -> str:
-        return "\n".join(self.lines())
-
-    def _repr_html_(self) -> str:
-        return "<pre>" + html.escape(repr(self)) + "</pre>"
-
-    def lines(self) -> list[str]:
+    def blocks(self) -> list[tuple[str, Sequence[str], list[list[Any]]]]:
+        """(heading, table headers, rows); no headers: a heading alone."""
         d: BundleExplanation = self.data
-        out = [f"bundle {d.name!r} in {d.store_dir}"]
+        out: list[tuple[str, Sequence[str], list[list[Any]]]] = [(f"bundle {d.name!r} in {d.store_dir}", (), [])]
         if not d.versions:
-            out.append("  no versions stored")
+            out.append(("no versions stored", (), []))
         for v in d.versions:
             created = _dt.datetime.fromtimestamp(v.created).isoformat(timespec="seconds")
             verdict = "WOULD RESTORE" if v.reason is None else "would NOT restore"
-            out.append(
+            heading = (
                 f"version {v.version} ({human_bytes(v.bytes)}, {v.files} files, {created}, by {v.writer}): {verdict}"
             )
             rows = []
@@ -244,24 +243,37 @@ class Explanation(_View):
                     verdict = "MISMATCH (blocks)" if f.blocking else "differs (reported only)"
                 current = "(same)" if f.saved == f.current else _elide(f.current)
                 rows.append([f.field, verdict, _elide(f.saved), current])
-            out.extend("  " + line for line in _text_table(self.headers, rows).splitlines())
+            out.append((heading, self.headers, rows))
         run = d.last_run
         if run:
-            out.append(
-                f"last run of this cell: {run['body_seconds']:.2f} s, restored from "
-                f"{(run.get('restore') or {}).get('source') or 'nothing'}"
-            )
+            source = (run.get("restore") or {}).get("source") or "nothing"
             rows = [
                 [name, c.get("hits", 0), c.get("misses", 0), c.get("bypasses", 0), c.get("written", 0)]
                 for name, c in run.get("layers", {}).items()
             ]
-            out.extend(
-                "  " + line
-                for line in _text_table(("layer", "hits", "misses", "bypasses", "files written"), rows).splitlines()
+            out.append(
+                (f"last run of this cell: {run['body_seconds']:.2f} s, restored from {source}", self.run_headers, rows)
             )
         else:
-            out.append("no recorded run of this cell")
+            out.append(("no recorded run of this cell", (), []))
         return out
+
+    def lines(self) -> list[str]:
+        out = []
+        for heading, headers, rows in self.blocks():
+            out.append(heading)
+            if headers:
+                out.extend("  " + line for line in _text_table(headers, rows).splitlines())
+        return out
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines())
+
+    def _repr_html_(self) -> str:
+        return "".join(
+            f"<div><b>{html.escape(heading)}</b></div>" + (_html_table(headers, rows) if headers else "")
+            for heading, headers, rows in self.blocks()
+        )
 
 
 def hub_line(hub: HubState) -> str:

@@ -119,7 +119,10 @@ class TransferBar:
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
-        self.bar.close()
+        bar = self.bar
+        if not bar.disable and bar.last_print_t > bar.start_t:  # shown (after its delay): end on its true figures,
+            bar.refresh()  # not on the last its rate limit let through (a notebook keeps them)
+        bar.close()
 
 
 @dataclass

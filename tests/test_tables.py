@@ -1,0 +1,36 @@
+"""tables.py: `explain`, `list` and `stats` as text in a terminal and as HTML tables in a notebook, from the records
+commands.py returns for a real store."""
+
+from __future__ import annotations
+
+from helpers.store import make_bundle
+
+from jupyter_compile_cache.core.commands import Commands
+from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.frontends import tables
+from jupyter_compile_cache.torch_adapter import fingerprint
+
+
+def test_explain_is_a_heading_and_a_table_per_version_as_text_and_as_html(tmp_path):
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    here = make_bundle(session.store(), "net", now=fingerprint.current())
+    elsewhere = make_bundle(session.store(), "net", now={**fingerprint.current(), "torch": "1.0"})
+    view = tables.Explanation(Commands(session).explain("net"))
+    text, page = repr(view), view._repr_html_()
+    for version, verdict in ((here.version, "WOULD RESTORE"), (elsewhere.version, "would NOT restore")):
+        assert f"version {version}" in text and verdict in text
+        assert f"version {version}" in page
+    assert "MISMATCH (blocks)" in text and "no recorded run of this cell" in text
+    assert page.count("<table>") == 2 and "<th>verdict</th>" in page and "MISMATCH (blocks)" in page
+    assert max(len(line) for line in text.splitlines()) < 200  # the verdict comes before the long values
+
+
+def test_list_ends_with_totals_and_stats_read_as_a_table(tmp_path):
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    make_bundle(session.store(), "a", now=fingerprint.current())
+    make_bundle(session.store(), "b", now=fingerprint.current())
+    listing = tables.BundleTable(Commands(session).bundles())
+    assert repr(listing).splitlines()[-1].startswith("local: 2 versions of 2 bundles")
+    assert "<table>" in listing._repr_html_()
+    stats = tables.StatsView(Commands(session).stats())
+    assert "store size" in repr(stats) and "<table>" in stats._repr_html_()
