@@ -19,8 +19,9 @@ def _row(panel, title):
     rows = [cells[i : i + width] for i in range(width, len(cells), width)]  # the first row is the header
     assert all(len(row) == width for row in rows)  # a full grid: every column lines up
     for row in rows:
-        if row[1].value == title:
-            return [c.value for c in row[1:]]
+        texts = [re.sub(r"<[^>]+>", "", c.value) for c in row[1:]]  # the cell's text, without its wrapping markup
+        if texts[0] == title:
+            return texts
     raise AssertionError(title)
 
 

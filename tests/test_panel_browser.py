@@ -38,7 +38,9 @@ CELLS = [
 # The texts of a panel (an element, in the page) that do not fit their box, and the panel itself if it is wider than
 # the output area it sits in.
 CLIPPED = """panel => {
-    const cut = [...panel.querySelectorAll('.widget-html-content, .widget-label, .widget-button, button')]
+    const boxes = '.widget-html-content, .widget-label, .widget-button, button, .widget-gridbox, .widget-hbox, '
+        + '.widget-vbox';
+    const cut = [...panel.querySelectorAll(boxes)]
         .filter(e => e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1)
         .map(e => e.textContent.trim().slice(0, 60));
     const area = panel.closest('.jp-OutputArea-output') || panel.parentElement;
@@ -245,6 +247,7 @@ def test_gpu_notebook_panel_renders_offline_from_saved_state(jupyterlab, tmp_pat
             for title in ("Dynamo precompile", "Inductor/Triton kernels", "Autotune"):
                 expect(panel.get_by_text(title, exact=True)).to_be_visible()
             expect(panel.get_by_text("transformer-max-autotune", exact=False).first).to_be_visible()
+            assert panel.evaluate(CLIPPED) == []
             # saved widgets have no kernel behind them; drop the "disconnected" marks from the picture only
             page.add_style_tag(content=".jupyter-widgets-disconnected::before { display: none !important; }")
             shot = os.environ.get("PANEL_GPU_SCREENSHOT") or str(tmp_path / "panel_gpu.png")

@@ -9,7 +9,6 @@ import os
 import platform
 from collections.abc import Callable
 
-from ..kernels.spare import spare_status
 from ..storage.bundle import Manifest, check_name
 from ..storage.hub import HubError
 from ..storage.sources import HubSource, LocalSource, Progress, Source, find
@@ -70,6 +69,8 @@ class Commands:
                 )
             )
         store = session.store()
+        from ..kernels.spare import spare_status  # here: `list` and the CLI never need the kernel machinery
+
         return SessionStatus(
             hub=session.hub_policy.state(),
             settings=self.settings.resolved(),

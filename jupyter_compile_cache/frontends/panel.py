@@ -58,7 +58,8 @@ def bar_chart_svg(cells: list[CellSaving], width: int = 520) -> str:
 
 def _wrapping(text: str) -> str:
     # widget HTML does not wrap by itself: a long torch switch name would run out of its column
-    return f'<span style="white-space: normal; overflow-wrap: anywhere">{html.escape(text)}</span>'
+    breakable = html.escape(text).replace(".", ".<wbr>")  # a dotted name breaks after a dot first
+    return f'<span style="white-space: normal; overflow-wrap: anywhere">{breakable}</span>'
 
 
 def _from_home(path: str) -> str:
@@ -87,7 +88,11 @@ class Panel:
         self.header = w.HTML()
         # One grid, so every row's cells line up whatever their content (an HBox per row drifts).
         self.layer_box = w.GridBox(
-            layout=w.Layout(grid_template_columns=" ".join(width for _h, width in _LAYER_COLUMNS), align_items="center")
+            layout=w.Layout(
+                grid_template_columns=" ".join(width for _h, width in _LAYER_COLUMNS),
+                align_items="center",
+                width="100%",
+            )
         )
         self.bundle_box = w.VBox()
         # a restore's progress (pulled, then restored), shown while one runs
@@ -337,5 +342,5 @@ _LAYER_COLUMNS = (
     ("misses", "60px"),
     ("bypasses", "70px"),
     ("saved (est.)", "90px"),
-    ("torch switch", "330px"),
+    ("torch switch", "minmax(120px,1fr)"),  # the rest of the width; a long switch name wraps
 )
