@@ -247,9 +247,9 @@ def test_gpu_notebook_panel_renders_offline_from_saved_state(jupyterlab, tmp_pat
             for title in ("Dynamo precompile", "Inductor/Triton kernels", "Autotune"):
                 expect(panel.get_by_text(title, exact=True)).to_be_visible()
             expect(panel.get_by_text("transformer-max-autotune", exact=False).first).to_be_visible()
-            assert panel.evaluate(CLIPPED) == []
-            # saved widgets have no kernel behind them; drop the "disconnected" marks from the picture only
+            # saved widgets have no kernel behind them; drop the "disconnected" marks (they widen each button)
             page.add_style_tag(content=".jupyter-widgets-disconnected::before { display: none !important; }")
+            assert panel.evaluate(CLIPPED) == []
             shot = os.environ.get("PANEL_GPU_SCREENSHOT") or str(tmp_path / "panel_gpu.png")
             panel.scroll_into_view_if_needed()
             panel.screenshot(path=shot)
