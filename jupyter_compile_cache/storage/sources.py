@@ -103,26 +103,39 @@ class HubSource:
 
 
 class TransferBar:
-    """A `tqdm.auto` bar for a transfer (a widget in a notebook, text in a terminal), shown only once the transfer
-    has taken more than a second."""
+    """A `tqdm.auto` bar for a transfer (a widget in a notebook, text in a terminal), made only once the transfer has
+    taken more than a second: a quick restore never imports tqdm (in a kernel that can cost a tenth of a second)."""
+
+    DELAY = 1.0
 
     def __init__(self, label: str, quiet: bool = False, stream: IO[str] | None = None) -> None:
-        from tqdm.auto import tqdm
-
-        self.bar = tqdm(
-            desc=label, unit="B", unit_scale=True, unit_divisor=1024, delay=1.0, disable=quiet, file=stream, leave=False
-        )
+        self.label, self.quiet, self.stream = label, quiet, stream
+        self.start = time.perf_counter()
+        self.bar: Any = None
 
     def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if self.quiet or time.perf_counter() - self.start < self.DELAY:
+                return
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(
+                desc=self.label,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                file=self.stream,
+                leave=False,
+                total=total,
+            )
         if self.bar.total != total:
             self.bar.total = total
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
-        bar = self.bar
-        if not bar.disable and bar.last_print_t > bar.start_t:  # shown (after its delay): end on its true figures,
-            bar.refresh()  # not on the last its rate limit let through (a notebook keeps them)
-        bar.close()
+        if self.bar is not None:
+            self.bar.refresh()  # its true last figures, not those its rate limit let through: a notebook keeps them
+            self.bar.close()
 
 
 @dataclass
