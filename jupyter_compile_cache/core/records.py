@@ -7,11 +7,13 @@ import getpass
 import math
 import socket
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..kernels.spare import SpareState
 from ..storage.hub_url import check_hub_url, check_namespace
 from ..units import human_bytes, speed
+
+if TYPE_CHECKING:  # the spare's own record; the kernel machinery is imported only when a status is made
+    from ..kernels.spare import SpareState
 
 
 def writer() -> str:
