@@ -1,4 +1,5 @@
-"""Bundle payloads: round trip, integrity checks, and refusal of hostile archives (nothing written outside)."""
+"""Bundle payloads: round trip (format 2 packs, and format 1 tars as older versions wrote them), integrity checks,
+and refusal of hostile payloads (nothing written outside)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import tarfile
 
 import pytest
 import zstandard
+from helpers.legacy_bundle import write_tar_payload
 
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.bundle import DamagedBundle, Manifest, Member, UnsafeBundle
 
 
-def _manifest(members, sha, size):
+def _manifest(members, sha, size, fmt=1):
     return Manifest(
         name="t",
         version=bundle.new_version_id("0" * 12),
@@ -25,10 +27,12 @@ def _manifest(members, sha, size):
         payload_sha256=sha,
         payload_bytes=size,
         members=members,
+        format=fmt,
+        compression="zstd" if fmt == 1 else "none",
     )
 
 
-def _payload(tmp_path, files: dict[str, bytes]):
+def _payload(tmp_path, files: dict[str, bytes], fmt=2):
     paths = {}
     for name, data in files.items():
         p = tmp_path / "src" / name.replace("/", "_")
@@ -36,8 +40,11 @@ def _payload(tmp_path, files: dict[str, bytes]):
         p.write_bytes(data)
         paths[name] = str(p)
     out = io.BytesIO()
-    members, sha, size = bundle.write_payload(paths, out)
-    return out.getvalue(), _manifest(members, sha, size)
+    members, sha, size = (bundle.write_pack if fmt == 2 else write_tar_payload)(paths, out)
+    return out.getvalue(), _manifest(members, sha, size, fmt)
+
+
+FORMATS = pytest.mark.parametrize("fmt", [2, 1], ids=["pack", "tar"])
 
 
 def _hostile_payload(entries) -> tuple[bytes, str]:
@@ -50,9 +57,10 @@ def _hostile_payload(entries) -> tuple[bytes, str]:
     return payload, hashlib.sha256(payload).hexdigest()
 
 
-def test_round_trip_restores_every_file(tmp_path):
+@FORMATS
+def test_round_trip_restores_every_file(tmp_path, fmt):
     files = {"inductor/fxgraph/ab/key/entry": b"graph" * 100, "inductor/ab/cab.so": os.urandom(5000)}
-    payload, manifest = _payload(tmp_path, files)
+    payload, manifest = _payload(tmp_path, files, fmt)
     cache = tmp_path / "cache"
     cache.mkdir()
     written = bundle.extract(io.BytesIO(payload), manifest, {"inductor": str(cache)})
@@ -62,8 +70,9 @@ def test_round_trip_restores_every_file(tmp_path):
     assert not [p for p in os.listdir(cache) if p.startswith(".jcc-staging")]
 
 
-def test_corrupted_member_is_detected_and_nothing_is_written(tmp_path):
-    payload, manifest = _payload(tmp_path, {"inductor/a/x.py": b"print(1)", "inductor/b/y.py": b"print(2)"})
+@FORMATS
+def test_corrupted_member_is_detected_and_nothing_is_written(tmp_path, fmt):
+    payload, manifest = _payload(tmp_path, {"inductor/a/x.py": b"print(1)", "inductor/b/y.py": b"print(2)"}, fmt)
     manifest.members[1] = Member(manifest.members[1].name, manifest.members[1].size, "0" * 64)
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -72,8 +81,9 @@ def test_corrupted_member_is_detected_and_nothing_is_written(tmp_path):
     assert os.listdir(cache) == []
 
 
-def test_truncated_payload_is_damaged(tmp_path):
-    payload, manifest = _payload(tmp_path, {"inductor/a/x.so": os.urandom(200_000)})
+@FORMATS
+def test_truncated_payload_is_damaged(tmp_path, fmt):
+    payload, manifest = _payload(tmp_path, {"inductor/a/x.so": os.urandom(200_000)}, fmt)
     cache = tmp_path / "cache"
     cache.mkdir()
     with pytest.raises(DamagedBundle):
@@ -130,8 +140,9 @@ def test_member_missing_from_manifest_is_refused(tmp_path):
     assert os.listdir(cache) == []
 
 
-def test_symlinked_directory_inside_the_cache_cannot_redirect_writes(tmp_path):
-    payload, manifest = _payload(tmp_path, {"inductor/evil/x.py": b"x"})
+@FORMATS
+def test_symlinked_directory_inside_the_cache_cannot_redirect_writes(tmp_path, fmt):
+    payload, manifest = _payload(tmp_path, {"inductor/evil/x.py": b"x"}, fmt)
     cache, outside = tmp_path / "cache", tmp_path / "outside"
     cache.mkdir()
     outside.mkdir()
@@ -139,6 +150,44 @@ def test_symlinked_directory_inside_the_cache_cannot_redirect_writes(tmp_path):
     with pytest.raises(UnsafeBundle, match="outside"):
         bundle.extract(io.BytesIO(payload), manifest, {"inductor": str(cache)})
     assert os.listdir(outside) == []
+
+
+def test_a_pack_with_bytes_moved_between_members_or_extra_bytes_is_damaged(tmp_path):
+    files = {"inductor/a/x.py": b"first", "inductor/b/y.py": b"second"}
+    payload, manifest = _payload(tmp_path, files)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with pytest.raises(DamagedBundle, match="longer"):
+        bundle.extract(io.BytesIO(payload + b"!"), manifest, {"inductor": str(cache)})
+    shifted = Manifest.from_json(manifest.to_json())
+    shifted.members[0].size += 1  # the same bytes, cut elsewhere
+    with pytest.raises(DamagedBundle, match="sha256"):
+        bundle.extract(io.BytesIO(payload + b"!"), shifted, {"inductor": str(cache)})
+    assert os.listdir(cache) == []
+
+
+def test_a_pack_is_written_in_order_and_skips_files_that_vanished(tmp_path):
+    big = os.urandom((32 << 20) + 5)  # over the size that is streamed rather than read whole
+    src = tmp_path / "src"
+    src.mkdir()
+    paths = {}
+    for name, data in {"inductor/b/big.so": big, "inductor/a/small.py": b"x" * 10, "inductor/c/z": b"z"}.items():
+        paths[name] = str(src / name.replace("/", "_"))
+        (src / name.replace("/", "_")).write_bytes(data)
+    paths["inductor/d/gone"] = str(src / "never-written")
+    out = io.BytesIO()
+    members, digest, size = bundle.write_pack(paths, out)
+    assert [m.name for m in members] == ["inductor/a/small.py", "inductor/b/big.so", "inductor/c/z"]
+    assert out.getvalue() == b"x" * 10 + big + b"z" and size == len(out.getvalue())
+    assert members[1].sha256 == hashlib.sha256(big).hexdigest() and digest == bundle.members_digest(members)
+
+
+def test_a_format_2_manifest_whose_member_list_was_edited_is_damaged(tmp_path):
+    _payload_bytes, manifest = _payload(tmp_path, {"inductor/a/x.py": b"x"})
+    data = manifest.to_json()
+    data["members"][0]["name"] = "inductor/a/other.py"
+    with pytest.raises(DamagedBundle, match="member list"):
+        Manifest.from_json(data)
 
 
 def test_manifest_with_bad_version_or_format_is_damaged():

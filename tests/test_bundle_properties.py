@@ -210,10 +210,15 @@ def _crafted(entries: list[tuple[str, str, bytes]]) -> tuple[bytes, list[Member]
 @given(
     entries=st.lists(st.tuples(_NAMES, _KINDS, st.binary(max_size=64)), min_size=1, max_size=4),
     listed=st.sampled_from(["as_crafted", "none", "safe_decoy"]),
+    fmt=st.sampled_from([1, 2]),
 )
 @FAST
-def test_a_crafted_archive_is_refused_or_restores_only_regular_files_inside_the_roots(entries, listed):
-    payload, members = _crafted(entries)
+def test_a_crafted_archive_is_refused_or_restores_only_regular_files_inside_the_roots(entries, listed, fmt):
+    if fmt == 1:  # a tar stream, as older versions wrote: its own headers name, size and type each entry
+        payload, members = _crafted(entries)
+    else:  # a pack: the manifest alone names and cuts the bytes
+        payload = b"".join(data for _name, _kind, data in entries)
+        members = [Member(name, len(data), hashlib.sha256(data).hexdigest()) for name, _kind, data in entries]
     if listed == "none":
         members = []
     elif listed == "safe_decoy":
@@ -221,6 +226,7 @@ def test_a_crafted_archive_is_refused_or_restores_only_regular_files_inside_the_
     manifest = new_manifest("net", writer="forger")
     manifest.payload_sha256, manifest.payload_bytes = hashlib.sha256(payload).hexdigest(), len(payload)
     manifest.members = members
+    manifest.format = fmt
     work = tempfile.mkdtemp(prefix="jcc-craft-")
     try:
         roots = {"inductor": os.path.join(work, "cache"), "triton": os.path.join(work, "cache", "triton")}

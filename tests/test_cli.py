@@ -148,7 +148,7 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
     after = _python(["-m", "jupyter_compile_cache", "list", "--store", str(other)], env)
     assert before.returncode == after.returncode == 0
     assert "listed" in after.stdout and re.sub(r"\d+s ago", "", after.stdout) == re.sub(r"\d+s ago", "", before.stdout)
-    assert "local: 1 version of 1 bundle, 2.2 KB" in after.stdout, after.stdout
+    assert "local: 1 version of 1 bundle, 2.1 KB" in after.stdout, after.stdout
     # gc by age and by what can restore here; each says what it removes, --dry-run first
     from jupyter_compile_cache.torch_adapter import fingerprint
 

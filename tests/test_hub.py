@@ -112,6 +112,78 @@ def test_corrupted_or_evicted_chunk_is_detected(tmp_path, redis_server):
         _pull_bytes(hub, listed)
 
 
+def _compressible_bundle(tmp_path, size=2 << 20):
+    store = LocalStore(str(tmp_path / f"store-{time.time_ns()}"))
+    src = tmp_path / f"src-{time.time_ns()}"
+    src.mkdir()
+    text = src / "k.py"
+    text.write_bytes((b"def kernel(x):\n    return x * 2  # generated\n" * (size // 40))[:size])
+    noise = src / "k.cubin"
+    noise.write_bytes(os.urandom(size))
+    files = {"inductor/ab/k.py": str(text), "inductor/ab/k.cubin": str(noise)}
+    return store, store.write(Manifest.new("net", {"torch": "x"}, "f" * 12, "alice@a"), files)
+
+
+def test_chunks_that_compress_travel_compressed_and_pull_back_byte_identical(tmp_path, redis_server):
+    store, manifest = _compressible_bundle(tmp_path)
+    hub = _hub(redis_server.url)
+    pushed = hub.push(manifest, store.payload_path(manifest))
+    assert pushed.chunk_compressed is not None and any(pushed.chunk_compressed) and not all(pushed.chunk_compressed)
+    client = redis_server.client()
+    keys = [hub._chunk_key("net", manifest.fingerprint_id, manifest.version, i) for i in range(len(pushed.chunk_sha256))]
+    assert sum(client.strlen(k) for k in keys) < 0.7 * manifest.payload_bytes
+    [listed] = hub.versions("net")
+    with open(store.payload_path(manifest), "rb") as f:
+        assert _pull_bytes(hub, listed) == f.read()
+
+
+def test_a_chunk_that_would_decompress_past_its_size_is_refused_before_it_is(tmp_path, redis_server):
+    import zstandard
+
+    store, manifest = _compressible_bundle(tmp_path)
+    hub = _hub(redis_server.url)  # no team secret: a hostile hub may rewrite anything, and sizes still hold
+    pushed = hub.push(manifest, store.payload_path(manifest))
+    i = pushed.chunk_compressed.index(True)
+    bomb = zstandard.ZstdCompressor().compress(bytes(64 << 20))  # 64 MiB of zeros in a few KB
+    client = redis_server.client()
+    client.set(hub._chunk_key("net", manifest.fingerprint_id, manifest.version, i), bomb)
+    pushed.chunk_sha256[i] = bundle.hashlib.sha256(bomb).hexdigest()
+    client.set(hub._manifest_key("net", manifest.fingerprint_id, manifest.version), json.dumps(pushed.to_json()))
+    [listed] = hub.versions("net")
+    with pytest.raises(HubError, match="size its manifest implies"):
+        _pull_bytes(hub, listed)
+
+
+def test_a_format_1_bundle_from_an_older_version_still_travels_and_restores(tmp_path, redis_server):
+    """An older version stored a zstd tar and pushed its raw slices without `chunk_compressed`: it still pulls into
+    a new store and restores."""
+    from helpers.legacy_bundle import write_tar_payload
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k.so").write_bytes(os.urandom(300_000))
+    payload = io.BytesIO()
+    members, sha, size = write_tar_payload({"inductor/ab/k.so": str(src / "k.so")}, payload)
+    manifest = Manifest.new("net", {"torch": "x"}, "f" * 12, "old@a")
+    manifest.format, manifest.compression = 1, "zstd"
+    manifest.members, manifest.payload_sha256, manifest.payload_bytes = members, sha, size
+    old_store = LocalStore(str(tmp_path / "old"))
+    old_store.adopt(manifest, io.BytesIO(payload.getvalue()))
+    assert old_store.payload_path(manifest).endswith(".tar.zst")
+    hub = _hub(redis_server.url, chunk_size=64 << 10)
+    pushed = hub.push(manifest, old_store.payload_path(manifest))
+    assert pushed.chunk_compressed is None  # raw slices, as an older version reads them
+    [listed] = hub.versions("net")
+    new_store = LocalStore(str(tmp_path / "new"))
+    with new_store.receive(listed) as sink:
+        hub.pull(listed, sink)
+    [local] = new_store.versions("net")
+    with new_store.open_payload(local) as f:
+        [path] = bundle.extract(f, local, {"inductor": str(tmp_path / "cache")})
+    with open(path, "rb") as f:
+        assert f.read() == (src / "k.so").read_bytes()
+
+
 def test_hub_dying_mid_push_leaves_no_visible_bundle_and_the_next_push_completes(tmp_path):
     server = RedisServer(tmp_path)
     try:
@@ -177,9 +249,12 @@ def test_two_writers_pushing_the_same_name_both_finish(tmp_path, redis_server):
     hub = _hub(redis_server.url)
     versions = hub.versions("net")
     assert {v.version for v in versions} == {m.version for _, m in bundles}
+    stores = {m.version: store for store, m in bundles}
     for v in versions:  # each is complete and verifies end to end
         payload = _pull_bytes(hub, v)
-        assert bundle.hashlib.sha256(payload).hexdigest() == v.payload_sha256
+        with open(stores[v.version].payload_path(v), "rb") as f:
+            assert payload == f.read()
+        assert len(bundle.extract(io.BytesIO(payload), v, {"inductor": str(tmp_path / v.version)})) == 3
 
 
 def test_ttl_expires_bundles_and_gc_cleans_the_index(tmp_path, redis_server):

@@ -183,3 +183,72 @@ def test_session_enforces_the_store_size_cap(tmp_path, monkeypatch, capsys):
     CompileCacheSession(store_dir=store.root)._enforce_size_cap(store, CellReport("new"))
     assert store.versions("old") == [] and store.versions("new")
     assert "evicted 1 least recently used version(s) (old)" in capsys.readouterr().out
+
+
+def _tree_bytes(root) -> dict[str, bytes]:
+    out = {}
+    for folder, _dirs, files in os.walk(root):
+        for f in files:
+            path = os.path.join(folder, f)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, root)] = fh.read()
+    return out
+
+
+def test_a_write_through_the_cache_dir_never_reaches_the_store(tmp_path):
+    """Restored files share no data with the store (no hard links, no shared blocks): writing into one in place, as
+    a tool that opened it "r+b" would, leaves the stored version whole, and restoring it again brings the original
+    bytes back. The same holds the other way for the files a save read."""
+    store = LocalStore(str(tmp_path / "s"))
+    cache = tmp_path / "cache"
+    (cache / "ab").mkdir(parents=True)
+    kernel = cache / "ab" / "k.so"
+    original = os.urandom(3 << 20)
+    kernel.write_bytes(original)
+    manifest = store.write(_manifest("net"), {"inductor/ab/k.so": str(kernel)})
+    stored = _tree_bytes(store.root)
+    with open(kernel, "r+b") as f:  # the file the save read, changed in place afterwards
+        f.write(b"X" * 100)
+
+    restored = tmp_path / "restored"
+    with store.open_payload(manifest) as payload:
+        [path] = bundle.extract(payload, manifest, {"inductor": str(restored)})
+    st = os.stat(path)
+    assert st.st_nlink == 1 and st.st_ino not in {os.stat(store.payload_path(manifest)).st_ino}
+    with open(path, "r+b") as f:  # the restored file, changed in place
+        f.seek(1 << 20)
+        f.write(b"Y" * 4096)
+    with open(path, "ab") as f:
+        f.write(b"appended")
+    assert _tree_bytes(store.root) == stored
+
+    again = tmp_path / "again"
+    with store.open_payload(manifest) as payload:
+        [path] = bundle.extract(payload, manifest, {"inductor": str(again)})
+    with open(path, "rb") as f:
+        assert f.read() == original
+
+
+def test_an_interrupted_restore_leaves_the_cache_dir_and_the_store_as_they_were(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    src = tmp_path / "src"
+    src.mkdir()
+    files = {}
+    for i in range(6):
+        (src / f"k{i}.so").write_bytes(os.urandom(1 << 20))
+        files[f"inductor/k{i}/k.so"] = str(src / f"k{i}.so")
+    manifest = store.write(_manifest("net"), files)
+    stored = _tree_bytes(store.root)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def interrupt(done: int, total: int) -> None:
+        if done > total // 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt), store.open_payload(manifest) as payload:
+        bundle.extract(payload, manifest, {"inductor": str(cache)}, interrupt)
+    assert os.listdir(cache) == []  # nothing moved into place, staging removed
+    assert _tree_bytes(store.root) == stored
+    with store.open_payload(manifest) as payload:
+        assert len(bundle.extract(payload, manifest, {"inductor": str(cache)})) == 6

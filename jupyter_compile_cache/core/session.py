@@ -318,11 +318,14 @@ class CompileCacheSession:
         now = fingerprint.current()
         manifest = Manifest.new(name, now, fingerprint.digest(now), writer(), stats)
         start = time.perf_counter()
+        bar = TransferBar(f"saving {name!r}", opts.quiet)
         try:
-            manifest = store.write(manifest, cell_files.files)
+            manifest = store.write(manifest, cell_files.files, bar)
         except OSError as exc:
             self.warn(f"could not save bundle {name!r} to {store.root}: {exc}; the cell's result stands", report)
             return
+        finally:
+            bar.close()
         report.saved_version = manifest.version
         report.saved_bytes = manifest.payload_bytes
         report.saved_files = len(manifest.members)

@@ -29,7 +29,7 @@ from ..units import human_bytes
 from . import arguments, tables
 
 EXPORT_MANIFEST = "manifest.json"
-EXPORT_PAYLOAD = "payload.tar.zst"
+EXPORT_PAYLOADS = {2: "payload.pack", 1: "payload.tar.zst"}  # by bundle format
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -210,22 +210,27 @@ def export_bundle(store: LocalStore, manifest: Manifest, path: str) -> None:
         info = tarfile.TarInfo(EXPORT_MANIFEST)
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-        tar.add(store.payload_path(manifest), arcname=EXPORT_PAYLOAD)
+        tar.add(store.payload_path(manifest), arcname=EXPORT_PAYLOADS[manifest.format])
 
 
 def import_bundle(store: LocalStore, path: str) -> Manifest:
     """Read an exported file without extracting it: only the two expected regular members are read."""
     try:
-        tar = tarfile.open(path, "r:")  # export writes a plain tar (its payload is compressed already)
+        tar = tarfile.open(path, "r:")  # export writes a plain tar
     except tarfile.ReadError:
         raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache (not a tar file)") from None
     with tar:
         members = {m.name: m for m in tar.getmembers()}
-        if set(members) != {EXPORT_MANIFEST, EXPORT_PAYLOAD} or not all(m.isreg() for m in members.values()):
+        payloads = set(members) & set(EXPORT_PAYLOADS.values())
+        if set(members) != {EXPORT_MANIFEST, *payloads} or len(payloads) != 1:
+            raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache")
+        if not all(m.isreg() for m in members.values()):
             raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache")
         manifest = Manifest.from_json(json.load(tar.extractfile(members[EXPORT_MANIFEST])))  # type: ignore[arg-type]
         check_name(manifest.name)
-        return store.adopt(manifest, tar.extractfile(members[EXPORT_PAYLOAD]))
+        if payloads != {EXPORT_PAYLOADS[manifest.format]}:
+            raise BundleError(f"{path}: its payload is not of its manifest's format {manifest.format}")
+        return store.adopt(manifest, tar.extractfile(members[payloads.pop()]))
 
 
 def _hub_command(args: argparse.Namespace, commands: Commands) -> int:

@@ -1,14 +1,17 @@
-"""A bundle: the cache-dir files one cell compiled or used, as one compressed payload plus a JSON manifest.
+"""A bundle: the cache-dir files one cell compiled or used, as one payload file plus a JSON manifest.
 
-The payload is a tar stream compressed with zstd. Its members are named `<root>/<path>`, where root is
-`inductor` (TORCHINDUCTOR_CACHE_DIR) or `triton` (a TRITON_CACHE_DIR outside it). The manifest lists every member
-with its size and sha256, the sha256 of the payload, the environment fingerprint and the saving run's stats; it is
-written after the payload and is the commit point.
+The payload (format 2) is a pack: the members' bytes one after another, in the manifest's order, uncompressed, so
+that saving and restoring run at the speed of the disk (the hub compresses what it sends, chunk by chunk). Members
+are named `<root>/<path>`, where root is `inductor` (TORCHINDUCTOR_CACHE_DIR) or `triton` (a TRITON_CACHE_DIR
+outside it). The manifest lists every member with its size and sha256, the environment fingerprint and the saving
+run's stats; it is written after the payload and is the commit point. Format 1 payloads (a zstd tar stream, written
+by versions before 0.2) are still read.
 
 Extraction trusts nothing: member names are checked against the manifest before anything is written (no absolute
-paths, no `..`, only known roots), only regular files are accepted (no links, devices, directories), every file
-is hashed while it is staged inside the cache dir, and files move into place only after the whole payload
-verified. Any failure leaves the cache dir as it was.
+paths, no `..`, only known roots; a format 1 tar may hold only regular files: no links, devices, directories),
+every file is hashed while it is staged inside the cache dir, and files move into place only after the whole
+payload verified. Any failure leaves the cache dir as it was. Restored files are copies: nothing written through
+the cache dir can reach the store.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from typing import IO, Any
 
 from .writer_thread import FileWriterThread
 
-FORMAT = 1
-COMPRESSION = "zstd"
+FORMAT = 2  # what this version writes
+READABLE_FORMATS = (1, 2)
+COMPRESSION = "none"
+_HUGE_MEMBER = 32 << 20  # members this big are copied piece by piece, never held whole in memory
 ROOTS = ("inductor", "triton")
 _READ_SIZE = 1 << 20
 NAME_RE = re.compile(r"^(?!\.+$)[A-Za-z0-9._-]{1,128}$")
@@ -72,9 +77,11 @@ class Manifest:
     stats: dict[str, Any] = field(default_factory=dict)
     format: int = FORMAT
     compression: str = COMPRESSION
-    # Set by the hub: how the payload was chunked and each chunk's sha256 (covered by the signature).
+    # Set by the hub: how the payload was chunked, each chunk's sha256 as stored there and which chunks it keeps
+    # zstd-compressed (covered by the signature).
     chunk_size: int | None = None
     chunk_sha256: list[str] | None = None
+    chunk_compressed: list[bool] | None = None
     signature: str | None = None
     # Fields this version does not know (written by an older or newer one), kept as read so that a signature over
     # the manifest still verifies.
@@ -110,8 +117,10 @@ class Manifest:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Manifest:
         try:
-            if data.get("format") != FORMAT:
-                raise DamagedBundle(f"unsupported bundle format {data.get('format')!r} (this version reads {FORMAT})")
+            if data.get("format") not in READABLE_FORMATS:
+                raise DamagedBundle(
+                    f"unsupported bundle format {data.get('format')!r} (this version reads formats 1 and 2)"
+                )
             known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
             fields = {k: v for k, v in data.items() if k in known}
             fields["extra"] = {k: v for k, v in data.items() if k not in known}
@@ -121,9 +130,12 @@ class Manifest:
             ):
                 raise DamagedBundle(f"manifest has an invalid name or version: {data['name']!r} {data['version']!r}")
             fields["members"] = [Member(str(m["name"]), int(m["size"]), str(m["sha256"])) for m in data["members"]]
-            return cls(**fields)
+            manifest = cls(**fields)
         except (KeyError, TypeError, ValueError) as exc:
             raise DamagedBundle(f"manifest is malformed: {exc}") from exc
+        if manifest.format == 2 and manifest.payload_sha256 != members_digest(manifest.members):
+            raise DamagedBundle("manifest's member list fails its sha256 check")
+        return manifest
 
 
 def check_name(name: str) -> str:
@@ -149,21 +161,6 @@ def check_member_name(name: str) -> None:
         raise UnsafeBundle(f"member {name!r} contains '..' or an empty path component")
 
 
-class _HashingWriter(io.RawIOBase):
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw, self.sha, self.count = raw, hashlib.sha256(), 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self.raw.write(view)
-        self.sha.update(view)
-        self.count += len(view)
-        return len(view)
-
-
 class _HashingReader(io.RawIOBase):
     def __init__(self, raw: IO[bytes]) -> None:
         self.raw, self.sha, self.count = raw, hashlib.sha256(), 0
@@ -184,32 +181,87 @@ class _HashingReader(io.RawIOBase):
             pass
 
 
-def write_payload(files: Mapping[str, str], out: IO[bytes], level: int = 3) -> tuple[list[Member], str, int]:
-    """Write `files` ({member name: path on disk}) as a zstd tar stream to `out`.
+def members_digest(members: Iterable[Member]) -> str:
+    """A format 2 payload's sha256: over its member list (each member's own sha256 covers its bytes of the pack)."""
+    sha = hashlib.sha256()
+    for m in members:
+        sha.update(f"{m.name}\0{m.size}\0{m.sha256}\n".encode())
+    return sha.hexdigest()
 
-    Returns (members, payload sha256, payload bytes). Files that vanish while we read them are skipped: torch may
-    prune its cache concurrently and a missing entry only costs a hit.
+
+def _read_whole(path: str) -> tuple[bytes, str] | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def write_pack(
+    files: Mapping[str, str], out: IO[bytes], progress: Callable[[int, int], None] | None = None
+) -> tuple[list[Member], str, int]:
+    """Write `files` ({member name: path on disk}) as a pack to `out`; returns (members, payload sha256, bytes).
+
+    Files are read and hashed on worker threads (hashlib releases the GIL) and written here in order; what is
+    hashed is what is written. Files that vanish while we read them are skipped: torch may prune its cache
+    concurrently and a missing entry only costs a hit. `progress(done, total)`: bytes written, of all.
     """
-    import zstandard
+    from concurrent.futures import Future, ThreadPoolExecutor
 
+    names = sorted(files)
+    for name in names:
+        check_member_name(name)
+    sizes = {}
+    for name in names:
+        with contextlib.suppress(OSError):
+            sizes[name] = os.stat(files[name]).st_size
+    names = [n for n in names if n in sizes]
+    total, done = sum(sizes.values()), 0
     members: list[Member] = []
-    sink = _HashingWriter(out)
-    compressor = zstandard.ZstdCompressor(level=level, threads=-1)
-    with compressor.stream_writer(sink, closefd=False) as zout, tarfile.open(fileobj=zout, mode="w|") as tar:
-        for name in sorted(files):
-            check_member_name(name)
-            try:
-                with open(files[name], "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-            members.append(Member(name, len(data), hashlib.sha256(data).hexdigest()))
-    return members, sink.sha.hexdigest(), sink.count
+    window: list[tuple[str, Future | None]] = []  # read ahead, at most ~_HUGE_MEMBER * 2 bytes held
+
+    def write_next() -> None:
+        nonlocal done
+        name, future = window.pop(0)
+        if future is None:  # a huge member: streamed here, piece by piece
+            member = _copy_hashed(name, files[name], out)
+        else:
+            result = future.result()
+            member = None
+            if result is not None:
+                data, digest = result
+                out.write(data)
+                member = Member(name, len(data), digest)
+        if member is not None:
+            members.append(member)
+            done += member.size
+            if progress is not None:
+                progress(done, total)
+
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="jcc-save") as pool:
+        for name in names:
+            huge = sizes[name] > _HUGE_MEMBER
+            while window and (huge or sum(sizes[n] for n, f in window if f) + sizes[name] > 2 * _HUGE_MEMBER):
+                write_next()
+            window.append((name, None if huge else pool.submit(_read_whole, files[name])))
+        while window:
+            write_next()
+    return members, members_digest(members), sum(m.size for m in members)
+
+
+def _copy_hashed(name: str, path: str, out: IO[bytes]) -> Member | None:
+    sha, size = hashlib.sha256(), 0
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return None
+    with f:
+        while piece := f.read(_READ_SIZE):
+            sha.update(piece)
+            out.write(piece)
+            size += len(piece)
+    return Member(name, size, sha.hexdigest())
 
 
 def _root_dirs(roots: Mapping[str, str]) -> dict[str, str]:
@@ -227,8 +279,6 @@ def extract(
 
     Raises UnsafeBundle or DamagedBundle and writes nothing visible if anything is off.
     """
-    import zstandard
-
     expected = {}
     for m in manifest.members:
         check_member_name(m.name)
@@ -241,48 +291,25 @@ def extract(
             raise UnsafeBundle(f"bundle writes to cache root {root!r}, which this kernel does not have")
 
     staging = {root: os.path.join(path, f".jcc-staging-{uuid.uuid4().hex}") for root, path in real_roots.items()}
-    staged: list[tuple[str, str, str]] = []  # (member, staged path, final path)
-    reader = _HashingReader(payload)
-    total, done = sum(m.size for m in manifest.members), 0
-    writer = FileWriterThread()  # hashes and writes each member while the next bytes are decompressed
+
+    def place(name: str) -> tuple[str, str]:
+        root, rel = name.split("/", 1)
+        tmp = os.path.join(staging[root], *rel.split("/"))
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        return tmp, os.path.join(real_roots[root], *rel.split("/"))
+
+    # Members are hashed and written on worker threads while the next bytes are read (or decompressed).
+    writers = [FileWriterThread() for _ in range(min(4, os.cpu_count() or 1) if manifest.format >= 2 else 1)]
     try:
-        try:
-            zin = zstandard.ZstdDecompressor().stream_reader(reader, closefd=False)
-            with tarfile.open(fileobj=zin, mode="r|") as tar:
-                seen: set[str] = set()
-                for info in tar:
-                    if not info.isreg():
-                        raise UnsafeBundle(
-                            f"member {info.name!r} is not a regular file (links and devices are refused)"
-                        )
-                    member = expected.get(info.name)
-                    if member is None or info.name in seen:
-                        raise UnsafeBundle(f"member {info.name!r} is not in the manifest")
-                    if info.size != member.size:
-                        raise DamagedBundle(f"member {info.name!r} has {info.size} bytes, manifest says {member.size}")
-                    seen.add(info.name)
-                    root, rel = info.name.split("/", 1)
-                    final = os.path.join(real_roots[root], *rel.split("/"))
-                    tmp = os.path.join(staging[root], *rel.split("/"))
-                    os.makedirs(os.path.dirname(tmp), exist_ok=True)
-                    src = tar.extractfile(info)
-                    writer.open(tmp)
-                    while chunk := src.read(_READ_SIZE):  # type: ignore[union-attr]
-                        writer.write(chunk)
-                        done += len(chunk)
-                        if progress is not None:
-                            progress(done, total)
-                    writer.close()
-                    staged.append((info.name, tmp, final))
-            reader.drain()
-        except (tarfile.TarError, zstandard.ZstdError, EOFError) as exc:
-            raise DamagedBundle(f"payload is truncated or corrupt: {exc}") from exc
-        for (name, _tmp, _final), digest in zip(staged, writer.finish(), strict=True):
-            if digest != expected[name].sha256:
+        if manifest.format >= 2:
+            staged = _stage_pack(payload, manifest, place, writers, progress)
+        else:
+            staged = _stage_tar(payload, manifest, expected, place, writers[0], progress)
+        per_writer = [iter(w.finish()) for w in writers]
+        for i, (name, _tmp, _final) in enumerate(staged):
+            if next(per_writer[i % len(writers)]) != expected[name].sha256:
                 raise DamagedBundle(f"member {name!r} fails its sha256 check")
-        if reader.sha.hexdigest() != manifest.payload_sha256:
-            raise DamagedBundle("payload fails its sha256 check")
-        missing = set(expected) - {s for s in seen}
+        missing = set(expected) - {name for name, _tmp, _final in staged}
         if missing:
             raise DamagedBundle(f"payload lacks {len(missing)} member(s) listed in the manifest")
         written = []
@@ -293,10 +320,90 @@ def extract(
             written.append(final)
         return written
     finally:
-        with contextlib.suppress(Exception):  # the thread stops; its error, if any, was raised above or is moot
-            writer.finish()
+        for writer in writers:
+            with contextlib.suppress(Exception):  # the thread stops; its error, if any, was raised above or is moot
+                writer.finish()
         for path in staging.values():
             shutil.rmtree(path, ignore_errors=True)
+
+
+Staged = list[tuple[str, str, str]]  # (member, staged path, final path)
+
+
+def _stage_pack(
+    payload: IO[bytes],
+    manifest: Manifest,
+    place: Callable[[str], tuple[str, str]],
+    writers: list[FileWriterThread],
+    progress: Callable[[int, int], None] | None,
+) -> Staged:
+    """Format 2: members one after another; each goes to the next writer in turn, so they hash in parallel."""
+    staged: Staged = []
+    total, done = sum(m.size for m in manifest.members), 0
+    for i, member in enumerate(manifest.members):
+        tmp, final = place(member.name)
+        writer = writers[i % len(writers)]
+        writer.open(tmp)
+        left = member.size
+        while left:
+            piece = payload.read(min(_READ_SIZE, left))
+            if not piece:
+                raise DamagedBundle(f"payload is truncated (in member {member.name!r})")
+            writer.write(piece)
+            left -= len(piece)
+            done += len(piece)
+            if progress is not None:
+                progress(done, total)
+        writer.close()
+        staged.append((member.name, tmp, final))
+    if payload.read(1):
+        raise DamagedBundle("payload is longer than its members")
+    return staged
+
+
+def _stage_tar(
+    payload: IO[bytes],
+    manifest: Manifest,
+    expected: Mapping[str, Member],
+    place: Callable[[str], tuple[str, str]],
+    writer: FileWriterThread,
+    progress: Callable[[int, int], None] | None,
+) -> Staged:
+    """Format 1: a zstd tar stream, hashed as a whole too."""
+    import zstandard
+
+    staged: Staged = []
+    reader = _HashingReader(payload)
+    total, done = sum(m.size for m in manifest.members), 0
+    try:
+        zin = zstandard.ZstdDecompressor().stream_reader(reader, closefd=False)
+        with tarfile.open(fileobj=zin, mode="r|") as tar:
+            seen: set[str] = set()
+            for info in tar:
+                if not info.isreg():
+                    raise UnsafeBundle(f"member {info.name!r} is not a regular file (links and devices are refused)")
+                member = expected.get(info.name)
+                if member is None or info.name in seen:
+                    raise UnsafeBundle(f"member {info.name!r} is not in the manifest")
+                if info.size != member.size:
+                    raise DamagedBundle(f"member {info.name!r} has {info.size} bytes, manifest says {member.size}")
+                seen.add(info.name)
+                tmp, final = place(info.name)
+                src = tar.extractfile(info)
+                writer.open(tmp)
+                while chunk := src.read(_READ_SIZE):  # type: ignore[union-attr]
+                    writer.write(chunk)
+                    done += len(chunk)
+                    if progress is not None:
+                        progress(done, total)
+                writer.close()
+                staged.append((info.name, tmp, final))
+        reader.drain()
+    except (tarfile.TarError, zstandard.ZstdError, EOFError) as exc:
+        raise DamagedBundle(f"payload is truncated or corrupt: {exc}") from exc
+    if reader.sha.hexdigest() != manifest.payload_sha256:
+        raise DamagedBundle("payload fails its sha256 check")
+    return staged
 
 
 def _check_inside(path: str, real_roots: Mapping[str, str]) -> None:

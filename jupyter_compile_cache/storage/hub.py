@@ -4,7 +4,7 @@ or over TLS (rediss://host:port/0?ssl_ca_certs=/path/ca.pem, redis-py's URL para
 
 Keys, for namespace NS, bundle NAME, fingerprint id FP and version V (all of one NAME share a cluster slot):
 
-    jcc:{NS/NAME}:chunk:FP:V:<i>   slices of the zstd payload, a few MB each, written in pipelines
+    jcc:{NS/NAME}:chunk:FP:V:<i>   slices of the payload, a few MB each, each zstd-compressed when that helps
     jcc:{NS/NAME}:manifest:FP:V    the manifest (fingerprint, sizes, sha256 of every chunk, signature), written
                                    last: the commit point, so a reader never sees a half-written bundle
     jcc:{NS/NAME}:index            sorted set of "FP:V" by creation time
@@ -13,8 +13,13 @@ Keys, for namespace NS, bundle NAME, fingerprint id FP and version V (all of one
 
 Chunks are written with a one-hour expiry that the commit clears (or sets to --ttl), so an interrupted push
 leaves nothing behind. With a team secret every manifest carries an HMAC-SHA256 over its canonical JSON, which
-covers every chunk's hash; a pulled bundle without a valid signature is refused. Every pulled chunk is hashed,
-the payload is hashed again when it lands in the local store, and extraction is the local store's safe one.
+covers every chunk's hash; a pulled bundle without a valid signature is refused. Every pulled chunk is hashed
+before it is decompressed (to exactly the size the manifest implies, never more), and the restore from the local
+store hashes every member again.
+
+Chunks are compressed and checked on worker threads while the main thread talks to Redis, a few chunks ahead at
+most, so memory stays flat whatever the bundle's size. Throughput is bounded by one Redis server's single thread
+and its link: docs/how_it_works.md says when a team should move to bigger chunks or a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -36,7 +43,9 @@ from .store import Removal
 __all__ = ["HubConfig", "HubError", "Lease", "RedisHub", "SignatureError", "redis_module"]
 
 DEFAULT_CHUNK = 4 << 20
-PIPELINE_CHUNKS = 8  # chunks per round trip
+MAX_CHUNK = 64 << 20  # a manifest asking for bigger chunks is refused: what one chunk may hold in memory
+PIPELINE_CHUNKS = 2  # chunks per round trip (more makes redis-py's reply buffer copy more)
+AHEAD = 4  # chunks being compressed or checked on worker threads at once
 ORPHAN_TTL = 3600  # seconds an uncommitted chunk lives
 LEASE_TTL = 30
 
@@ -143,6 +152,8 @@ class RedisHub:
             "socket_connect_timeout": self.config.connect_timeout,
             "socket_timeout": self.config.timeout,
             "health_check_interval": 0,
+            # redis-py reads replies in pieces of this size: its 64 KiB default costs a pull twice the time
+            "socket_read_size": 1 << 20,
         }
         try:
             client = redis.Redis.from_url(self.config.url, retry_on_timeout=False, **options)
@@ -224,56 +235,77 @@ class RedisHub:
     def pull(self, manifest: Manifest, sink: IO[bytes], progress: Progress | None = None) -> None:
         """Write the payload of `manifest` to sink, verifying every chunk; raises HubError on any problem."""
         chunks = manifest.chunk_sha256 or []
+        flags = manifest.chunk_compressed or [False] * len(chunks)
+        size = manifest.chunk_size or 0
         if not chunks:
             raise HubError(f"bundle {manifest.name!r} version {manifest.version} lists no chunks")
+        fits = (len(chunks) - 1) * size < manifest.payload_bytes <= len(chunks) * size
+        if len(flags) != len(chunks) or not 0 < size <= MAX_CHUNK or not fits:
+            raise HubError(f"bundle {manifest.name!r} version {manifest.version} has an inconsistent chunk list")
+
+        def received() -> Iterator[tuple[int, bytes]]:
+            for start in range(0, len(chunks), PIPELINE_CHUNKS):
+                indices = range(start, min(start + PIPELINE_CHUNKS, len(chunks)))
+
+                def fetch(indices: range = indices) -> list[bytes | None]:
+                    pipe = self._of(manifest.name).pipeline(transaction=False)
+                    for i in indices:
+                        pipe.get(self._chunk_key(manifest.name, manifest.fingerprint_id, manifest.version, i))
+                    return pipe.execute()
+
+                yield from zip(indices, self._call(fetch))
+
+        def decode(item: tuple[int, bytes | None]) -> bytes:
+            i, data = item
+            if data is None:
+                raise HubError(f"chunk {i} of {manifest.name!r} is missing on the hub (evicted?)")
+            if hashlib.sha256(data).hexdigest() != chunks[i]:
+                raise HubError(f"chunk {i} of {manifest.name!r} fails its sha256 check")
+            expected = min(size, manifest.payload_bytes - i * size)
+            if not flags[i]:
+                if len(data) != expected:
+                    raise HubError(f"chunk {i} of {manifest.name!r} is not the size its manifest implies")
+                return data
+            return _decompress(data, expected, f"chunk {i} of {manifest.name!r}")
+
         done = 0
-        for start in range(0, len(chunks), PIPELINE_CHUNKS):
-            indices = range(start, min(start + PIPELINE_CHUNKS, len(chunks)))
-
-            def fetch(indices: range = indices) -> list[bytes | None]:
-                pipe = self._of(manifest.name).pipeline(transaction=False)
-                for i in indices:
-                    pipe.get(self._chunk_key(manifest.name, manifest.fingerprint_id, manifest.version, i))
-                return pipe.execute()
-
-            for i, data in zip(indices, self._call(fetch)):
-                if data is None:
-                    raise HubError(f"chunk {i} of {manifest.name!r} is missing on the hub (evicted?)")
-                if hashlib.sha256(data).hexdigest() != chunks[i]:
-                    raise HubError(f"chunk {i} of {manifest.name!r} fails its sha256 check")
-                sink.write(data)
-                done += len(data)
-                if progress:
-                    progress(done, manifest.payload_bytes)
+        for data in _ordered_map(decode, received()):
+            sink.write(data)
+            done += len(data)
+            if progress:
+                progress(done, manifest.payload_bytes)
 
     # -- writing ------------------------------------------------------------------------------------------------
     def push(self, manifest: Manifest, payload_path: str, progress: Progress | None = None) -> Manifest:
         """Upload chunks in pipelines, then commit the signed manifest. Returns the manifest as pushed."""
         size = self.config.chunk_size
         name, fp, version = manifest.name, manifest.fingerprint_id, manifest.version
+        # A format 1 payload is a zstd stream already, and older versions read its chunks as they are.
+        compress = manifest.format >= 2
         hashes: list[str] = []
+        flags: list[bool] = []
         done = 0
         with open(payload_path, "rb") as f:
-            while True:
-                batch = [f.read(size) for _ in range(PIPELINE_CHUNKS)]
-                batch = [b for b in batch if b]
-                if not batch:
-                    break
-                base = len(hashes)
-
-                def send(batch: list[bytes] = batch, base: int = base) -> None:
-                    pipe = self._of(name).pipeline(transaction=False)
-                    for offset, data in enumerate(batch):
-                        pipe.set(self._chunk_key(name, fp, version, base + offset), data, ex=ORPHAN_TTL)
-                    pipe.execute()
-
-                self._call(send)
-                hashes += [hashlib.sha256(b).hexdigest() for b in batch]
-                done += sum(len(b) for b in batch)
+            pieces = iter(lambda: f.read(size), b"")
+            batch: list[bytes] = []
+            for data, compressed, digest, raw_bytes in _ordered_map(_encode if compress else _as_is, pieces):
+                batch.append(data)
+                hashes.append(digest)
+                flags.append(compressed)
+                done += raw_bytes
+                if len(batch) < PIPELINE_CHUNKS:
+                    continue
+                self._send_chunks(name, fp, version, len(hashes) - len(batch), batch)
+                batch = []
+                if progress:
+                    progress(done, manifest.payload_bytes)
+            if batch:
+                self._send_chunks(name, fp, version, len(hashes) - len(batch), batch)
                 if progress:
                     progress(done, manifest.payload_bytes)
         pushed = Manifest.from_json(manifest.to_json())
         pushed.chunk_size, pushed.chunk_sha256 = size, hashes
+        pushed.chunk_compressed = flags if compress else None
         pushed.signature = sign(pushed, self.config.secret) if self.config.secret else None
         data = json.dumps(pushed.to_json(), default=str)
         ttl = self.config.ttl
@@ -292,6 +324,15 @@ class RedisHub:
 
         self._call(commit)
         return pushed
+
+    def _send_chunks(self, name: str, fp: str, version: str, base: int, batch: list[bytes]) -> None:
+        def send() -> None:
+            pipe = self._of(name).pipeline(transaction=False)
+            for offset, data in enumerate(batch):
+                pipe.set(self._chunk_key(name, fp, version, base + offset), data, ex=ORPHAN_TTL)
+            pipe.execute()
+
+        self._call(send)
 
     def _payload_bytes(self, name: str, fp: str, version: str) -> int:
         raw = self._call(lambda: self._of(name).get(self._manifest_key(name, fp, version)))
@@ -408,3 +449,54 @@ class Lease:
             self.hub.client.eval(_RELEASE, 1, self.key, self.token)
         except Exception:  # the hub went away: the lease expires by itself
             pass
+
+
+# -- chunk encoding, on worker threads (zstd and hashlib release the GIL) ----------------------------------------
+_SAMPLE = 64 << 10
+
+
+def _encode(piece: bytes) -> tuple[bytes, bool, str, int]:
+    """(stored bytes, compressed?, their sha256, raw length). A sample decides: kernels that do not compress
+    (cubins, random weights) are sent as they are, without spending a compression pass on them."""
+    import zstandard
+
+    sample = piece[:_SAMPLE]
+    if len(zstandard.ZstdCompressor(level=1).compress(sample)) < 0.9 * len(sample):
+        data = zstandard.ZstdCompressor(level=3).compress(piece)
+        if len(data) < len(piece):
+            return data, True, hashlib.sha256(data).hexdigest(), len(piece)
+    return _as_is(piece)
+
+
+def _as_is(piece: bytes) -> tuple[bytes, bool, str, int]:
+    return piece, False, hashlib.sha256(piece).hexdigest(), len(piece)
+
+
+def _decompress(data: bytes, expected: int, what: str) -> bytes:
+    import zstandard
+
+    try:  # the frame's declared size is checked first: a hostile chunk cannot make us allocate more
+        if zstandard.frame_content_size(data) != expected:
+            raise HubError(f"{what} does not decompress to the size its manifest implies")
+        out = zstandard.ZstdDecompressor().decompress(data, max_output_size=expected)
+    except zstandard.ZstdError as exc:
+        raise HubError(f"{what} fails to decompress: {exc}") from None
+    if len(out) != expected:
+        raise HubError(f"{what} does not decompress to the size its manifest implies")
+    return out
+
+
+def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int = AHEAD) -> Iterator[Any]:
+    """`map(fn, items)` on worker threads, in order, with at most `ahead` items taken and not yet yielded."""
+    with ThreadPoolExecutor(max_workers=min(ahead, os.cpu_count() or 1), thread_name_prefix="jcc-hub") as pool:
+        pending: list[Future] = []
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) >= ahead:
+                    yield pending.pop(0).result()
+            while pending:
+                yield pending.pop(0).result()
+        finally:
+            for future in pending:
+                future.cancel()

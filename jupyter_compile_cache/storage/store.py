@@ -2,15 +2,18 @@
 
 Layout of a local store (default: the user cache dir, never /tmp, which tmpfs and reboots wipe):
 
-    <root>/bundles/<NAME>/<version>.tar.zst   payload, renamed into place when complete
+    <root>/bundles/<NAME>/<version>.pack      payload (bundle.py), renamed into place when complete (format 1:
+                                              <version>.tar.zst)
     <root>/bundles/<NAME>/<version>.json      manifest, written last: a version exists once this file exists
     <root>/quarantine/<NAME>/<version>.*      damaged bundles, moved aside with a .reason file
     <root>/runs/<NAME>.json                   what the last run of that cell hit and missed (for `explain`)
     <root>/stats.json                         what every cell that used this store did, summed (see stats.py)
 
 Versions are named by creation time, fingerprint and a random suffix, so two kernels saving the same NAME at once
-each commit their own complete version. Pruning and eviction take a file lock. The manifest's mtime records last
-use, which drives least-recently-used eviction in `gc`.
+each commit their own complete version. Payloads are not fsynced: a crash can leave a committed version with
+damaged bytes, which its restore detects (every member is hashed on every restore) and quarantines; a store is a
+cache, and ccache and torch's own caches make the same trade. Pruning and eviction take a file lock. The manifest's
+mtime records last use, which drives least-recently-used eviction in `gc`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from .writer_thread import FileWriterThread
 STORE_DIR_ENV = "JUPYTER_COMPILE_CACHE_DIR"
 
 DEFAULT_MAX_VERSIONS = 3
-PAYLOAD_SUFFIX = ".tar.zst"
+PAYLOAD_SUFFIXES = {2: ".pack", 1: ".tar.zst"}  # by bundle format
 
 
 def default_store_dir() -> str:
@@ -72,7 +75,7 @@ class LocalStore:
         return os.path.join(self._name_dir(manifest.name), manifest.version + ".json")
 
     def payload_path(self, manifest: Manifest) -> str:
-        return os.path.join(self._name_dir(manifest.name), manifest.version + PAYLOAD_SUFFIX)
+        return os.path.join(self._name_dir(manifest.name), manifest.version + PAYLOAD_SUFFIXES[manifest.format])
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
@@ -144,14 +147,16 @@ class LocalStore:
         return total
 
     # -- writing ----------------------------------------------------------------------------------------------
-    def write(self, manifest: Manifest, files: Mapping[str, str]) -> Manifest:
-        """Write a new version holding `files` ({member name: path}); payload fields of `manifest` are filled in."""
-        fd, tmp = self._temp_payload(manifest.name)
+    def write(
+        self, manifest: Manifest, files: Mapping[str, str], progress: Callable[[int, int], None] | None = None
+    ) -> Manifest:
+        """Write a new version holding `files` ({member name: path}); payload fields of `manifest` are filled in.
+        `progress(done, total)`: the bytes written so far, of all."""
+        manifest.format, manifest.compression = bundle.FORMAT, bundle.COMPRESSION
+        fd, tmp = self._temp_payload(manifest)
         try:
             with os.fdopen(fd, "wb") as out:
-                members, sha, size = bundle.write_payload(files, out)
-                out.flush()
-                os.fsync(out.fileno())
+                members, sha, size = bundle.write_pack(files, out, progress)
             manifest.members, manifest.payload_sha256, manifest.payload_bytes = members, sha, size
             manifest.uses_gpu, manifest.uses_cpu_kernels = bundle.classify(members, files)
             return self._commit(manifest, tmp)
@@ -173,15 +178,22 @@ class LocalStore:
         """A sink for the payload of `manifest` as it arrives (a hub pull writes each verified chunk here): written
         once, into a temp file beside its final place, hashed on the way; committed when the block ends and the
         hash matches, gone if it does not or the block raises."""
-        fd, tmp = self._temp_payload(manifest.name)
+        fd, tmp = self._temp_payload(manifest)
         os.close(fd)
-        sink = FileWriterThread()  # hashes and writes while the next chunk arrives
+        # Writes while the next chunk arrives. A format 1 payload is hashed whole here; a format 2 one is checked
+        # member by member on every restore, so here only its length is.
+        sink = FileWriterThread(hashing=manifest.format < 2)
         try:
             sink.open(tmp)
             yield sink
             sink.close()
-            if sink.finish() != [manifest.payload_sha256]:
+            digest = sink.finish()
+            if manifest.format < 2 and digest != [manifest.payload_sha256]:
                 raise DamagedBundle("payload fails its sha256 check")
+            if manifest.format >= 2 and os.path.getsize(tmp) != manifest.payload_bytes:
+                raise DamagedBundle(f"payload has {os.path.getsize(tmp)} bytes, manifest says {manifest.payload_bytes}")
+            if manifest.format >= 2 and manifest.payload_bytes != sum(m.size for m in manifest.members):
+                raise DamagedBundle("payload size disagrees with its members'")
             self._commit(manifest, tmp)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -190,14 +202,15 @@ class LocalStore:
                 os.unlink(tmp)
             raise
 
-    def _temp_payload(self, name: str) -> tuple[int, str]:
+    def _temp_payload(self, manifest: Manifest) -> tuple[int, str]:
         """A temp file for a new payload in NAME's folder; an `rm NAME` may remove the empty folder between our
         makedirs and mkstemp, so that is tried again."""
-        directory = self._name_dir(name)
+        directory = self._name_dir(manifest.name)
+        suffix = PAYLOAD_SUFFIXES[manifest.format]
         for attempt in range(5):
             try:
                 os.makedirs(directory, exist_ok=True)  # FileExistsError: it vanished between two of its checks
-                return tempfile.mkstemp(prefix=".tmp-", suffix=PAYLOAD_SUFFIX, dir=directory)
+                return tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
             except (FileNotFoundError, FileExistsError):
                 if attempt == 4:
                     raise
@@ -229,7 +242,7 @@ class LocalStore:
 
     def _delete_version(self, name: str, version: str) -> None:
         # Manifest first: from then on no reader can pick the version up.
-        for suffix in (".json", PAYLOAD_SUFFIX):
+        for suffix in (".json", *PAYLOAD_SUFFIXES.values()):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self._name_dir(name), version + suffix))
 
@@ -295,7 +308,7 @@ class LocalStore:
     def _quarantine_files(self, name: str, version: str, reason: str) -> str:
         target = os.path.join(self.root, "quarantine", name)
         os.makedirs(target, exist_ok=True)
-        for suffix in (".json", PAYLOAD_SUFFIX):
+        for suffix in (".json", *PAYLOAD_SUFFIXES.values()):
             src = os.path.join(self._name_dir(name), version + suffix)
             with contextlib.suppress(FileNotFoundError):
                 os.replace(src, os.path.join(target, version + suffix))
