@@ -130,7 +130,8 @@ def test_chunks_that_compress_travel_compressed_and_pull_back_byte_identical(tmp
     pushed = hub.push(manifest, store.payload_path(manifest))
     assert pushed.chunk_compressed is not None and any(pushed.chunk_compressed) and not all(pushed.chunk_compressed)
     client = redis_server.client()
-    keys = [hub._chunk_key("net", manifest.fingerprint_id, manifest.version, i) for i in range(len(pushed.chunk_sha256))]
+    count = len(pushed.chunk_sha256)
+    keys = [hub._chunk_key("net", manifest.fingerprint_id, manifest.version, i) for i in range(count)]
     assert sum(client.strlen(k) for k in keys) < 0.7 * manifest.payload_bytes
     [listed] = hub.versions("net")
     with open(store.payload_path(manifest), "rb") as f:

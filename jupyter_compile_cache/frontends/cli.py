@@ -15,6 +15,7 @@ import io
 import json
 import sys
 import tarfile
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..storage.bundle import BundleError, Manifest, check_name
 from ..storage.hub import HubError
 from ..storage.sources import TransferBar
 from ..storage.store import LocalStore
-from ..units import human_bytes
+from ..units import human_bytes, speed
 from . import arguments, tables
 
 EXPORT_MANIFEST = "manifest.json"
@@ -254,11 +255,14 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
         if pushed is None:
             print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
             return 1
+        seconds = time.perf_counter() - bar.start
         print(
             f"pushed {args.name!r} version {pushed.version} ({human_bytes(pushed.payload_bytes)}, "
-            f"{len(pushed.chunk_sha256 or [])} chunks) to {hub.display_url}"
+            f"{len(pushed.chunk_sha256 or [])} chunks) to {hub.display_url} in {seconds:.2f} s "
+            f"({speed(pushed.payload_bytes, seconds)})"
         )
     elif args.hub_command == "pull":
+        start = time.perf_counter()
         local, skipped = commands.hub_pull(
             hub, args.name, lambda _source, m: TransferBar(f"pulling {m.name!r}", stream=sys.stderr)
         )
@@ -268,7 +272,11 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
             return 1
         for line in skipped:
             print(f"skipped {line}", file=sys.stderr)
-        print(f"pulled {args.name!r} version {local.version} ({human_bytes(local.payload_bytes)}) into {store.root}")
+        seconds = time.perf_counter() - start
+        print(
+            f"pulled {args.name!r} version {local.version} ({human_bytes(local.payload_bytes)}) into {store.root} "
+            f"in {seconds:.2f} s ({speed(local.payload_bytes, seconds)})"
+        )
     elif args.hub_command == "rm":
         plan = hub.remove(args.name, args.version, dry_run=True)
         if not plan:
