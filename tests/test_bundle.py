@@ -39,9 +39,17 @@ def _payload(tmp_path, files: dict[str, bytes], fmt=2):
         p.parent.mkdir(exist_ok=True)
         p.write_bytes(data)
         paths[name] = str(p)
-    out = io.BytesIO()
-    members, sha, size = (bundle.write_pack if fmt == 2 else write_tar_payload)(paths, out)
-    return out.getvalue(), _manifest(members, sha, size, fmt)
+    with open(tmp_path / f"payload-{len(os.listdir(tmp_path))}", "w+b") as out:
+        members, sha, size = (bundle.write_pack if fmt == 2 else write_tar_payload)(paths, out)
+        out.seek(0)
+        return out.read(), _manifest(members, sha, size, fmt)
+
+
+def _file(tmp_path, data: bytes):
+    """A payload as a restore meets it: an open file."""
+    path = tmp_path / f"payload-{len(os.listdir(tmp_path))}"
+    path.write_bytes(data)
+    return open(path, "rb")
 
 
 FORMATS = pytest.mark.parametrize("fmt", [2, 1], ids=["pack", "tar"])
@@ -63,7 +71,7 @@ def test_round_trip_restores_every_file(tmp_path, fmt):
     payload, manifest = _payload(tmp_path, files, fmt)
     cache = tmp_path / "cache"
     cache.mkdir()
-    written = bundle.extract(io.BytesIO(payload), manifest, {"inductor": str(cache)})
+    written = bundle.extract(_file(tmp_path, payload), manifest, {"inductor": str(cache)})
     assert len(written) == 2
     assert (cache / "fxgraph/ab/key/entry").read_bytes() == files["inductor/fxgraph/ab/key/entry"]
     assert (cache / "ab/cab.so").read_bytes() == files["inductor/ab/cab.so"]
@@ -77,7 +85,7 @@ def test_corrupted_member_is_detected_and_nothing_is_written(tmp_path, fmt):
     cache = tmp_path / "cache"
     cache.mkdir()
     with pytest.raises(DamagedBundle, match="sha256"):
-        bundle.extract(io.BytesIO(payload), manifest, {"inductor": str(cache)})
+        bundle.extract(_file(tmp_path, payload), manifest, {"inductor": str(cache)})
     assert os.listdir(cache) == []
 
 
@@ -87,7 +95,7 @@ def test_truncated_payload_is_damaged(tmp_path, fmt):
     cache = tmp_path / "cache"
     cache.mkdir()
     with pytest.raises(DamagedBundle):
-        bundle.extract(io.BytesIO(payload[: len(payload) // 2]), manifest, {"inductor": str(cache)})
+        bundle.extract(_file(tmp_path, payload[: len(payload) // 2]), manifest, {"inductor": str(cache)})
     assert os.listdir(cache) == []
 
 
@@ -108,7 +116,7 @@ def test_unsafe_member_names_are_refused_before_anything_is_written(tmp_path, na
     cache = tmp_path / "cache"
     cache.mkdir()
     with pytest.raises(UnsafeBundle):
-        bundle.extract(io.BytesIO(b""), manifest, {"inductor": str(cache)})
+        bundle.extract(_file(tmp_path, b""), manifest, {"inductor": str(cache)})
     assert os.listdir(cache) == []
     assert not (tmp_path / "escape").exists()
 
@@ -125,7 +133,7 @@ def test_links_devices_and_directories_refuse_the_whole_bundle(tmp_path, kind):
     cache = tmp_path / "cache"
     cache.mkdir()
     with pytest.raises(UnsafeBundle, match="not a regular file"):
-        bundle.extract(io.BytesIO(payload), _manifest(members, sha, len(payload)), {"inductor": str(cache)})
+        bundle.extract(_file(tmp_path, payload), _manifest(members, sha, len(payload)), {"inductor": str(cache)})
     assert os.listdir(cache) == []  # even the good member was not written
 
 
@@ -136,7 +144,7 @@ def test_member_missing_from_manifest_is_refused(tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
     with pytest.raises(UnsafeBundle, match="not in the manifest"):
-        bundle.extract(io.BytesIO(payload), _manifest([], sha, len(payload)), {"inductor": str(cache)})
+        bundle.extract(_file(tmp_path, payload), _manifest([], sha, len(payload)), {"inductor": str(cache)})
     assert os.listdir(cache) == []
 
 
@@ -148,7 +156,7 @@ def test_symlinked_directory_inside_the_cache_cannot_redirect_writes(tmp_path, f
     outside.mkdir()
     os.symlink(outside, cache / "evil")
     with pytest.raises(UnsafeBundle, match="outside"):
-        bundle.extract(io.BytesIO(payload), manifest, {"inductor": str(cache)})
+        bundle.extract(_file(tmp_path, payload), manifest, {"inductor": str(cache)})
     assert os.listdir(outside) == []
 
 
@@ -157,17 +165,17 @@ def test_a_pack_with_bytes_moved_between_members_or_extra_bytes_is_damaged(tmp_p
     payload, manifest = _payload(tmp_path, files)
     cache = tmp_path / "cache"
     cache.mkdir()
-    with pytest.raises(DamagedBundle, match="longer"):
-        bundle.extract(io.BytesIO(payload + b"!"), manifest, {"inductor": str(cache)})
+    with pytest.raises(DamagedBundle, match="payload has"):
+        bundle.extract(_file(tmp_path, payload + b"!"), manifest, {"inductor": str(cache)})
     shifted = Manifest.from_json(manifest.to_json())
     shifted.members[0].size += 1  # the same bytes, cut elsewhere
     with pytest.raises(DamagedBundle, match="sha256"):
-        bundle.extract(io.BytesIO(payload + b"!"), shifted, {"inductor": str(cache)})
+        bundle.extract(_file(tmp_path, payload + b"!"), shifted, {"inductor": str(cache)})
     assert os.listdir(cache) == []
 
 
 def test_a_pack_is_written_in_order_and_skips_files_that_vanished(tmp_path):
-    big = os.urandom((32 << 20) + 5)  # over the size that is streamed rather than read whole
+    big = os.urandom((3 << 20) + 5)  # several pieces of a copy
     src = tmp_path / "src"
     src.mkdir()
     paths = {}
@@ -175,10 +183,10 @@ def test_a_pack_is_written_in_order_and_skips_files_that_vanished(tmp_path):
         paths[name] = str(src / name.replace("/", "_"))
         (src / name.replace("/", "_")).write_bytes(data)
     paths["inductor/d/gone"] = str(src / "never-written")
-    out = io.BytesIO()
-    members, digest, size = bundle.write_pack(paths, out)
+    with open(tmp_path / "pack", "w+b") as out:
+        members, digest, size = bundle.write_pack(paths, out)
     assert [m.name for m in members] == ["inductor/a/small.py", "inductor/b/big.so", "inductor/c/z"]
-    assert out.getvalue() == b"x" * 10 + big + b"z" and size == len(out.getvalue())
+    assert (tmp_path / "pack").read_bytes() == b"x" * 10 + big + b"z" and size == len(b"x" * 10 + big + b"z")
     assert members[1].sha256 == hashlib.sha256(big).hexdigest() and digest == bundle.members_digest(members)
 
 

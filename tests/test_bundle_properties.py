@@ -233,7 +233,10 @@ def test_a_crafted_archive_is_refused_or_restores_only_regular_files_inside_the_
         os.makedirs(roots["triton"])
         os.makedirs(os.path.join(work, "outside"))
         try:
-            written = bundle.extract(io.BytesIO(payload), manifest, roots)
+            with open(os.path.join(work, "payload"), "w+b") as f:
+                f.write(payload)
+                f.seek(0)
+                written = bundle.extract(f, manifest, roots)
         except BundleError as exc:
             assert str(exc)
             assert _tree(roots["inductor"]) == {"triton"}  # refused: nothing restored, staging removed
@@ -245,7 +248,8 @@ def test_a_crafted_archive_is_refused_or_restores_only_regular_files_inside_the_
                 for m in members
             )
             assert all(os.path.isfile(p) and not os.path.islink(p) for p in written)
-        assert set(os.listdir(work)) == {"cache", "outside"} and os.listdir(os.path.join(work, "outside")) == []
+        assert set(os.listdir(work)) == {"cache", "outside", "payload"}
+        assert os.listdir(os.path.join(work, "outside")) == []
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

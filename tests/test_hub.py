@@ -255,7 +255,8 @@ def test_two_writers_pushing_the_same_name_both_finish(tmp_path, redis_server):
         payload = _pull_bytes(hub, v)
         with open(stores[v.version].payload_path(v), "rb") as f:
             assert payload == f.read()
-        assert len(bundle.extract(io.BytesIO(payload), v, {"inductor": str(tmp_path / v.version)})) == 3
+        with stores[v.version].open_payload(v) as f:
+            assert len(bundle.extract(f, v, {"inductor": str(tmp_path / v.version)})) == 3
 
 
 def test_ttl_expires_bundles_and_gc_cleans_the_index(tmp_path, redis_server):

@@ -147,6 +147,8 @@ def test_settings_validate_what_they_are_given():
         ("hub_timeout", -1.0, "CompileCache.hub_timeout: must be a positive number of seconds"),
         ("hub_connect_timeout", 0.0, "CompileCache.hub_connect_timeout: must be a positive number of seconds"),
         ("hub_ttl", -5, "CompileCache.hub_ttl: must be 0"),
+        ("hub_chunk_size", "1G", "CompileCache.hub_chunk_size: a chunk is 256K to 64M, not '1G'"),
+        ("hub_chunk_size", "big", "CompileCache.hub_chunk_size: not a size: 'big'"),
         ("store_dir", "  ", "CompileCache.store_dir: not a directory path"),
     ):
         before = getattr(settings, name)
@@ -155,6 +157,8 @@ def test_settings_validate_what_they_are_given():
         assert getattr(settings, name) == before, name  # a refused value changes nothing
     settings.hub = "off"
     assert settings.hub == ""
+    settings.hub_chunk_size = "16M"
+    assert settings.hub_chunk_bytes == 16 << 20
 
 
 def test_a_bad_config_value_is_told_with_the_setting_name(shell, caplog):
@@ -176,6 +180,7 @@ def test_a_bad_config_value_is_told_with_the_setting_name(shell, caplog):
         ("JUPYTER_COMPILE_CACHE_HUB_TTL", "-5", "not a number of seconds: '-5'"),
         ("JUPYTER_COMPILE_CACHE_HUB_TIMEOUT", "0", "not a number of seconds: '0'"),
         ("JUPYTER_COMPILE_CACHE_MAX_SIZE", "", None),
+        ("JUPYTER_COMPILE_CACHE_HUB_CHUNK_SIZE", "10K", "a chunk is 256K to 64M, not '10K'"),
     ],
 )
 def test_a_bad_environment_variable_is_named_once_and_its_default_used(monkeypatch, capsys, variable, value, told):

@@ -38,6 +38,7 @@ def hub_config(
         ttl=ttl or settings.hub_ttl or None,
         connect_timeout=settings.hub_connect_timeout,
         timeout=settings.hub_timeout,
+        chunk_size=settings.hub_chunk_bytes,
     )
 
 

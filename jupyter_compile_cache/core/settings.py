@@ -15,6 +15,7 @@ secret                 JUPYTER_COMPILE_CACHE_SECRET        "" (bundles unsigned)
 hub_ttl                JUPYTER_COMPILE_CACHE_HUB_TTL       0 (pushed bundles live until gc or rm)
 hub_connect_timeout    JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT  2.0 seconds
 hub_timeout            JUPYTER_COMPILE_CACHE_HUB_TIMEOUT   10.0 seconds
+hub_chunk_size         JUPYTER_COMPILE_CACHE_HUB_CHUNK_SIZE  "4M" (256K to 64M; bigger for GB bundles on a fast link)
 max_size               JUPYTER_COMPILE_CACHE_MAX_SIZE      "20G" (local store; also `gc`'s default)
 precompile             JUPYTER_COMPILE_CACHE_PRECOMPILE    True (Dynamo precompile in %%compile_cache cells)
 prewarm                JUPYTER_COMPILE_CACHE_PREWARM       True (import the compiler stack in the background)
@@ -30,6 +31,7 @@ from typing import Any
 from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
+from ..storage.hub import MAX_CHUNK, MIN_CHUNK
 from ..storage.hub_url import check_hub_url, check_namespace
 from ..storage.store import STORE_DIR_ENV, default_store_dir
 from ..units import parse_size
@@ -42,6 +44,7 @@ ENV = {
     "hub_ttl": "JUPYTER_COMPILE_CACHE_HUB_TTL",
     "hub_connect_timeout": "JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT",
     "hub_timeout": "JUPYTER_COMPILE_CACHE_HUB_TIMEOUT",
+    "hub_chunk_size": "JUPYTER_COMPILE_CACHE_HUB_CHUNK_SIZE",
     "max_size": "JUPYTER_COMPILE_CACHE_MAX_SIZE",
     "precompile": "JUPYTER_COMPILE_CACHE_PRECOMPILE",
     "prewarm": "JUPYTER_COMPILE_CACHE_PREWARM",
@@ -81,6 +84,7 @@ class CompileCache(Configurable):
     ).tag(config=True)
     hub_connect_timeout = Float(help="Seconds to wait for the hub to accept a connection").tag(config=True)
     hub_timeout = Float(help="Seconds to wait for any one hub reply").tag(config=True)
+    hub_chunk_size = Unicode(help="Size of the pieces bundles are pushed in (256K to 64M)").tag(config=True)
     max_size = Unicode(
         help="Size cap of the local store (least recently used versions are evicted after each save; `gc` default)"
     ).tag(config=True)
@@ -145,6 +149,18 @@ class CompileCache(Configurable):
             self.env_problems.append(f"{ENV['max_size']}: {exc}; using 20G")
             return "20G"
 
+    @default("hub_chunk_size")
+    def _default_hub_chunk_size(self) -> str:
+        value = os.environ.get(ENV["hub_chunk_size"], "").strip()
+        if not value:
+            return "4M"
+        try:
+            _check_chunk_size(value)
+            return value
+        except ValueError as exc:
+            self.env_problems.append(f"{ENV['hub_chunk_size']}: {exc}; using 4M")
+            return "4M"
+
     @default("precompile")
     def _default_precompile(self) -> bool:
         return self._env_bool("precompile")
@@ -192,6 +208,14 @@ class CompileCache(Configurable):
             raise TraitError(f"CompileCache.hub_ttl: must be 0 (no expiry) or more seconds, not {proposal['value']}")
         return proposal["value"]
 
+    @validate("hub_chunk_size")
+    def _check_hub_chunk_size(self, proposal: dict[str, Any]) -> str:
+        try:
+            _check_chunk_size(proposal["value"])
+        except ValueError as exc:
+            raise TraitError(f"CompileCache.hub_chunk_size: {exc}") from None
+        return proposal["value"]
+
     @validate("hub_connect_timeout", "hub_timeout")
     def _check_timeout(self, proposal: dict[str, Any]) -> float:
         value = proposal["value"]
@@ -204,6 +228,10 @@ class CompileCache(Configurable):
     @property
     def max_bytes(self) -> int:
         return parse_size(self.max_size)
+
+    @property
+    def hub_chunk_bytes(self) -> int:
+        return parse_size(self.hub_chunk_size)
 
     def _env_number(self, name: str, fallback: float, kind: type) -> float:
         raw = os.environ.get(ENV[name], "").strip()
@@ -230,3 +258,10 @@ class CompileCache(Configurable):
         values = {name: getattr(self, name) for name in ENV}
         values["secret"] = "***" if values["secret"] else ""
         return values
+
+
+def _check_chunk_size(text: str) -> int:
+    size = parse_size(text)
+    if not MIN_CHUNK <= size <= MAX_CHUNK:
+        raise ValueError(f"a chunk is 256K to 64M, not {text!r}")
+    return size

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import itertools
 import os
 import re
 import shutil
@@ -30,12 +31,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
+from . import file_copy
 from .writer_thread import FileWriterThread
 
 FORMAT = 2  # what this version writes
 READABLE_FORMATS = (1, 2)
 COMPRESSION = "none"
-_HUGE_MEMBER = 32 << 20  # members this big are copied piece by piece, never held whole in memory
 ROOTS = ("inductor", "triton")
 _READ_SIZE = 1 << 20
 NAME_RE = re.compile(r"^(?!\.+$)[A-Za-z0-9._-]{1,128}$")
@@ -189,79 +190,47 @@ def members_digest(members: Iterable[Member]) -> str:
     return sha.hexdigest()
 
 
-def _read_whole(path: str) -> tuple[bytes, str] | None:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    return data, hashlib.sha256(data).hexdigest()
-
-
 def write_pack(
     files: Mapping[str, str], out: IO[bytes], progress: Callable[[int, int], None] | None = None
 ) -> tuple[list[Member], str, int]:
-    """Write `files` ({member name: path on disk}) as a pack to `out`; returns (members, payload sha256, bytes).
+    """Write `files` ({member name: path on disk}) as a pack into the file `out`; returns (members, payload sha256,
+    bytes). Each file is copied on a worker thread and hashed as it lies in the pack: what is hashed is what was
+    written.
 
-    Files are read and hashed on worker threads (hashlib releases the GIL) and written here in order; what is
-    hashed is what is written. Files that vanish while we read them are skipped: torch may prune its cache
-    concurrently and a missing entry only costs a hit. `progress(done, total)`: bytes written, of all.
+    Files gone before the save starts are skipped: torch may prune its cache concurrently and a missing entry only
+    costs a hit. A file that changes size while we copy it (written in place by someone) fails the save.
+    `progress(done, total)`: bytes written, of all.
     """
-    from concurrent.futures import Future, ThreadPoolExecutor
-
     names = sorted(files)
     for name in names:
         check_member_name(name)
+    out.flush()
+    dst = out.fileno()
     sizes = {}
     for name in names:
         with contextlib.suppress(OSError):
             sizes[name] = os.stat(files[name]).st_size
-    names = [n for n in names if n in sizes]
-    total, done = sum(sizes.values()), 0
+    total = sum(sizes.values())
+    offsets = dict(zip(sizes, itertools.accumulate(sizes.values(), initial=0)))
+
+    def copy(name: str) -> Member:
+        at, size = offsets[name], sizes[name]
+        with open(files[name], "rb") as f:
+            copied = file_copy.copy_range(f.fileno(), 0, dst, at, size)
+            if copied != size or os.fstat(f.fileno()).st_size != size:
+                raise OSError(f"{files[name]} changed while it was saved")
+        digest, _ = file_copy.hash_range(dst, at, size)
+        return Member(name, size, digest)
+
     members: list[Member] = []
-    window: list[tuple[str, Future | None]] = []  # read ahead, at most ~_HUGE_MEMBER * 2 bytes held
-
-    def write_next() -> None:
-        nonlocal done
-        name, future = window.pop(0)
-        if future is None:  # a huge member: streamed here, piece by piece
-            member = _copy_hashed(name, files[name], out)
-        else:
-            result = future.result()
-            member = None
-            if result is not None:
-                data, digest = result
-                out.write(data)
-                member = Member(name, len(data), digest)
-        if member is not None:
-            members.append(member)
-            done += member.size
-            if progress is not None:
-                progress(done, total)
-
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="jcc-save") as pool:
-        for name in names:
-            huge = sizes[name] > _HUGE_MEMBER
-            while window and (huge or sum(sizes[n] for n, f in window if f) + sizes[name] > 2 * _HUGE_MEMBER):
-                write_next()
-            window.append((name, None if huge else pool.submit(_read_whole, files[name])))
-        while window:
-            write_next()
-    return members, members_digest(members), sum(m.size for m in members)
-
-
-def _copy_hashed(name: str, path: str, out: IO[bytes]) -> Member | None:
-    sha, size = hashlib.sha256(), 0
-    try:
-        f = open(path, "rb")
-    except OSError:
-        return None
-    with f:
-        while piece := f.read(_READ_SIZE):
-            sha.update(piece)
-            out.write(piece)
-            size += len(piece)
-    return Member(name, size, sha.hexdigest())
+    done = 0
+    for member in file_copy.in_order(copy, sizes, ahead=64):
+        members.append(member)
+        done += member.size
+        if progress is not None:
+            progress(done, total)
+    os.ftruncate(dst, total)
+    return members, members_digest(members), total
 
 
 def _root_dirs(roots: Mapping[str, str]) -> dict[str, str]:
@@ -298,16 +267,13 @@ def extract(
         os.makedirs(os.path.dirname(tmp), exist_ok=True)
         return tmp, os.path.join(real_roots[root], *rel.split("/"))
 
-    # Members are hashed and written on worker threads while the next bytes are read (or decompressed).
-    writers = [FileWriterThread() for _ in range(min(4, os.cpu_count() or 1) if manifest.format >= 2 else 1)]
     try:
         if manifest.format >= 2:
-            staged = _stage_pack(payload, manifest, place, writers, progress)
+            staged, digests = _stage_pack(payload, manifest, place, progress)
         else:
-            staged = _stage_tar(payload, manifest, expected, place, writers[0], progress)
-        per_writer = [iter(w.finish()) for w in writers]
-        for i, (name, _tmp, _final) in enumerate(staged):
-            if next(per_writer[i % len(writers)]) != expected[name].sha256:
+            staged, digests = _stage_tar(payload, manifest, expected, place, progress)
+        for (name, _tmp, _final), digest in zip(staged, digests, strict=True):
+            if digest != expected[name].sha256:
                 raise DamagedBundle(f"member {name!r} fails its sha256 check")
         missing = set(expected) - {name for name, _tmp, _final in staged}
         if missing:
@@ -320,9 +286,6 @@ def extract(
             written.append(final)
         return written
     finally:
-        for writer in writers:
-            with contextlib.suppress(Exception):  # the thread stops; its error, if any, was raised above or is moot
-                writer.finish()
         for path in staging.values():
             shutil.rmtree(path, ignore_errors=True)
 
@@ -334,31 +297,36 @@ def _stage_pack(
     payload: IO[bytes],
     manifest: Manifest,
     place: Callable[[str], tuple[str, str]],
-    writers: list[FileWriterThread],
     progress: Callable[[int, int], None] | None,
-) -> Staged:
-    """Format 2: members one after another; each goes to the next writer in turn, so they hash in parallel."""
-    staged: Staged = []
-    total, done = sum(m.size for m in manifest.members), 0
-    for i, member in enumerate(manifest.members):
-        tmp, final = place(member.name)
-        writer = writers[i % len(writers)]
-        writer.open(tmp)
-        left = member.size
-        while left:
-            piece = payload.read(min(_READ_SIZE, left))
-            if not piece:
+) -> tuple[Staged, list[str]]:
+    """Format 2: each member copied out of the pack file on a worker thread, then hashed as it lies in the cache
+    dir's staging folder: what is checked is what will be used."""
+    src = payload.fileno()
+    total = sum(m.size for m in manifest.members)
+    actual = os.fstat(src).st_size
+    if actual != total:
+        raise DamagedBundle(f"payload has {actual} bytes, its members {total}")
+    offsets = list(itertools.accumulate((m.size for m in manifest.members), initial=0))
+    staged: Staged = [(m.name, *place(m.name)) for m in manifest.members]
+    digests: list[str] = []
+    done = 0
+
+    def copy(i: int) -> str:
+        member, tmp = manifest.members[i], staged[i][1]
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if file_copy.copy_range(src, offsets[i], fd, 0, member.size) != member.size:
                 raise DamagedBundle(f"payload is truncated (in member {member.name!r})")
-            writer.write(piece)
-            left -= len(piece)
-            done += len(piece)
-            if progress is not None:
-                progress(done, total)
-        writer.close()
-        staged.append((member.name, tmp, final))
-    if payload.read(1):
-        raise DamagedBundle("payload is longer than its members")
-    return staged
+            return file_copy.hash_range(fd, 0, member.size)[0]
+        finally:
+            os.close(fd)
+
+    for i, digest in enumerate(file_copy.in_order(copy, range(len(manifest.members)), ahead=16)):
+        digests.append(digest)
+        done += manifest.members[i].size
+        if progress is not None:
+            progress(done, total)
+    return staged, digests
 
 
 def _stage_tar(
@@ -366,10 +334,28 @@ def _stage_tar(
     manifest: Manifest,
     expected: Mapping[str, Member],
     place: Callable[[str], tuple[str, str]],
+    progress: Callable[[int, int], None] | None,
+) -> tuple[Staged, list[str]]:
+    """Format 1: a zstd tar stream, hashed as a whole too. Each member is hashed and written on a second thread
+    while the next bytes are decompressed."""
+    writer = FileWriterThread()
+    try:
+        staged = _untar(payload, manifest, expected, place, writer, progress)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the thread stops; its own error is moot beside this one
+            writer.finish()
+        raise
+    return staged, writer.finish()
+
+
+def _untar(
+    payload: IO[bytes],
+    manifest: Manifest,
+    expected: Mapping[str, Member],
+    place: Callable[[str], tuple[str, str]],
     writer: FileWriterThread,
     progress: Callable[[int, int], None] | None,
 ) -> Staged:
-    """Format 1: a zstd tar stream, hashed as a whole too."""
     import zstandard
 
     staged: Staged = []

@@ -27,15 +27,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from . import file_copy
 from .bundle import DamagedBundle, Manifest
 from .hub_url import redact
 from .store import Removal
@@ -43,6 +42,7 @@ from .store import Removal
 __all__ = ["HubConfig", "HubError", "Lease", "RedisHub", "SignatureError", "redis_module"]
 
 DEFAULT_CHUNK = 4 << 20
+MIN_CHUNK = 256 << 10
 MAX_CHUNK = 64 << 20  # a manifest asking for bigger chunks is refused: what one chunk may hold in memory
 PIPELINE_CHUNKS = 2  # chunks per round trip (more makes redis-py's reply buffer copy more)
 AHEAD = 4  # chunks being compressed or checked on worker threads at once
@@ -269,7 +269,7 @@ class RedisHub:
             return _decompress(data, expected, f"chunk {i} of {manifest.name!r}")
 
         done = 0
-        for data in _ordered_map(decode, received()):
+        for data in file_copy.in_order(decode, received(), AHEAD):
             sink.write(data)
             done += len(data)
             if progress:
@@ -288,7 +288,8 @@ class RedisHub:
         with open(payload_path, "rb") as f:
             pieces = iter(lambda: f.read(size), b"")
             batch: list[bytes] = []
-            for data, compressed, digest, raw_bytes in _ordered_map(_encode if compress else _as_is, pieces):
+            encoded = file_copy.in_order(_encode if compress else _as_is, pieces, AHEAD)
+            for data, compressed, digest, raw_bytes in encoded:
                 batch.append(data)
                 hashes.append(digest)
                 flags.append(compressed)
@@ -484,19 +485,3 @@ def _decompress(data: bytes, expected: int, what: str) -> bytes:
     if len(out) != expected:
         raise HubError(f"{what} does not decompress to the size its manifest implies")
     return out
-
-
-def _ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int = AHEAD) -> Iterator[Any]:
-    """`map(fn, items)` on worker threads, in order, with at most `ahead` items taken and not yet yielded."""
-    with ThreadPoolExecutor(max_workers=min(ahead, os.cpu_count() or 1), thread_name_prefix="jcc-hub") as pool:
-        pending: list[Future] = []
-        try:
-            for item in items:
-                pending.append(pool.submit(fn, item))
-                if len(pending) >= ahead:
-                    yield pending.pop(0).result()
-            while pending:
-                yield pending.pop(0).result()
-        finally:
-            for future in pending:
-                future.cancel()

@@ -1,0 +1,90 @@
+"""Copying and hashing ranges of files at the speed of the disk, on worker threads.
+
+A save copies cache files into a pack and a restore copies a pack's members out again. Both copy in the kernel
+(`copy_file_range`: no bytes pass through Python) and then hash what was written, reading it back into a buffer
+each thread reuses. Reusing matters: reading a GB into fresh 1 MB `bytes` objects makes the OS map and zero a GB
+of new memory, which on a virtual machine cost more than the copy itself (measured: 3.4 s against 0.6 s for a
+1 GB restore). Where the kernel cannot copy between the two files (another filesystem, another OS), the bytes go
+through the thread's buffer instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+PIECE = 1 << 20
+_local = threading.local()
+
+
+def workers() -> int:
+    """Threads for copying: sha256 runs at about 1 GB/s on one core, so more cores hash more."""
+    return max(2, min(4, os.cpu_count() or 1))
+
+
+def _buffer() -> memoryview:
+    buf = getattr(_local, "buffer", None)
+    if buf is None:
+        buf = _local.buffer = memoryview(bytearray(PIECE))
+    return buf
+
+
+def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, size: int) -> int:
+    """Copy `size` bytes between two file descriptors at the given offsets; returns how many were there to copy
+    (fewer when `src` ends early)."""
+    done = 0
+    kernel = hasattr(os, "copy_file_range")
+    while done < size:
+        if kernel:
+            try:
+                n = os.copy_file_range(src, dst, size - done, src_offset + done, dst_offset + done)
+            except OSError:  # EXDEV, ENOSYS, EINVAL...: copy through our buffer from here on
+                kernel = False
+                continue
+        else:
+            buf = _buffer()
+            n = os.preadv(src, [buf[: min(PIECE, size - done)]], src_offset + done)
+            if n:
+                _pwrite_all(dst, buf[:n], dst_offset + done)
+        if n == 0:
+            break
+        done += n
+    return done
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
+
+
+def hash_range(fd: int, offset: int, size: int) -> tuple[str, int]:
+    """sha256 of `size` bytes of `fd` from `offset`, and how many bytes were there (fewer: the file is shorter)."""
+    sha, done, buf = hashlib.sha256(), 0, _buffer()
+    while done < size:
+        n = os.preadv(fd, [buf[: min(PIECE, size - done)]], offset + done)
+        if n == 0:
+            break
+        sha.update(buf[:n])
+        done += n
+    return sha.hexdigest(), done
+
+
+def in_order(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Iterator[Any]:
+    """`map(fn, items)` on worker threads, results in order, with at most `ahead` items taken and not yet given."""
+    with ThreadPoolExecutor(max_workers=min(ahead, workers()), thread_name_prefix="jupyter-compile-cache") as pool:
+        pending: list[Future] = []
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) >= ahead:
+                    yield pending.pop(0).result()
+            while pending:
+                yield pending.pop(0).result()
+        finally:
+            for future in pending:
+                future.cancel()
