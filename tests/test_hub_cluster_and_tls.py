@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import io
 import os
 import signal
+import tempfile
 import time
 
 import pytest
@@ -54,7 +54,7 @@ def test_cluster_node_stopped_mid_pull_is_a_bounded_error(tmp_path, redis_cluste
     start = time.time()
     try:
         with pytest.raises(HubError) as caught:
-            hub.pull(listed, io.BytesIO(), progress=stop_owner)
+            hub.pull(listed, tempfile.TemporaryFile(), progress=stop_owner)
     finally:
         os.kill(owner.proc.pid, signal.SIGCONT)
     assert stopped and time.time() - start < 5, time.time() - start  # about one timeout, not one per chunk

@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 from . import file_copy
-from .writer_thread import FileWriterThread
 
 FORMAT = 2  # what this version writes
 READABLE_FORMATS = (1, 2)
@@ -336,29 +335,11 @@ def _stage_tar(
     place: Callable[[str], tuple[str, str]],
     progress: Callable[[int, int], None] | None,
 ) -> tuple[Staged, list[str]]:
-    """Format 1: a zstd tar stream, hashed as a whole too. Each member is hashed and written on a second thread
-    while the next bytes are decompressed."""
-    writer = FileWriterThread()
-    try:
-        staged = _untar(payload, manifest, expected, place, writer, progress)
-    except BaseException:
-        with contextlib.suppress(Exception):  # the thread stops; its own error is moot beside this one
-            writer.finish()
-        raise
-    return staged, writer.finish()
-
-
-def _untar(
-    payload: IO[bytes],
-    manifest: Manifest,
-    expected: Mapping[str, Member],
-    place: Callable[[str], tuple[str, str]],
-    writer: FileWriterThread,
-    progress: Callable[[int, int], None] | None,
-) -> Staged:
+    """Format 1: a zstd tar stream, hashed as a whole too."""
     import zstandard
 
     staged: Staged = []
+    digests: list[str] = []
     reader = _HashingReader(payload)
     total, done = sum(m.size for m in manifest.members), 0
     try:
@@ -376,20 +357,22 @@ def _untar(
                 seen.add(info.name)
                 tmp, final = place(info.name)
                 src = tar.extractfile(info)
-                writer.open(tmp)
-                while chunk := src.read(_READ_SIZE):  # type: ignore[union-attr]
-                    writer.write(chunk)
-                    done += len(chunk)
-                    if progress is not None:
-                        progress(done, total)
-                writer.close()
+                sha = hashlib.sha256()
+                with open(tmp, "wb") as out:
+                    while chunk := src.read(_READ_SIZE):  # type: ignore[union-attr]
+                        sha.update(chunk)
+                        out.write(chunk)
+                        done += len(chunk)
+                        if progress is not None:
+                            progress(done, total)
                 staged.append((info.name, tmp, final))
+                digests.append(sha.hexdigest())
         reader.drain()
     except (tarfile.TarError, zstandard.ZstdError, EOFError) as exc:
         raise DamagedBundle(f"payload is truncated or corrupt: {exc}") from exc
     if reader.sha.hexdigest() != manifest.payload_sha256:
         raise DamagedBundle("payload fails its sha256 check")
-    return staged
+    return staged, digests
 
 
 def _check_inside(path: str, real_roots: Mapping[str, str]) -> None:

@@ -1,6 +1,7 @@
 """Copying and hashing ranges of files at the speed of the disk, on worker threads.
 
-A save copies cache files into a pack and a restore copies a pack's members out again. Both copy in the kernel
+A save copies cache files into a pack, a restore copies a pack's members out again, and a hub pull writes each
+chunk at its place in the pack. Both copy in the kernel
 (`copy_file_range`: no bytes pass through Python) and then hash what was written, reading it back into a buffer
 each thread reuses. Reusing matters: reading a GB into fresh 1 MB `bytes` objects makes the OS map and zero a GB
 of new memory, which on a virtual machine cost more than the copy itself (measured: 3.4 s against 0.6 s for a
@@ -26,10 +27,11 @@ def workers() -> int:
     return max(2, min(4, os.cpu_count() or 1))
 
 
-def _buffer() -> memoryview:
+def buffer(size: int = PIECE) -> memoryview:
+    """This thread's reusable buffer, at least `size` bytes (grown, never shrunk)."""
     buf = getattr(_local, "buffer", None)
-    if buf is None:
-        buf = _local.buffer = memoryview(bytearray(PIECE))
+    if buf is None or len(buf) < size:
+        buf = _local.buffer = memoryview(bytearray(max(size, PIECE)))
     return buf
 
 
@@ -46,17 +48,18 @@ def copy_range(src: int, src_offset: int, dst: int, dst_offset: int, size: int) 
                 kernel = False
                 continue
         else:
-            buf = _buffer()
+            buf = buffer()
             n = os.preadv(src, [buf[: min(PIECE, size - done)]], src_offset + done)
             if n:
-                _pwrite_all(dst, buf[:n], dst_offset + done)
+                pwrite_all(dst, buf[:n], dst_offset + done)
         if n == 0:
             break
         done += n
     return done
 
 
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+def pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    """Write all of `data` at `offset` (threads may write different places of one file at once)."""
     while data:
         n = os.pwrite(fd, data, offset)
         data, offset = data[n:], offset + n
@@ -64,7 +67,7 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
 
 def hash_range(fd: int, offset: int, size: int) -> tuple[str, int]:
     """sha256 of `size` bytes of `fd` from `offset`, and how many bytes were there (fewer: the file is shorter)."""
-    sha, done, buf = hashlib.sha256(), 0, _buffer()
+    sha, done, buf = hashlib.sha256(), 0, buffer()
     while done < size:
         n = os.preadv(fd, [buf[: min(PIECE, size - done)]], offset + done)
         if n == 0:

@@ -233,7 +233,9 @@ class RedisHub:
         return out
 
     def pull(self, manifest: Manifest, sink: IO[bytes], progress: Progress | None = None) -> None:
-        """Write the payload of `manifest` to sink, verifying every chunk; raises HubError on any problem."""
+        """Write the payload of `manifest` into the file `sink`, verifying every chunk; raises HubError on any
+        problem. Chunks are checked, decompressed and written at their place on worker threads while the next
+        arrive, into buffers each thread reuses."""
         chunks = manifest.chunk_sha256 or []
         flags = manifest.chunk_compressed or [False] * len(chunks)
         size = manifest.chunk_size or 0
@@ -242,8 +244,10 @@ class RedisHub:
         fits = (len(chunks) - 1) * size < manifest.payload_bytes <= len(chunks) * size
         if len(flags) != len(chunks) or not 0 < size <= MAX_CHUNK or not fits:
             raise HubError(f"bundle {manifest.name!r} version {manifest.version} has an inconsistent chunk list")
+        sink.flush()
+        fd = sink.fileno()
 
-        def received() -> Iterator[tuple[int, bytes]]:
+        def received() -> Iterator[tuple[int, bytes | None]]:
             for start in range(0, len(chunks), PIPELINE_CHUNKS):
                 indices = range(start, min(start + PIPELINE_CHUNKS, len(chunks)))
 
@@ -255,23 +259,26 @@ class RedisHub:
 
                 yield from zip(indices, self._call(fetch))
 
-        def decode(item: tuple[int, bytes | None]) -> bytes:
+        def place(item: tuple[int, bytes | None]) -> int:
             i, data = item
+            what = f"chunk {i} of {manifest.name!r}"
             if data is None:
-                raise HubError(f"chunk {i} of {manifest.name!r} is missing on the hub (evicted?)")
+                raise HubError(f"{what} is missing on the hub (evicted?)")
             if hashlib.sha256(data).hexdigest() != chunks[i]:
-                raise HubError(f"chunk {i} of {manifest.name!r} fails its sha256 check")
+                raise HubError(f"{what} fails its sha256 check")
             expected = min(size, manifest.payload_bytes - i * size)
-            if not flags[i]:
-                if len(data) != expected:
-                    raise HubError(f"chunk {i} of {manifest.name!r} is not the size its manifest implies")
-                return data
-            return _decompress(data, expected, f"chunk {i} of {manifest.name!r}")
+            if flags[i]:
+                view = _decompress(data, expected, what)
+            elif len(data) == expected:
+                view = memoryview(data)
+            else:
+                raise HubError(f"{what} is not the size its manifest implies")
+            file_copy.pwrite_all(fd, view, i * size)
+            return expected
 
         done = 0
-        for data in file_copy.in_order(decode, received(), AHEAD):
-            sink.write(data)
-            done += len(data)
+        for placed in file_copy.in_order(place, received(), AHEAD):
+            done += placed
             if progress:
                 progress(done, manifest.payload_bytes)
 
@@ -473,15 +480,20 @@ def _as_is(piece: bytes) -> tuple[bytes, bool, str, int]:
     return piece, False, hashlib.sha256(piece).hexdigest(), len(piece)
 
 
-def _decompress(data: bytes, expected: int, what: str) -> bytes:
+def _decompress(data: bytes, expected: int, what: str) -> memoryview:
+    """`data` decompressed into this thread's buffer, which it must fill exactly."""
     import zstandard
 
-    try:  # the frame's declared size is checked first: a hostile chunk cannot make us allocate more
+    buf = file_copy.buffer(expected)
+    try:  # the frame's declared size is checked first: a hostile chunk cannot make us write past `expected`
         if zstandard.frame_content_size(data) != expected:
             raise HubError(f"{what} does not decompress to the size its manifest implies")
-        out = zstandard.ZstdDecompressor().decompress(data, max_output_size=expected)
+        reader = zstandard.ZstdDecompressor().stream_reader(data)
+        done = 0
+        while done < expected and (n := reader.readinto(buf[done:expected])):
+            done += n
+        if done != expected or reader.read(1):
+            raise HubError(f"{what} does not decompress to the size its manifest implies")
     except zstandard.ZstdError as exc:
         raise HubError(f"{what} fails to decompress: {exc}") from None
-    if len(out) != expected:
-        raise HubError(f"{what} does not decompress to the size its manifest implies")
-    return out
+    return buf[:expected]

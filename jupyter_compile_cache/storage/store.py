@@ -27,10 +27,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
-from . import bundle
+from . import bundle, file_copy
 from .bundle import DamagedBundle, Manifest
 from .stats import StoreStats
-from .writer_thread import FileWriterThread
 
 STORE_DIR_ENV = "JUPYTER_COMPILE_CACHE_DIR"
 
@@ -174,30 +173,25 @@ class LocalStore:
         return manifest
 
     @contextlib.contextmanager
-    def receive(self, manifest: Manifest) -> Iterator[FileWriterThread]:
-        """A sink for the payload of `manifest` as it arrives (a hub pull writes each verified chunk here): written
-        once, into a temp file beside its final place, hashed on the way; committed when the block ends and the
-        hash matches, gone if it does not or the block raises."""
+    def receive(self, manifest: Manifest) -> Iterator[IO[bytes]]:
+        """A file for the payload of `manifest` as it arrives (a hub pull writes each verified chunk at its place):
+        a temp file beside its final place, committed when the block ends and the payload checks out, gone if it
+        does not or the block raises. A format 1 payload is hashed whole; a format 2 one is hashed member by member
+        on every restore, so here only its length is checked."""
         fd, tmp = self._temp_payload(manifest)
-        os.close(fd)
-        # Writes while the next chunk arrives. A format 1 payload is hashed whole here; a format 2 one is checked
-        # member by member on every restore, so here only its length is.
-        sink = FileWriterThread(hashing=manifest.format < 2)
         try:
-            sink.open(tmp)
-            yield sink
-            sink.close()
-            digest = sink.finish()
-            if manifest.format < 2 and digest != [manifest.payload_sha256]:
-                raise DamagedBundle("payload fails its sha256 check")
-            if manifest.format >= 2 and os.path.getsize(tmp) != manifest.payload_bytes:
-                raise DamagedBundle(f"payload has {os.path.getsize(tmp)} bytes, manifest says {manifest.payload_bytes}")
-            if manifest.format >= 2 and manifest.payload_bytes != sum(m.size for m in manifest.members):
+            with os.fdopen(fd, "w+b") as sink:
+                yield sink
+                sink.flush()
+                size = os.fstat(sink.fileno()).st_size
+                if manifest.format < 2 and file_copy.hash_range(sink.fileno(), 0, size)[0] != manifest.payload_sha256:
+                    raise DamagedBundle("payload fails its sha256 check")
+            if size != manifest.payload_bytes:
+                raise DamagedBundle(f"payload has {size} bytes, manifest says {manifest.payload_bytes}")
+            if manifest.format >= 2 and size != sum(m.size for m in manifest.members):
                 raise DamagedBundle("payload size disagrees with its members'")
             self._commit(manifest, tmp)
         except BaseException:
-            with contextlib.suppress(Exception):
-                sink.finish()
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
