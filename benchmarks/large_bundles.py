@@ -48,7 +48,7 @@ if go:  # several at once: start together, after every process has imported
     print("READY", flush=True)
     while not os.path.exists(go):
         time.sleep(0.005)
-out = {}
+out = {"imports_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 start = time.perf_counter()
 if step == "save":
     jcc.save(name, quiet=True)
@@ -253,13 +253,15 @@ TARGETS_1GB = {"save": 3.0, "push": 2.5, "pull": 2.5, "restore": 1.5}
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| bundle | save | push | pull | restore (+ cell after it) | peak RSS (max of steps) | copy | dd | dd+fsync "
+        "| bundle | save | push | pull | restore (+ cell after it) | peak RSS, max of steps | copy | dd | dd+fsync "
         "| dd, new memory | sha256 | redis SET / GET, 1 client |",
         "|" + "---|" * 12,
     ]
     for r in rows:
         f = r["floors"]
-        rss = max((r[k].get("peak_rss_mb", 0.0) for k in ("save", "push", "pull", "restore")), default=0.0)
+        steps = [r[k] for k in ("save", "push", "pull", "restore") if "peak_rss_mb" in r[k]]
+        rss = max((s["peak_rss_mb"] for s in steps), default=0.0)
+        own = max((s["peak_rss_mb"] - s["imports_rss_mb"] for s in steps), default=0.0)
         restore = r["restore"]
         rest = (
             "FAILED"
@@ -271,7 +273,8 @@ def table(rows: list[dict]) -> str:
         )
         lines.append(
             f"| {r['size_mb']} MB {r['kind']} | {_secs(r['save'])} | {_secs(r['push'])} | {_secs(r['pull'])} | {rest} "
-            f"| {rss:.0f} MB | {f['copy_s']:.2f} s | {f['dd_s']:.2f} s | {f['dd_fsync_s']:.2f} s "
+            f"| {rss:.0f} MB ({own:.0f} MB over the imports) | {f['copy_s']:.2f} s | {f['dd_s']:.2f} s "
+            f"| {f['dd_fsync_s']:.2f} s "
             f"| {f['dd_kept_s']:.2f} s | {f['sha256_read_s']:.2f} s | {wire} |"
         )
     lines.append(
