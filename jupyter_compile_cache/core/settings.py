@@ -139,27 +139,22 @@ class CompileCache(Configurable):
 
     @default("max_size")
     def _default_max_size(self) -> str:
-        value = os.environ.get(ENV["max_size"], "").strip()
-        if not value:
-            return "20G"
-        try:
-            parse_size(value)
-            return value
-        except ValueError as exc:
-            self.env_problems.append(f"{ENV['max_size']}: {exc}; using 20G")
-            return "20G"
+        return self._env_size("max_size", "20G", parse_size)
 
     @default("hub_chunk_size")
     def _default_hub_chunk_size(self) -> str:
-        value = os.environ.get(ENV["hub_chunk_size"], "").strip()
+        return self._env_size("hub_chunk_size", "4M", _check_chunk_size)
+
+    def _env_size(self, name: str, fallback: str, check: Any) -> str:
+        value = os.environ.get(ENV[name], "").strip()
         if not value:
-            return "4M"
+            return fallback
         try:
-            _check_chunk_size(value)
+            check(value)
             return value
         except ValueError as exc:
-            self.env_problems.append(f"{ENV['hub_chunk_size']}: {exc}; using 4M")
-            return "4M"
+            self.env_problems.append(f"{ENV[name]}: {exc}; using {fallback}")
+            return fallback
 
     @default("precompile")
     def _default_precompile(self) -> bool:
