@@ -215,17 +215,18 @@ def write_pack(
     def copy(name: str) -> Member:
         at, size = offsets[name], sizes[name]
         with open(files[name], "rb") as f:
-            copied = file_copy.copy_range(f.fileno(), 0, dst, at, size)
+            digest, copied = file_copy.copy_hashed(f.fileno(), 0, dst, at, size)
             if copied != size or os.fstat(f.fileno()).st_size != size:
                 raise OSError(f"{files[name]} changed while it was saved")
-        digest, _ = file_copy.hash_range(dst, at, size)
         return Member(name, size, digest)
 
+    listed = list(sizes)
     members: list[Member] = []
     done = 0
-    for member in file_copy.in_order(copy, sizes, ahead=64):
-        members.append(member)
-        done += member.size
+    batches = file_copy.batches(sizes.values())
+    for batch in file_copy.in_order(lambda b: [copy(listed[i]) for i in b], batches, ahead=8):
+        members += batch
+        done += sum(m.size for m in batch)
         if progress is not None:
             progress(done, total)
     os.ftruncate(dst, total)
@@ -314,15 +315,18 @@ def _stage_pack(
         member, tmp = manifest.members[i], staged[i][1]
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            if file_copy.copy_range(src, offsets[i], fd, 0, member.size) != member.size:
-                raise DamagedBundle(f"payload is truncated (in member {member.name!r})")
-            return file_copy.hash_range(fd, 0, member.size)[0]
+            digest, copied = file_copy.copy_hashed(src, offsets[i], fd, 0, member.size)
         finally:
             os.close(fd)
+        if copied != member.size:
+            raise DamagedBundle(f"payload is truncated (in member {member.name!r})")
+        return digest
 
-    for i, digest in enumerate(file_copy.in_order(copy, range(len(manifest.members)), ahead=16)):
-        digests.append(digest)
-        done += manifest.members[i].size
+    batches = file_copy.batches(m.size for m in manifest.members)
+    for batch in file_copy.in_order(lambda b: [(i, copy(i)) for i in b], batches, ahead=8):
+        for i, digest in batch:
+            digests.append(digest)
+            done += manifest.members[i].size
         if progress is not None:
             progress(done, total)
     return staged, digests

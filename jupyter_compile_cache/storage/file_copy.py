@@ -77,6 +77,32 @@ def hash_range(fd: int, offset: int, size: int) -> tuple[str, int]:
     return sha.hexdigest(), done
 
 
+def copy_hashed(src: int, src_offset: int, dst: int, dst_offset: int, size: int) -> tuple[str, int]:
+    """Copy `size` bytes as `copy_range` does and hash them as written: (sha256, bytes copied). Files up to a
+    buffer's size go through the buffer once (read, write, hash); bigger ones are copied by the kernel and read
+    back."""
+    if size > PIECE:
+        copied = copy_range(src, src_offset, dst, dst_offset, size)
+        return hash_range(dst, dst_offset, copied)[0], copied
+    buf = buffer()
+    n = os.preadv(src, [buf[:size]], src_offset)
+    pwrite_all(dst, buf[:n], dst_offset)
+    return hashlib.sha256(buf[:n]).hexdigest(), n
+
+
+def batches(sizes: Iterable[int], most: int = 64, most_bytes: int = 8 << 20) -> Iterator[range]:
+    """Consecutive index ranges of at most `most` items and about `most_bytes`: one task per batch, so a cache of
+    thousands of small files does not pay a thread hand-off per file."""
+    start, count, total = 0, 0, 0
+    for i, size in enumerate(sizes):
+        if count and (count == most or total + size > most_bytes):
+            yield range(start, i)
+            start, count, total = i, 0, 0
+        count, total = count + 1, total + size
+    if count:
+        yield range(start, start + count)
+
+
 def in_order(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Iterator[Any]:
     """`map(fn, items)` on worker threads, results in order, with at most `ahead` items taken and not yet given."""
     with ThreadPoolExecutor(max_workers=min(ahead, workers()), thread_name_prefix="jupyter-compile-cache") as pool:
