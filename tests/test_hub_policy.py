@@ -90,3 +90,19 @@ def test_the_chunk_size_setting_reaches_the_hub_and_pushes_in_chunks_of_that_siz
     manifest = make_bundle(store, "net", size=1 << 20)
     pushed = RedisHub(config).push(manifest, store.payload_path(manifest))
     assert pushed.chunk_size == 256 << 10 and len(pushed.chunk_sha256) == -(-manifest.payload_bytes // (256 << 10))
+
+
+def test_a_cells_push_is_timed_and_a_long_one_says_how_fast_in_the_cells_line(tmp_path, redis_server):
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    policy, warnings, _out = _policy(redis_server.url)
+    store = LocalStore(str(tmp_path / "store"))
+    manifest = make_bundle(store, "net", size=1 << 20)
+    report = CellReport("net", saved_version=manifest.version, saved_bytes=manifest.payload_bytes, saved_files=3)
+    policy.push(policy.for_cell(CellOptions()), store, manifest, report, quiet=True)
+    assert warnings == [] and report.pushed and 0 < report.push_seconds < 1
+    assert "push" not in report.summary()  # a quick push adds nothing to the line
+    report.push_seconds = 2.0
+    assert "to the local store and the hub (push 2.0 s, 512.0 KB/s)" in report.summary()

@@ -146,7 +146,7 @@ class HubPolicy:
         bar = TransferBar(f"pushing {manifest.name!r} to the hub", quiet)
         try:
             hub.push(manifest, store, bar)
-            report.pushed = True
+            report.pushed, report.push_seconds = True, time.perf_counter() - bar.start
         except HubError as exc:
             self.failed(hub, exc, report, quiet=background)
         finally:

@@ -87,6 +87,7 @@ class CellReport:
     saved_files: int = 0
     save_seconds: float = 0.0  # writing the bundle into the local store
     pushed: bool = False
+    push_seconds: float = 0.0
     body_seconds: float = 0.0
     # waiting for torch's compiler stack to import (and, for C++ kernels, the CPU probe): once per process
     waited_seconds: float = 0.0
@@ -143,6 +144,8 @@ class CellReport:
                 if self.save_seconds >= 1
                 else ""
             )
+            if self.pushed and self.push_seconds >= 1:
+                took += f" (push {self.push_seconds:.1f} s, {speed(self.saved_bytes, self.push_seconds)})"
             parts.append(f"saved {self.saved_files} files ({human_bytes(self.saved_bytes)}) to {where}{took}")
         else:
             parts.append("nothing new to save")
