@@ -118,11 +118,12 @@ def test_a_restore_from_the_panel_shows_its_progress_then_hides_it(session):
 
     from jupyter_compile_cache.torch_adapter import fingerprint
 
-    make_bundle(session.store(), "big", size=4 << 20, files=4, now=fingerprint.current())
+    # 8 files of 5 MB: a restore reports per batch of files of up to 8 MB, so 8 updates
+    make_bundle(session.store(), "big", size=40 << 20, files=8, now=fingerprint.current())
     panel = Panel(session)
     seen = []
     panel.progress.observe(lambda change: seen.append(change["new"]), "value")
     panel.bundle_buttons[("local", "big", session.store().versions("big")[0].version, "restore")].click()
     assert "restored 'big' from local" in panel.messages.outputs[-1]["text"]
     assert seen[-1] == 1.0 and len(seen) >= 4 and seen == sorted(seen)  # as the bytes land, never backwards
-    assert panel.progress.layout.display == "none" and "big: 4.0 MB / 4.0 MB" in panel.progress.description
+    assert panel.progress.layout.display == "none" and "big: 40.0 MB / 40.0 MB" in panel.progress.description
