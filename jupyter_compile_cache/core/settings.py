@@ -139,18 +139,18 @@ class CompileCache(Configurable):
 
     @default("max_size")
     def _default_max_size(self) -> str:
-        return self._env_size("max_size", "20G", parse_size)
+        return self._env_size("max_size", "20G")
 
     @default("hub_chunk_size")
     def _default_hub_chunk_size(self) -> str:
-        return self._env_size("hub_chunk_size", "4M", _check_chunk_size)
+        return self._env_size("hub_chunk_size", "4M")
 
-    def _env_size(self, name: str, fallback: str, check: Any) -> str:
+    def _env_size(self, name: str, fallback: str) -> str:
         value = os.environ.get(ENV[name], "").strip()
         if not value:
             return fallback
         try:
-            check(value)
+            _SIZE_CHECKS[name](value)
             return value
         except ValueError as exc:
             self.env_problems.append(f"{ENV[name]}: {exc}; using {fallback}")
@@ -182,12 +182,13 @@ class CompileCache(Configurable):
         except ValueError as exc:
             raise TraitError(f"CompileCache.namespace: {exc}") from None
 
-    @validate("max_size")
-    def _check_max_size(self, proposal: dict[str, Any]) -> str:
+    @validate("max_size", "hub_chunk_size")
+    def _check_size(self, proposal: dict[str, Any]) -> str:
+        name = proposal["trait"].name
         try:
-            parse_size(proposal["value"])
+            _SIZE_CHECKS[name](proposal["value"])
         except ValueError as exc:
-            raise TraitError(f"CompileCache.max_size: {exc}") from None
+            raise TraitError(f"CompileCache.{name}: {exc}") from None
         return proposal["value"]
 
     @validate("store_dir")
@@ -201,14 +202,6 @@ class CompileCache(Configurable):
     def _check_ttl(self, proposal: dict[str, Any]) -> int:
         if proposal["value"] < 0:
             raise TraitError(f"CompileCache.hub_ttl: must be 0 (no expiry) or more seconds, not {proposal['value']}")
-        return proposal["value"]
-
-    @validate("hub_chunk_size")
-    def _check_hub_chunk_size(self, proposal: dict[str, Any]) -> str:
-        try:
-            _check_chunk_size(proposal["value"])
-        except ValueError as exc:
-            raise TraitError(f"CompileCache.hub_chunk_size: {exc}") from None
         return proposal["value"]
 
     @validate("hub_connect_timeout", "hub_timeout")
@@ -260,3 +253,6 @@ def _check_chunk_size(text: str) -> int:
     if not MIN_CHUNK <= size <= MAX_CHUNK:
         raise ValueError(f"a chunk is 256K to 64M, not {text!r}")
     return size
+
+
+_SIZE_CHECKS = {"max_size": parse_size, "hub_chunk_size": _check_chunk_size}
