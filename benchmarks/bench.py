@@ -200,7 +200,7 @@ def transfer(url: str, size_mb: int, work: str) -> dict:
     """Push a bundle of incompressible files (the worst case), pull it into an empty store, restore it."""
     from jupyter_compile_cache.storage import bundle
     from jupyter_compile_cache.storage.bundle import Manifest
-    from jupyter_compile_cache.storage.hub import HubConfig, RedisHub
+    from jupyter_compile_cache.storage.hub import Hub, HubConfig
     from jupyter_compile_cache.storage.store import LocalStore
 
     src = os.path.join(work, f"src{size_mb}")
@@ -214,7 +214,7 @@ def transfer(url: str, size_mb: int, work: str) -> dict:
     manifest = Manifest.new(f"big{size_mb}", {}, "0" * 12, "bench")
     store_a = LocalStore(os.path.join(work, f"a{size_mb}"))
     manifest = store_a.write(manifest, files)
-    hub = RedisHub(HubConfig(url=url, namespace="bench-transfer"))
+    hub = Hub(HubConfig(url=url, namespace="bench-transfer"))
     t = time.perf_counter()
     hub.push(manifest, store_a.payload_path(manifest))
     push_s = time.perf_counter() - t

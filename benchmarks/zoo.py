@@ -1,7 +1,7 @@
 """The model zoo, timed: real third-party models, first compiled call, eager vs torch vs ours, side by side.
 
 The zoo: HF transformers models from tiny configs (random weights, no download) and, where timm is installed, timm
-models (no weights). tests/test_model_zoo.py runs the same models in real kernels; this script times them.
+models (no weights). tests/end_to_end/test_model_zoo.py runs the same models in real kernels; this script times them.
 
 Five fresh processes, each runs every model once, in this order:
 
@@ -35,7 +35,7 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-from helpers.zoo_models import first_tensor, zoo_models  # noqa: E402  the same models as tests/test_model_zoo.py
+from helpers.zoo_models import first_tensor, zoo_models  # noqa: E402  the same models as tests/end_to_end/test_model_zoo.py
 
 CASES = ("eager", "cold", "torch_warm", "ours_cold", "ours")
 

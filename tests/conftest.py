@@ -7,6 +7,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from helpers import hubs  # noqa: E402
 from helpers.kernels import Kernel  # noqa: E402
 from helpers.redis_server import RedisClusterServers, RedisServer, TlsRedisServer  # noqa: E402
 from helpers.redis_server import free_port as _free_port
@@ -61,6 +62,18 @@ def redis_cluster(tmp_path):
 def tls_redis(tmp_path):
     """A TLS-only redis-server with a CA and certificates made by openssl."""
     yield from _running(tmp_path, "tls", TlsRedisServer)
+
+
+@pytest.fixture(params=hubs.KINDS)
+def any_hub(request, tmp_path):
+    """The same test on every hub backend: a redis-server, a Redis Cluster, Redis over TLS and a shared folder."""
+    workdir = tmp_path / f"hub-{request.param}"
+    workdir.mkdir()
+    hub = hubs.start(request.param, workdir)
+    try:
+        yield hub
+    finally:
+        hub.stop()
 
 
 @pytest.fixture

@@ -2,18 +2,19 @@
 state, and pointing torch's own Redis caches at it. Fetching is storage/sources.py's `find`.
 
 Every hub failure becomes one warning per hub and session and a minute without that hub: a hub never breaks a
-cell or the local store. The Redis protocol itself is in storage/hub.py; the session and the front ends reach the
-hub through this object and the `Source` protocol only.
+cell or the local store. The hub's key layout is storage/hub.py, its backends storage/backends/; the session and
+the front ends reach the hub through this object and the `Source` protocol only.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
+from ..storage.backends import Backend, open_backend
 from ..storage.bundle import Manifest
-from ..storage.hub import HubConfig, HubError, Lease, RedisHub
+from ..storage.hub import Hub, HubConfig, HubError, Lease
 from ..storage.hub_url import redact
 from ..storage.sources import HubSource, TransferBar
 from ..storage.store import LocalStore
@@ -53,7 +54,9 @@ class HubPolicy:
         self._warned: set[str] = set()
         self._untold: dict[str, str] = {}  # failures found in the background, told by the next cell
         self._trust_warned = False
-        self._clients: dict[tuple, Any] = {}  # one Redis connection pool per URL, shared by the session's hubs
+        # One backend (and so one connection pool) per URL, shared by the session's hubs: a cell talks to the hub up
+        # to three times (pull on a miss, lease, push) and should connect (and AUTH) once, not each time.
+        self._backends: dict[tuple[str, float, float], Backend] = {}
         self.remote_caches = RemoteCaches()  # what --torch-remote changed in torch, for close()
 
     # -- which hub --------------------------------------------------------------------------------------------
@@ -77,7 +80,7 @@ class HubPolicy:
                 "hub are trusted as they are (they contain pickled code); set one to sign and verify them",
                 None,
             )
-        return HubSource(RedisHub(config, self._clients))
+        return HubSource(self._hub(config))
 
     def for_toolchain(self) -> HubSource | None:
         """The session's hub, in a namespace of its own for the CPU probe programs (one bundle per CPU
@@ -90,7 +93,17 @@ class HubPolicy:
         """The hub a command names (the CLI's `hub` commands): tried even if it failed a moment ago, and its
         failures raised (HubError) for the command to report; None when there is no hub."""
         config = hub_config(self.settings, url, namespace, ttl)
-        return HubSource(RedisHub(config, self._clients)) if config is not None else None
+        return HubSource(self._hub(config)) if config is not None else None
+
+    def _hub(self, config: HubConfig) -> Hub:
+        key = (config.url, config.connect_timeout, config.timeout)
+        backend = self._backends.get(key)
+        if backend is None:
+            try:
+                backend = self._backends[key] = open_backend(config.url, config.connect_timeout, config.timeout)
+            except HubError:  # a URL no backend takes: the Hub raises it again at first use, where it is reported
+                return Hub(config)
+        return Hub(config, backend)
 
     def _is_down(self, url: str) -> bool:
         return self._down_until.get(url, 0) > time.time()
@@ -116,7 +129,7 @@ class HubPolicy:
         config = hub_config(self.settings)
         if config is None:
             return HubState()
-        hub = RedisHub(config, self._clients)
+        hub = self._hub(config)
         state = HubState(url=hub.display_url, namespace=config.namespace, signed=bool(config.secret))
         if not force and self._is_down(config.url):
             state.reachable, state.error = False, "unreachable a moment ago (not retried yet)"
@@ -124,7 +137,7 @@ class HubPolicy:
         try:
             state.latency_ms = hub.ping() * 1000
             state.reachable = True
-            state.cluster = hub.is_cluster
+            state.cluster = hub.backend.kind == "redis cluster"
             self._down_until.pop(config.url, None)
         except HubError as exc:
             state.reachable, state.error = False, str(exc)
@@ -212,9 +225,6 @@ class HubPolicy:
     def close(self) -> None:
         """Undo `point_torch_at` and drop the connections."""
         self.remote_caches.undo()
-        for client in self._clients.values():
-            try:
-                client.close()
-            except Exception:  # closing is best effort: the process may be exiting
-                pass
-        self._clients.clear()
+        for backend in self._backends.values():
+            backend.close()
+        self._backends.clear()

@@ -31,7 +31,7 @@ from typing import Any
 from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
-from ..storage.hub import MAX_CHUNK, MIN_CHUNK
+from ..storage.chunks import MAX_CHUNK, MIN_CHUNK
 from ..storage.hub_url import check_hub_url, check_namespace
 from ..storage.store import STORE_DIR_ENV, default_store_dir
 from ..units import parse_size

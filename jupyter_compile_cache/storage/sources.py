@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 from .bundle import BundleError, Manifest, UnsafeBundle
-from .hub import HubError, RedisHub, SignatureError, check_signature
+from .hub import Hub, HubError, SignatureError, check_signature
 from .store import LocalStore, Removal
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
@@ -71,7 +71,7 @@ class LocalSource:
 class HubSource:
     kind = "hub"
 
-    def __init__(self, hub: RedisHub) -> None:
+    def __init__(self, hub: Hub) -> None:
         self.hub = hub
         self.url = hub.config.url
         self.display_url = hub.display_url  # the URL with its password hidden

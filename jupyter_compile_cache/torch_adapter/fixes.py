@@ -3,7 +3,8 @@
 Each fix replaces one attribute of torch (a `Patch`) and is found by feature detection: a torch without the
 attribute, or where it changed shape, gets no patch. They are applied with the precompile guard, from the first
 `%%compile_cache` cell that uses precompile until `%unload_ext`, and matter only while torch's caching_precompile is
-on, which is only inside such cells. Found on HF transformers and timm models (the zoo of tests/test_model_zoo.py):
+on, which is only inside such cells. Found on HF transformers and timm models (the zoo of
+tests/end_to_end/test_model_zoo.py):
 
 * AOTAutograd entries are keyed as plain torch.compile keys them (`_aot_key_patch`);
 * the guard-state pickler saves wrapped functions, sources with derived fields and ContextVars

@@ -1,5 +1,5 @@
 """The model zoo: HF transformers models from tiny configs (no downloads), and timm's where timm is installed.
-Used by tests/test_model_zoo.py and by benchmarks/zoo.py, so both run the same models."""
+Used by tests/end_to_end/test_model_zoo.py and by benchmarks/zoo.py, so both run the same models."""
 
 from __future__ import annotations
 

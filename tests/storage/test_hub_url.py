@@ -1,11 +1,14 @@
-"""The hub's URL and namespace rules (storage/hub.py), property-based: any text is either taken or refused with a
-ValueError that names the rule and never a password."""
+"""The hub's URL and namespace rules (storage/hub_url.py, storage/backends), property-based: any text is either
+taken or refused with a ValueError that names the rule and never a password."""
 
 from __future__ import annotations
+
+import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jupyter_compile_cache.storage.backends.folder import folder_of
 from jupyter_compile_cache.storage.hub_url import check_hub_url, check_namespace, redact
 
 MANY = settings(max_examples=400, deadline=None)
@@ -13,7 +16,7 @@ MANY = settings(max_examples=400, deadline=None)
 
 _URLS = st.builds(
     lambda scheme, auth, host, port, db: f"{scheme}://{auth}{host}{port}{db}",
-    st.sampled_from(["redis", "rediss", "unix", "http", "redis+x", ""]),
+    st.sampled_from(["redis", "rediss", "unix", "http", "redis+x", "redis+cluster", "file", ""]),
     st.sampled_from(["", "alice:s3cr3t-pw@", ":s3cr3t-pw@", "user@"]),
     st.sampled_from(["127.0.0.1", "cache.example", "", "[::1]", "h st", "/tmp/redis.sock"]),
     st.sampled_from(["", ":6379", ":0", ":99999", ":port", ":-1"]),
@@ -29,9 +32,12 @@ def test_any_hub_url_opens_in_redis_py_or_is_a_clear_error_without_the_password(
     try:
         checked = check_hub_url(url)
     except ValueError as exc:
-        assert str(exc).startswith("not a Redis URL") and "s3cr3t-pw" not in str(exc)
+        assert str(exc).startswith("not a hub URL") and "s3cr3t-pw" not in str(exc)
         return
-    redis.Redis.from_url(checked)  # what we take, redis-py opens (no connection is made here)
+    if checked.startswith("file://"):  # a folder hub: an absolute path, no host
+        assert os.path.isabs(folder_of(checked))
+    else:  # what we take, redis-py opens (no connection is made here)
+        redis.Redis.from_url(checked.replace("redis+cluster://", "redis://"))
     assert "s3cr3t-pw" not in redact(checked)
 
 

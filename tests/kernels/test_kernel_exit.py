@@ -1,5 +1,5 @@
 """kernel_exit.py: a kernel's shutdown stops inductor's compile workers first, so it is not still waiting for a
-zombie sidecar when jupyter_client terminates it; the timing in a real kernel is test_warm_kernel.py's."""
+zombie sidecar when jupyter_client terminates it; the timing in a real kernel is tests/kernels/test_warm_kernel.py's."""
 
 from __future__ import annotations
 

@@ -81,14 +81,14 @@ def test_one_collaborator_holds_the_lease_the_other_compiles_too(redis_server):
 def test_the_chunk_size_setting_reaches_the_hub_and_pushes_in_chunks_of_that_size(tmp_path, redis_server):
     from helpers.store import make_bundle
 
-    from jupyter_compile_cache.storage.hub import RedisHub
+    from jupyter_compile_cache.storage.hub import Hub
     from jupyter_compile_cache.storage.store import LocalStore
 
     config = hub_config(CompileCache(hub=redis_server.url, hub_chunk_size="256K"))
     assert config is not None and config.chunk_size == 256 << 10
     store = LocalStore(str(tmp_path / "store"))
     manifest = make_bundle(store, "net", size=1 << 20)
-    pushed = RedisHub(config).push(manifest, store.payload_path(manifest))
+    pushed = Hub(config).push(manifest, store.payload_path(manifest))
     assert pushed.chunk_size == 256 << 10 and len(pushed.chunk_sha256) == -(-manifest.payload_bytes // (256 << 10))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.zoo_models import zoo_models  # the models are defined once, for this test and benchmarks/zoo.py
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent.parent  # tests/, where helpers/ is
 
 pytest.importorskip("transformers")  # a test extra: installed by `make setup`
 

@@ -9,7 +9,7 @@ import sys
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "example_notebooks"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "example_notebooks"))
 
 
 def test_notebook_runner_restarts_the_kernel_where_tagged_and_keeps_widget_state(tmp_path):

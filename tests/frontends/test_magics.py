@@ -14,7 +14,7 @@ from traitlets import TraitError
 import jupyter_compile_cache
 from jupyter_compile_cache.core.commands import Commands
 from jupyter_compile_cache.core.settings import ENV, CompileCache
-from jupyter_compile_cache.storage.hub import HubConfig, RedisHub
+from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.sources import HubSource
 
 NEW_OPTIONS = ("--hub URL", "--no-hub", "--namespace NS", "--ttl SECONDS", "--wait SECONDS", "--torch-remote")
@@ -122,7 +122,7 @@ def test_unload_undoes_what_the_session_changed(shell):
     session = shell.load()
     before = (inductor_config.fx_graph_remote_cache, functorch_config.enable_remote_autograd_cache)
     os.environ.pop("TORCHINDUCTOR_REDIS_URL", None)
-    hub = HubSource(RedisHub(HubConfig(url="redis://127.0.0.1:1/0")))
+    hub = HubSource(Hub(HubConfig(url="redis://127.0.0.1:1/0")))
     session.hub_policy.point_torch_at(hub)  # what --torch-remote does
     assert inductor_config.fx_graph_remote_cache is True and os.environ["TORCHINDUCTOR_REDIS_URL"]
     status = repr(shell.run_line_magic("compile_cache", "status"))
@@ -138,8 +138,8 @@ def test_unload_undoes_what_the_session_changed(shell):
 def test_settings_validate_what_they_are_given():
     settings = CompileCache()
     for name, value, message in (
-        ("hub", "http://cache:6379", "CompileCache.hub: not a Redis URL"),
-        ("hub", "redis://cache:notaport/0", "CompileCache.hub: not a Redis URL"),
+        ("hub", "http://cache:6379", "CompileCache.hub: not a hub URL"),
+        ("hub", "redis://cache:notaport/0", "CompileCache.hub: not a hub URL"),
         ("namespace", "bad ns", "CompileCache.namespace: invalid namespace 'bad ns'"),
         ("namespace", "{slot}", "CompileCache.namespace: invalid namespace"),
         ("max_size", "abc", "CompileCache.max_size: not a size: 'abc'"),
@@ -176,7 +176,7 @@ def test_a_bad_config_value_is_told_with_the_setting_name(shell, caplog):
         ("JUPYTER_COMPILE_CACHE_PREWARM", "maybe", "not a yes/no value: 'maybe'"),
         ("JUPYTER_COMPILE_CACHE_PRECOMPILE", "perhaps", "not a yes/no value: 'perhaps'"),
         ("JUPYTER_COMPILE_CACHE_NAMESPACE", "bad ns", "invalid namespace 'bad ns'"),
-        ("JUPYTER_COMPILE_CACHE_HUB", "redis://h:99999/0", "not a Redis URL"),
+        ("JUPYTER_COMPILE_CACHE_HUB", "redis://h:99999/0", "not a hub URL"),
         ("JUPYTER_COMPILE_CACHE_HUB_TTL", "-5", "not a number of seconds: '-5'"),
         ("JUPYTER_COMPILE_CACHE_HUB_TIMEOUT", "0", "not a number of seconds: '0'"),
         ("JUPYTER_COMPILE_CACHE_MAX_SIZE", "", None),
@@ -209,7 +209,7 @@ def test_a_bad_environment_variable_is_named_once_and_its_default_used(monkeypat
         ("n --wait -3", "argument --wait: must be a number of seconds, 0 or more, not '-3'"),
         ("n --wait nan", "argument --wait: must be a number of seconds, 0 or more, not 'nan'"),
         ("n --namespace 'bad ns'", "argument --namespace: invalid namespace 'bad ns'"),
-        ("n --hub redis://:pw@h:99999/0", "argument --hub: not a Redis URL: 'redis://:***@h:99999/0'"),
+        ("n --hub redis://:pw@h:99999/0", "argument --hub: not a hub URL: 'redis://:***@h:99999/0'"),
     ],
 )
 def test_bad_cell_options_are_usage_errors_naming_the_option(shell, line, told):

@@ -8,7 +8,7 @@ import os
 from helpers.store import make_bundle, restored_whole
 
 from jupyter_compile_cache.storage import bundle
-from jupyter_compile_cache.storage.hub import HubConfig, RedisHub
+from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.sources import HubSource, LocalSource, find
 from jupyter_compile_cache.storage.store import LocalStore
 
@@ -54,17 +54,17 @@ def test_the_hub_after_the_local_store_signatures_checked_and_a_hub_that_is_down
 ):
     author = LocalStore(str(tmp_path / "author"))
     manifest = make_bundle(author, "net", fp="a" * 12)
-    team = HubSource(RedisHub(HubConfig(url=redis_server.url, secret=b"team")))
+    team = HubSource(Hub(HubConfig(url=redis_server.url, secret=b"team")))
     team.push(manifest, author)
     mine = LocalStore(str(tmp_path / "mine"))
     found = find("net", [LocalSource(mine), team], mine, _misfit, _install_into(str(tmp_path / "cache")))
     assert found.source is team and found.manifest.version == manifest.version
     assert os.path.exists(mine.payload_path(found.manifest))  # next time it is local
-    stranger = HubSource(RedisHub(HubConfig(url=redis_server.url, secret=b"not the team's")))
+    stranger = HubSource(Hub(HubConfig(url=redis_server.url, secret=b"not the team's")))
     other = LocalStore(str(tmp_path / "other"))
     refused = find("net", [stranger], other, _misfit)
     assert refused.manifest is None and refused.wrong_signatures == 1 and "wrong signature" in refused.skipped[0]
-    down = HubSource(RedisHub(HubConfig(url=f"redis://127.0.0.1:{free_port}/0", connect_timeout=0.5)))
+    down = HubSource(Hub(HubConfig(url=f"redis://127.0.0.1:{free_port}/0", connect_timeout=0.5)))
     nothing = find("net", [LocalSource(other), down], other, _misfit)
     assert nothing.manifest is None and [source for source, _exc in nothing.down] == [down]
 

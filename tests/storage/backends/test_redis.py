@@ -1,4 +1,5 @@
-"""The hub on a real 3-master Redis Cluster and on a real redis-server over TLS (certificates made by openssl)."""
+"""What only the Redis backend has: a real 3-master Redis Cluster found from any node's URL, a hung node, a TLS
+server with the wrong CA. (The whole hub suite runs on Redis, Cluster and TLS too: tests/storage/test_hub.py.)"""
 
 from __future__ import annotations
 
@@ -8,15 +9,38 @@ import tempfile
 import time
 
 import pytest
-from test_hub import _hub, _local_bundle, _pull_bytes
 
-from jupyter_compile_cache.storage.hub import HubError
+from jupyter_compile_cache.storage.hub import Hub, HubConfig, HubError
+
+
+def _local_bundle(tmp_path, size):
+    from jupyter_compile_cache.storage.bundle import Manifest
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    store = LocalStore(str(tmp_path / "store"))
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k.so").write_bytes(os.urandom(size))
+    return store, store.write(
+        Manifest.new("net", {"torch": "x"}, "f" * 12, "alice@a"), {"inductor/ab/k.so": str(src / "k.so")}
+    )
+
+
+def _hub(url, **kw):
+    return Hub(HubConfig(url=url, chunk_size=kw.pop("chunk_size", 256 << 10), **kw))
+
+
+def _pull_bytes(hub, manifest) -> bytes:
+    with tempfile.TemporaryFile() as sink:
+        hub.pull(manifest, sink)
+        sink.seek(0)
+        return sink.read()
 
 
 def test_cluster_works_from_any_nodes_url_and_keeps_a_bundle_in_one_slot(tmp_path, redis_cluster):
     store, manifest = _local_bundle(tmp_path, size=3 << 20)
     writer = _hub(redis_cluster.url(0))
-    assert writer.is_cluster  # found by asking the node, from a plain redis:// URL
+    assert writer.backend.kind == "redis cluster"  # found by asking the node, from a plain redis:// URL
     writer.push(manifest, store.payload_path(manifest))
     with open(store.payload_path(manifest), "rb") as f:
         payload = f.read()
@@ -26,9 +50,9 @@ def test_cluster_works_from_any_nodes_url_and_keeps_a_bundle_in_one_slot(tmp_pat
         assert _pull_bytes(reader, listed) == payload
         assert reader.names() == ["net"]
 
-    client = writer.client
+    client = writer.backend.client
     keys = [k.decode() for k in client.keys("jcc:{default/net}*", target_nodes=client.ALL_NODES)]
-    assert len(keys) >= 3 + 2  # chunks, manifest, index
+    assert len(keys) >= 3 + 1  # chunks, manifest
     assert len({client.keyslot(k) for k in keys}) == 1  # one hash slot: one node serves the whole bundle
 
     lease = writer.lease("net", "f" * 12, "alice@a")  # single flight works there too
@@ -43,7 +67,7 @@ def test_cluster_node_stopped_mid_pull_is_a_bounded_error(tmp_path, redis_cluste
     hub = _hub(redis_cluster.url(0), chunk_size=128 << 10, timeout=1.0, connect_timeout=1.0)
     hub.push(manifest, store.payload_path(manifest))
     [listed] = hub.versions("net")
-    owner = redis_cluster.node_for_slot(hub.client.keyslot("jcc:{default/net}:index"))
+    owner = redis_cluster.node_for_slot(hub.backend.client.keyslot("jcc:{default/net}:index"))
     stopped = []
 
     def stop_owner(done, total):
@@ -61,12 +85,13 @@ def test_cluster_node_stopped_mid_pull_is_a_bounded_error(tmp_path, redis_cluste
     assert "hub redis://127.0.0.1" in str(caught.value)
 
 
-def test_tls_round_trip_with_the_ca_named_in_the_url(tmp_path, tls_redis):
-    store, manifest = _local_bundle(tmp_path)
-    hub = _hub(tls_redis.url)
-    assert hub.config.url.startswith("rediss://")
+def test_a_cluster_named_outright_with_redis_cluster_scheme(tmp_path, redis_cluster):
+    store, manifest = _local_bundle(tmp_path, size=1 << 20)
+    url = redis_cluster.url(1).replace("redis://", "redis+cluster://")
+    hub = _hub(url)
+    assert hub.backend.kind == "redis cluster"
     hub.push(manifest, store.payload_path(manifest))
-    [listed] = hub.versions("net")
+    [listed] = _hub(redis_cluster.url(2)).versions("net")
     with open(store.payload_path(manifest), "rb") as f:
         assert _pull_bytes(hub, listed) == f.read()
 

@@ -6,7 +6,7 @@ import pytest
 from helpers.kernels import misses
 from test_kernel_restore import COMPILE, DEFINE
 
-from jupyter_compile_cache.storage.hub import HubConfig, RedisHub
+from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.store import LocalStore
 
 pytestmark = pytest.mark.slow
@@ -66,7 +66,7 @@ def test_wrong_team_secret_is_refused_the_cell_compiles_and_does_not_push(kernel
     # What mallory compiled stays in mallory's store: the team would refuse a version signed with her secret.
     assert "not pushed 'net' to the hub" in out.stderr and "saved" in out.stdout
     assert LocalStore(str(tmp_path / "store_mallory")).versions("net")
-    assert len(RedisHub(HubConfig(url=redis_server.url)).versions("net")) == 1  # alice's only
+    assert len(Hub(HubConfig(url=redis_server.url)).versions("net")) == 1  # alice's only
 
 
 def test_hub_down_or_untrusted_warns_once_and_the_local_store_still_works(
@@ -97,7 +97,7 @@ def test_second_collaborator_waits_for_the_first_ones_bundle(kernel_factory, tmp
     alice.run(COMPILE.format(name="net", options="--no-hub")).check()
     store = LocalStore(str(tmp_path / "store_alice"))
     [manifest] = store.versions("net")
-    hub = RedisHub(HubConfig(url=redis_server.url))
+    hub = Hub(HubConfig(url=redis_server.url))
     lease = hub.lease("net", manifest.fingerprint_id, "alice@laptop")
     assert lease.acquire() is None
 

@@ -18,7 +18,7 @@ import pytest
 from helpers.store import make_bundle, restored_whole
 
 from jupyter_compile_cache.storage import bundle
-from jupyter_compile_cache.storage.hub import HubConfig, HubError, RedisHub
+from jupyter_compile_cache.storage.hub import Hub, HubConfig, HubError
 from jupyter_compile_cache.storage.sources import HubSource, LocalSource, find
 from jupyter_compile_cache.storage.store import LocalStore
 from jupyter_compile_cache.torch_adapter import fingerprint
@@ -79,7 +79,7 @@ def _local_worker(root: str, seed: int, out: str) -> None:
 
 def _hub_worker(url: str, root: str, seed: int, out: str) -> None:
     rng = random.Random(seed)
-    hub = RedisHub(HubConfig(url=url, namespace="soak", chunk_size=16_384))
+    hub = Hub(HubConfig(url=url, namespace="soak", chunk_size=16_384))
     mine = LocalStore(os.path.join(root, f"worker-{seed}"))  # each collaborator has a store of their own
     stats = {"ops": 0, "pushed": 0, "restored": 0, "missed": 0, "torn": 0, "hub_errors": 0, "gc": 0, "rm": 0}
     stats["errors"] = []
@@ -153,7 +153,7 @@ def test_eight_processes_on_one_local_store(tmp_path):
 
 def test_eight_collaborators_on_one_hub_with_gc_and_rm_running(tmp_path, redis_server):
     total, seconds = _run(_hub_worker, lambda i: (redis_server.url, str(tmp_path / "stores"), i), tmp_path)
-    hub = RedisHub(HubConfig(url=redis_server.url, namespace="soak"))
+    hub = Hub(HubConfig(url=redis_server.url, namespace="soak"))
     survivors = [m for name in hub.names() for m in hub.versions(name)]
     print(_summary("hub", total, seconds, len(survivors)))
     assert total["errors"] == [], "\n".join(total["errors"])

@@ -1,0 +1,68 @@
+"""What a hub backend must do: a store of blobs by key, with expiry and an atomic lease. Nothing else.
+
+Keys are text made of `:`-separated parts (the hub's layout, storage/hub.py). Every key of one call to `get`, `put`,
+`touch` or `delete` belongs to one bundle, so a backend that shards (a Redis Cluster) can serve the call from one
+place. Chunking, compression, digests and signatures sit above this protocol and are written once for every backend.
+
+Any failure of the place the blobs live (down, slow, full, refusing) is a `HubError`, with a message that never
+holds a password: the caller treats it as a miss and carries on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+
+class HubError(Exception):
+    """The hub failed (down, timed out, full, hostile data); the caller treats it as a miss and carries on."""
+
+
+class Backend(Protocol):
+    display_url: str  # the URL with any password hidden, for messages
+    kind: str  # "redis", "redis cluster", "folder": for `status` and the panel
+
+    def ping(self) -> None:
+        """Raise HubError unless the backend answers."""
+        ...
+
+    def get(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The values of KEYS, None for a key that is absent or expired."""
+        ...
+
+    def put(self, items: Mapping[str, bytes], ttl: int | None = None) -> None:
+        """Store each value whole (a reader sees the old value, or none, or the new one: never part of one);
+        with TTL, the key is gone that many seconds from now."""
+        ...
+
+    def touch(self, keys: Sequence[str], ttl: int | None) -> None:
+        """Set the keys' expiry to TTL seconds from now, or clear it (None)."""
+        ...
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Remove the keys (absent ones are no error)."""
+        ...
+
+    def list(self, prefix: str) -> list[str]:
+        """Every live key that starts with PREFIX (a whole `:`-separated part or more), in no order."""
+        ...
+
+    def acquire(self, key: str, token: bytes, ttl: int) -> bytes | None:
+        """Take KEY for TOKEN for TTL seconds if nobody holds it (one atomic step): None when taken, else the
+        current holder's token."""
+        ...
+
+    def renew(self, key: str, token: bytes, ttl: int) -> bool:
+        """Extend the lease if TOKEN still holds it (one step); False when it expired or someone else holds it."""
+        ...
+
+    def release(self, key: str, token: bytes) -> None:
+        """Drop the lease if TOKEN holds it (one step): a holder whose lease expired never drops another's."""
+        ...
+
+    def sweep(self) -> int:
+        """Remove what expired or a crashed writer left, where the backend does not do that itself; returns how
+        many keys or files went."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,236 @@
+"""The Redis backend: `redis://`, `rediss://` (TLS), `unix://`, and `redis+cluster://` (a Redis Cluster named
+outright; a `redis://` URL that names a cluster node works too: the node is asked once).
+
+Every key of one bundle carries the same hash tag (`{namespace/name}`), so on a cluster one bundle lives in one
+slot: a call's keys go to the one node that serves them, as a plain client, so pipelines work as on a single server
+and a hung node costs one timeout per round trip. Listing is `SCAN MATCH`, on that node when the prefix names a
+whole tag, else on every primary. Leases are `SET NX EX`, renewed and released by compare-and-act scripts (Redis's
+documented lock pattern: an old holder never extends or deletes a collaborator's lease).
+
+redis-py is imported when the hub is first used; missing, it is a HubError like any other hub failure, so a cell,
+`list` or the CLI say which extra to install and carry on with the local store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from ..hub_url import redact
+from .base import HubError
+
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
+USAGE = "redis://host:port/db, rediss://... for TLS, redis+cluster://host:port, unix:///path/to/socket"
+SCAN_COUNT = 1000
+
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) else return 0 end"
+
+T = TypeVar("T")
+
+
+def redis_module() -> Any:
+    try:
+        import redis
+    except ImportError:
+        raise HubError(
+            "the hub needs redis-py, which is not installed: pip install 'jupyter_compile_cache[hub]'"
+        ) from None
+    return redis
+
+
+def check_url(url: str) -> None:
+    """A URL redis-py can open: redis://[user:password@]host[:port][/db], rediss://..., unix:///path,
+    redis+cluster://host:port. redis-py's own rules for the rest (query options) apply when it is loaded already:
+    importing it here would add 0.25 s to `%load_ext` (the variable is read at start-up); a URL it refuses is a
+    HubError at first use anyway."""
+    import sys
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(url)
+    parts.port  # noqa: B018  (raises ValueError for a port that is not a number in range)
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise ValueError("no socket path")
+    elif not parts.hostname:
+        raise ValueError("no host")
+    db = (parts.path.strip("/") if parts.scheme != "unix" else "") or parse_qs(parts.query).get("db", ["0"])[0]
+    if not db.isdigit():
+        raise ValueError(f"the database {db!r} is not a number")
+    connection = sys.modules.get("redis.connection")
+    if connection is not None:
+        connection.parse_url(_plain(url))
+
+
+def _plain(url: str) -> str:
+    return "redis://" + url.removeprefix("redis+cluster://") if url.startswith("redis+cluster://") else url
+
+
+def _tag(key: str) -> str | None:
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    return key[start : end + 1] if start >= 0 and end > start + 1 else None
+
+
+class RedisBackend:
+    def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
+        self.url = url
+        self.display_url = redact(url)
+        self.connect_timeout, self.timeout = connect_timeout, timeout
+        self._client: Any = None
+
+    # -- connection ---------------------------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self._call(self._connect)
+        return self._client
+
+    @property
+    def is_cluster(self) -> bool:
+        from redis.cluster import RedisCluster
+
+        return isinstance(self.client, RedisCluster)
+
+    @property
+    def kind(self) -> str:
+        return "redis cluster" if self.is_cluster else "redis"
+
+    def _connect(self) -> Any:
+        redis = redis_module()
+        options = {
+            "socket_connect_timeout": self.connect_timeout,
+            "socket_timeout": self.timeout,
+            "health_check_interval": 0,
+            # redis-py reads replies in pieces of this size: with its 64 KiB default a pull takes about twice as long
+            "socket_read_size": 16 << 20,
+        }
+        url = _plain(self.url)
+        try:
+            client = redis.Redis.from_url(url, retry_on_timeout=False, **options)
+        except ValueError as exc:
+            raise HubError(f"bad hub URL {self.display_url}: {exc}") from None
+        if not self.url.startswith("redis+cluster://"):
+            try:
+                cluster = bool(client.info("cluster").get("cluster_enabled"))
+            except redis.ResponseError:  # INFO refused (ACL, managed service): a single server
+                cluster = False
+            if not cluster:
+                return client
+        client.close()
+        from redis.backoff import NoBackoff
+        from redis.cluster import RedisCluster
+        from redis.retry import Retry
+
+        # One retry: a node that is down or stopped costs a bounded number of timeouts, never a hang.
+        return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 1), **options)
+
+    def _node(self, key: str) -> Any:
+        """The client for KEY's slot: on a cluster the node serving it, as a plain client."""
+        client = self.client
+        if not self.is_cluster:
+            return client
+        return client.get_node_from_key(key).redis_connection
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        """Run a Redis operation; every failure becomes a HubError whose message never holds the password."""
+        redis = redis_module()
+        try:
+            return fn()
+        except HubError:
+            raise
+        except (TimeoutError, redis.RedisError, OSError) as exc:
+            message = str(exc).replace(self.url, self.display_url)
+            if "password" in message.lower() and "invalid" not in message.lower():
+                message = type(exc).__name__
+            if "CERTIFICATE_VERIFY_FAILED" in message:
+                message = (
+                    f"the hub's TLS certificate is not trusted ({message}); pass the CA that signed it in the URL: "
+                    "rediss://host:port/0?ssl_ca_certs=/path/to/ca.pem"
+                )
+            raise HubError(f"hub {self.display_url}: {message or type(exc).__name__}") from None
+
+    # -- the protocol -------------------------------------------------------------------------------------------
+    def ping(self) -> None:
+        self._call(lambda: self.client.ping())
+
+    def get(self, keys: Sequence[str]) -> list[bytes | None]:
+        if not keys:
+            return []
+
+        def fetch() -> list[bytes | None]:
+            pipe = self._node(keys[0]).pipeline(transaction=False)
+            for key in keys:
+                pipe.get(key)
+            return pipe.execute()
+
+        return self._call(fetch)
+
+    def put(self, items: Mapping[str, bytes], ttl: int | None = None) -> None:
+        if not items:
+            return
+
+        def send() -> None:
+            pipe = self._node(next(iter(items))).pipeline(transaction=False)
+            for key, value in items.items():
+                pipe.set(key, value, ex=ttl)
+            pipe.execute()
+
+        self._call(send)
+
+    def touch(self, keys: Sequence[str], ttl: int | None) -> None:
+        if not keys:
+            return
+
+        def send() -> None:
+            pipe = self._node(keys[0]).pipeline(transaction=True)
+            for key in keys:
+                pipe.expire(key, ttl) if ttl else pipe.persist(key)
+            pipe.execute()
+
+        self._call(send)
+
+    def delete(self, keys: Sequence[str]) -> None:
+        if keys:
+            self._call(lambda: self._node(keys[0]).unlink(*keys))
+
+    def list(self, prefix: str) -> list[str]:
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
+
+        def scan() -> list[str]:
+            if not self.is_cluster:
+                nodes = [self.client]
+            elif _tag(prefix) is not None:
+                nodes = [self._node(prefix)]
+            else:
+                nodes = [node.redis_connection for node in self.client.get_primaries()]
+            return [k.decode() for node in nodes for k in node.scan_iter(match=pattern, count=SCAN_COUNT)]
+
+        return self._call(scan)
+
+    def acquire(self, key: str, token: bytes, ttl: int) -> bytes | None:
+        node = self._call(lambda: self._node(key))
+        for _ in range(3):  # the holder's lease may expire between our SET and GET: then try again
+            if self._call(lambda: node.set(key, token, nx=True, ex=ttl)):
+                return None
+            holder = self._call(lambda: node.get(key))
+            if holder is not None:
+                return holder
+        return b""
+
+    def renew(self, key: str, token: bytes, ttl: int) -> bool:
+        return bool(self._call(lambda: self._node(key).eval(_RENEW, 1, key, token, ttl)))
+
+    def release(self, key: str, token: bytes) -> None:
+        self._call(lambda: self._node(key).eval(_RELEASE, 1, key, token))
+
+    def sweep(self) -> int:
+        return 0  # Redis expires keys itself
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # closing is best effort: the process may be exiting
+                pass
+            self._client = None

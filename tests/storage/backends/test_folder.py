@@ -1,0 +1,96 @@
+"""What only the folder backend (file://) has: keys as files, whole-file writes by rename, a real file-size limit
+in the middle of a push, a share that is not mounted, temporary files a crash left. (The whole hub suite runs on a
+folder too: tests/storage/test_hub.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jupyter_compile_cache.storage.backends.folder import STALE_TEMP_SECONDS, FolderBackend
+from jupyter_compile_cache.storage.bundle import Manifest
+from jupyter_compile_cache.storage.hub import Hub, HubConfig, HubError
+from jupyter_compile_cache.storage.store import LocalStore
+
+
+def _local_bundle(tmp_path, size):
+    store = LocalStore(str(tmp_path / f"store-{time.time_ns()}"))
+    src = tmp_path / f"src-{time.time_ns()}"
+    src.mkdir()
+    files = {}
+    for i in range(3):
+        (src / f"k{i}.so").write_bytes(os.urandom(size // 3))
+        files[f"inductor/ab/k{i}.so"] = str(src / f"k{i}.so")
+    return store, store.write(Manifest.new("net", {"torch": "x"}, "f" * 12, "alice@a"), files)
+
+
+def _hub(url, **kw):
+    return Hub(HubConfig(url=url, chunk_size=kw.pop("chunk_size", 256 << 10), **kw))
+
+
+def test_keys_are_files_under_quoted_folders_and_list_back_exactly(tmp_path):
+    backend = FolderBackend(f"file://{tmp_path}")
+    keys = ["jcc:{team/ml/net}:manifest:fp:v1", "jcc:{team/ml}:name:net", "jcc:{team/ml/net}:chunk:fp:v1:0"]
+    backend.put({key: key.encode() for key in keys})
+    assert (tmp_path / "jcc" / "{team%2Fml%2Fnet}" / "manifest" / "fp" / "v1").is_file()
+    assert sorted(backend.list("jcc:")) == sorted(keys)
+    assert backend.list("jcc:{team/ml}:name:") == ["jcc:{team/ml}:name:net"]
+    assert backend.list("jcc:{team/ml/net}:manifest:") == ["jcc:{team/ml/net}:manifest:fp:v1"]
+    assert backend.list("jcc:{team/m") == [] or all(k.startswith("jcc:{team/m") for k in backend.list("jcc:{team/m"))
+    assert backend.get(keys) == [key.encode() for key in keys]
+
+
+def test_a_crashed_writer_leaves_only_a_temporary_file_that_nobody_lists_and_sweep_removes(tmp_path):
+    backend = FolderBackend(f"file://{tmp_path}")
+    backend.put({"jcc:{ns/net}:manifest:fp:v": b"whole"})
+    folder = tmp_path / "jcc" / "{ns%2Fnet}" / "manifest" / "fp"
+    stale = folder / "#tmp-crashed"
+    stale.write_bytes(b"half a val")
+    old = time.time() - STALE_TEMP_SECONDS - 10
+    os.utime(stale, (old, old))
+    fresh = folder / "#tmp-writing-now"
+    fresh.write_bytes(b"in progr")
+    assert backend.list("jcc:") == ["jcc:{ns/net}:manifest:fp:v"]
+    assert backend.sweep() == 1
+    assert not stale.exists() and fresh.exists()  # a writer that is still at work keeps its file
+
+
+def test_a_full_disk_under_a_folder_hub_fails_the_push_and_leaves_no_file(tmp_path):
+    """A real file-size limit (RLIMIT_FSIZE, in a child process) stops a push to a folder hub half way: the push is a
+    HubError that says so, and the folder holds no version and no temporary file."""
+    store, manifest = _local_bundle(tmp_path, size=3 << 20)
+    folder = tmp_path / "share"
+    folder.mkdir()
+    code = (
+        "import resource, signal, sys\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG\n"
+        "from jupyter_compile_cache.storage.hub import Hub, HubConfig, HubError\n"
+        "from jupyter_compile_cache.storage.store import LocalStore\n"
+        "store = LocalStore(sys.argv[2]); [m] = store.versions('net')\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (512 << 10, 512 << 10))\n"
+        "try:\n"
+        "    Hub(HubConfig(url=sys.argv[1], chunk_size=1 << 20)).push(m, store.payload_path(m))\n"
+        "except HubError as exc:\n"
+        "    print('HUBERROR', exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, f"file://{folder}", store.root], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "HUBERROR" in done.stdout and "file size limit" in done.stdout, done.stdout
+    hub = _hub(f"file://{folder}")
+    assert hub.versions("net") == [] and hub.names() == []
+    assert not [name for _, _, files in os.walk(folder) for name in files if name.startswith("#")]
+
+
+def test_a_folder_hub_whose_share_is_not_mounted_is_an_error_not_a_new_empty_hub(tmp_path):
+    missing = tmp_path / "not-mounted"
+    hub = _hub(f"file://{missing}")
+    with pytest.raises(HubError, match="is not there"):
+        hub.names()
+    store, manifest = _local_bundle(tmp_path, size=30_000)
+    with pytest.raises(HubError, match="is not there"):
+        hub.push(manifest, store.payload_path(manifest))
+    assert not missing.exists()
