@@ -56,10 +56,11 @@ if TYPE_CHECKING:
 
 
 def get_session() -> CompileCacheSession:
-    """The kernel's one session (created on first use)."""
+    """The kernel's one session (created on first use, saying what happens as the magic does)."""
     from .core.session import get_session
+    from .frontends.reporter import TextReporter
 
-    return get_session()
+    return get_session(TextReporter())
 
 
 def status() -> SessionStatus:
@@ -133,10 +134,11 @@ def load_ipython_extension(ipython: Any) -> None:
     from .core.session import CompileCacheSession
     from .core.settings import CompileCache
     from .frontends.magics import CompileCacheMagics
+    from .frontends.reporter import TextReporter
 
     if sessions.current is None:
         # Settings from ipython_config.py, and `%config CompileCache.<name> = ...` from now on.
-        sessions.current = CompileCacheSession(settings=CompileCache(parent=ipython))
+        sessions.current = CompileCacheSession(settings=CompileCache(parent=ipython), reporter=TextReporter())
     else:  # the script API made the session before the extension was loaded
         sessions.current.settings.update_config(ipython.config)
     session = sessions.current

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TextIO
 
 from ..storage.backends import Backend, open_backend
 from ..storage.bundle import Manifest
 from ..storage.hub import Hub, HubConfig, HubError, Lease
 from ..storage.hub_url import redact
-from ..storage.sources import HubSource, TransferBar
+from ..storage.sources import HubSource
 from ..storage.store import LocalStore
 from ..torch_adapter.compiler import RemoteCaches
+from .events import CollaboratorCompiling, Event, HubUnavailable, NoBundleArrived, NoTeamSecret, Transfer
 from .records import CellOptions, CellReport, HubState, RestoreResult
 from .settings import CompileCache
 
@@ -44,12 +44,9 @@ def hub_config(
 
 
 class HubPolicy:
-    def __init__(
-        self, settings: CompileCache, warn: Callable[[str, CellReport | None], None], out: Callable[[], TextIO]
-    ) -> None:
+    def __init__(self, settings: CompileCache, tell: Callable[[Event, CellReport | None], None]) -> None:
         self.settings = settings
-        self._warn = warn
-        self._out = out
+        self._tell = tell
         self._down_until: dict[str, float] = {}
         self._warned: set[str] = set()
         self._untold: dict[str, str] = {}  # failures found in the background, told by the next cell
@@ -71,15 +68,8 @@ class HubPolicy:
             untold = self._untold.pop(config.url, None)
             if untold is not None and config.url not in self._warned:  # found down in the background: say it here
                 self._warned.add(config.url)
-                self._warn(f"{untold}; carrying on without the hub (the local store is unaffected)", None)
+                self._tell(HubUnavailable(redact(config.url), untold), None)
             return None
-        if config.secret is None and not self._trust_warned:
-            self._trust_warned = True
-            self._warn(
-                "no team secret is set (CompileCache.secret / JUPYTER_COMPILE_CACHE_SECRET): bundles pulled from the "
-                "hub are trusted as they are (they contain pickled code); set one to sign and verify them",
-                None,
-            )
         return HubSource(self._hub(config))
 
     def for_toolchain(self) -> HubSource | None:
@@ -105,6 +95,12 @@ class HubPolicy:
                 return Hub(config)
         return Hub(config, backend)
 
+    def trust(self, hub: HubSource, report: CellReport | None) -> None:
+        """Before a bundle moves to or from a hub without a team secret: say so, once a session."""
+        if hub.hub.config.secret is None and not self._trust_warned:
+            self._trust_warned = True
+            self._tell(NoTeamSecret(), report)
+
     def _is_down(self, url: str) -> bool:
         return self._down_until.get(url, 0) > time.time()
 
@@ -116,7 +112,7 @@ class HubPolicy:
             self._untold[hub.url] = str(exc)
         elif hub.url not in self._warned:
             self._warned.add(hub.url)
-            self._warn(f"{exc}; carrying on without the hub (the local store is unaffected)", report)
+            self._tell(HubUnavailable(hub.display_url, str(exc)), report)
         elif report is not None:
             report.warnings.append(str(exc))
 
@@ -137,7 +133,7 @@ class HubPolicy:
         try:
             state.latency_ms = hub.ping() * 1000
             state.reachable = True
-            state.cluster = hub.backend.kind == "redis cluster"
+            state.kind = hub.backend.kind
             self._down_until.pop(config.url, None)
         except HubError as exc:
             state.reachable, state.error = False, str(exc)
@@ -150,16 +146,18 @@ class HubPolicy:
         store: LocalStore,
         manifest: Manifest,
         report: CellReport,
-        quiet: bool,
+        transfer: Callable[[str], Transfer],
         background: bool = False,
     ) -> None:
         """`background`: from a thread other than the cell's, so a failure is told by the next cell (`failed`)."""
         if self._is_down(hub.url):  # it failed earlier in this cell: don't pay its timeout again
             return
-        bar = TransferBar(f"pushing {manifest.name!r} to the hub", quiet)
+        self.trust(hub, report)
+        bar = transfer(f"pushing {manifest.name!r} to the hub")
+        start = time.perf_counter()
         try:
             hub.push(manifest, store, bar)
-            report.pushed, report.push_seconds = True, time.perf_counter() - bar.start
+            report.pushed, report.push_seconds = True, time.perf_counter() - start
         except HubError as exc:
             self.failed(hub, exc, report, quiet=background)
         finally:
@@ -190,11 +188,9 @@ class HubPolicy:
         if holder is None:
             return lease
         since = time.time() - float(holder.get("since", time.time()))
-        message = f"{name!r} is being compiled by {holder.get('holder')} (for {since:.0f} s)"
+        self._tell(CollaboratorCompiling(name, str(holder.get("holder")), since, opts.wait), None)
         if opts.wait <= 0:
-            print(f"compile_cache: {message}; compiling here too (use --wait SECONDS to wait for it)", file=self._out())
             return None
-        print(f"compile_cache: {message}; waiting up to {opts.wait:.0f} s for that bundle", file=self._out())
         deadline = time.time() + opts.wait
         while time.time() < deadline:
             time.sleep(min(1.0, max(0.0, deadline - time.time())))
@@ -207,7 +203,7 @@ class HubPolicy:
                     break
             except HubError:
                 break
-        print(f"compile_cache: no bundle for {name!r} arrived; compiling", file=self._out())
+        self._tell(NoBundleArrived(name), None)
         return None
 
     # -- torch's own Redis caches -------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ class HubState:
     namespace: str | None = None
     signed: bool = False
     reachable: bool | None = None
-    cluster: bool | None = None
+    kind: str | None = None  # the backend: "redis", "redis cluster", "folder"
     latency_ms: float | None = None
     error: str | None = None
 

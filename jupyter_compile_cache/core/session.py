@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Any, TextIO
+from typing import IO, Any
 
 from ..kernels.prewarm import Prewarm
 from ..storage import bundle
 from ..storage.bundle import Manifest, check_name
-from ..storage.sources import HubSource, LocalSource, Progress, Source, TransferBar, find
+from ..storage.sources import HubSource, LocalSource, Progress, Source, find
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
 from ..torch_adapter.cell_snapshot import CellSnapshot
 from ..torch_adapter.precompile import PrecompileGuard
-from ..units import human_bytes, speed
+from . import events
+from .events import Event, Reporter, Transfer
 from .hub_policy import HubPolicy
 from .records import CellOptions, CellReport, RestoreResult, writer
 from .settings import CompileCache
@@ -33,11 +33,11 @@ from .toolchain import Toolchain
 current: CompileCacheSession | None = None  # the kernel's one session
 
 
-def get_session() -> CompileCacheSession:
-    """The kernel's one session (created on first use)."""
+def get_session(reporter: Reporter | None = None) -> CompileCacheSession:
+    """The kernel's one session (created on first use, telling REPORTER what happens)."""
     global current
     if current is None:
-        current = CompileCacheSession()
+        current = CompileCacheSession(reporter=reporter)
     return current
 
 
@@ -45,15 +45,14 @@ class CompileCacheSession:
     def __init__(
         self,
         store_dir: str | None = None,
-        out: TextIO | None = None,
-        err: TextIO | None = None,
         settings: CompileCache | None = None,
+        reporter: Reporter | None = None,
     ) -> None:
         self.settings = settings or CompileCache()
         if store_dir:
             self.settings.store_dir = os.path.abspath(store_dir)
-        self._out = out
-        self._err = err
+        # what the session says goes here: the front end's reporter (the magic's lines, the CLI's text, the panel)
+        self.reporter: Reporter = reporter or events.LoggingReporter()
         self.settings.resolved()  # reads every environment variable now, so a bad one is told once, here
         for problem in self.settings.env_problems:
             self.warn(problem)
@@ -63,7 +62,7 @@ class CompileCacheSession:
                 "where it drops identity guards and no guard of ours checks edits: plain torch.compile may return "
                 "stale results after a helper is redefined. Unset it: our cells switch precompile on themselves"
             )
-        self.hub_policy = HubPolicy(self.settings, self.warn, lambda: self.out)
+        self.hub_policy = HubPolicy(self.settings, self.tell)
         self.guard = PrecompileGuard(warn=self.warn)
         self._stats_failed = False
         self.toolchain = Toolchain(lambda: self.settings.store_dir, self.hub_policy, self.warn)
@@ -80,21 +79,24 @@ class CompileCacheSession:
 
     # -- plumbing -----------------------------------------------------------------------------------------------
     @property
-    def out(self) -> TextIO:
-        return self._out or sys.stdout
-
-    @property
-    def err(self) -> TextIO:
-        return self._err or sys.stderr
-
-    @property
     def precompile_default(self) -> bool:
         return self.settings.precompile
 
+    def tell(self, event: Event, report: CellReport | None = None, quiet: bool = False) -> None:
+        """Hand EVENT to the front end's reporter (a quiet cell's info events are left out); a warning is also kept
+        in the cell's report."""
+        if event.level == "warning" and report is not None:
+            report.warnings.append(event.text())
+        if quiet and event.level != "warning":
+            return
+        self.reporter(event)
+
     def warn(self, message: str, report: CellReport | None = None) -> None:
-        print(f"compile_cache: warning: {message}", file=self.err)
-        if report is not None:
-            report.warnings.append(message)
+        self.tell(events.CacheWarning(message), report)
+
+    def transfer(self, label: str, quiet: bool = False) -> Transfer:
+        """The front end's progress display for a transfer (none for a quiet cell)."""
+        return events.NO_TRANSFER if quiet else self.reporter.transfer(label)
 
     def store(self, root: str | None = None) -> LocalStore:
         return LocalStore(root or self.settings.store_dir)
@@ -152,10 +154,10 @@ class CompileCacheSession:
         def pull_bar(source: Source, _manifest: Manifest) -> Progress | None:
             if source.kind != "hub":
                 return None
-            return progress or TransferBar(f"pulling {name!r} from the hub", opts.quiet)
+            return progress or self.transfer(f"pulling {name!r} from the hub", opts.quiet)
 
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
-            bar = None if progress is not None else TransferBar(f"restoring {name!r}", opts.quiet)
+            bar = None if progress is not None else self.transfer(f"restoring {name!r}", opts.quiet)
             try:
                 return self._install(manifest, payload, roots, progress or bar)
             finally:
@@ -167,8 +169,6 @@ class CompileCacheSession:
         for source, exc in found.down:
             if hub is not None and source is hub:
                 self.hub_policy.failed(hub, exc, report)
-        for message in found.warnings:
-            self.warn(message, report)
         result.skipped = found.skipped
         from_hub = hub is not None and found.source is hub
         if found.manifest is not None and found.source is not None:
@@ -180,22 +180,20 @@ class CompileCacheSession:
             cold = manifest.stats.get("body_seconds")
             result.cold_seconds = float(cold) if isinstance(cold, (int, float)) else None
             if from_hub:
+                self.hub_policy.trust(hub, report)
                 result.hub_url, result.pull_seconds = hub.display_url, found.fetch_seconds
         result.hub_signed_elsewhere = found.wrong_signatures > 0 and not from_hub
         result.seconds = time.perf_counter() - start
-        if not opts.quiet:
-            if result.restored:
-                where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
-                pulled = f", pull {result.pull_seconds:.2f} s" if result.source == "hub" else ""
-                print(
-                    f"compile_cache: restored {name!r} from {where} ({result.files} files, "
-                    f"{human_bytes(result.bytes)}) in {result.seconds:.2f} s"
-                    + (f" ({speed(result.bytes, result.seconds)})" if result.seconds >= 1 else "")
-                    + pulled,
-                    file=self.out,
-                )
-            elif result.skipped:
-                print(f"compile_cache: {name!r} not restored: " + "; ".join(result.skipped), file=self.out)
+        if result.restored:  # what was skipped on the way is worth telling: a wrong secret, a damaged version
+            for message in found.warnings:
+                self.warn(message, report)
+            where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
+            restored = events.Restored(
+                name, result.source or "", where, result.files, result.bytes, result.seconds, result.pull_seconds
+            )
+            self.tell(restored, report, opts.quiet)
+        elif result.skipped or found.problems:  # one line says it all, each reason once
+            self.tell(events.NotRestored(name, tuple(found.problems + result.skipped)), report, opts.quiet)
         return result
 
     # -- the cell -----------------------------------------------------------------------------------------------
@@ -241,6 +239,7 @@ class CompileCacheSession:
                 report.ok = False
                 report.body_seconds = time.perf_counter() - start
                 self._finish(report)
+                self.tell(events.CellFinished(report), None, opts.quiet)
                 raise
             report.body_seconds = time.perf_counter() - start
             precompile_keys = before.save_precompile_entries()
@@ -256,18 +255,11 @@ class CompileCacheSession:
             report.stale_rejected = before.stale_rejected()
             report.precompile_fallbacks = before.precompile_fallbacks()
             for reason in self.guard.new_bypass_reasons() if precompile else ():
-                if not opts.quiet:
-                    print(
-                        f"compile_cache: torch does not package a function of this cell for precompile ({reason}); "
-                        "a restored kernel traces it again, its compiled graph still from torch's AOTAutograd and FX "
-                        "graph caches",
-                        file=self.out,
-                    )
+                self.tell(events.PrecompileBypassed(reason), report, opts.quiet)
             if opts.save and cell_files.files and (cell_files.compiled_new(delta) or opts.force_save):
                 self._save(name, cell_files, report, opts, hub)
             self._finish(report, opts.store_dir)
-            if not opts.quiet:
-                print(report.summary(), file=self.out)
+            self.tell(events.CellFinished(report), None, opts.quiet)
         finally:
             self._set_precompile(previous_precompile)
             if lease is not None:
@@ -318,7 +310,7 @@ class CompileCacheSession:
         now = fingerprint.current()
         manifest = Manifest.new(name, now, fingerprint.digest(now), writer(), stats)
         start = time.perf_counter()
-        bar = TransferBar(f"saving {name!r}", opts.quiet)
+        bar = self.transfer(f"saving {name!r}", opts.quiet)
         try:
             manifest = store.write(manifest, cell_files.files, bar)
         except OSError as exc:
@@ -330,7 +322,7 @@ class CompileCacheSession:
         report.saved_bytes = manifest.payload_bytes
         report.saved_files = len(manifest.members)
         report.save_seconds = time.perf_counter() - start
-        self._enforce_size_cap(store, report)
+        self._enforce_size_cap(store, report, opts.quiet)
         if hub is not None and report.restore is not None and report.restore.hub_signed_elsewhere:
             # The team's versions of NAME did not verify with our secret: a version signed with it would be refused
             # by the team in turn. Most likely our secret is not the team's.
@@ -340,9 +332,9 @@ class CompileCacheSession:
                 report,
             )
         elif hub is not None:
-            self.hub_policy.push(hub, store, manifest, report, opts.quiet)
+            self.hub_policy.push(hub, store, manifest, report, lambda label: self.transfer(label, opts.quiet))
 
-    def _enforce_size_cap(self, store: LocalStore, report: CellReport) -> None:
+    def _enforce_size_cap(self, store: LocalStore, report: CellReport, quiet: bool) -> None:
         """Evict least recently used versions past `CompileCache.max_size`."""
         cap = self.settings.max_bytes
         try:
@@ -351,12 +343,8 @@ class CompileCacheSession:
             self.warn(f"could not evict old bundles from {store.root}: {exc}", report)
             return
         if evicted:
-            names = ", ".join(sorted({name for name, _, _ in evicted}))
-            print(
-                f"compile_cache: store over {human_bytes(cap)}: evicted {len(evicted)} least recently used "
-                f"version(s) ({names})",
-                file=self.out,
-            )
+            names = tuple(sorted({name for name, _, _ in evicted}))
+            self.tell(events.Evicted(len(evicted), names, cap), report, quiet)
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

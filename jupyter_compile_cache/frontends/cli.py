@@ -24,10 +24,10 @@ from ..core.commands import Commands
 from ..core.session import CompileCacheSession
 from ..storage.bundle import BundleError, Manifest, check_name
 from ..storage.hub import HubError
-from ..storage.sources import TransferBar
 from ..storage.store import LocalStore
 from ..units import human_bytes, speed
 from . import arguments, tables
+from .reporter import TextReporter, TransferBar
 
 EXPORT_MANIFEST = "manifest.json"
 EXPORT_PAYLOADS = {2: "payload.pack", 1: "payload.tar.zst"}  # by bundle format
@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: the demo stopped: {exc}", file=sys.stderr)
             return 2
         return 0
-    session = CompileCacheSession(store_dir=args.store_dir)
+    session = CompileCacheSession(store_dir=args.store_dir, reporter=TextReporter())
     commands = Commands(session)
     store = session.store()
     try:

@@ -279,10 +279,10 @@ class Explanation(_View):
 def hub_line(hub: HubState) -> str:
     if not hub.url:
         return (
-            "compile_cache: no hub (%compile_cache hub redis://host:port/0, %config CompileCache.hub = ..., or "
-            "JUPYTER_COMPILE_CACHE_HUB)"
+            "compile_cache: no hub (%compile_cache hub redis://host:port/0 or file:///shared/folder, "
+            "%config CompileCache.hub = ..., or JUPYTER_COMPILE_CACHE_HUB)"
         )
-    kind = "Redis Cluster, " if hub.cluster else ""
+    kind = {"redis cluster": "Redis Cluster, ", "folder": "shared folder, "}.get(hub.kind or "", "")
     state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"unreachable: {hub.error}"
     signed = "bundles signed with the team secret" if hub.signed else "no team secret: pulled bundles trusted"
     return f"compile_cache: hub {hub.url} namespace {hub.namespace!r}: {state}; {signed}"

@@ -102,46 +102,11 @@ class HubSource:
         return self.hub.push(manifest, store.payload_path(manifest), progress)
 
 
-class TransferBar:
-    """A `tqdm.auto` bar for a transfer (a widget in a notebook, text in a terminal), made only once the transfer has
-    taken more than a second: a quick restore never imports tqdm (in a kernel that can cost a tenth of a second)."""
-
-    DELAY = 1.0
-
-    def __init__(self, label: str, quiet: bool = False, stream: IO[str] | None = None) -> None:
-        self.label, self.quiet, self.stream = label, quiet, stream
-        self.start = time.perf_counter()
-        self.bar: Any = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            if self.quiet or time.perf_counter() - self.start < self.DELAY:
-                return
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(
-                desc=self.label,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                file=self.stream,
-                leave=False,
-                total=total,
-            )
-        if self.bar.total != total:
-            self.bar.total = total
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.refresh()  # its true last figures, not those its rate limit let through: a notebook keeps them
-            self.bar.close()
-
-
 @dataclass
 class Found:
     """What `find` ended with: the stored manifest (None: nothing usable), where it came from, and why others were
-    skipped (one line per version). `warnings` are worth telling even when a later version was used."""
+    skipped (one line per version). `warnings` say the same of skipped versions in words worth telling even when a
+    later version was used; `problems`, what went wrong besides a version (a manifest the store could not read)."""
 
     manifest: Manifest | None = None
     source: Source | None = None
@@ -149,6 +114,7 @@ class Found:
     fetch_seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
     down: list[tuple[Source, HubError]] = field(default_factory=list)  # sources that did not answer
     wrong_signatures: int = 0  # hub versions refused as not signed with this team's secret
 
@@ -176,7 +142,7 @@ def find(
             found.down.append((source, exc))
             continue
         if isinstance(source, LocalSource):  # manifests it could not read while listing (now quarantined)
-            found.warnings += source.store.problems
+            found.problems += source.store.problems
             source.store.problems.clear()
         label = "" if source.kind == "local" else f"{source.kind} "
         for manifest in versions:
@@ -205,8 +171,9 @@ def find(
                 found.warnings.append(f"bundle {name!r} {tag} from {source.where} is unusable: {exc}")
                 continue
             finally:
-                if isinstance(bar, TransferBar):
-                    bar.close()
+                close = getattr(bar, "close", None)
+                if close is not None:
+                    close()
             fetch_seconds = time.perf_counter() - start
             if install is not None:
                 try:
@@ -217,7 +184,7 @@ def find(
                 except BundleError as exc:
                     kind = "refused (unsafe)" if isinstance(exc, UnsafeBundle) else "damaged"
                     moved = store.quarantine(local, str(exc))
-                    found.skipped.append(f"{tag}: {kind}: {exc}")
+                    found.skipped.append(f"{tag}: {kind}: {exc}; moved to {moved}")
                     found.warnings.append(f"bundle {name!r} {tag} is {kind}: {exc}; moved to {moved}")
                     continue
                 except OSError as exc:

@@ -3,19 +3,24 @@ and the single-flight lease, against a real redis-server and a port where nothin
 
 from __future__ import annotations
 
-import io
-
+from jupyter_compile_cache.core.events import NO_TRANSFER
 from jupyter_compile_cache.core.hub_policy import HubPolicy, hub_config
 from jupyter_compile_cache.core.records import CellOptions, CellReport
 from jupyter_compile_cache.core.settings import CompileCache
 from jupyter_compile_cache.storage.hub import HubError
 
 
-def _policy(url: str, secret: str = "team") -> tuple[HubPolicy, list[str], io.StringIO]:
+class _Told(list):
+    """The texts of the events the policy told, in order."""
+
+    def __call__(self, event, report=None):
+        self.append(event.text())
+
+
+def _policy(url: str, secret: str = "team") -> tuple[HubPolicy, _Told, _Told]:
     settings = CompileCache(hub=url, secret=secret, hub_connect_timeout=0.5, hub_timeout=1.0)
-    warnings: list[str] = []
-    out = io.StringIO()
-    return HubPolicy(settings, lambda message, _report=None: warnings.append(message), lambda: out), warnings, out
+    told = _Told()
+    return HubPolicy(settings, told), told, told
 
 
 def test_a_hub_that_fails_is_told_once_then_left_alone_for_a_minute(free_port):
@@ -55,11 +60,13 @@ def test_no_hub_no_secret_and_the_hubs_state(redis_server):
     assert policy.for_cell(CellOptions(hub=redis_server.url)) is not None  # a cell's --hub wins
     policy, warnings, _out = _policy(redis_server.url, secret="")
     assert policy.for_cell(CellOptions(no_hub=True)) is None
-    policy.for_cell(CellOptions())
-    policy.for_cell(CellOptions())
-    assert len(warnings) == 1 and "no team secret is set" in warnings[0]  # told once
+    hub = policy.for_cell(CellOptions())
+    assert warnings == []  # listing or checking a hub says nothing of trust
+    policy.trust(hub, None)  # a bundle moves: said once a session
+    policy.trust(policy.for_cell(CellOptions()), None)
+    assert warnings == ["no team secret (JUPYTER_COMPILE_CACHE_SECRET): hub bundles are neither signed nor verified"]
     state = policy.state()
-    assert state.reachable and not state.signed and not state.cluster and state.latency_ms is not None
+    assert state.reachable and not state.signed and state.kind == "redis" and state.latency_ms is not None
     assert state.namespace == "default"
 
 
@@ -71,7 +78,8 @@ def test_one_collaborator_holds_the_lease_the_other_compiles_too(redis_server):
     lease = alice.single_flight(hub_a, "net", "fp", "alice@a", opts, CellReport("net"), lambda: None)
     assert lease is not None and lease.held()
     assert bob.single_flight(hub_b, "net", "fp", "bob@b", opts, CellReport("net"), lambda: None) is None
-    assert "'net' is being compiled by alice@a" in bob_out.getvalue() and "compiling here too" in bob_out.getvalue()
+    [said] = bob_out
+    assert said.startswith("'net' is being compiled by alice@a") and "compiling here too" in said
     lease.release()
     assert not lease.held()
     alice.close()
@@ -101,7 +109,7 @@ def test_a_cells_push_is_timed_and_a_long_one_says_how_fast_in_the_cells_line(tm
     store = LocalStore(str(tmp_path / "store"))
     manifest = make_bundle(store, "net", size=1 << 20)
     report = CellReport("net", saved_version=manifest.version, saved_bytes=manifest.payload_bytes, saved_files=3)
-    policy.push(policy.for_cell(CellOptions()), store, manifest, report, quiet=True)
+    policy.push(policy.for_cell(CellOptions()), store, manifest, report, lambda _label: NO_TRANSFER)
     assert warnings == [] and report.pushed and 0 < report.push_seconds < 1
     assert "push" not in report.summary()  # a quick push adds nothing to the line
     report.push_seconds = 2.0

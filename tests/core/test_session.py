@@ -45,7 +45,9 @@ def test_a_view_that_fails_is_told_once_and_the_cell_stands(tmp_path, monkeypatc
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
     err = io.StringIO()
-    session = CompileCacheSession(store_dir=str(tmp_path / "store"), out=io.StringIO(), err=err)
+    from jupyter_compile_cache.frontends.reporter import TextReporter
+
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"), reporter=TextReporter(io.StringIO(), err))
     seen = []
 
     def broken(report):

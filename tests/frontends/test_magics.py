@@ -189,7 +189,9 @@ def test_a_bad_environment_variable_is_named_once_and_its_default_used(monkeypat
     for name in ENV.values():
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(variable, value)
-    settings = CompileCacheSession(settings=CompileCache()).settings
+    from jupyter_compile_cache.frontends.reporter import TextReporter
+
+    settings = CompileCacheSession(settings=CompileCache(), reporter=TextReporter()).settings
     err = capsys.readouterr().err
     if told is None:  # empty means unset
         assert err == "", err

@@ -67,29 +67,3 @@ def test_the_hub_after_the_local_store_signatures_checked_and_a_hub_that_is_down
     down = HubSource(Hub(HubConfig(url=f"redis://127.0.0.1:{free_port}/0", connect_timeout=0.5)))
     nothing = find("net", [LocalSource(other), down], other, _misfit)
     assert nothing.manifest is None and [source for source, _exc in nothing.down] == [down]
-
-
-def test_a_transfer_bar_appears_only_once_the_transfer_takes_a_while():
-    import io
-    import time
-
-    from jupyter_compile_cache.storage.sources import TransferBar
-
-    stream = io.StringIO()
-    quick = TransferBar("quick", stream=stream)
-    quick(5, 10)
-    quick(10, 10)
-    quick.close()
-    assert quick.bar is None and stream.getvalue() == ""  # no bar made, none shown
-    slow = TransferBar("slow", stream=stream)
-    slow.DELAY = 0.05
-    slow(1, 10)
-    time.sleep(0.1)
-    slow(4, 10)
-    slow(10, 10)
-    slow.close()
-    assert "slow" in stream.getvalue() and "10.0/10.0" in stream.getvalue()  # it ends on its true figures
-    silent = TransferBar("silent", quiet=True, stream=stream)
-    silent.DELAY = 0.0
-    silent(1, 10)
-    assert silent.bar is None

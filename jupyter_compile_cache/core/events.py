@@ -1,0 +1,209 @@
+"""What the session tells the user, as typed records handed to a reporter that the front end supplies.
+
+The magic renders each event as one line, said once; the CLI as text on stderr; the panel takes the same records. An
+event's `text()` is its one sentence, written here once, so every front end says the same thing with the same
+figures. Core and storage never print: with no front end attached (a library user's script), events go to the
+`jupyter_compile_cache` logger.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+from ..units import human_bytes, speed
+from .records import CellReport
+
+__all__ = [
+    "CellFinished",
+    "CollaboratorCompiling",
+    "Event",
+    "Evicted",
+    "HubUnavailable",
+    "LoggingReporter",
+    "NoBundleArrived",
+    "NoTeamSecret",
+    "NotRestored",
+    "PrecompileBypassed",
+    "Reporter",
+    "Restored",
+    "Transfer",
+    "CacheWarning",
+]
+
+
+class Event:
+    level: ClassVar[str] = "info"  # "info": left out of --quiet cells; "warning": always told
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class CacheWarning(Event):
+    message: str
+    level: ClassVar[str] = "warning"
+
+    def text(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class HubUnavailable(Event):
+    hub: str  # redacted URL
+    reason: str
+    level: ClassVar[str] = "warning"
+
+    def text(self) -> str:
+        return f"{self.reason.rstrip('. ')}; carrying on without the hub (the local store is unaffected)"
+
+
+@dataclass(frozen=True)
+class NoTeamSecret(Event):
+    level: ClassVar[str] = "warning"
+
+    def text(self) -> str:
+        return "no team secret (JUPYTER_COMPILE_CACHE_SECRET): hub bundles are neither signed nor verified"
+
+
+@dataclass(frozen=True)
+class Restored(Event):
+    name: str
+    source: str  # "local" or "hub"
+    where: str  # "the local store", "the hub redis://..."
+    files: int
+    bytes: int
+    seconds: float
+    pull_seconds: float = 0.0
+
+    def text(self) -> str:
+        rate = f" ({speed(self.bytes, self.seconds)})" if self.seconds >= 1 else ""
+        pulled = f", pull {self.pull_seconds:.2f} s" if self.source == "hub" else ""
+        return (
+            f"restored {self.name!r} from {self.where} ({self.files} files, {human_bytes(self.bytes)}) "
+            f"in {self.seconds:.2f} s{rate}{pulled}"
+        )
+
+
+@dataclass(frozen=True)
+class NotRestored(Event):
+    name: str
+    reasons: tuple[str, ...]
+
+    def text(self) -> str:
+        return f"{self.name!r} not restored: " + "; ".join(self.reasons)
+
+
+@dataclass(frozen=True)
+class CollaboratorCompiling(Event):
+    name: str
+    holder: str
+    for_seconds: float
+    wait_seconds: float  # 0: compiling here too
+
+    def text(self) -> str:
+        busy = f"{self.name!r} is being compiled by {self.holder} (for {self.for_seconds:.0f} s)"
+        if self.wait_seconds <= 0:
+            return f"{busy}; compiling here too (use --wait SECONDS to wait for it)"
+        return f"{busy}; waiting up to {self.wait_seconds:.0f} s for that bundle"
+
+
+@dataclass(frozen=True)
+class NoBundleArrived(Event):
+    name: str
+
+    def text(self) -> str:
+        return f"no bundle for {self.name!r} arrived; compiling"
+
+
+@dataclass(frozen=True)
+class PrecompileBypassed(Event):
+    reason: str
+
+    def text(self) -> str:
+        return (
+            f"torch does not package a function of this cell for precompile ({self.reason}); a restored kernel traces "
+            "it again, its compiled graph still from torch's AOTAutograd and FX graph caches"
+        )
+
+
+@dataclass(frozen=True)
+class Evicted(Event):
+    count: int
+    names: tuple[str, ...]
+    cap_bytes: int
+
+    def text(self) -> str:
+        return (
+            f"store over {human_bytes(self.cap_bytes)}: evicted {self.count} least recently used "
+            f"version{'s' if self.count != 1 else ''} ({', '.join(self.names)})"
+        )
+
+
+@dataclass(frozen=True)
+class CellFinished(Event):
+    report: CellReport = field(compare=False)
+
+    def text(self) -> str:
+        if not self.report.ok:
+            return (
+                f"{self.report.name!r} raised after {self.report.body_seconds:.2f} s: nothing saved "
+                "(what a failed cell compiled is not bundled)"
+            )
+        return self.report.summary()
+
+
+class Transfer(Protocol):
+    """Progress of one transfer (save, restore, pull, push): called with (bytes done, bytes total), then closed."""
+
+    def __call__(self, done: int, total: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Reporter(Protocol):
+    def __call__(self, event: Event) -> None: ...
+
+    def transfer(self, label: str) -> Transfer: ...
+
+
+class _NoTransfer:
+    def __call__(self, done: int, total: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+NO_TRANSFER = _NoTransfer()
+
+
+class LoggingReporter:
+    """Events to the `jupyter_compile_cache` logger: what a session says with no front end attached."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger("jupyter_compile_cache")
+
+    def __call__(self, event: Event) -> None:
+        self.logger.log(logging.WARNING if event.level == "warning" else logging.INFO, event.text())
+
+    def transfer(self, label: str) -> Transfer:
+        return NO_TRANSFER
+
+
+class Recorder:
+    """Keeps every event (tests, and front ends that show events later)."""
+
+    def __init__(self, then: Callable[[Event], None] | None = None) -> None:
+        self.events: list[Event] = []
+        self.then = then
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        if self.then is not None:
+            self.then(event)
+
+    def transfer(self, label: str) -> Transfer:
+        return NO_TRANSFER
