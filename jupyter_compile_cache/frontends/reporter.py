@@ -48,7 +48,10 @@ class TransferBar:
         if self.bar is None:
             if self.quiet or time.perf_counter() - self.start < self.DELAY:
                 return
-            from tqdm.auto import tqdm
+            if self.stream is None:  # a widget in a notebook, text in a terminal
+                from tqdm.auto import tqdm
+            else:  # a stream named: text on it
+                from tqdm import tqdm
 
             self.bar = tqdm(
                 desc=self.label,
