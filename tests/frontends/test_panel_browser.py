@@ -62,7 +62,7 @@ def _notebook(path):
     path.write_text(json.dumps(nb))
 
 
-GPU_NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "example_notebooks", "05_gpu_max_autotune.ipynb")
+GPU_NOTEBOOK = os.path.join(os.path.dirname(__file__), "..", "..", "example_notebooks", "05_gpu_max_autotune.ipynb")
 BROWSER_ARGS = [
     "--no-sandbox",
     "--disable-gpu",

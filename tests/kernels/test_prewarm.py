@@ -23,7 +23,9 @@ def test_a_failure_in_the_background_is_kept_for_the_next_cell_once():
 
 def test_the_next_cell_tells_it_once_and_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    from jupyter_compile_cache.frontends.reporter import TextReporter
+
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"), reporter=TextReporter())
     try:
         session.prewarm.before_probe = _unreadable_toolchain
         session.prewarm.run_here()
