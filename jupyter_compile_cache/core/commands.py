@@ -15,7 +15,6 @@ from ..storage.sources import HubSource, LocalSource, Progress, Source, find
 from ..storage.store import LocalStore, Removal
 from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
 from ..torch_adapter.precompile import PrecompileGuard
-from . import events
 from .records import (
     BundleExplanation,
     BundleRow,
@@ -194,7 +193,7 @@ class Commands:
         if not versions:
             return f"no local bundle named {name!r}"
         report = CellReport(name)
-        policy.push(hub, store, versions[0], report, lambda _label: events.NO_TRANSFER)
+        policy.push(hub, store, versions[0], report)
         return f"pushed {name!r} to {hub.display_url}" if report.pushed else f"push failed: {report.warnings[-1:]}"
 
     def remove(

@@ -9,8 +9,7 @@ figures. Core and storage never print: with no front end attached (a library use
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from ..units import human_bytes, speed
@@ -144,7 +143,7 @@ class Evicted(Event):
 
 @dataclass(frozen=True)
 class CellFinished(Event):
-    report: CellReport = field(compare=False)
+    report: CellReport
 
     def text(self) -> str:
         if not self.report.ok:
@@ -188,22 +187,6 @@ class LoggingReporter:
 
     def __call__(self, event: Event) -> None:
         self.logger.log(logging.WARNING if event.level == "warning" else logging.INFO, event.text())
-
-    def transfer(self, label: str) -> Transfer:
-        return NO_TRANSFER
-
-
-class Recorder:
-    """Keeps every event (tests, and front ends that show events later)."""
-
-    def __init__(self, then: Callable[[Event], None] | None = None) -> None:
-        self.events: list[Event] = []
-        self.then = then
-
-    def __call__(self, event: Event) -> None:
-        self.events.append(event)
-        if self.then is not None:
-            self.then(event)
 
     def transfer(self, label: str) -> Transfer:
         return NO_TRANSFER

@@ -18,7 +18,15 @@ from ..storage.hub_url import redact
 from ..storage.sources import HubSource
 from ..storage.store import LocalStore
 from ..torch_adapter.compiler import RemoteCaches
-from .events import CollaboratorCompiling, Event, HubUnavailable, NoBundleArrived, NoTeamSecret, Transfer
+from .events import (
+    NO_TRANSFER,
+    CollaboratorCompiling,
+    Event,
+    HubUnavailable,
+    NoBundleArrived,
+    NoTeamSecret,
+    Transfer,
+)
 from .records import CellOptions, CellReport, HubState, RestoreResult
 from .settings import CompileCache
 
@@ -146,14 +154,14 @@ class HubPolicy:
         store: LocalStore,
         manifest: Manifest,
         report: CellReport,
-        transfer: Callable[[str], Transfer],
+        bar: Transfer = NO_TRANSFER,
         background: bool = False,
     ) -> None:
-        """`background`: from a thread other than the cell's, so a failure is told by the next cell (`failed`)."""
+        """`bar`: the front end's progress display. `background`: from a thread other than the cell's, so a failure
+        is told by the next cell (`failed`)."""
         if self._is_down(hub.url):  # it failed earlier in this cell: don't pay its timeout again
             return
         self.trust(hub, report)
-        bar = transfer(f"pushing {manifest.name!r} to the hub")
         start = time.perf_counter()
         try:
             hub.push(manifest, store, bar)

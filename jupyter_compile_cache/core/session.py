@@ -184,8 +184,8 @@ class CompileCacheSession:
                 result.hub_url, result.pull_seconds = hub.display_url, found.fetch_seconds
         result.hub_signed_elsewhere = found.wrong_signatures > 0 and not from_hub
         result.seconds = time.perf_counter() - start
-        if result.restored:  # what was skipped on the way is worth telling: a wrong secret, a damaged version
-            for message in found.warnings:
+        if result.restored:  # what went wrong on the way is worth telling: a wrong secret, a damaged version
+            for message in found.problems + found.warnings:
                 self.warn(message, report)
             where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
             restored = events.Restored(
@@ -332,7 +332,9 @@ class CompileCacheSession:
                 report,
             )
         elif hub is not None:
-            self.hub_policy.push(hub, store, manifest, report, lambda label: self.transfer(label, opts.quiet))
+            self.hub_policy.push(
+                hub, store, manifest, report, self.transfer(f"pushing {name!r} to the hub", opts.quiet)
+            )
 
     def _enforce_size_cap(self, store: LocalStore, report: CellReport, quiet: bool) -> None:
         """Evict least recently used versions past `CompileCache.max_size`."""

@@ -16,7 +16,6 @@ from ..storage.hub import HubError
 from ..storage.sources import LocalSource, Source, find
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, fingerprint
-from .events import NO_TRANSFER
 from .hub_policy import HubPolicy
 from .records import CellReport, writer
 
@@ -76,6 +75,4 @@ class Toolchain:
                 self._hub_policy.failed(hub, exc, None, quiet=True)
                 return
             if not on_hub:
-                self._hub_policy.push(
-                    hub, store, manifests[0], CellReport(digest), lambda _label: NO_TRANSFER, background=True
-                )
+                self._hub_policy.push(hub, store, manifests[0], CellReport(digest), background=True)

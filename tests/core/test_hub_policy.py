@@ -3,7 +3,6 @@ and the single-flight lease, against a real redis-server and a port where nothin
 
 from __future__ import annotations
 
-from jupyter_compile_cache.core.events import NO_TRANSFER
 from jupyter_compile_cache.core.hub_policy import HubPolicy, hub_config
 from jupyter_compile_cache.core.records import CellOptions, CellReport
 from jupyter_compile_cache.core.settings import CompileCache
@@ -109,7 +108,7 @@ def test_a_cells_push_is_timed_and_a_long_one_says_how_fast_in_the_cells_line(tm
     store = LocalStore(str(tmp_path / "store"))
     manifest = make_bundle(store, "net", size=1 << 20)
     report = CellReport("net", saved_version=manifest.version, saved_bytes=manifest.payload_bytes, saved_files=3)
-    policy.push(policy.for_cell(CellOptions()), store, manifest, report, lambda _label: NO_TRANSFER)
+    policy.push(policy.for_cell(CellOptions()), store, manifest, report)
     assert warnings == [] and report.pushed and 0 < report.push_seconds < 1
     assert "push" not in report.summary()  # a quick push adds nothing to the line
     report.push_seconds = 2.0

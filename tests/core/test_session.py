@@ -62,3 +62,23 @@ def test_a_view_that_fails_is_told_once_and_the_cell_stands(tmp_path, monkeypatc
     assert seen == ["one"] and session.listeners == []
     assert err.getvalue().count("a view of this session stopped updating (RuntimeError: the widget is gone)") == 1
     assert [r.name for r in session.history] == ["one", "two"]
+
+
+def test_an_unreadable_manifest_beside_a_good_version_is_told_once_and_the_good_one_restores(tmp_path, monkeypatch):
+    import io
+
+    from jupyter_compile_cache.frontends.reporter import TextReporter
+    from jupyter_compile_cache.storage.bundle import new_version_id
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    out, err = io.StringIO(), io.StringIO()
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"), reporter=TextReporter(out, err))
+    good = make_bundle(session.store(), "net", now=fingerprint.current())
+    broken = os.path.join(os.path.dirname(session.store().manifest_path(good)), new_version_id("f" * 12) + ".json")
+    with open(broken, "w") as f:
+        f.write("{not json")
+    result = session.restore("net")
+    assert result.restored and result.version == good.version
+    assert err.getvalue().count("unreadable manifest, quarantined") == 1, err.getvalue()
+    assert "restored 'net'" in out.getvalue()
+    session.close()

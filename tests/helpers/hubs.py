@@ -7,12 +7,41 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import tempfile
 import time
 
 from helpers.redis_server import RedisClusterServers, RedisServer, TlsRedisServer
+from jupyter_compile_cache.storage.bundle import Manifest
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
+from jupyter_compile_cache.storage.store import LocalStore
 
 KINDS = ("redis", "redis-cluster", "rediss", "file")
+
+
+def local_bundle(tmp_path, size=3 << 20, name="net"):
+    """A real bundle in a local store: random (incompressible) files so the payload spans several chunks."""
+    store = LocalStore(str(tmp_path / f"store-{time.time_ns()}"))
+    src = tmp_path / f"src-{time.time_ns()}"
+    src.mkdir()
+    files = {}
+    for i in range(3):
+        path = src / f"k{i}.so"
+        path.write_bytes(os.urandom(size // 3))
+        files[f"inductor/ab/k{i}.so"] = str(path)
+    manifest = Manifest.new(name, {"torch": "x"}, "f" * 12, "alice@a")
+    return store, store.write(manifest, files)
+
+
+def hub_at(url: str, **kw) -> Hub:
+    """A hub with small chunks, so small bundles span several."""
+    return Hub(HubConfig(url=url, chunk_size=kw.pop("chunk_size", 256 << 10), **kw))
+
+
+def pull_bytes(hub: Hub, manifest) -> bytes:
+    with tempfile.TemporaryFile() as sink:  # a pull writes each chunk at its place in a file
+        hub.pull(manifest, sink)
+        sink.seek(0)
+        return sink.read()
 
 
 class HubUnderTest:
@@ -26,7 +55,7 @@ class HubUnderTest:
         raise NotImplementedError
 
     def hub(self, **kw) -> Hub:
-        return Hub(HubConfig(url=kw.pop("url", self.url), chunk_size=kw.pop("chunk_size", 256 << 10), **kw))
+        return hub_at(kw.pop("url", self.url), **kw)
 
     def seconds_left(self, key: str) -> float | None:
         """Seconds until KEY expires; None when it never does."""

@@ -10,43 +10,18 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import pytest
+from helpers.hubs import hub_at, local_bundle, pull_bytes
 from helpers.redis_server import RedisServer
 
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.bundle import Manifest
-from jupyter_compile_cache.storage.hub import Hub, HubConfig, HubError, Lease, SignatureError, check_signature
+from jupyter_compile_cache.storage.hub import HubError, Lease, SignatureError, check_signature
 from jupyter_compile_cache.storage.hub_url import redact
 from jupyter_compile_cache.storage.store import LocalStore
-
-
-def _local_bundle(tmp_path, size=3 << 20, name="net"):
-    """A real bundle in a local store: random (incompressible) files so the payload spans several chunks."""
-    store = LocalStore(str(tmp_path / f"store-{time.time_ns()}"))
-    src = tmp_path / f"src-{time.time_ns()}"
-    src.mkdir()
-    files = {}
-    for i in range(3):
-        path = src / f"k{i}.so"
-        path.write_bytes(os.urandom(size // 3))
-        files[f"inductor/ab/k{i}.so"] = str(path)
-    manifest = Manifest.new(name, {"torch": "x"}, "f" * 12, "alice@a")
-    return store, store.write(manifest, files)
-
-
-def _hub(url, **kw):
-    return Hub(HubConfig(url=url, chunk_size=kw.pop("chunk_size", 256 << 10), **kw))
-
-
-def _pull_bytes(hub, manifest) -> bytes:
-    with tempfile.TemporaryFile() as sink:  # a pull writes each chunk at its place in a file
-        hub.pull(manifest, sink)
-        sink.seek(0)
-        return sink.read()
 
 
 def _payload(store, manifest) -> bytes:
@@ -59,19 +34,19 @@ def _chunk(hub, manifest, i):
 
 
 def test_push_pull_round_trip_is_byte_identical_and_listed(tmp_path, any_hub):
-    store, manifest = _local_bundle(tmp_path)
+    store, manifest = local_bundle(tmp_path)
     hub = any_hub.hub()
     pushed = hub.push(manifest, store.payload_path(manifest))
     assert len(pushed.chunk_sha256) == -(-manifest.payload_bytes // (256 << 10)) > 1
     assert hub.names() == ["net"]
     [listed] = hub.versions("net")
     assert listed.version == manifest.version and listed.chunk_sha256 == pushed.chunk_sha256
-    assert _pull_bytes(hub, listed) == _payload(store, manifest)
+    assert pull_bytes(hub, listed) == _payload(store, manifest)
     assert any_hub.seconds_left(_chunk(hub, manifest, 0)) is None  # committed: no expiry left on the chunks
 
 
 def test_namespaces_do_not_see_each_other(tmp_path, any_hub):
-    store, manifest = _local_bundle(tmp_path)
+    store, manifest = local_bundle(tmp_path)
     any_hub.hub(namespace="team-a").push(manifest, store.payload_path(manifest))
     assert any_hub.hub(namespace="team-b").versions("net") == []
     assert any_hub.hub(namespace="team-b").names() == []
@@ -80,7 +55,7 @@ def test_namespaces_do_not_see_each_other(tmp_path, any_hub):
 
 
 def test_signed_bundles_verify_and_tampering_is_refused(tmp_path, any_hub):
-    store, manifest = _local_bundle(tmp_path)
+    store, manifest = local_bundle(tmp_path)
     secret = b"team-secret"
     hub = any_hub.hub(secret=secret)
     hub.push(manifest, store.payload_path(manifest))
@@ -97,7 +72,7 @@ def test_signed_bundles_verify_and_tampering_is_refused(tmp_path, any_hub):
     with pytest.raises(SignatureError, match="wrong signature"):
         check_signature(tampered, secret)
     # and an unsigned bundle is refused when a secret is set
-    store2, unsigned = _local_bundle(tmp_path, name="other")
+    store2, unsigned = local_bundle(tmp_path, name="other")
     any_hub.hub().push(unsigned, store2.payload_path(unsigned))
     [pulled_unsigned] = hub.versions("other")
     with pytest.raises(SignatureError, match="unsigned"):
@@ -105,17 +80,17 @@ def test_signed_bundles_verify_and_tampering_is_refused(tmp_path, any_hub):
 
 
 def test_corrupted_or_missing_chunk_is_detected(tmp_path, any_hub):
-    store, manifest = _local_bundle(tmp_path)
+    store, manifest = local_bundle(tmp_path)
     hub = any_hub.hub()
     hub.push(manifest, store.payload_path(manifest))
     [listed] = hub.versions("net")
     hub.backend.put({_chunk(hub, manifest, 1): b"garbage"})
     with pytest.raises(HubError, match="sha256"):
-        _pull_bytes(hub, listed)
+        pull_bytes(hub, listed)
     hub.backend.delete([_chunk(hub, manifest, 2)])
     hub.backend.put({_chunk(hub, manifest, 1): _payload(store, manifest)[256 << 10 : 512 << 10]})
     with pytest.raises(HubError, match="missing"):
-        _pull_bytes(hub, listed)
+        pull_bytes(hub, listed)
 
 
 def _compressible_bundle(tmp_path, size=2 << 20):
@@ -138,7 +113,7 @@ def test_chunks_that_compress_travel_compressed_and_pull_back_byte_identical(tmp
     stored = hub.backend.get([_chunk(hub, manifest, i) for i in range(len(pushed.chunk_sha256))])
     assert sum(len(data) for data in stored) < 0.7 * manifest.payload_bytes
     [listed] = hub.versions("net")
-    assert _pull_bytes(hub, listed) == _payload(store, manifest)
+    assert pull_bytes(hub, listed) == _payload(store, manifest)
 
 
 def test_a_chunk_that_would_decompress_past_its_size_is_refused_before_it_is(tmp_path, any_hub):
@@ -155,7 +130,7 @@ def test_a_chunk_that_would_decompress_past_its_size_is_refused_before_it_is(tmp
     hub.backend.put({key: json.dumps(pushed.to_json()).encode()})
     [listed] = hub.versions("net")
     with pytest.raises(HubError, match="size its manifest implies"):
-        _pull_bytes(hub, listed)
+        pull_bytes(hub, listed)
 
 
 def test_a_format_1_bundle_from_an_older_version_still_travels_and_restores(tmp_path, any_hub):
@@ -189,7 +164,7 @@ def test_a_format_1_bundle_from_an_older_version_still_travels_and_restores(tmp_
 
 
 def test_the_hub_going_away_mid_push_leaves_no_visible_bundle_and_the_next_push_completes(tmp_path, any_hub):
-    store, manifest = _local_bundle(tmp_path, size=6 << 20)
+    store, manifest = local_bundle(tmp_path, size=6 << 20)
     hub = any_hub.hub(chunk_size=128 << 10, timeout=2.0, connect_timeout=1.0)
     cut = []
 
@@ -208,11 +183,11 @@ def test_the_hub_going_away_mid_push_leaves_no_visible_bundle_and_the_next_push_
     assert 0 < any_hub.seconds_left(_chunk(hub, manifest, 0)) <= 3600  # and they expire on their own
     hub.push(manifest, store.payload_path(manifest))
     [listed] = hub.versions("net")
-    assert _pull_bytes(hub, listed) == _payload(store, manifest)
+    assert pull_bytes(hub, listed) == _payload(store, manifest)
 
 
 def test_the_hub_going_away_mid_pull_is_an_error_not_a_hang_and_stores_nothing(tmp_path, any_hub):
-    store, manifest = _local_bundle(tmp_path, size=6 << 20)
+    store, manifest = local_bundle(tmp_path, size=6 << 20)
     hub = any_hub.hub(chunk_size=128 << 10, timeout=2.0, connect_timeout=1.0)
     hub.push(manifest, store.payload_path(manifest))
     [listed] = hub.versions("net")
@@ -234,7 +209,7 @@ def test_the_hub_going_away_mid_pull_is_an_error_not_a_hang_and_stores_nothing(t
 
 
 def test_two_writers_pushing_the_same_name_both_finish(tmp_path, any_hub):
-    bundles = [_local_bundle(tmp_path) for _ in range(2)]
+    bundles = [local_bundle(tmp_path) for _ in range(2)]
     errors = []
 
     def push(store, manifest):
@@ -254,13 +229,13 @@ def test_two_writers_pushing_the_same_name_both_finish(tmp_path, any_hub):
     assert {v.version for v in versions} == {m.version for _, m in bundles}
     stores = {m.version: store for store, m in bundles}
     for v in versions:  # each is complete and verifies end to end
-        assert _pull_bytes(hub, v) == _payload(stores[v.version], v)
+        assert pull_bytes(hub, v) == _payload(stores[v.version], v)
         with stores[v.version].open_payload(v) as f:
             assert len(bundle.extract(f, v, {"inductor": str(tmp_path / v.version)})) == 3
 
 
 def test_ttl_expires_bundles_and_gc_forgets_their_names(tmp_path, any_hub):
-    store, manifest = _local_bundle(tmp_path, size=300_000)
+    store, manifest = local_bundle(tmp_path, size=300_000)
     hub = any_hub.hub(ttl=1)
     hub.push(manifest, store.payload_path(manifest))
     assert len(hub.versions("net")) == 1
@@ -273,7 +248,7 @@ def test_ttl_expires_bundles_and_gc_forgets_their_names(tmp_path, any_hub):
 def test_gc_keeps_the_newest_versions_and_rm_removes_the_rest(tmp_path, any_hub):
     hub = any_hub.hub()
     for _ in range(4):
-        store, manifest = _local_bundle(tmp_path, size=30_000)
+        store, manifest = local_bundle(tmp_path, size=30_000)
         hub.push(manifest, store.payload_path(manifest))
     assert len(hub.versions("net")) == 4
     assert len(hub.gc(keep=2, dry_run=True)) == 2 and len(hub.versions("net")) == 4
@@ -346,7 +321,7 @@ def test_many_processes_racing_for_one_lease_leave_exactly_one_holder(tmp_path, 
 
 
 def test_unreachable_hub_fails_fast(free_port):
-    hub = _hub(f"redis://127.0.0.1:{free_port}/0", connect_timeout=1.0)
+    hub = hub_at(f"redis://127.0.0.1:{free_port}/0", connect_timeout=1.0)
     start = time.time()
     with pytest.raises(HubError):
         hub.versions("net")
@@ -359,7 +334,7 @@ def test_silent_server_times_out_instead_of_hanging():
     listener.listen(8)  # accepts connections (kernel backlog) but never answers
     try:
         port = listener.getsockname()[1]
-        hub = _hub(f"redis://127.0.0.1:{port}/0", connect_timeout=1.0, timeout=1.0)
+        hub = hub_at(f"redis://127.0.0.1:{port}/0", connect_timeout=1.0, timeout=1.0)
         start = time.time()
         with pytest.raises(HubError):
             hub.ping()
@@ -373,9 +348,9 @@ def test_passwords_never_appear_in_messages(tmp_path):
     try:
         url = f"redis://alice:s3cr3t-pw@127.0.0.1:{server.port}/0"
         assert redact(url) == f"redis://alice:***@127.0.0.1:{server.port}/0"
-        good = _hub(f"redis://alice:s3cr3t-pw@127.0.0.1:{server.port}/0")
+        good = hub_at(f"redis://alice:s3cr3t-pw@127.0.0.1:{server.port}/0")
         assert good.ping() >= 0  # ACL user and password work through the URL
-        bad = _hub(f"redis://alice:wrong-pw-123@127.0.0.1:{server.port}/0")
+        bad = hub_at(f"redis://alice:wrong-pw-123@127.0.0.1:{server.port}/0")
         with pytest.raises(HubError) as info:
             bad.versions("net")
         assert "wrong-pw-123" not in str(info.value) and "s3cr3t" not in str(info.value)
@@ -389,8 +364,8 @@ def test_redis_evicting_chunks_under_maxmemory_mid_pull_is_a_clear_error_and_sto
     middle of a pull: the pull fails on the first missing chunk, and the local store keeps no partial version."""
     server = RedisServer(tmp_path, ["--maxmemory", "12mb", "--maxmemory-policy", "allkeys-lru", "--appendonly", "no"])
     try:
-        store, manifest = _local_bundle(tmp_path, size=6 << 20)
-        hub = _hub(server.url, chunk_size=128 << 10)
+        store, manifest = local_bundle(tmp_path, size=6 << 20)
+        hub = hub_at(server.url, chunk_size=128 << 10)
         hub.push(manifest, store.payload_path(manifest))
         [listed] = hub.versions("net")
         filled = []
@@ -419,7 +394,7 @@ def test_an_old_holder_never_releases_a_lease_a_collaborator_took_since_even_hel
 
     proxy = HoldingProxy(redis_server.port)
     try:
-        alice = Lease(_hub(proxy.url).backend, "jcc:{default/net}:lease:f", "alice@a", ttl=1)
+        alice = Lease(hub_at(proxy.url).backend, "jcc:{default/net}:lease:f", "alice@a", ttl=1)
         assert alice.acquire() is None
         # Hold the request that removes the key (a DEL, or the script that compares and deletes).
         proxy.hold = lambda data: any(word in data.upper() for word in (b"\r\nDEL\r\n", b"UNLINK", b"EVAL"))
@@ -430,7 +405,7 @@ def test_an_old_holder_never_releases_a_lease_a_collaborator_took_since_even_hel
         deadline = time.time() + 5
         while direct.exists(alice.key) and time.time() < deadline:  # Alice's lease expires (no renewals now)
             time.sleep(0.05)
-        bob = Lease(_hub(redis_server.url).backend, alice.key, "bob@b")
+        bob = Lease(hub_at(redis_server.url).backend, alice.key, "bob@b")
         assert bob.acquire() is None
         proxy.let_go()
         releasing.join(10)
@@ -443,7 +418,7 @@ def test_an_old_holder_never_releases_a_lease_a_collaborator_took_since_even_hel
 
 def test_an_unknown_scheme_is_one_clear_line_naming_the_supported_ones():
     with pytest.raises(HubError) as caught:
-        _hub("s3://bucket/prefix").versions("net")
+        hub_at("s3://bucket/prefix").versions("net")
     message = str(caught.value)
     assert "not a hub URL: 's3://bucket/prefix'" in message and "file://" in message and "redis://" in message
     assert "\n" not in message
@@ -453,17 +428,17 @@ def test_cli_pull_walks_the_same_checks_as_a_cell(tmp_path, any_hub, monkeypatch
     from jupyter_compile_cache.frontends import cli
     from jupyter_compile_cache.torch_adapter import fingerprint
 
-    store, manifest = _local_bundle(tmp_path, name="clinet")
+    store, manifest = local_bundle(tmp_path, name="clinet")
     here = fingerprint.current()  # made on this machine, so it fits
     manifest.fingerprint, manifest.fingerprint_id = here, fingerprint.digest(here)
     mine = LocalStore(str(tmp_path / "mine"))
     with store.open_payload(manifest) as payload:
         mine.adopt(manifest, payload)
-    foreign_store, foreign = _local_bundle(tmp_path, name="clinet")  # newer, made for another torch
+    foreign_store, foreign = local_bundle(tmp_path, name="clinet")  # newer, made for another torch
     monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB", any_hub.url)
     monkeypatch.setenv("JUPYTER_COMPILE_CACHE_SECRET", "ours")
     assert cli.main(["--store", mine.root, "hub", "push", "clinet"]) == 0
-    _hub(any_hub.url, secret=b"ours").push(foreign, foreign_store.payload_path(foreign))
+    hub_at(any_hub.url, secret=b"ours").push(foreign, foreign_store.payload_path(foreign))
     capsys.readouterr()
 
     monkeypatch.setenv("JUPYTER_COMPILE_CACHE_SECRET", "theirs")
@@ -482,9 +457,9 @@ def test_cli_pull_walks_the_same_checks_as_a_cell(tmp_path, any_hub, monkeypatch
 def test_hub_rm_and_gc_say_what_they_remove_and_need_yes_to_empty_a_name(tmp_path, any_hub, capsys):
     from jupyter_compile_cache.frontends import cli
 
-    hub = _hub(any_hub.url)
+    hub = hub_at(any_hub.url)
     for _ in range(2):
-        store, manifest = _local_bundle(tmp_path, size=30_000)
+        store, manifest = local_bundle(tmp_path, size=30_000)
         hub.push(manifest, store.payload_path(manifest))
     base = ["--store", str(tmp_path / "cli-store"), "hub", "--hub", any_hub.url]
     for bad, told in (

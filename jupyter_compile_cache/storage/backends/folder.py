@@ -85,6 +85,19 @@ class FolderBackend:
         return expires, data[HEADER.size :]
 
     @staticmethod
+    def _expiry(path: str) -> float | None:
+        """The expiry in a key's header (12 bytes read, not the value), None when absent or not one of ours."""
+        try:
+            with open(path, "rb") as f:
+                header = f.read(HEADER.size)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+        if len(header) < HEADER.size:
+            return None
+        magic, expires = HEADER.unpack(header)
+        return expires if magic == MAGIC else None
+
+    @staticmethod
     def _live(expires: float) -> bool:
         return expires == 0 or expires > time.time()
 
@@ -178,8 +191,8 @@ class FolderBackend:
             if not part.startswith(partial):
                 continue
             for key, path in self._walk(base + part, entry.path, entry.is_dir()):
-                found = self._read(path)
-                if found is not None and self._live(found[0]):
+                expires = self._expiry(path)
+                if expires is not None and self._live(expires):
                     keys.append(key)
         return keys
 
@@ -209,8 +222,8 @@ class FolderBackend:
                             os.unlink(path)
                             removed += 1
                         continue
-                    found = self._read(path)
-                    if found is not None and not self._live(found[0]):
+                    expires = self._expiry(path)
+                    if expires is not None and not self._live(expires):
                         os.unlink(path)
                         removed += 1
                 except FileNotFoundError:

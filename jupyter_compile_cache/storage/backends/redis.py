@@ -21,7 +21,7 @@ from .base import HubError
 
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
 USAGE = "redis://host:port/db, rediss://... for TLS, redis+cluster://host:port, unix:///path/to/socket"
-SCAN_COUNT = 1000
+SCAN_COUNT = 10_000  # keys the server looks at per SCAN round trip: few round trips on a large database
 
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) else return 0 end"

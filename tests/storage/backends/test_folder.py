@@ -10,26 +10,10 @@ import sys
 import time
 
 import pytest
+from helpers.hubs import hub_at, local_bundle
 
 from jupyter_compile_cache.storage.backends.folder import STALE_TEMP_SECONDS, FolderBackend
-from jupyter_compile_cache.storage.bundle import Manifest
-from jupyter_compile_cache.storage.hub import Hub, HubConfig, HubError
-from jupyter_compile_cache.storage.store import LocalStore
-
-
-def _local_bundle(tmp_path, size):
-    store = LocalStore(str(tmp_path / f"store-{time.time_ns()}"))
-    src = tmp_path / f"src-{time.time_ns()}"
-    src.mkdir()
-    files = {}
-    for i in range(3):
-        (src / f"k{i}.so").write_bytes(os.urandom(size // 3))
-        files[f"inductor/ab/k{i}.so"] = str(src / f"k{i}.so")
-    return store, store.write(Manifest.new("net", {"torch": "x"}, "f" * 12, "alice@a"), files)
-
-
-def _hub(url, **kw):
-    return Hub(HubConfig(url=url, chunk_size=kw.pop("chunk_size", 256 << 10), **kw))
+from jupyter_compile_cache.storage.hub import HubError
 
 
 def test_keys_are_files_under_quoted_folders_and_list_back_exactly(tmp_path):
@@ -62,7 +46,7 @@ def test_a_crashed_writer_leaves_only_a_temporary_file_that_nobody_lists_and_swe
 def test_a_full_disk_under_a_folder_hub_fails_the_push_and_leaves_no_file(tmp_path):
     """A real file-size limit (RLIMIT_FSIZE, in a child process) stops a push to a folder hub half way: the push is a
     HubError that says so, and the folder holds no version and no temporary file."""
-    store, manifest = _local_bundle(tmp_path, size=3 << 20)
+    store, manifest = local_bundle(tmp_path, size=3 << 20)
     folder = tmp_path / "share"
     folder.mkdir()
     code = (
@@ -80,17 +64,17 @@ def test_a_full_disk_under_a_folder_hub_fails_the_push_and_leaves_no_file(tmp_pa
     done = subprocess.run([sys.executable, "-c", code, f"file://{folder}", store.root], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "HUBERROR" in done.stdout and "file size limit" in done.stdout, done.stdout
-    hub = _hub(f"file://{folder}")
+    hub = hub_at(f"file://{folder}")
     assert hub.versions("net") == [] and hub.names() == []
     assert not [name for _, _, files in os.walk(folder) for name in files if name.startswith("#")]
 
 
 def test_a_folder_hub_whose_share_is_not_mounted_is_an_error_not_a_new_empty_hub(tmp_path):
     missing = tmp_path / "not-mounted"
-    hub = _hub(f"file://{missing}")
+    hub = hub_at(f"file://{missing}")
     with pytest.raises(HubError, match="is not there"):
         hub.names()
-    store, manifest = _local_bundle(tmp_path, size=30_000)
+    store, manifest = local_bundle(tmp_path, size=30_000)
     with pytest.raises(HubError, match="is not there"):
         hub.push(manifest, store.payload_path(manifest))
     assert not missing.exists()

@@ -9,45 +9,22 @@ import tempfile
 import time
 
 import pytest
+from helpers.hubs import hub_at, local_bundle, pull_bytes
 
-from jupyter_compile_cache.storage.hub import Hub, HubConfig, HubError
-
-
-def _local_bundle(tmp_path, size):
-    from jupyter_compile_cache.storage.bundle import Manifest
-    from jupyter_compile_cache.storage.store import LocalStore
-
-    store = LocalStore(str(tmp_path / "store"))
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "k.so").write_bytes(os.urandom(size))
-    return store, store.write(
-        Manifest.new("net", {"torch": "x"}, "f" * 12, "alice@a"), {"inductor/ab/k.so": str(src / "k.so")}
-    )
-
-
-def _hub(url, **kw):
-    return Hub(HubConfig(url=url, chunk_size=kw.pop("chunk_size", 256 << 10), **kw))
-
-
-def _pull_bytes(hub, manifest) -> bytes:
-    with tempfile.TemporaryFile() as sink:
-        hub.pull(manifest, sink)
-        sink.seek(0)
-        return sink.read()
+from jupyter_compile_cache.storage.hub import HubError
 
 
 def test_cluster_works_from_any_nodes_url_and_keeps_a_bundle_in_one_slot(tmp_path, redis_cluster):
-    store, manifest = _local_bundle(tmp_path, size=3 << 20)
-    writer = _hub(redis_cluster.url(0))
+    store, manifest = local_bundle(tmp_path, size=3 << 20)
+    writer = hub_at(redis_cluster.url(0))
     assert writer.backend.kind == "redis cluster"  # found by asking the node, from a plain redis:// URL
     writer.push(manifest, store.payload_path(manifest))
     with open(store.payload_path(manifest), "rb") as f:
         payload = f.read()
     for node in (1, 2):  # a colleague who was given another node's address
-        reader = _hub(redis_cluster.url(node))
+        reader = hub_at(redis_cluster.url(node))
         [listed] = reader.versions("net")
-        assert _pull_bytes(reader, listed) == payload
+        assert pull_bytes(reader, listed) == payload
         assert reader.names() == ["net"]
 
     client = writer.backend.client
@@ -57,14 +34,14 @@ def test_cluster_works_from_any_nodes_url_and_keeps_a_bundle_in_one_slot(tmp_pat
 
     lease = writer.lease("net", "f" * 12, "alice@a")  # single flight works there too
     assert lease.acquire() is None
-    assert _hub(redis_cluster.url(2)).lease("net", "f" * 12, "bob@b").acquire()["holder"] == "alice@a"
+    assert hub_at(redis_cluster.url(2)).lease("net", "f" * 12, "bob@b").acquire()["holder"] == "alice@a"
     lease.release()
-    assert len(writer.remove("net")) == 1 and _hub(redis_cluster.url(1)).versions("net") == []
+    assert len(writer.remove("net")) == 1 and hub_at(redis_cluster.url(1)).versions("net") == []
 
 
 def test_cluster_node_stopped_mid_pull_is_a_bounded_error(tmp_path, redis_cluster):
-    store, manifest = _local_bundle(tmp_path, size=6 << 20)
-    hub = _hub(redis_cluster.url(0), chunk_size=128 << 10, timeout=1.0, connect_timeout=1.0)
+    store, manifest = local_bundle(tmp_path, size=6 << 20)
+    hub = hub_at(redis_cluster.url(0), chunk_size=128 << 10, timeout=1.0, connect_timeout=1.0)
     hub.push(manifest, store.payload_path(manifest))
     [listed] = hub.versions("net")
     owner = redis_cluster.node_for_slot(hub.backend.client.keyslot("jcc:{default/net}:index"))
@@ -86,22 +63,22 @@ def test_cluster_node_stopped_mid_pull_is_a_bounded_error(tmp_path, redis_cluste
 
 
 def test_a_cluster_named_outright_with_redis_cluster_scheme(tmp_path, redis_cluster):
-    store, manifest = _local_bundle(tmp_path, size=1 << 20)
+    store, manifest = local_bundle(tmp_path, size=1 << 20)
     url = redis_cluster.url(1).replace("redis://", "redis+cluster://")
-    hub = _hub(url)
+    hub = hub_at(url)
     assert hub.backend.kind == "redis cluster"
     hub.push(manifest, store.payload_path(manifest))
-    [listed] = _hub(redis_cluster.url(2)).versions("net")
+    [listed] = hub_at(redis_cluster.url(2)).versions("net")
     with open(store.payload_path(manifest), "rb") as f:
-        assert _pull_bytes(hub, listed) == f.read()
+        assert pull_bytes(hub, listed) == f.read()
 
 
 def test_tls_with_a_wrong_ca_is_refused_with_a_clear_message(tmp_path, tls_redis):
-    hub = _hub(tls_redis.url_with(tls_redis.wrong_ca))
+    hub = hub_at(tls_redis.url_with(tls_redis.wrong_ca))
     with pytest.raises(HubError) as caught:
         hub.versions("net")
     message = str(caught.value)
     assert "TLS certificate is not trusted" in message and "ssl_ca_certs" in message
-    plain = _hub(f"redis://127.0.0.1:{tls_redis.tls_port}/0", timeout=2.0)  # TLS port, no TLS: an error, no hang
+    plain = hub_at(f"redis://127.0.0.1:{tls_redis.tls_port}/0", timeout=2.0)  # TLS port, no TLS: an error, no hang
     with pytest.raises(HubError):
         plain.versions("net")
