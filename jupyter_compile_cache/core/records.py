@@ -130,7 +130,7 @@ class CellReport:
         """The one line a cell ends with."""
         hits = sum(v["hits"] for v in self.layers.values())
         misses = sum(v["misses"] for v in self.layers.values())
-        parts = [f"compile_cache: {self.name!r} ran in {self.body_seconds:.2f} s, {hits} cache hits, {misses} misses"]
+        parts = [f"{self.name!r} ran in {self.body_seconds:.2f} s, {hits} cache hits, {misses} misses"]
         if self.stale_rejected:
             parts.append(f"{self.stale_rejected} stale precompile entries refused (code changed)")
         if self.precompile_fallbacks:

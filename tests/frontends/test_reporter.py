@@ -44,3 +44,20 @@ def test_each_event_is_one_line_warnings_on_stderr_and_quiet_cells_say_only_warn
         "compile_cache: warning: Error 111 connecting to h:1. Connection refused; carrying on without the hub "
         "(the local store is unaffected)\n"
     )
+
+
+def test_a_cells_lines_carry_the_prefix_once(tmp_path, monkeypatch):
+    from jupyter_compile_cache.core.records import CellOptions
+    from jupyter_compile_cache.core.session import CompileCacheSession
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    out, err = io.StringIO(), io.StringIO()
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"), reporter=TextReporter(out, err))
+    try:
+        with session.cell("plain", CellOptions(save=False)):
+            pass
+    finally:
+        session.close()
+    said = out.getvalue() + err.getvalue()
+    assert out.getvalue().startswith("compile_cache: 'plain' ran in "), said
+    assert "compile_cache: compile_cache:" not in said
