@@ -15,10 +15,11 @@ NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with example_notebooks
 setup:
 	bash .ci/setup
 
-# Lint, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
+# Lint and type-check, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
 # printed a UsageError, which nbval alone lets pass: nbval#147).
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/pyright --pythonpath $(BIN)/python
 	$(BIN)/python -m pytest --durations=12 $(NBVAL) tests $(NOTEBOOKS)
 
 # The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about a minute).
@@ -29,7 +30,7 @@ notebooks:
 	$(BIN)/python example_notebooks/make_notebooks.py --execute
 
 lint:
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/pyright --pythonpath $(BIN)/python
 
 format:
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .

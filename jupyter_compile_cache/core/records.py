@@ -102,24 +102,23 @@ class CellReport:
 
     def stats_outcome(self) -> dict[str, float]:
         """What one cell adds (the cold time of a restored bundle comes with its restore record)."""
-        restore = self.restore
-        restored = bool(self.ok and restore is not None and restore.restored)
+        restore = self.restore if self.ok and self.restore is not None and self.restore.restored else None
         hits = sum(counts.get("hits", 0) for counts in self.layers.values())
         misses = sum(counts.get("misses", 0) for counts in self.layers.values())
         saved = 0.0
-        if restored and restore.cold_seconds is not None:  # the restore is part of the restored run's wait
+        if restore is not None and restore.cold_seconds is not None:  # the restore is part of the restored run's wait
             saved = max(0.0, restore.cold_seconds - self.body_seconds - restore.seconds - restore.pull_seconds)
         return {
             "cells": 1,
             "cells_failed": 0 if self.ok else 1,
-            "restored_local": 1 if restored and restore.source == "local" else 0,
-            "restored_hub": 1 if restored and restore.source == "hub" else 0,
+            "restored_local": 1 if restore is not None and restore.source == "local" else 0,
+            "restored_hub": 1 if restore is not None and restore.source == "hub" else 0,
             "compiled": 1 if misses else 0,
             "hits": hits,
             "misses": misses,
             "stale_rejected": self.stale_rejected,
             "precompile_fallbacks": self.precompile_fallbacks,
-            "restored_bytes": restore.bytes if restored else 0,
+            "restored_bytes": restore.bytes if restore is not None else 0,
             "saved_bundles": 1 if self.saved_version else 0,
             "saved_bytes": self.saved_bytes if self.saved_version else 0,
             "pushed": 1 if self.pushed else 0,

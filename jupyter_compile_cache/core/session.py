@@ -149,7 +149,9 @@ class CompileCacheSession:
         store = self.store(opts.store_dir)
         start = time.perf_counter()
         roots = capture.cache_roots()
-        sources: list[Source] = [LocalSource(store)] + ([hub] if hub is not None else [])
+        sources: list[Source] = [LocalSource(store)]
+        if hub is not None:
+            sources.append(hub)
 
         def pull_bar(source: Source, _manifest: Manifest) -> Progress | None:
             if source.kind != "hub":
@@ -170,7 +172,7 @@ class CompileCacheSession:
             if hub is not None and source is hub:
                 self.hub_policy.failed(hub, exc, report)
         result.skipped = found.skipped
-        from_hub = hub is not None and found.source is hub
+        from_hub = hub if hub is not None and found.source is hub else None
         if found.manifest is not None and found.source is not None:
             manifest = found.manifest
             self._restored_paths[name] = found.installed
@@ -179,10 +181,10 @@ class CompileCacheSession:
             result.uses_cpu_kernels = manifest.uses_cpu_kernels
             cold = manifest.stats.get("body_seconds")
             result.cold_seconds = float(cold) if isinstance(cold, (int, float)) else None
-            if from_hub:
-                self.hub_policy.trust(hub, report)
-                result.hub_url, result.pull_seconds = hub.display_url, found.fetch_seconds
-        result.hub_signed_elsewhere = found.wrong_signatures > 0 and not from_hub
+            if from_hub is not None:
+                self.hub_policy.trust(from_hub, report)
+                result.hub_url, result.pull_seconds = from_hub.display_url, found.fetch_seconds
+        result.hub_signed_elsewhere = found.wrong_signatures > 0 and from_hub is None
         result.seconds = time.perf_counter() - start
         if result.restored:  # what went wrong on the way is worth telling: a wrong secret, a damaged version
             for message in found.problems + found.warnings:

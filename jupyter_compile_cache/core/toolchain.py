@@ -35,7 +35,9 @@ class Toolchain:
         now = fingerprint.current(with_gpu=False)
         store = self.store()
         hub = self._hub_policy.for_toolchain()
-        sources: list[Source] = [LocalSource(store)] + ([hub] if hub is not None else [])
+        sources: list[Source] = [LocalSource(store)]
+        if hub is not None:
+            sources.append(hub)
         roots = capture.cache_roots()
         found = find(
             fingerprint.digest(now),
@@ -45,7 +47,7 @@ class Toolchain:
             lambda m, p: bundle.extract(p, m, roots),
         )
         for source, exc in found.down:  # the next cell skips it instead of waiting for it again, and says so
-            if source is hub:
+            if hub is not None and source is hub:
                 self._hub_policy.failed(hub, exc, None, quiet=True)
         self.source = found.source.kind if found.source is not None else None
 

@@ -26,7 +26,7 @@ from ..storage.bundle import BundleError, Manifest, check_name
 from ..storage.hub import HubError
 from ..storage.store import LocalStore
 from ..units import human_bytes, speed
-from . import arguments, tables
+from . import arguments, store_commands, tables
 from .reporter import TextReporter, TransferBar
 
 EXPORT_MANIFEST = "manifest.json"
@@ -46,28 +46,9 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--store", dest="store_dir", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
         return cmd
 
-    command("list", help="bundles in the store and on the hub, with a total")
-    command("explain", aliases=["show"], help="why NAME would or would not restore here; its last run").add_argument(
-        "name"
-    )
-    stats = command("stats", help="what the cells that used the store did: restores, hits, time saved, size")
-    stats.add_argument("--json", action="store_true", help="print one JSON object")
-    stats.add_argument("--zero", action="store_true", help="start the statistics again (prints them first)")
-    rm = command("rm", help="delete all versions of a bundle")
-    rm.add_argument("name")
-    rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    gc = command("gc", help="evict old, unusable or least recently used versions")
-    gc.add_argument(
-        "--max-size",
-        metavar="SIZE",
-        type=arguments.size,
-        help="evict the least recently used down to SIZE (default, when no other rule is given: "
-        "$JUPYTER_COMPILE_CACHE_MAX_SIZE or 20G)",
-    )
-    gc.add_argument("--older-than", metavar="AGE", type=arguments.age, help="evict versions unused for AGE (30d, 12h)")
-    gc.add_argument("--incompatible", action="store_true", help="evict versions that cannot restore on this machine")
-    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
+    for name in store_commands.NAMES:
+        aliases = ["show"] if name == "explain" else []
+        store_commands.add_arguments(name, command(name, help=store_commands.HELP[name], aliases=aliases))
     export = command("export", help="write the newest version of NAME to one file")
     export.add_argument("name")
     export.add_argument("file")
@@ -231,7 +212,10 @@ def import_bundle(store: LocalStore, path: str) -> Manifest:
         check_name(manifest.name)
         if payloads != {EXPORT_PAYLOADS[manifest.format]}:
             raise BundleError(f"{path}: its payload is not of its manifest's format {manifest.format}")
-        return store.adopt(manifest, tar.extractfile(members[payloads.pop()]))
+        payload = tar.extractfile(members[payloads.pop()])
+        if payload is None:
+            raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache")
+        return store.adopt(manifest, payload)
 
 
 def _hub_command(args: argparse.Namespace, commands: Commands) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
-import functools
 import shlex
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -21,7 +20,7 @@ from ..core.commands import Commands
 from ..core.records import CellOptions
 from ..core.session import CompileCacheSession
 from ..storage.bundle import check_name
-from . import arguments, tables
+from . import arguments, store_commands, tables
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,6 +31,7 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(prog, width=10_000))
         super().__init__(*args, add_help=False, **kwargs)
         self.usage_line = usage_line or (lambda: self.format_usage().strip().removeprefix("usage: "))
+        self.subcommands: dict[str, _Parser] = {}  # name -> its parser, filled by whoever adds sub-parsers
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message}\nusage: {self.usage_line()}")
@@ -82,44 +82,29 @@ def cell_parser() -> _Parser:
     return p
 
 
+class _LineParser(_Parser):
+    """A sub-command's parser: its errors quote the whole line magic's usage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, usage_line=line_usage, **kwargs)
+
+
 def line_parser() -> _Parser:
     p = _Parser(prog="%compile_cache", description="Inspect and manage the caches.", usage_line=line_usage)
-    sub = p.add_subparsers(
-        dest="command", parser_class=functools.partial(_Parser, usage_line=line_usage), metavar="COMMAND"
+    sub = p.add_subparsers(dest="command", parser_class=_LineParser, metavar="COMMAND")
+    p.subcommands["status"] = sub.add_parser(
+        "status", help="per-layer table: switches, entries on disk, this kernel's hits and misses"
     )
-    sub.add_parser("status", help="per-layer table: switches, entries on disk, this kernel's hits and misses")
-    sub.add_parser("list", help="bundles here and on the hub").add_argument(
-        "--store", dest="store_dir", metavar="DIR", default=None
-    )
-    for command, text in (("explain", "why NAME would or would not restore here"), ("rm", "delete NAME")):
-        cmd = sub.add_parser(command, help=text)
-        cmd.add_argument("name", metavar="NAME")
+    for command in store_commands.NAMES:
+        cmd = p.subcommands[command] = sub.add_parser(command, help=store_commands.HELP[command])
         cmd.add_argument("--store", dest="store_dir", metavar="DIR", default=None)
-        if command == "rm":
-            cmd.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    gc = sub.add_parser("gc", help="evict old, unusable or least recently used versions")
-    gc.add_argument(
-        "--max-size",
-        metavar="SIZE",
-        type=arguments.size,
-        default=None,
-        help="evict the least recently used down to SIZE (default, when no other rule is given: CompileCache.max_size)",
-    )
-    gc.add_argument("--older-than", metavar="AGE", type=arguments.age, help="evict versions unused for AGE (30d, 12h)")
-    gc.add_argument("--incompatible", action="store_true", help="evict versions that cannot restore on this machine")
-    gc.add_argument("--store", dest="store_dir", metavar="DIR", default=None)
-    gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    gc.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
-    stats = sub.add_parser("stats", help="what the cells that used the store did: restores, hits, time saved, size")
-    stats.add_argument("--json", action="store_true", help="return the figures as a dict")
-    stats.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")
-    stats.add_argument("--store", dest="store_dir", metavar="DIR", default=None)
+        store_commands.add_arguments(command, cmd)
     for command in ("enable", "disable"):
-        sub.add_parser(command, help=f"{command} one of torch's cache layers").add_argument("layer", metavar="LAYER")
-    sub.add_parser("hub", help="set the hub, turn it off, or check it").add_argument(
-        "target", metavar="URL|off|status", nargs="?", default="status"
-    )
-    sub.add_parser("panel", help="the ipywidgets panel")
+        cmd = p.subcommands[command] = sub.add_parser(command, help=f"{command} one of torch's cache layers")
+        cmd.add_argument("layer", metavar="LAYER")
+    cmd = p.subcommands["hub"] = sub.add_parser("hub", help="set the hub, turn it off, or check it")
+    cmd.add_argument("target", metavar="URL|off|status", nargs="?", default="status")
+    p.subcommands["panel"] = sub.add_parser("panel", help="the ipywidgets panel")
     return p
 
 
@@ -129,9 +114,7 @@ def cell_usage() -> str:
 
 def line_usage() -> str:
     """`%compile_cache status | list [--store DIR] | ...`, from the sub-parsers."""
-    p = line_parser()
-    action = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-    commands = [sp.format_usage().strip().removeprefix("usage: %compile_cache ") for sp in action.choices.values()]
+    commands = [sp.format_usage().strip().removeprefix("usage: %compile_cache ") for sp in _subcommands().values()]
     return "%compile_cache " + " | ".join(commands)
 
 
@@ -140,8 +123,7 @@ def _asks_help(words: list[str]) -> bool:
 
 
 def _subcommands() -> dict[str, _Parser]:
-    action = next(a for a in line_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    return line_parser().subcommands
 
 
 def _subcommand_help(name: str) -> str:
@@ -199,13 +181,15 @@ class CompileCacheMagics(Magics):
         for functions and classes the cell defines.
         """
         __tracebackhide__ = True  # noqa: F841
-        shell = self.shell
+        shell: Any = self.shell
         source = shell.transform_cell(cell)
         filename = shell.compile.cache(source)
         tree = ast.parse(source, filename=filename)
         last_expr = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last_expr = ast.Expression(tree.body.pop().value)
+        last = tree.body[-1] if tree.body else None
+        if isinstance(last, ast.Expr):
+            tree.body.pop()
+            last_expr = ast.Expression(last.value)
         exec(shell.compile(tree, filename, "exec"), shell.user_global_ns, shell.user_ns)
         if last_expr is not None:
             return eval(shell.compile(last_expr, filename, "eval"), shell.user_global_ns, shell.user_ns)

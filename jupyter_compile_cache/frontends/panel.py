@@ -111,7 +111,7 @@ class Panel:
         self.clear_button.on_click(self._guarded(lambda _b: self.preview_gc("clear")))
         self._pending_gc: str | None = None
         self.toggles: dict[str, Any] = {}
-        self.bundle_buttons: dict[tuple[str, str, str], Any] = {}
+        self.bundle_buttons: dict[tuple[str, ...], Any] = {}  # (name, version, where, action)
         self._pending_delete: tuple[str, str, str] | None = None
         self.widget = w.VBox(
             [

@@ -13,11 +13,11 @@ class KernelRunner:
     """A new python3 kernel with `env` added to this process's environment; `run` returns (seconds, output)."""
 
     def __init__(self, env: dict[str, str], timeout: float = 600.0) -> None:
-        from jupyter_client import KernelManager
+        from jupyter_client.manager import KernelManager
 
         self.timeout = timeout  # seconds one cell may take
         self.km = KernelManager(kernel_name="python3")
-        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # type: ignore[assignment]  # noqa: E501
         self.km.start_kernel(env={**os.environ, "PYTHONWARNINGS": "ignore", **env})
         self.kc = self.km.client()
         self.kc.start_channels()

@@ -42,7 +42,7 @@ import threading
 from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
-from jupyter_client.provisioning import LocalProvisioner
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
 from .spare import KERNEL_MODULES, spare_delay, spare_info_path, spares_enabled
 

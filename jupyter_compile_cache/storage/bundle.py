@@ -347,7 +347,7 @@ def _stage_tar(
     reader = _HashingReader(payload)
     total, done = sum(m.size for m in manifest.members), 0
     try:
-        zin = zstandard.ZstdDecompressor().stream_reader(reader, closefd=False)
+        zin = zstandard.ZstdDecompressor().stream_reader(reader, closefd=False)  # type: ignore[arg-type]  # a reader
         with tarfile.open(fileobj=zin, mode="r|") as tar:
             seen: set[str] = set()
             for info in tar:

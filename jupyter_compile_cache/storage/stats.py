@@ -44,7 +44,7 @@ class StoreStats:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoreStats:
-        counts = dict.fromkeys(COUNTERS, 0)
+        counts: dict[str, float] = dict.fromkeys(COUNTERS, 0.0)
         for key, value in dict(data.get("counts", {})).items():
             if key in counts and isinstance(value, (int, float)) and not isinstance(value, bool):
                 counts[key] = value

@@ -44,11 +44,11 @@ def _long_kernel_name_patch() -> list[Patch]:
     heuristics = _triton_heuristics()
     if heuristics is None:
         return []
-    static_result = getattr(heuristics, "StaticTritonCompileResult", None)
+    static_result: Any = getattr(heuristics, "StaticTritonCompileResult", None)
     autotuner = getattr(heuristics, "CachingAutotuner", None)
     check = vars(static_result).get("can_statically_launch") if static_result else None
-    original_precompile = getattr(autotuner, "precompile", None)
-    helpers = [getattr(heuristics, n, None) for n in ("triton_cache_dir", "triton_hash_to_path_key")]
+    original_precompile: Any = getattr(autotuner, "precompile", None)
+    helpers: list[Any] = [getattr(heuristics, n, None) for n in ("triton_cache_dir", "triton_hash_to_path_key")]
     if not isinstance(check, staticmethod) or original_precompile is None or None in helpers:
         return []
     triton_cache_dir, triton_hash_to_path_key = helpers
@@ -143,8 +143,8 @@ def _recheck_autotune_patch() -> list[Patch]:
     if heuristics is None:
         return []
     autotuner = getattr(heuristics, "CachingAutotuner", None)
-    original = getattr(autotuner, "recheck_autotune_cache", None)
-    helpers = [getattr(heuristics, n, None) for n in ("check_autotune_cache", "triton_config_to_hashable")]
+    original: Any = getattr(autotuner, "recheck_autotune_cache", None)
+    helpers: list[Any] = [getattr(heuristics, n, None) for n in ("check_autotune_cache", "triton_config_to_hashable")]
     if original is None or None in helpers:
         return []
     check_autotune_cache, triton_config_to_hashable = helpers

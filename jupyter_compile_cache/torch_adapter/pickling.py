@@ -8,7 +8,7 @@ import functools
 import importlib
 import marshal
 import types
-from typing import Any
+from typing import Any, cast
 
 
 def return_none() -> None:
@@ -68,7 +68,9 @@ def rebuild_function(
             c if isinstance(c, types.CellType) else types.CellType() if isinstance(c, EmptyCell) else types.CellType(c)
             for c in closure
         )
-    fn = types.FunctionType(code, importlib.import_module(module).__dict__, name, defaults, closure)
+    fn = types.FunctionType(
+        cast(types.CodeType, code), importlib.import_module(module).__dict__, name, defaults, closure
+    )
     fn.__qualname__ = qualname
     fn.__kwdefaults__ = kwdefaults
     return fn

@@ -249,7 +249,7 @@ class PrecompileGuard:
                 orig_init(shadow, **{**arguments, "guard_filter_fn": recording_filter})
             guards_state = getattr(shadow, "guards_state", None)
         except Exception as exc:
-            package = getattr(output_graph, "package", None)
+            package: Any = getattr(output_graph, "package", None)
             self._fallback(getattr(package, "source_id", None), "building the guards to save", exc)
             with contextlib.suppress(Exception):
                 package.bypass_current_entry()
@@ -327,7 +327,7 @@ class PrecompileGuard:
             advance_unique_ids(pkg)  # the globals torch put in the module stay: the fresh compile must not clash
             # torch catches a RuntimeError here and initializes the package afresh, but the package is already
             # initialized with the failed entry ("CompilePackage is already initialized"): make it a new one.
-            type(pkg).__init__(pkg, None)
+            type(pkg).__init__(pkg, None)  # type: ignore[arg-type]  # torch's own call, CompilePackage(None)
             from torch._dynamo.utils import counters
 
             if counters["dynamo_cache"]["dynamo_cache_hit"] > 0:  # torch counted the load as a hit

@@ -1,0 +1,47 @@
+"""The commands on the local store that the magic and the CLI share (`list`, `explain`, `rm`, `gc`, `stats`): each
+one's arguments are defined here once, so `%compile_cache gc ...` and `jupyter-compile-cache gc ...` take the same
+words and say the same in their help. Each front end adds `--store` its own way and renders the records."""
+
+from __future__ import annotations
+
+import argparse
+
+from . import arguments
+
+NAMES = ("list", "explain", "rm", "gc", "stats")
+
+HELP = {
+    "list": "bundles here and on the hub, with a total",
+    "explain": "why NAME would or would not restore here; its last run",
+    "rm": "delete NAME from the local store (every version)",
+    "gc": "evict old, unusable or least recently used versions",
+    "stats": "what the cells that used the store did: restores, hits, time saved, size",
+}
+
+
+def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
+    """COMMAND's own arguments (not --store) on PARSER."""
+    if command in ("explain", "rm"):
+        parser.add_argument("name", metavar="NAME")
+    if command == "rm":
+        parser.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    elif command == "gc":
+        parser.add_argument(
+            "--max-size",
+            metavar="SIZE",
+            type=arguments.size,
+            default=None,
+            help="evict the least recently used down to SIZE (default, when no other rule is given: "
+            "CompileCache.max_size, $JUPYTER_COMPILE_CACHE_MAX_SIZE, 20G)",
+        )
+        parser.add_argument(
+            "--older-than", metavar="AGE", type=arguments.age, help="evict versions unused for AGE (30d, 12h)"
+        )
+        parser.add_argument(
+            "--incompatible", action="store_true", help="evict versions that cannot restore on this machine"
+        )
+        parser.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+        parser.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
+    elif command == "stats":
+        parser.add_argument("--json", action="store_true", help="the figures as JSON (a dict in a notebook)")
+        parser.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")
