@@ -82,3 +82,115 @@ def test_an_unreadable_manifest_beside_a_good_version_is_told_once_and_the_good_
     assert err.getvalue().count("unreadable manifest, quarantined") == 1, err.getvalue()
     assert "restored 'net'" in out.getvalue()
     session.close()
+
+
+# A cell in a process of its own (the script API: the same session and cell flow as the magic), for the faults that
+# end a process: a file-size limit (RLIMIT_FSIZE) during the save, a SIGKILL during the save.
+_FAULT_CELL = r"""
+import os, resource, signal, sys, torch
+import jupyter_compile_cache as jcc
+from jupyter_compile_cache.core.records import CellOptions
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails with EFBIG instead of killing us
+fault, hub = sys.argv[1], sys.argv[2]
+def f(x):
+    return (x * 3.0).sin() + x.cos()
+x = torch.randn(64)
+with jcc.cell("net", CellOptions(hub=hub, save=fault != "none")):
+    y = torch.compile(f)(x)
+    if fault == "full":  # the disk fills once the cell has computed: its save cannot write the pack
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+    elif fault == "kill":  # a big kernel file makes the save long enough to be killed in the middle of it
+        big = os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "zz", "big.so")
+        os.makedirs(os.path.dirname(big), exist_ok=True)
+        with open(big, "wb") as out:
+            out.write(os.urandom(400 << 20))
+        print("SAVING", flush=True)
+print("RIGHT", bool(torch.allclose(y, f(x), atol=1e-6)), flush=True)
+"""
+
+
+def _fault_env(tmp_path, who):
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"cache-{who}"))
+    env["JUPYTER_COMPILE_CACHE_DIR"] = str(tmp_path / "store")
+    return env
+
+
+def _whole_versions_only(store_root, share, check_dir):
+    """The versions of 'net' in the store and on the folder hub, each checked whole: copied into a fresh store with
+    every member's sha256 verified, and pulled from the hub with every chunk's."""
+    from jupyter_compile_cache.storage.hub import Hub, HubConfig
+    from jupyter_compile_cache.storage.sources import HubSource
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    store = LocalStore(str(store_root))
+    local = store.versions("net")
+    for manifest in local:
+        with store.open_payload(manifest) as payload:
+            LocalStore(str(check_dir / "local")).adopt(manifest, payload)
+    hub = HubSource(Hub(HubConfig(url=f"file://{share}")))
+    remote = hub.versions("net")
+    for manifest in remote:
+        hub.fetch(manifest, LocalStore(str(check_dir / "hub")))
+    return local, remote
+
+
+def test_a_disk_that_fills_during_the_save_leaves_the_right_answer_one_line_and_no_version(tmp_path):
+    import subprocess
+    import sys
+
+    share = tmp_path / "share"
+    share.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _FAULT_CELL, "full", f"file://{share}"],
+        env=_fault_env(tmp_path, "a"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RIGHT True" in done.stdout
+    told = [line for line in done.stderr.splitlines() if "could not save bundle 'net'" in line]
+    assert len(told) == 1 and "the cell's result stands" in told[0], done.stderr[-3000:]
+    local, remote = _whole_versions_only(tmp_path / "store", share, tmp_path / "check")
+    assert local == [] and remote == []
+    leftovers = [n for _, _, files in os.walk(tmp_path / "store") for n in files if n.startswith(".tmp-")]
+    assert leftovers == []  # the half-written pack was removed
+
+
+def test_a_kernel_killed_in_the_middle_of_its_save_leaves_no_version_and_the_next_one_saves_whole(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    share = tmp_path / "share"
+    share.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FAULT_CELL, "kill", f"file://{share}"],
+        env=_fault_env(tmp_path, "a"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "SAVING"
+    deadline = time.time() + 60
+    writing = []
+    while not writing and time.time() < deadline and proc.poll() is None:
+        writing = [n for _, _, files in os.walk(tmp_path / "store") for n in files if n.startswith(".tmp-")]
+        time.sleep(0.005)
+    assert writing, "the save never started writing its pack"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    local, remote = _whole_versions_only(tmp_path / "store", share, tmp_path / "check")
+    assert local == [] and remote == []  # the half-written pack is no version
+
+    done = subprocess.run(  # the next kernel: compiles, answers right, saves a whole version and pushes it
+        [sys.executable, "-c", _FAULT_CELL, "ok", f"file://{share}"],
+        env=_fault_env(tmp_path, "b"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "RIGHT True" in done.stdout, done.stderr[-3000:]
+    local, remote = _whole_versions_only(tmp_path / "store", share, tmp_path / "check")
+    assert len(local) == 1 and len(remote) == 1
