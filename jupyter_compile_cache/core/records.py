@@ -20,7 +20,7 @@ def writer() -> str:
     """user@host, recorded in manifests and hub leases."""
     try:
         user = getpass.getuser()
-    except Exception:
+    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
 

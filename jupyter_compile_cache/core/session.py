@@ -285,7 +285,7 @@ class CompileCacheSession:
                 store.save_run(report.name, report.to_json())
         try:  # statistics are worth a cell's nothing: a store that cannot take them is left as it is
             store.add_stats(report.stats_outcome())
-        except Exception as exc:
+        except Exception as exc:  # statistics must never break a cell
             if not self._stats_failed:  # told once a session
                 self._stats_failed = True
                 self.warn(f"the store's statistics were not updated ({exc}); the cell's result stands")

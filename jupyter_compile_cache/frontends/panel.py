@@ -148,7 +148,7 @@ class Panel:
         def run(*args: Any) -> Any:
             try:
                 return fn(*args)
-            except Exception:
+            except Exception:  # a button's failure is shown in the panel, never lost in a callback
                 self.say(traceback.format_exc(), error=True)
                 return None
 

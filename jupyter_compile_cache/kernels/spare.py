@@ -382,7 +382,7 @@ def spare_status() -> SpareState | None:
 
         process = psutil.Process(pid)
         return SpareState(pid, process.is_running(), process.memory_info().rss)
-    except Exception:
+    except Exception:  # the spare went away or cannot be read: shown as not running
         return SpareState(pid, False, 0)
 
 

@@ -60,7 +60,7 @@ def _aot_key_patch() -> list[Patch]:
     which package a hit is bundled into, and torch takes it from the live config for that, never from the key."""
     try:
         from torch._functorch._aot_autograd import autograd_cache
-    except Exception:
+    except Exception:  # a torch without this module, or one that fails to import it: no patch
         return []
     original = getattr(autograd_cache, "autograd_cache_key", None)
     config_type = getattr(getattr(autograd_cache, "AOTConfig", None), "__dataclass_fields__", {})
@@ -99,7 +99,7 @@ def _guard_state_pickler_patch() -> list[Patch]:
     try:
         from torch._dynamo import guards
         from torch._guards import Source
-    except Exception:
+    except Exception:  # a torch without this module, or one that fails to import it: no patch
         return []
     pickler = getattr(guards, "GuardsStatePickler", None)
     missing = getattr(guards, "_Missing", None)
@@ -148,7 +148,7 @@ def _module_global_patch() -> list[Patch]:
     defined", HF ResNet)."""
     try:
         from torch._dynamo.output_graph import OutputGraph
-    except Exception:
+    except Exception:  # a torch without this module, or one that fails to import it: no patch
         return []
     original = getattr(OutputGraph, "install_global_unsafe", None)
     if original is None:
@@ -171,7 +171,7 @@ def _globals_module_patch() -> list[Patch]:
     globals, and they fail (Dynamo traces the function again); its compiled graph is installed there too."""
     try:
         from torch._dynamo.package import CompilePackage
-    except Exception:
+    except Exception:  # a torch without this module, or one that fails to import it: no patch
         return []
     original = getattr(CompilePackage, "_add_function", None)
     if original is None:
@@ -193,7 +193,7 @@ def _pop_null_patch() -> list[Patch]:
     function doing the same in its place."""
     try:
         from torch._dynamo.codegen import PyCodegen
-    except Exception:
+    except Exception:  # a torch without this module, or one that fails to import it: no patch
         return []
     original = getattr(PyCodegen, "pop_null", None)
     if original is None:
@@ -218,7 +218,7 @@ def _record_artifact_patch() -> list[Patch]:
     save would write; one that does not pickle is deep-copied as before."""
     try:
         from torch._dynamo.precompile_context import PrecompileContext
-    except Exception:
+    except Exception:  # a torch without this module, or one that fails to import it: no patch
         return []
     original = vars(PrecompileContext).get("record_artifact")
     if not isinstance(original, classmethod):
@@ -240,7 +240,7 @@ def _record_artifact_patch() -> list[Patch]:
         try:
             with no_dispatch():
                 copied = pickle.loads(pickle.dumps(artifact, protocol=pickle.HIGHEST_PROTOCOL))
-        except Exception:
+        except Exception:  # any artifact that does not round-trip: torch's own deep copy
             return original.__func__(cls, artifact)
         cls._backend_artifacts_by_key[artifact.key] = copied
         return None

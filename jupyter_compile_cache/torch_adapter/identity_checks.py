@@ -65,7 +65,7 @@ def resolve(
     for source, expected in dropped.items():
         try:
             value = eval(source, env)  # a guard source torch wrote, e.g. G['helper'] or L['self'].act
-        except Exception:
+        except Exception:  # not evaluable yet: checked when its objects exist
             deferred[source] = expected
             continue
         if code_digest(value) != expected:

@@ -58,7 +58,7 @@ def advance_unique_ids(package_obj: Any) -> None:
     """Keep Dynamo's next unique ids clear of the global names a restored entry just installed."""
     try:
         from torch._dynamo import bytecode_transformation as bt
-    except Exception:
+    except Exception:  # a torch without this module: nothing to keep clear
         return
     # The builtins dict is put into the module's globals directly, not through _installed_globals: scan the
     # globals of every module the entry installed into for Dynamo-style names ("__<prefix>_<n>").

@@ -78,7 +78,7 @@ def _long_kernel_name_patch() -> list[Patch]:
         if not warm_cache_only and self.compile_results:  # the parent, taking what a compile worker built
             try:
                 launch_long_names_statically(self)
-            except Exception as exc:
+            except Exception as exc:  # ours failed: torch's launcher
                 _tell_once(told, f"kept torch's launcher for a long-named Triton kernel ({type(exc).__name__}: {exc})")
         return original_precompile(self, warm_cache_only, *args, **kwargs)
 

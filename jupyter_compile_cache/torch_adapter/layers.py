@@ -162,7 +162,7 @@ def counter_snapshot() -> dict[str, dict[str, int]]:
     """A copy of torch's counters (only the groups layers read)."""
     try:
         from torch._dynamo.utils import counters
-    except Exception:
+    except Exception:  # torch's compiler not importable: no counts, the status still shows
         return {}
     groups = {ref[0] for layer in LAYERS for ref in layer.hits + layer.misses + layer.bypasses}
     return {g: dict(counters.get(g, {})) for g in groups}

@@ -143,7 +143,7 @@ class PrecompileGuard:
         def record_package(pkg: Any) -> None:
             try:
                 orig["record"](pkg)
-            except Exception as exc:
+            except Exception as exc:  # torch's failure: this function runs the plain way
                 me._fallback(getattr(pkg, "source_id", None), "recording the compiled function", exc)
 
         def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
@@ -156,7 +156,7 @@ class PrecompileGuard:
             # we leave it out the same way. Any other failure: this function is not precompiled.
             try:
                 orig["inlined"](pkg, [code for code in sources if _module_holds(code)], *args, **kwargs)
-            except Exception as exc:
+            except Exception as exc:  # torch's failure: this function is not precompiled
                 with contextlib.suppress(Exception):
                     pkg.bypass_current_entry()
                 me._fallback(getattr(pkg, "source_id", None), "recording the sources it inlined", exc)
@@ -164,7 +164,7 @@ class PrecompileGuard:
         def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
             try:
                 orig["user_fn"](pkg, code, *args, **kwargs)
-            except Exception:
+            except Exception:  # torch's failure: this frame is left out (below)
                 # e.g. PackageError "Cannot find module for code" (a dataclass __init__, HF T5 on torch 2.11, which
                 # Dynamo compiles as a frame of its own): that frame is left out of the package (a bypass, as torch
                 # counts its own) and compiles the plain way; the function that calls it is still precompiled.
@@ -248,7 +248,7 @@ class PrecompileGuard:
             with dynamo_config.patch(caching_precompile=True):
                 orig_init(shadow, **{**arguments, "guard_filter_fn": recording_filter})
             guards_state = getattr(shadow, "guards_state", None)
-        except Exception as exc:
+        except Exception as exc:  # torch's failure: this entry is not saved, the cell runs
             package: Any = getattr(output_graph, "package", None)
             self._fallback(getattr(package, "source_id", None), "building the guards to save", exc)
             with contextlib.suppress(Exception):
@@ -300,11 +300,11 @@ class PrecompileGuard:
             # What the cold kernel had seen of the inputs' sizes: a later recompile makes the same graph it made.
             try:
                 frame_sizes.merge(entry_dir, code_id)
-            except Exception as exc:
+            except Exception as exc:  # a damaged sizes file: the restored function still loads
                 self._tell(key, f"the saved input sizes of a restored function were not used ({exc})")
         try:
             result = orig_load(fn)
-        except Exception as exc:
+        except Exception as exc:  # torch's failure: the plain torch.compile path
             self._fallback(key, "loading the saved entry", exc)
             return None
         if result is not None:
@@ -321,7 +321,7 @@ class PrecompileGuard:
         try:
             orig_install(pkg, *args, **kwargs)
             check_installed_globals(pkg)
-        except Exception as exc:
+        except Exception as exc:  # torch's failure: a fresh compile instead
             with contextlib.suppress(Exception):
                 pkg.uninstall()
             advance_unique_ids(pkg)  # the globals torch put in the module stay: the fresh compile must not clash
@@ -410,7 +410,7 @@ class PrecompileGuard:
                 context.save_to_dynamo_cache()
                 return
             entries, _ = context.create_cache_entries()
-        except Exception as exc:
+        except Exception as exc:  # torch's failure: nothing saved for precompile
             self._fallback(None, "collecting the entries to save", exc)
             return
         for key, entry in entries.items():
