@@ -77,7 +77,7 @@ class Commands:
             spare=spare_status(),
             cache_dir=roots["inductor"],
             store_dir=store.root,
-            store_bytes=store.total_bytes(),
+            store_bytes=store.usage()[0],  # the bundles' bytes, as `list`, `stats` and the cap count them
             max_bytes=self.settings.max_bytes,
             precompile_default=session.precompile_default,
             torch_remote=session.hub_policy.torch_remote,

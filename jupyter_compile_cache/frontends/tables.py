@@ -64,7 +64,7 @@ class StatusView(_View):
 
     def preamble(self) -> list[str]:
         d: SessionStatus = self.data
-        lines = [f"cache dir: {d.cache_dir}", f"local store: {d.store_dir} ({human_bytes(d.store_bytes)})"]
+        lines = [f"torch's cache dir: {d.cache_dir}", f"local store: {d.store_dir} ({human_bytes(d.store_bytes)})"]
         if d.hub.url:
             lines.append(f"hub: {hub_line(d.hub).removeprefix('compile_cache: hub ')}")
         spare = d.spare

@@ -137,14 +137,6 @@ class LocalStore:
         with contextlib.suppress(OSError):
             os.utime(self.manifest_path(manifest))
 
-    def total_bytes(self) -> int:
-        total = 0
-        for dirpath, _dirs, files in os.walk(self.root):
-            for fname in files:
-                with contextlib.suppress(OSError):
-                    total += os.lstat(os.path.join(dirpath, fname)).st_size
-        return total
-
     # -- writing ----------------------------------------------------------------------------------------------
     def write(
         self, manifest: Manifest, files: Mapping[str, str], progress: Callable[[int, int], None] | None = None
