@@ -1,3 +1,3 @@
-from .frontends.cli import main
+from .frontends.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

@@ -11,6 +11,7 @@ variables as the magics (see jupyter_compile_cache.core.settings).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import sys
@@ -89,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--store", dest="store_dir", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
         return cmd
 
-    hub_command("ls", help="bundles on the hub")
+    hub_command("ls", help="bundles on the hub").add_argument("--json", action="store_true", help="the records as JSON")
     for name in ("push", "pull"):
         hub_command(name, help=f"{name} the newest version of NAME").add_argument("name")
     hub_rm = hub_command("rm", help="delete NAME from the hub (every version needs --yes)")
@@ -129,15 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("explain", "show", "rm", "export"):
             check_name(args.name)
         if args.command == "list":
-            print(repr(tables.BundleTable(commands.bundles())))
+            rows = commands.bundles()
+            print(_json([dataclasses.asdict(row) for row in rows]) if args.json else repr(tables.BundleTable(rows)))
         elif args.command in ("explain", "show"):
             if not store.versions(args.name):
                 print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
                 return 1
-            print(repr(tables.Explanation(commands.explain(args.name))))
+            explanation = commands.explain(args.name)
+            print(_json(dataclasses.asdict(explanation)) if args.json else repr(tables.Explanation(explanation)))
         elif args.command == "stats":
             data = commands.stats(zero=args.zero)
-            print(json.dumps(data.to_json(), indent=1) if args.json else repr(tables.StatsView(data)))
+            print(_json(data.to_json()) if args.json else repr(tables.StatsView(data)))
         elif args.command == "rm":
             removals = commands.remove(args.name, dry_run=args.dry_run)
             if not removals:
@@ -169,6 +172,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _json(data: object) -> str:
+    return json.dumps(data, indent=1, default=str)
+
+
+def run() -> int:
+    """The console script: like other command-line tools, a reader that closes the pipe (`list | head`) ends us
+    quietly (SIGPIPE's default), not with a traceback or an error."""
+    import signal
+
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    return main()
 
 
 def _install_kernel(args: argparse.Namespace) -> int:
@@ -228,8 +245,12 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
     if args.hub_command in ("push", "pull", "rm"):
         check_name(args.name)
     if args.hub_command == "ls":
-        print(where.removeprefix("the "))
-        print(repr(tables.BundleTable(commands.hub_bundles(hub))))
+        rows = commands.hub_bundles(hub)
+        if args.json:
+            print(_json([dataclasses.asdict(row) for row in rows]))
+        else:
+            print(where.removeprefix("the "))
+            print(repr(tables.BundleTable(rows)))
     elif args.hub_command == "push":
         bar = TransferBar(f"pushing {args.name!r}", stream=sys.stderr)
         try:

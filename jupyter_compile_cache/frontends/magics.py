@@ -208,12 +208,14 @@ class CompileCacheMagics(Magics):
         if args.command in (None, "status"):
             return tables.StatusView(commands.status())
         if args.command == "list":
-            return tables.BundleTable(commands.bundles(args.store_dir))
+            rows = commands.bundles(args.store_dir)
+            return [dataclasses.asdict(row) for row in rows] if args.json else tables.BundleTable(rows)
         if args.command == "stats":
             data = commands.stats(args.store_dir, zero=args.zero)
             return data.to_json() if args.json else tables.StatsView(data)
         if args.command == "explain":
-            return tables.Explanation(commands.explain(_valid(args.name, line_usage), args.store_dir))
+            explanation = commands.explain(_valid(args.name, line_usage), args.store_dir)
+            return dataclasses.asdict(explanation) if args.json else tables.Explanation(explanation)
         if args.command == "rm":
             store = session.store(args.store_dir)
             removals = commands.remove(_valid(args.name, line_usage), dry_run=args.dry_run, store_dir=args.store_dir)

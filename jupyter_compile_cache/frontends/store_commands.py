@@ -23,6 +23,8 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     """COMMAND's own arguments (not --store) on PARSER."""
     if command in ("explain", "rm"):
         parser.add_argument("name", metavar="NAME")
+    if command in ("list", "explain", "stats"):  # the read commands
+        parser.add_argument("--json", action="store_true", help="the records as JSON (a list or dict in a notebook)")
     if command == "rm":
         parser.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     elif command == "gc":
@@ -43,5 +45,4 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
         parser.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
     elif command == "stats":
-        parser.add_argument("--json", action="store_true", help="the figures as JSON (a dict in a notebook)")
         parser.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")

@@ -166,3 +166,37 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
 
     hub_after = _python(["-m", "jupyter_compile_cache", "hub", "ls", "--hub", "redis://127.0.0.1:1/0"], env)
     assert hub_after.returncode == 2 and "unrecognized" not in hub_after.stderr, hub_after.stderr
+
+
+def test_read_commands_speak_json_and_a_closed_pipe_is_quiet(tmp_path):
+    import json
+
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    store = LocalStore(str(tmp_path / "store"))
+    for i in range(40):
+        make_bundle(store, f"net{i}", size=1_000)
+    env = {"JUPYTER_COMPILE_CACHE_HUB": ""}
+    listed = _python(["-m", "jupyter_compile_cache", "--store", store.root, "list", "--json"], env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert sorted(row["name"] for row in rows) == sorted(f"net{i}" for i in range(40))
+    assert {row["where"] for row in rows} == {"local"} and all(row["bytes"] > 0 for row in rows)
+    explained = _python(["-m", "jupyter_compile_cache", "explain", "net3", "--json", "--store", store.root], env)
+    assert explained.returncode == 0 and json.loads(explained.stdout)["name"] == "net3", explained.stderr
+
+    # `list | head -1`: the reader goes away before we write; we end quietly, as cat or git would
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_compile_cache", "--store", store.root, "list"],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.wait(60)
+    assert err == "" and proc.returncode in (0, -13), (proc.returncode, err)
