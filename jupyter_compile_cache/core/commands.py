@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import platform
+import tarfile
 from collections.abc import Callable
 
-from ..storage.bundle import Manifest, check_name
+from ..storage import bundle_file
+from ..storage.bundle import BundleError, Manifest, check_name
 from ..storage.hub import HubError
 from ..storage.sources import HubSource, LocalSource, Progress, Source, find
-from ..storage.store import LocalStore, Removal
 from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
 from ..torch_adapter.precompile import PrecompileGuard
 from .records import (
@@ -22,14 +23,22 @@ from .records import (
     CellReport,
     CellSaving,
     DeviceSummary,
+    GcOptions,
     HubState,
+    Imported,
     LayerState,
+    Removed,
+    RemoveOptions,
     SessionStatus,
     StoreStatistics,
     TimeSaved,
     VersionFit,
 )
 from .session import CompileCacheSession
+
+# What a command can fail with, for a front end to tell in one line: bad input (ValueError), a store or file that
+# cannot be read or written (OSError), a bundle file that is not one (BundleError, TarError), a hub that fails.
+COMMAND_ERRORS: tuple[type[Exception], ...] = (ValueError, OSError, BundleError, tarfile.TarError, HubError)
 
 
 class Commands:
@@ -196,47 +205,57 @@ class Commands:
         policy.push(hub, store, versions[0], report)
         return f"pushed {name!r} to {hub.display_url}" if report.pushed else f"push failed: {report.warnings[-1:]}"
 
-    def remove(
-        self,
-        name: str,
-        version: str | None = None,
-        where: str = "local",
-        dry_run: bool = False,
-        store_dir: str | None = None,
-    ) -> list[Removal]:
-        """Delete NAME (one version or all) from the local store or the hub; returns what went (or would go)."""
-        check_name(name)
+    def remove(self, opts: RemoveOptions, where: str = "local") -> Removed:
+        """Delete NAME (one version, by an id or a prefix of one, or all) from the local store or the hub."""
+        check_name(opts.name)
         if where == "hub":
             hub = self.session.hub_policy.for_cell(CellOptions())
-            return hub.remove(name, version, dry_run) if hub is not None else []
-        return LocalSource(self.session.store(store_dir)).remove(name, version, dry_run)
+            if hub is None:
+                return Removed("the hub (none configured)", [], opts.dry_run)
+            return Removed(hub.where, hub.remove(opts.name, opts.version, opts.dry_run), opts.dry_run)
+        store = self.session.store(opts.store_dir)
+        version = opts.version
+        if version is not None:
+            matching = [m.version for m in store.versions(opts.name) if m.version.startswith(version)]
+            if len(matching) > 1:
+                raise ValueError(
+                    f"version {version!r} of {opts.name!r} is ambiguous: {len(matching)} versions start so"
+                )
+            version = matching[0] if matching else version
+        return Removed(store.root, LocalSource(store).remove(opts.name, version, opts.dry_run), opts.dry_run)
 
-    def gc(
-        self,
-        store_dir: str | None = None,
-        max_size: int | None = None,
-        older_than: float | None = None,
-        incompatible: bool = False,
-        dry_run: bool = False,
-        yes: bool = False,
-    ) -> tuple[LocalStore, list[Removal], bool]:
+    def gc(self, opts: GcOptions) -> Removed:
         """Evict versions unused for more than `older_than` seconds, those that cannot restore on this machine
         (`incompatible`: another torch, Python, GPU...), then the least recently used down to `max_size` (the
-        default cap CompileCache.max_size when no other rule is given). Returns (store, removals, refused):
-        refused when it would empty the store without `yes`; then nothing is removed and removals is the plan."""
-        store = self.session.store(store_dir)
-        if max_size is None and older_than is None and not incompatible:
+        default cap CompileCache.max_size when no other rule is given). A gc that would empty the store without
+        `yes` removes nothing: `refused` says so, and `removals` is the plan."""
+        store = self.session.store(opts.store_dir)
+        max_size = opts.max_size
+        if max_size is None and opts.older_than is None and not opts.incompatible:
             max_size = self.settings.max_bytes
         unusable = None
-        if incompatible:
+        if opts.incompatible:
             now = fingerprint.current(with_gpu=True)
             unusable = lambda m: fingerprint.incompatibility(m, now) is not None  # noqa: E731
-        plan = store.gc(max_size, dry_run=True, older_than=older_than, unusable=unusable)
-        if dry_run or not plan:
-            return store, plan, False
-        if len(plan) == store.version_count() and not yes:
-            return store, plan, True
-        return store, store.gc(max_size, older_than=older_than, unusable=unusable), False
+        plan = store.gc(max_size, dry_run=True, older_than=opts.older_than, unusable=unusable)
+        if opts.dry_run or not plan:
+            return Removed(store.root, plan, opts.dry_run)
+        if len(plan) == store.version_count() and not opts.yes:
+            return Removed(store.root, plan, dry_run=True, refused="this empties the store")
+        return Removed(store.root, store.gc(max_size, older_than=opts.older_than, unusable=unusable), dry_run=False)
+
+    def export(self, name: str, path: str, store_dir: str | None = None) -> Manifest | None:
+        """The newest local version of NAME written to one file (storage/bundle_file.py); None when there is none."""
+        store = self.session.store(store_dir)
+        versions = store.versions(check_name(name))
+        if not versions:
+            return None
+        bundle_file.export_bundle(store, versions[0], path)
+        return versions[0]
+
+    def import_file(self, path: str, store_dir: str | None = None) -> Imported:
+        """The version in a file made by `export`, into the local store (every member verified)."""
+        return Imported(*bundle_file.import_bundle(self.session.store(store_dir), path))
 
     # -- the hub's own commands (the CLI's `hub ...`: failures are raised as HubError, for the command to report) --
     def hub(self, url: str | None = None, namespace: str | None = None, ttl: int | None = None) -> HubSource | None:

@@ -9,11 +9,29 @@ import socket
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..storage.bundle import Manifest, check_name
 from ..storage.hub_url import check_hub_url, check_namespace
+from ..storage.store import Removal
 from ..units import human_bytes, speed
 
 if TYPE_CHECKING:  # the spare's own record; the kernel machinery is imported only when a status is made
     from ..kernels.spare import SpareState
+
+
+def bundle_name(text: str) -> str:
+    """TEXT if it is a valid bundle name (letters, digits, '.', '_', '-'), else a ValueError saying the rule: what
+    the front ends check a NAME against, as the store does."""
+    return check_name(text)
+
+
+def hub_url(text: str) -> str:
+    """TEXT if some hub backend takes it as a URL, else a ValueError naming the URLs there are."""
+    return check_hub_url(text)
+
+
+def namespace(text: str) -> str:
+    """TEXT if it is a valid hub namespace, else a ValueError saying the rule."""
+    return check_namespace(text)
 
 
 def writer() -> str:
@@ -55,6 +73,45 @@ class CellOptions:
                     check(value)
             except ValueError as exc:
                 raise ValueError(f"{option}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class RemoveOptions:
+    """`rm NAME`: every version of NAME, or the one whose id starts with `version` (a prefix `list` shows)."""
+
+    name: str
+    version: str | None = None
+    dry_run: bool = False
+    store_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class GcOptions:
+    """`gc`: versions unused for `older_than` seconds, those `incompatible` with this machine, then the least
+    recently used down to `max_size` bytes (the cap when no rule is given); `yes` to empty the store."""
+
+    store_dir: str | None = None
+    max_size: int | None = None
+    older_than: float | None = None
+    incompatible: bool = False
+    dry_run: bool = False
+    yes: bool = False
+
+
+@dataclass
+class Removed:
+    """What a delete removed (with `dry_run`, would remove) from `where`; `refused`: why it removed nothing."""
+
+    where: str
+    removals: list[Removal]
+    dry_run: bool
+    refused: str | None = None
+
+
+@dataclass
+class Imported:
+    manifest: Manifest
+    new: bool  # False: the store held this version already
 
 
 @dataclass

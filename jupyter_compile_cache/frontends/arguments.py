@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from ..storage.hub_url import check_hub_url, check_namespace
+from ..core.records import hub_url as check_hub_url
+from ..core.records import namespace as check_namespace
 from ..units import parse_age, parse_size
 
 

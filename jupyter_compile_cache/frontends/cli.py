@@ -12,26 +12,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import sys
-import tarfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from .._version import __version__
-from ..core.commands import Commands
+from ..core.commands import COMMAND_ERRORS, Commands
+from ..core.records import bundle_name
 from ..core.session import CompileCacheSession
-from ..storage.bundle import BundleError, Manifest, check_name
-from ..storage.hub import HubError
-from ..storage.store import LocalStore
 from ..units import human_bytes, speed
 from . import arguments, store_commands, tables
 from .reporter import TextReporter, TransferBar
-
-EXPORT_MANIFEST = "manifest.json"
-EXPORT_PAYLOADS = {2: "payload.pack", 1: "payload.tar.zst"}  # by bundle format
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,53 +118,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     session = CompileCacheSession(store_dir=args.store_dir, reporter=TextReporter())
     commands = Commands(session)
-    store = session.store()
     try:
-        if args.command in ("explain", "show", "rm", "export"):
-            check_name(args.name)
-        if args.command == "list":
-            rows = commands.bundles()
-            print(_json([dataclasses.asdict(row) for row in rows]) if args.json else repr(tables.BundleTable(rows)))
-        elif args.command in ("explain", "show"):
-            if not store.versions(args.name):
-                print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
+        if args.command in store_commands.NAMES or args.command == "show":
+            command = "explain" if args.command == "show" else args.command
+            return _show(command, args, store_commands.run(commands, command, args))
+        if args.command == "export":
+            exported = commands.export(args.name, args.file)
+            if exported is None:
+                print(f"no bundle named {args.name!r} in {session.store().root}", file=sys.stderr)
                 return 1
-            explanation = commands.explain(args.name)
-            print(_json(dataclasses.asdict(explanation)) if args.json else repr(tables.Explanation(explanation)))
-        elif args.command == "stats":
-            data = commands.stats(zero=args.zero)
-            print(_json(data.to_json()) if args.json else repr(tables.StatsView(data)))
-        elif args.command == "rm":
-            removals = commands.remove(args.name, dry_run=args.dry_run)
-            if not removals:
-                print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
-                return 1
-            print("\n".join(tables.removal_lines(removals, store.root, args.dry_run)))
-        elif args.command == "gc":
-            _, removals, refused = commands.gc(
-                None, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes
-            )
-            if refused:
-                print("\n".join(tables.removal_lines(removals, store.root, dry_run=True)[:-1]))
-                print("this empties the store: nothing removed; run again with --yes", file=sys.stderr)
-                return 1
-            print("\n".join(tables.removal_lines(removals, store.root, args.dry_run)))
-        elif args.command == "export":
-            versions = store.versions(args.name)
-            if not versions:
-                print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
-                return 1
-            export_bundle(store, versions[0], args.file)
-            print(f"exported {args.name!r} version {versions[0].version} to {args.file}")
+            print(f"exported {args.name!r} version {exported.version} to {args.file}")
+        elif args.command == "import":
+            imported = commands.import_file(args.file)
+            m = imported.manifest
+            state = "imported" if imported.new else "already in the store:"
+            print(f"{state} {m.name!r} version {m.version} ({human_bytes(m.payload_bytes)})")
         elif args.command == "hub":
             return _hub_command(args, commands)
-        elif args.command == "import":
-            manifest = import_bundle(store, args.file)
-            print(f"imported {manifest.name!r} version {manifest.version} ({human_bytes(manifest.payload_bytes)})")
-    except (ValueError, BundleError, OSError, tarfile.TarError, HubError) as exc:
+    except COMMAND_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _show(command: str, args: argparse.Namespace, record: Any) -> int:
+    """A store command's record as text (or JSON with --json); 1 when NAME is not there or the removal needs --yes."""
+    if command in ("list", "explain", "stats") and args.json and (command != "explain" or record.versions):
+        print(_json(record.to_json() if command == "stats" else _as_json(record)))
+    elif command == "list":
+        print(repr(tables.BundleTable(record)))
+    elif command == "stats":
+        print(repr(tables.StatsView(record)))
+    elif command == "explain":
+        if not record.versions:
+            print(f"no bundle named {args.name!r} in {record.store_dir}", file=sys.stderr)
+            return 1
+        print(repr(tables.Explanation(record)))
+    elif command == "rm" and not record.removals:
+        print(f"no bundle named {args.name!r} in {record.where}", file=sys.stderr)
+        return 1
+    else:
+        lines = tables.removal_lines(record.removals, record.where, record.dry_run)
+        if record.refused:
+            print("\n".join(lines[:-1]))
+            print(f"{record.refused}: nothing removed; run again with --yes", file=sys.stderr)
+            return 1
+        print("\n".join(lines))
+    return 0
+
+
+def _as_json(record: Any) -> Any:
+    return [dataclasses.asdict(r) for r in record] if isinstance(record, list) else dataclasses.asdict(record)
 
 
 def _json(data: object) -> str:
@@ -203,38 +200,6 @@ def _install_kernel(args: argparse.Namespace) -> int:
     return 0
 
 
-def export_bundle(store: LocalStore, manifest: Manifest, path: str) -> None:
-    data = json.dumps(manifest.to_json()).encode()
-    with tarfile.open(path, "w") as tar:
-        info = tarfile.TarInfo(EXPORT_MANIFEST)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-        tar.add(store.payload_path(manifest), arcname=EXPORT_PAYLOADS[manifest.format])
-
-
-def import_bundle(store: LocalStore, path: str) -> Manifest:
-    """Read an exported file without extracting it: only the two expected regular members are read."""
-    try:
-        tar = tarfile.open(path, "r:")  # export writes a plain tar
-    except tarfile.ReadError:
-        raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache (not a tar file)") from None
-    with tar:
-        members = {m.name: m for m in tar.getmembers()}
-        payloads = set(members) & set(EXPORT_PAYLOADS.values())
-        if set(members) != {EXPORT_MANIFEST, *payloads} or len(payloads) != 1:
-            raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache")
-        if not all(m.isreg() for m in members.values()):
-            raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache")
-        manifest = Manifest.from_json(json.load(tar.extractfile(members[EXPORT_MANIFEST])))  # type: ignore[arg-type]
-        check_name(manifest.name)
-        if payloads != {EXPORT_PAYLOADS[manifest.format]}:
-            raise BundleError(f"{path}: its payload is not of its manifest's format {manifest.format}")
-        payload = tar.extractfile(members[payloads.pop()])
-        if payload is None:
-            raise BundleError(f"{path} is not a bundle exported by jupyter_compile_cache")
-        return store.adopt(manifest, payload)
-
-
 def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
     hub = commands.hub(args.hub_url, args.namespace, args.ttl)
     if hub is None:
@@ -243,7 +208,7 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
     store = commands.session.store()
     where = f"the hub {hub.display_url} namespace {hub.namespace!r}"
     if args.hub_command in ("push", "pull", "rm"):
-        check_name(args.name)
+        bundle_name(args.name)
     if args.hub_command == "ls":
         rows = commands.hub_bundles(hub)
         if args.json:

@@ -17,9 +17,8 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import TraitError
 
 from ..core.commands import Commands
-from ..core.records import CellOptions
+from ..core.records import CellOptions, bundle_name
 from ..core.session import CompileCacheSession
-from ..storage.bundle import check_name
 from . import arguments, store_commands, tables
 
 
@@ -207,31 +206,12 @@ class CompileCacheMagics(Magics):
         commands = Commands(session)
         if args.command in (None, "status"):
             return tables.StatusView(commands.status())
-        if args.command == "list":
-            rows = commands.bundles(args.store_dir)
-            return [dataclasses.asdict(row) for row in rows] if args.json else tables.BundleTable(rows)
-        if args.command == "stats":
-            data = commands.stats(args.store_dir, zero=args.zero)
-            return data.to_json() if args.json else tables.StatsView(data)
-        if args.command == "explain":
-            explanation = commands.explain(_valid(args.name, line_usage), args.store_dir)
-            return dataclasses.asdict(explanation) if args.json else tables.Explanation(explanation)
-        if args.command == "rm":
-            store = session.store(args.store_dir)
-            removals = commands.remove(_valid(args.name, line_usage), dry_run=args.dry_run, store_dir=args.store_dir)
-            if not removals:
-                raise UsageError(f"no bundle named {args.name!r} in {store.root}")
-            _say(tables.removal_lines(removals, store.root, args.dry_run))
-            return None
-        if args.command == "gc":
-            store, removals, refused = commands.gc(
-                args.store_dir, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes
-            )
-            if refused:
-                lines = tables.removal_lines(removals, store.root, dry_run=True)[:-1]
-                raise UsageError("\n".join([*lines, "this empties the store: nothing removed; add --yes to do it"]))
-            _say(tables.removal_lines(removals, store.root, args.dry_run))
-            return None
+        if args.command in store_commands.NAMES:
+            try:
+                record = store_commands.run(commands, args.command, args)
+            except ValueError as exc:  # a bad name or version: said with the usage
+                raise UsageError(f"{exc}\nusage: {line_usage()}") from None
+            return _show(args, record)
         if args.command in ("enable", "disable"):
             try:
                 layer = commands.set_layer(args.layer, args.command == "enable")
@@ -269,12 +249,37 @@ class CompileCacheMagics(Magics):
         return None
 
 
+def _show(args: Any, record: Any) -> Any:
+    """A store command's record in a notebook: a table (or JSON with --json), or the lines of a removal."""
+    if args.command in ("list", "explain", "stats") and args.json:
+        return record.to_json() if args.command == "stats" else _as_json(record)
+    if args.command == "list":
+        return tables.BundleTable(record)
+    if args.command == "stats":
+        return tables.StatsView(record)
+    if args.command == "explain":
+        if not record.versions:
+            raise UsageError(f"no bundle named {args.name!r} in {record.store_dir}")
+        return tables.Explanation(record)
+    if args.command == "rm" and not record.removals:
+        raise UsageError(f"no bundle named {args.name!r} in {record.where}")
+    lines = tables.removal_lines(record.removals, record.where, record.dry_run)
+    if record.refused:
+        raise UsageError("\n".join([*lines[:-1], f"{record.refused}: nothing removed; add --yes to do it"]))
+    _say(lines)
+    return None
+
+
+def _as_json(record: Any) -> Any:
+    return [dataclasses.asdict(r) for r in record] if isinstance(record, list) else dataclasses.asdict(record)
+
+
 def _say(lines: list[str]) -> None:
     print("compile_cache: " + "\n".join(lines))
 
 
 def _valid(name: str, usage: Callable[[], str]) -> str:
     try:
-        return check_name(name)
+        return bundle_name(name)
     except ValueError as exc:
         raise UsageError(f"{exc}\nusage: {usage()}") from None

@@ -20,7 +20,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.commands import Commands
-from ..core.records import BundleRow, CellReport, CellSaving, RestoreResult, SessionStatus, TimeSaved
+from ..core.records import (
+    BundleRow,
+    CellReport,
+    CellSaving,
+    GcOptions,
+    Removed,
+    RemoveOptions,
+    RestoreResult,
+    SessionStatus,
+    TimeSaved,
+)
 from ..core.session import CompileCacheSession
 from ..units import human_bytes
 from .tables import Explanation, age, hub_line, removal_lines
@@ -250,7 +260,7 @@ class Panel:
             self.confirm_buttons = (yes, no)
             rows.append(w.HBox([yes, no]))
         if self._pending_gc:
-            _store, plan, _refused = self._gc(dry_run=True)
+            plan = self._gc(dry_run=True).removals
             if plan:
                 total = human_bytes(sum(r.bytes for r in plan))
                 yes = w.Button(
@@ -305,32 +315,32 @@ class Panel:
         finally:
             bar.layout.display = "none"
 
-    def _gc(self, dry_run: bool) -> Any:
+    def _gc(self, dry_run: bool) -> Removed:
         """free: versions that cannot restore on this machine, then the least recently used over the cap; clear:
         every version."""
         if self._pending_gc == "clear":
-            return self.commands.gc(None, 0, None, False, dry_run, True)
-        return self.commands.gc(None, self.session.settings.max_bytes, None, True, dry_run, False)
+            return self.commands.gc(GcOptions(max_size=0, dry_run=dry_run, yes=True))
+        return self.commands.gc(GcOptions(max_size=self.session.settings.max_bytes, incompatible=True, dry_run=dry_run))
 
     def preview_gc(self, kind: str) -> None:
         """Say what would go, then ask (the confirm button under the bundles)."""
         self._pending_gc = kind
-        store, plan, _refused = self._gc(dry_run=True)
-        self.say("\n".join(removal_lines(plan, store.root, dry_run=True)))
+        plan = self._gc(dry_run=True)
+        self.say("\n".join(removal_lines(plan.removals, plan.where, dry_run=True)))
         self.refresh()
 
     def confirm_gc(self, yes: bool) -> None:
         if yes and self._pending_gc:
-            store, removals, _refused = self._gc(dry_run=False)
-            self.say("\n".join(removal_lines(removals, store.root, dry_run=False)))
+            removed = self._gc(dry_run=False)
+            self.say("\n".join(removal_lines(removed.removals, removed.where, dry_run=False)))
         self._pending_gc = None
         self.refresh()
 
     def confirm_delete(self, yes: bool) -> None:
         pending, self._pending_delete = self._pending_delete, None
         if yes and pending:
-            removed = self.commands.remove(pending[0], pending[1], pending[2])
-            self.say(f"deleted {len(removed)} version of {pending[0]!r} from the {pending[2]} store")
+            removed = self.commands.remove(RemoveOptions(pending[0], pending[1]), where=pending[2])
+            self.say(f"deleted {len(removed.removals)} version of {pending[0]!r} from the {pending[2]} store")
         self.refresh()
 
 

@@ -1,11 +1,16 @@
 """The commands on the local store that the magic and the CLI share (`list`, `explain`, `rm`, `gc`, `stats`): each
-one's arguments are defined here once, so `%compile_cache gc ...` and `jupyter-compile-cache gc ...` take the same
-words and say the same in their help. Each front end adds `--store` its own way and renders the records."""
+one's arguments are defined here once, and `run` turns them into the typed options core's `Commands` take and
+returns its record, so `%compile_cache gc ...` and `jupyter-compile-cache gc ...` take the same words and get the
+same records. Each front end adds `--store` its own way and renders the records (a notebook table, text, JSON)."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
+from ..core.commands import Commands
+from ..core.records import GcOptions, RemoveOptions
 from . import arguments
 
 NAMES = ("list", "explain", "rm", "gc", "stats")
@@ -26,6 +31,7 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     if command in ("list", "explain", "stats"):  # the read commands
         parser.add_argument("--json", action="store_true", help="the records as JSON (a list or dict in a notebook)")
     if command == "rm":
+        parser.add_argument("--version", metavar="ID", default=None, help="only this version (an id, or its prefix)")
         parser.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     elif command == "gc":
         parser.add_argument(
@@ -46,3 +52,21 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
     elif command == "stats":
         parser.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")
+
+
+_RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Any]] = {
+    "list": lambda commands, args, store_dir: commands.bundles(store_dir),
+    "explain": lambda commands, args, store_dir: commands.explain(args.name, store_dir),
+    "rm": lambda commands, args, store_dir: commands.remove(
+        RemoveOptions(args.name, args.version, args.dry_run, store_dir)
+    ),
+    "gc": lambda commands, args, store_dir: commands.gc(
+        GcOptions(store_dir, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes)
+    ),
+    "stats": lambda commands, args, store_dir: commands.stats(store_dir, zero=args.zero),
+}
+
+
+def run(commands: Commands, command: str, args: argparse.Namespace) -> Any:
+    """COMMAND's record for the parsed ARGS: BundleRows, a BundleExplanation, Removed, or StoreStatistics."""
+    return _RUN[command](commands, args, getattr(args, "store_dir", None))

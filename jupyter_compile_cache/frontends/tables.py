@@ -9,8 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.records import BundleExplanation, HubState, SessionStatus, StoreStatistics
-from ..storage.store import Removal
+from ..core.records import BundleExplanation, HubState, Removal, SessionStatus, StoreStatistics
 from ..units import human_bytes
 
 
@@ -102,6 +101,9 @@ class StatusView(_View):
         return out
 
 
+VERSION_PREFIX = 16
+
+
 class BundleTable(_View):
     headers = ("name", "where", "version", "size", "files", "age", "last used", "writer", "matches this machine")
 
@@ -110,7 +112,7 @@ class BundleTable(_View):
             [
                 b.name,
                 b.where,
-                b.version[-17:],
+                b.version[:VERSION_PREFIX],  # what `rm --version` takes: the creation time, to 10 µs
                 human_bytes(b.bytes),
                 b.files,
                 age(b.created),

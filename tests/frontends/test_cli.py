@@ -200,3 +200,49 @@ def test_read_commands_speak_json_and_a_closed_pipe_is_quiet(tmp_path):
     err = proc.stderr.read()
     proc.wait(60)
     assert err == "" and proc.returncode in (0, -13), (proc.returncode, err)
+
+
+def test_rm_takes_a_version_prefix_and_import_says_when_it_had_the_version(tmp_path):
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    store = LocalStore(str(tmp_path / "store"))
+    older, newer = make_bundle(store, "net", size=2_000), make_bundle(store, "net", size=2_000)
+    cli = ["-m", "jupyter_compile_cache", "--store", store.root]
+    env = {"JUPYTER_COMPILE_CACHE_HUB": ""}
+
+    exported = _python([*cli, "export", "net", str(tmp_path / "net.jcc")], env)
+    assert exported.returncode == 0 and newer.version in exported.stdout, exported.stderr
+    again = _python([*cli, "import", str(tmp_path / "net.jcc")], env)
+    assert again.returncode == 0 and again.stdout.startswith("already in the store: 'net'"), again.stdout
+
+    ambiguous = _python([*cli, "rm", "net", "--version", older.version[:4]], env)  # both start so
+    assert ambiguous.returncode == 2 and "ambiguous" in ambiguous.stderr, ambiguous.stderr
+    assert len(store.versions("net")) == 2
+    prefix = older.version[:24]  # the time and the machine: enough to tell it from the newer one
+    dry = _python([*cli, "rm", "net", "--version", prefix, "--dry-run"], env)
+    assert dry.returncode == 0 and older.version in dry.stdout and newer.version not in dry.stdout, dry.stdout
+    removed = _python([*cli, "rm", "net", "--version", prefix], env)
+    assert removed.returncode == 0 and "removed 1 version(s)" in removed.stdout, removed.stderr
+    assert [m.version for m in store.versions("net")] == [newer.version]
+    fresh = _python(
+        ["-m", "jupyter_compile_cache", "--store", str(tmp_path / "other"), "import", str(tmp_path / "net.jcc")], env
+    )
+    assert fresh.returncode == 0 and fresh.stdout.startswith("imported 'net'"), fresh.stderr
+
+
+def test_the_version_list_shows_is_one_rm_takes(tmp_path):
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.frontends.tables import VERSION_PREFIX
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    store = LocalStore(str(tmp_path / "store"))
+    kept, dropped = make_bundle(store, "net", size=2_000), make_bundle(store, "net", size=2_000)
+    cli = ["-m", "jupyter_compile_cache", "--store", store.root]
+    shown = _python([*cli, "list"], {"JUPYTER_COMPILE_CACHE_HUB": ""}).stdout
+    assert dropped.version[:VERSION_PREFIX] in shown and kept.version[:VERSION_PREFIX] in shown
+    removed = _python([*cli, "rm", "net", "--version", dropped.version[:VERSION_PREFIX]], {})
+    assert removed.returncode == 0, removed.stderr
+    assert [m.version for m in store.versions("net")] == [kept.version]

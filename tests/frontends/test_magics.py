@@ -49,7 +49,7 @@ def test_usage_errors_show_the_usage_line(shell):
     for line in ("frobnicate", "enable nosuchlayer", "explain a/b", "gc --max-size lots", "hub http://x", "rm 'a"):
         with pytest.raises(UsageError) as caught:
             shell.run_line_magic("compile_cache", line)
-        assert "usage: %compile_cache status | list [--store DIR] | explain" in str(caught.value), line
+        assert "usage: %compile_cache status | list [--store DIR] [--json] | explain" in str(caught.value), line
 
 
 def test_usage_and_help_are_generated_from_the_parsers(shell):
@@ -71,7 +71,7 @@ def test_help_prints_the_usage_and_runs_nothing(shell, capsys):
     shell.run_line_magic("compile_cache", "--help")
     assert "usage: %compile_cache status | list" in capsys.readouterr().out
     shell.run_line_magic("compile_cache", "rm -h")
-    assert "usage: %compile_cache rm [--store DIR] [--dry-run] NAME" in capsys.readouterr().out
+    assert "usage: %compile_cache rm [--store DIR] [--version ID] [--dry-run] NAME" in capsys.readouterr().out
     shell.run_cell_magic("compile_cache", "--help", "print('THE CELL RAN')")
     out = capsys.readouterr().out
     assert "usage: %%compile_cache [--store DIR]" in out and "THE CELL RAN" not in out
@@ -283,3 +283,10 @@ def test_any_line_magic_parses_or_is_a_usage_error(line):
         magics.line_parser().parse_args(magics._split(line, magics.line_usage))
     except UsageError as exc:
         assert "usage: %compile_cache" in str(exc)
+
+
+def test_explain_of_a_name_the_store_does_not_hold_says_so(shell, tmp_path):
+    shell.load()
+    with pytest.raises(UsageError) as caught:
+        shell.run_line_magic("compile_cache", f"explain boom --store {tmp_path}")
+    assert str(caught.value) == f"no bundle named 'boom' in {tmp_path}"
