@@ -71,7 +71,8 @@ class CompileCacheSession:
         self.prewarm.after_probe = lambda: self.toolchain.save(self.prewarm.created)
         self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
         self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
-        self.listeners: list[Callable[[CellReport], None]] = []  # the panel refreshes through this
+        # views beside the reporter (the panel): every event, a quiet cell's too
+        self.listeners: list[Callable[[Event], None]] = []
         self._restored_paths: dict[str, list[str]] = {}
         # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
         self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}
@@ -83,13 +84,18 @@ class CompileCacheSession:
         return self.settings.precompile
 
     def tell(self, event: Event, report: CellReport | None = None, quiet: bool = False) -> None:
-        """Hand EVENT to the front end's reporter (a quiet cell's info events are left out); a warning is also kept
-        in the cell's report."""
+        """Hand EVENT to the front end's reporter (a quiet cell's info events are left out) and to every listener;
+        a warning is also kept in the cell's report."""
         if event.level == "warning" and report is not None:
             report.warnings.append(event.text())
-        if quiet and event.level != "warning":
-            return
-        self.reporter(event)
+        if not quiet or event.level == "warning":
+            self.reporter(event)
+        for listener in list(self.listeners):
+            try:
+                listener(event)
+            except Exception as exc:  # a broken view must never break the cell: told once, then dropped
+                self.listeners.remove(listener)
+                self.warn(f"a view of this session stopped updating ({type(exc).__name__}: {exc})")
 
     def warn(self, message: str, report: CellReport | None = None) -> None:
         self.tell(events.CacheWarning(message), report)
@@ -289,12 +295,6 @@ class CompileCacheSession:
             if not self._stats_failed:  # told once a session
                 self._stats_failed = True
                 self.warn(f"the store's statistics were not updated ({exc}); the cell's result stands")
-        for listener in list(self.listeners):
-            try:
-                listener(report)
-            except Exception as exc:  # a broken view must never break the cell: told once, then dropped
-                self.listeners.remove(listener)
-                self.warn(f"a view of this session stopped updating ({type(exc).__name__}: {exc})")
 
     def _set_precompile(self, enabled: bool | None) -> bool | None:
         """Switch torch's caching_precompile (and our guard with it); returns the previous value."""

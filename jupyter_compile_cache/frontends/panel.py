@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.commands import Commands
+from ..core.events import CellFinished, Event
 from ..core.records import (
     BundleRow,
-    CellReport,
     CellSaving,
     GcOptions,
     Removed,
@@ -137,7 +137,7 @@ class Panel:
                 self.messages,
             ]
         )
-        session.listeners.append(self._on_cell)
+        session.listeners.append(self._on_event)
         self.refresh()
 
     # -- display ------------------------------------------------------------------------------------------------
@@ -145,12 +145,16 @@ class Panel:
         return self.widget._repr_mimebundle_(**kwargs)
 
     def close(self) -> None:
-        if self._on_cell in self.session.listeners:
-            self.session.listeners.remove(self._on_cell)
+        if self._on_event in self.session.listeners:
+            self.session.listeners.remove(self._on_event)
         self.widget.close()
 
-    def _on_cell(self, _report: CellReport) -> None:
-        self.refresh()
+    def _on_event(self, event: Event) -> None:
+        """The session's events: a warning is said here too (a cell's output scrolls away), a cell's end refreshes."""
+        if event.level == "warning":
+            self.say(f"warning: {event.text()}")
+        elif isinstance(event, CellFinished):
+            self.refresh()
 
     def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Errors in widget callbacks vanish unless shown: put them in the panel."""

@@ -127,3 +127,20 @@ def test_a_restore_from_the_panel_shows_its_progress_then_hides_it(session):
     assert "restored 'big' from local" in panel.messages.outputs[-1]["text"]
     assert seen[-1] == 1.0 and len(seen) >= 4 and seen == sorted(seen)  # as the bytes land, never backwards
     assert panel.progress.layout.display == "none" and "big: 40.0 MB / 40.0 MB" in panel.progress.description
+
+
+def test_the_panel_takes_the_sessions_events_it_says_warnings_and_refreshes_after_a_cell(session):
+    panel = Panel(session)
+    try:
+        refreshed = []
+        panel.refresh = lambda: refreshed.append(True)  # count refreshes; the real one is tested above
+        session.warn("could not save bundle 'net' to /s: disk full; the cell's result stands")
+        assert panel.messages.outputs[-1]["text"] == (
+            "warning: could not save bundle 'net' to /s: disk full; the cell's result stands\n"
+        )
+        with session.cell("quiet_one", CellOptions(quiet=True, save=False)):  # a quiet cell refreshes it too
+            pass
+        assert refreshed == [True]
+    finally:
+        panel.close()
+    assert panel._on_event not in session.listeners
