@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--user", action="store_true", help="for this user only")
     where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (sys.prefix)")
     where.add_argument("--prefix", metavar="DIR", default=None, help="under DIR/share/jupyter/kernels")
-    hub = command("hub", help="the shared Redis hub: ls | push NAME | pull NAME | rm NAME | gc")
+    hub = command("hub", help="the shared hub (Redis or a folder): ls | push NAME | pull NAME | rm NAME | gc")
 
     def hub_options(parser: argparse.ArgumentParser, default: Any) -> None:
         parser.add_argument(
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
             dest="hub_url",
             type=arguments.hub_url,
             default=default,
-            help="redis://[user:password@]host:port/db (default: $JUPYTER_COMPILE_CACHE_HUB)",
+            help="redis://[user:password@]host:port/db or file:///shared/folder (default: $JUPYTER_COMPILE_CACHE_HUB)",
         )
         parser.add_argument(
             "--namespace",
@@ -72,7 +72,6 @@ def _parser() -> argparse.ArgumentParser:
             default=default,
             help="default: $JUPYTER_COMPILE_CACHE_NAMESPACE or 'default'",
         )
-        parser.add_argument("--ttl", type=arguments.ttl_seconds, default=default, help="seconds a pushed bundle lives")
 
     hub_options(hub, None)
     hub_sub = hub.add_subparsers(dest="hub_command", required=True, metavar="HUB_COMMAND")
@@ -84,8 +83,12 @@ def _parser() -> argparse.ArgumentParser:
         return cmd
 
     hub_command("ls", help="bundles on the hub").add_argument("--json", action="store_true", help="the records as JSON")
-    for name in ("push", "pull"):
-        hub_command(name, help=f"{name} the newest version of NAME").add_argument("name")
+    hub_push = hub_command("push", help="push the newest version of NAME")
+    hub_push.add_argument("name")
+    hub_push.add_argument(  # only a push makes something that lives
+        "--ttl", type=arguments.ttl_seconds, default=None, help="seconds the pushed bundle lives on the hub"
+    )
+    hub_command("pull", help="pull the newest version of NAME").add_argument("name")
     hub_rm = hub_command("rm", help="delete NAME from the hub (every version needs --yes)")
     hub_rm.add_argument("name")
     hub_rm.add_argument("--version", default=None, help="only this version")
@@ -201,9 +204,12 @@ def _install_kernel(args: argparse.Namespace) -> int:
 
 
 def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
-    hub = commands.hub(args.hub_url, args.namespace, args.ttl)
+    hub = commands.hub(args.hub_url, args.namespace, getattr(args, "ttl", None))
     if hub is None:
-        print("error: no hub: pass --hub redis://host:port/0 or set JUPYTER_COMPILE_CACHE_HUB", file=sys.stderr)
+        print(
+            "error: no hub: pass --hub redis://host:port/0 (or file:///shared/folder) or set JUPYTER_COMPILE_CACHE_HUB",
+            file=sys.stderr,
+        )
         return 2
     store = commands.session.store()
     where = f"the hub {hub.display_url} namespace {hub.namespace!r}"

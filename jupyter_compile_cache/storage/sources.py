@@ -136,14 +136,14 @@ def find(
     """
     found = Found()
     for source in sources:
-        try:
-            versions = source.versions(name)
+        try:  # the local store also says which manifests it could not read (now quarantined)
+            if isinstance(source, LocalSource):
+                versions = source.store.versions(name, found.problems)
+            else:
+                versions = source.versions(name)
         except HubError as exc:
             found.down.append((source, exc))
             continue
-        if isinstance(source, LocalSource):  # manifests it could not read while listing (now quarantined)
-            found.problems += source.store.problems
-            source.store.problems.clear()
         label = "" if source.kind == "local" else f"{source.kind} "
         for manifest in versions:
             tag = f"{label}version {manifest.version}"

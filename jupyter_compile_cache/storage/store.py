@@ -64,7 +64,6 @@ class LocalStore:
     def __init__(self, root: str | None = None, max_versions: int = DEFAULT_MAX_VERSIONS) -> None:
         self.root = os.path.abspath(root or default_store_dir())
         self.max_versions = max_versions
-        self.problems: list[str] = []  # manifests skipped while listing, for the caller to report
 
     # -- paths ------------------------------------------------------------------------------------------------
     def _name_dir(self, name: str) -> str:
@@ -92,8 +91,9 @@ class LocalStore:
         except OSError:
             return []
 
-    def versions(self, name: str) -> list[Manifest]:
-        """Committed versions of NAME, newest first. Unreadable manifests are quarantined and reported."""
+    def versions(self, name: str, problems: list[str] | None = None) -> list[Manifest]:
+        """Committed versions of NAME, newest first. Unreadable manifests are quarantined, and said in `problems`
+        when the caller passes a list to tell them."""
         directory = self._name_dir(name)
         try:
             # not ".tmp-*.json": a manifest still being written by a concurrent save
@@ -113,7 +113,8 @@ class LocalStore:
             except (OSError, ValueError, DamagedBundle) as exc:
                 version = fname[: -len(".json")]
                 self._quarantine_files(name, version, f"unreadable manifest: {exc}")
-                self.problems.append(f"bundle {name!r} version {version}: unreadable manifest, quarantined ({exc})")
+                if problems is not None:
+                    problems.append(f"bundle {name!r} version {version}: unreadable manifest, quarantined ({exc})")
                 continue
             result.append(manifest)
         return result

@@ -470,7 +470,7 @@ def test_hub_rm_and_gc_say_what_they_remove_and_need_yes_to_empty_a_name(tmp_pat
             cli.main(base + bad)
         assert exited.value.code == 2 and told in capsys.readouterr().err
     for bad, told in (
-        (["--ttl", "-5", "ls"], "argument --ttl: must be a whole number of seconds, 1 or more, not '-5'"),
+        (["push", "net", "--ttl", "-5"], "argument --ttl: must be a whole number of seconds, 1 or more, not '-5'"),
         (["--namespace", "bad ns", "ls"], "argument --namespace: invalid namespace 'bad ns'"),
     ):
         with pytest.raises(SystemExit) as exited:

@@ -90,8 +90,9 @@ def test_unreadable_manifest_is_quarantined_and_reported(tmp_path):
     m = _write(store, tmp_path)
     with open(store.manifest_path(m), "w") as f:
         f.write("{not json")
-    assert store.versions("m") == []
-    assert store.problems and "quarantined" in store.problems[0]
+    problems: list[str] = []
+    assert store.versions("m", problems) == []
+    assert len(problems) == 1 and "quarantined" in problems[0]
     assert os.path.exists(os.path.join(store.root, "quarantine", "m", m.version + ".reason"))
 
 
