@@ -53,6 +53,8 @@ class CompileCacheSession:
             self.settings.store_dir = os.path.abspath(store_dir)
         # what the session says goes here: the front end's reporter (the magic's lines, the CLI's text, the panel)
         self.reporter: Reporter = reporter or events.LoggingReporter()
+        # views beside the reporter (the panel): every event, a quiet cell's too
+        self.listeners: list[Callable[[Event], None]] = []
         self.settings.resolved()  # reads every environment variable now, so a bad one is told once, here
         for problem in self.settings.env_problems:
             self.warn(problem)
@@ -71,8 +73,6 @@ class CompileCacheSession:
         self.prewarm.after_probe = lambda: self.toolchain.save(self.prewarm.created)
         self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
         self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
-        # views beside the reporter (the panel): every event, a quiet cell's too
-        self.listeners: list[Callable[[Event], None]] = []
         self._restored_paths: dict[str, list[str]] = {}
         # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
         self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}

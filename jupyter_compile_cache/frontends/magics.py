@@ -94,6 +94,7 @@ def line_parser() -> _Parser:
     p.subcommands["status"] = sub.add_parser(
         "status", help="per-layer table: switches, entries on disk, this kernel's hits and misses"
     )
+    p.subcommands["status"].add_argument("--json", action="store_true", help="the record as JSON (a dict)")
     for command in store_commands.NAMES:
         cmd = p.subcommands[command] = sub.add_parser(command, help=store_commands.HELP[command])
         cmd.add_argument("--store", dest="store_dir", metavar="DIR", default=None)
@@ -205,7 +206,8 @@ class CompileCacheMagics(Magics):
         session = self.session
         commands = Commands(session)
         if args.command in (None, "status"):
-            return tables.StatusView(commands.status())
+            status = commands.status()
+            return dataclasses.asdict(status) if getattr(args, "json", False) else tables.StatusView(status)
         if args.command in store_commands.NAMES:
             try:
                 record = store_commands.run(commands, args.command, args)

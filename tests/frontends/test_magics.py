@@ -49,7 +49,8 @@ def test_usage_errors_show_the_usage_line(shell):
     for line in ("frobnicate", "enable nosuchlayer", "explain a/b", "gc --max-size lots", "hub http://x", "rm 'a"):
         with pytest.raises(UsageError) as caught:
             shell.run_line_magic("compile_cache", line)
-        assert "usage: %compile_cache status | list [--store DIR] [--json] | explain" in str(caught.value), line
+        usage = "usage: %compile_cache status [--json] | list [--store DIR] [--json] | explain"
+        assert usage in str(caught.value), line
 
 
 def test_usage_and_help_are_generated_from_the_parsers(shell):
@@ -69,7 +70,7 @@ def test_usage_and_help_are_generated_from_the_parsers(shell):
 def test_help_prints_the_usage_and_runs_nothing(shell, capsys):
     shell.load()
     shell.run_line_magic("compile_cache", "--help")
-    assert "usage: %compile_cache status | list" in capsys.readouterr().out
+    assert "usage: %compile_cache status [--json] | list" in capsys.readouterr().out
     shell.run_line_magic("compile_cache", "rm -h")
     assert "usage: %compile_cache rm [--store DIR] [--version ID] [--dry-run] NAME" in capsys.readouterr().out
     shell.run_cell_magic("compile_cache", "--help", "print('THE CELL RAN')")
@@ -290,3 +291,13 @@ def test_explain_of_a_name_the_store_does_not_hold_says_so(shell, tmp_path):
     with pytest.raises(UsageError) as caught:
         shell.run_line_magic("compile_cache", f"explain boom --store {tmp_path}")
     assert str(caught.value) == f"no bundle named 'boom' in {tmp_path}"
+
+
+def test_status_as_json_is_the_same_record_as_the_table(shell):
+    import json
+
+    shell.load()
+    data = shell.run_line_magic("compile_cache", "status --json")
+    assert {"hub", "layers", "store_dir", "store_bytes", "cache_dir"} <= set(data)
+    assert {layer["layer"] for layer in data["layers"]} >= {"fx_graph", "aot_autograd"}
+    json.dumps(data, default=str)  # it travels as JSON
