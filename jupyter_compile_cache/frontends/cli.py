@@ -11,7 +11,6 @@ variables as the magics (see jupyter_compile_cache.core.settings).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -147,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _show(command: str, args: argparse.Namespace, record: Any) -> int:
     """A store command's record as text (or JSON with --json); 1 when NAME is not there or the removal needs --yes."""
     if command in ("list", "explain", "stats") and args.json and (command != "explain" or record.versions):
-        print(_json(record.to_json() if command == "stats" else _as_json(record)))
+        print(_json(store_commands.as_json(record)))
     elif command == "list":
         print(repr(tables.BundleTable(record)))
     elif command == "stats":
@@ -168,10 +167,6 @@ def _show(command: str, args: argparse.Namespace, record: Any) -> int:
             return 1
         print("\n".join(lines))
     return 0
-
-
-def _as_json(record: Any) -> Any:
-    return [dataclasses.asdict(r) for r in record] if isinstance(record, list) else dataclasses.asdict(record)
 
 
 def _json(data: object) -> str:
@@ -218,7 +213,7 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
     if args.hub_command == "ls":
         rows = commands.hub_bundles(hub)
         if args.json:
-            print(_json([dataclasses.asdict(row) for row in rows]))
+            print(_json(store_commands.as_json(rows)))
         else:
             print(where.removeprefix("the "))
             print(repr(tables.BundleTable(rows)))

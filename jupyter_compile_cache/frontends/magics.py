@@ -254,7 +254,7 @@ class CompileCacheMagics(Magics):
 def _show(args: Any, record: Any) -> Any:
     """A store command's record in a notebook: a table (or JSON with --json), or the lines of a removal."""
     if args.command in ("list", "explain", "stats") and args.json:
-        return record.to_json() if args.command == "stats" else _as_json(record)
+        return store_commands.as_json(record)
     if args.command == "list":
         return tables.BundleTable(record)
     if args.command == "stats":
@@ -270,10 +270,6 @@ def _show(args: Any, record: Any) -> Any:
         raise UsageError("\n".join([*lines[:-1], f"{record.refused}: nothing removed; add --yes to do it"]))
     _say(lines)
     return None
-
-
-def _as_json(record: Any) -> Any:
-    return [dataclasses.asdict(r) for r in record] if isinstance(record, list) else dataclasses.asdict(record)
 
 
 def _say(lines: list[str]) -> None:

@@ -6,6 +6,7 @@ same records. Each front end adds `--store` its own way and renders the records 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -70,3 +71,10 @@ _RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Any]] = {
 def run(commands: Commands, command: str, args: argparse.Namespace) -> Any:
     """COMMAND's record for the parsed ARGS: BundleRows, a BundleExplanation, Removed, or StoreStatistics."""
     return _RUN[command](commands, args, getattr(args, "store_dir", None))
+
+
+def as_json(record: Any) -> Any:
+    """A read command's record as JSON-ready data (dicts and lists), the same in the notebook and on stdout."""
+    if hasattr(record, "to_json"):  # statistics flatten their counters
+        return record.to_json()
+    return [dataclasses.asdict(r) for r in record] if isinstance(record, list) else dataclasses.asdict(record)
