@@ -119,6 +119,15 @@ class FolderBackend:
                 return True
             except FileExistsError:
                 return False
+            except OSError:  # no hard links here (some FUSE and SMB mounts): create-if-absent, then fill it
+                try:
+                    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    return False
+                with os.fdopen(fd, "wb") as f:
+                    f.write(HEADER.pack(MAGIC, time.time() + ttl if ttl else 0.0))
+                    f.write(value)
+                return True
         finally:
             try:
                 os.unlink(temp)
@@ -267,7 +276,7 @@ class FolderBackend:
             return None
         try:
             os.link(grave, path)  # not the lease we meant: put it back unless a new one is there already
-        except FileExistsError:
+        except OSError:  # a new one is there, or no hard links: the lease is advisory, its holder's renew says so
             pass
         os.unlink(grave)
         return found[1]

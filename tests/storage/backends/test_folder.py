@@ -78,3 +78,19 @@ def test_a_folder_hub_whose_share_is_not_mounted_is_an_error_not_a_new_empty_hub
     with pytest.raises(HubError, match="is not there"):
         hub.push(manifest, store.payload_path(manifest))
     assert not missing.exists()
+
+
+def test_on_a_filesystem_without_hard_links_the_lease_still_has_one_holder(tmp_path, monkeypatch):
+    """Some FUSE and SMB mounts refuse hard links (EPERM): the lease falls back to an exclusive create."""
+    import errno
+
+    def no_links(*_args, **_kwargs):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)  # the mount's answer, not ours
+    hub = hub_at(f"file://{tmp_path}")
+    alice = hub.lease("net", "f", "alice@a")
+    assert alice.acquire() is None
+    assert hub.lease("net", "f", "bob@b").acquire()["holder"] == "alice@a"
+    alice.release()
+    assert hub.lease("net", "f", "carol@c").acquire() is None
