@@ -42,3 +42,8 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"
+
+
+def count(n: int, noun: str) -> str:
+    """'1 version', '2 versions': a number and its noun, in the right number."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

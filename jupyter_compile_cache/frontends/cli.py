@@ -48,7 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     command("import", help="add a bundle file made by export").add_argument("file")
     demo = command("demo", help="the quick start, then a kernel restart, in real kernels (about a minute)")
     demo.add_argument("--dir", default=None, help="keep the demo's store and caches in DIR (default: a temp folder)")
-    kernel = command("install-kernel", help="install the warm-restart kernel spec (see warm_kernel.py)")
+    kernel = command(
+        "install-kernel",
+        help="install the warm-restart kernel: each restart takes over a spare process that has torch imported",
+    )
     kernel.add_argument("--name", default=None, help="kernel spec name (default: python3-compile-cache)")
     kernel.add_argument("--display-name", default=None, help="name shown in the launcher")
     where = kernel.add_mutually_exclusive_group()
@@ -106,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(store_commands.words(list(sys.argv[1:] if argv is None else argv)))
     if args.command == "install-kernel":
         return _install_kernel(args)
     if args.command == "demo":
@@ -123,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in store_commands.NAMES or args.command == "show":
             command = "explain" if args.command == "show" else args.command
+            missing = store_commands.missing_store(commands, args)
+            if missing:
+                print(f"note: {missing}", file=sys.stderr)
             return _show(command, args, store_commands.run(commands, command, args))
         if args.command == "export":
             exported = commands.export(args.name, args.file)

@@ -202,13 +202,16 @@ class CompileCacheMagics(Magics):
         if _asks_help(words):
             print(_subcommand_help(words[0]) if words[0] in _subcommands() else self.compile_cache_line.__doc__)
             return None
-        args = line_parser().parse_args(words)
+        args = line_parser().parse_args(store_commands.words(words))
         session = self.session
         commands = Commands(session)
         if args.command in (None, "status"):
             status = commands.status()
             return dataclasses.asdict(status) if getattr(args, "json", False) else tables.StatusView(status)
         if args.command in store_commands.NAMES:
+            missing = store_commands.missing_store(commands, args)
+            if missing:
+                print(f"compile_cache: {missing}")
             try:
                 record = store_commands.run(commands, args.command, args)
             except ValueError as exc:  # a bad name or version: said with the usage

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -53,6 +54,31 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--yes", action="store_true", help="needed when gc would empty the store")
     elif command == "stats":
         parser.add_argument("--zero", action="store_true", help="start the statistics again (shows them first)")
+
+
+VALUED = ("--max-size", "--older-than", "--version")  # options whose value may look like an option ("-5G")
+
+
+def words(words: list[str]) -> list[str]:
+    """WORDS with a value that starts with '-' joined to its option (`--max-size -5G` -> `--max-size=-5G`), so a
+    bad value is told what a value looks like instead of argparse's "expected one argument"."""
+    out: list[str] = []
+    for word in words:
+        if out and out[-1] in VALUED and word[:1] == "-" and word[1:2].isdigit():
+            out[-1] = f"{out[-1]}={word}"
+        else:
+            out.append(word)
+    return out
+
+
+def missing_store(commands: Commands, args: argparse.Namespace) -> str | None:
+    """A line saying the store folder a command names (`--store DIR`) does not exist, or None: a typo in DIR must not
+    read silently as an empty store."""
+    named = getattr(args, "store_dir", None)
+    if named is None:
+        return None
+    root = commands.session.store(named).root
+    return None if os.path.isdir(root) else f"no store at {root} (nothing was saved there): an empty store"
 
 
 _RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Any]] = {

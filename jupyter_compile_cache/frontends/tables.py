@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.records import BundleExplanation, HubState, Removal, SessionStatus, StoreStatistics
-from ..units import human_bytes
+from ..units import count, human_bytes
 
 
 def age(ts: float | None) -> str:
@@ -186,7 +186,7 @@ class StatsView(_View):
                 "store size",
                 human_bytes(int(d.store_bytes)),
                 f"{100 * d.store_bytes / cap:.1f} % of the {human_bytes(cap)} cap; "
-                f"{d.versions} versions of {d.bundles} bundles"
+                f"{count(d.versions, 'version')} of {count(d.bundles, 'bundle')}"
                 if cap
                 else "",
             ],

@@ -246,3 +246,21 @@ def test_the_version_list_shows_is_one_rm_takes(tmp_path):
     removed = _python([*cli, "rm", "net", "--version", dropped.version[:VERSION_PREFIX]], {})
     assert removed.returncode == 0, removed.stderr
     assert [m.version for m in store.versions("net")] == [kept.version]
+
+
+def test_a_store_that_does_not_exist_a_bad_size_and_plurals_are_said_plainly(tmp_path):
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    missing = tmp_path / "typo"
+    listed = _python(
+        ["-m", "jupyter_compile_cache", "--store", str(missing), "list"], {"JUPYTER_COMPILE_CACHE_HUB": ""}
+    )
+    assert listed.returncode == 0 and f"no store at {missing}" in listed.stderr and not missing.exists()
+    bad = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", "-5G"], {})
+    assert bad.returncode == 2 and "argument --max-size: not a size: '-5G' (use e.g. 500M, 2G)" in bad.stderr
+    store = LocalStore(str(tmp_path / "store"))
+    make_bundle(store, "net", size=1_000)
+    stats = _python(["-m", "jupyter_compile_cache", "--store", store.root, "stats"], {})
+    assert "1 version of 1 bundle" in stats.stdout, stats.stdout
