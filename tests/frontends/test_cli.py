@@ -254,9 +254,8 @@ def test_a_store_that_does_not_exist_a_bad_size_and_plurals_are_said_plainly(tmp
     from jupyter_compile_cache.storage.store import LocalStore
 
     missing = tmp_path / "typo"
-    listed = _python(
-        ["-m", "jupyter_compile_cache", "--store", str(missing), "list"], {"JUPYTER_COMPILE_CACHE_HUB": ""}
-    )
+    no_hub = {"JUPYTER_COMPILE_CACHE_HUB": ""}
+    listed = _python(["-m", "jupyter_compile_cache", "--store", str(missing), "list"], no_hub)
     assert listed.returncode == 0 and f"no store at {missing}" in listed.stderr and not missing.exists()
     bad = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", "-5G"], {})
     assert bad.returncode == 2 and "argument --max-size: not a size: '-5G' (use e.g. 500M, 2G)" in bad.stderr
