@@ -70,8 +70,8 @@ class CompileCache(Configurable):
         config=True
     )
     hub = Unicode(
-        help="Shared Redis hub, redis://[user:password@]host:port/db, rediss://... for TLS; '' for none "
-        "[$JUPYTER_COMPILE_CACHE_HUB]"
+        help="Shared hub: redis://[user:password@]host:port/db, rediss://... for TLS, or file:///shared/folder; "
+        "'' for none [$JUPYTER_COMPILE_CACHE_HUB]"
     ).tag(config=True)
     namespace = Unicode(help="Namespace on the hub (teams, projects) [$JUPYTER_COMPILE_CACHE_NAMESPACE]").tag(
         config=True
@@ -82,16 +82,26 @@ class CompileCache(Configurable):
     hub_ttl = Int(
         help="Seconds a pushed bundle lives on the hub; 0: until gc or rm [$JUPYTER_COMPILE_CACHE_HUB_TTL]"
     ).tag(config=True)
-    hub_connect_timeout = Float(help="Seconds to wait for the hub to accept a connection").tag(config=True)
-    hub_timeout = Float(help="Seconds to wait for any one hub reply").tag(config=True)
-    hub_chunk_size = Unicode(help="Size of the pieces bundles are pushed in (256K to 64M)").tag(config=True)
-    max_size = Unicode(
-        help="Size cap of the local store (least recently used versions are evicted after each save; `gc` default)"
+    hub_connect_timeout = Float(
+        help="Seconds to wait for the hub to accept a connection [$JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT]"
     ).tag(config=True)
-    precompile = Bool(help="Use Dynamo precompile in %%compile_cache cells (per cell: --no-precompile)").tag(
+    hub_timeout = Float(help="Seconds to wait for any one hub reply [$JUPYTER_COMPILE_CACHE_HUB_TIMEOUT]").tag(
         config=True
     )
-    prewarm = Bool(help="Import torch's compiler stack in the background when the extension loads").tag(config=True)
+    hub_chunk_size = Unicode(
+        help="Size of the pieces bundles are pushed in (256K to 64M) [$JUPYTER_COMPILE_CACHE_HUB_CHUNK_SIZE]"
+    ).tag(config=True)
+    max_size = Unicode(
+        help="Size cap of the local store (least recently used versions are evicted after each save; `gc` default) "
+        "[$JUPYTER_COMPILE_CACHE_MAX_SIZE]"
+    ).tag(config=True)
+    precompile = Bool(
+        help="Use Dynamo precompile in %%compile_cache cells (per cell: --no-precompile) "
+        "[$JUPYTER_COMPILE_CACHE_PRECOMPILE]"
+    ).tag(config=True)
+    prewarm = Bool(
+        help="Import torch's compiler stack in the background when the extension loads [$JUPYTER_COMPILE_CACHE_PREWARM]"
+    ).tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         self.env_problems: list[str] = []  # variables that could not be read; the session warns about them once

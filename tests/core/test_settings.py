@@ -20,3 +20,12 @@ def test_yes_or_no_is_one_of_the_words_or_a_clear_error(text):
         assert "not a yes/no value" in str(exc)
         return
     assert value is (text.strip().lower() in ("1", "true", "yes", "on"))
+
+
+def test_every_settings_help_names_its_environment_variable():
+    from jupyter_compile_cache.core.settings import ENV, CompileCache
+
+    traits = CompileCache.class_traits(config=True)
+    assert set(traits) == set(ENV)
+    for name, trait in traits.items():
+        assert f"${ENV[name]}" in trait.help, name
