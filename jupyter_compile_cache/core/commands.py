@@ -104,12 +104,13 @@ class Commands:
         """Local bundles, then the hub's (when one is configured and answers)."""
         local = list(self.session.store(store_dir).bundles())
         remote: list[Manifest] = []
-        hub = self.session.hub_policy.for_cell(CellOptions())
+        policy = self.session.hub_policy
+        hub = policy.for_cell(CellOptions())
         if hub is not None:
             try:
                 remote = [m for name in hub.names() for m in hub.versions(name)]
             except HubError as exc:
-                self.session.hub_policy.failed(hub, exc, None)
+                policy.failed(hub, exc, None)
         if not local and not remote:
             return []  # nothing to compare with this machine: torch is not imported (1.4 s)
         now = fingerprint.current(with_gpu=True)

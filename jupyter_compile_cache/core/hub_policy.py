@@ -109,6 +109,11 @@ class HubPolicy:
             self._trust_warned = True
             self._tell(NoTeamSecret(), report)
 
+    def down_url(self) -> str | None:
+        """The session's hub (redacted) when it is configured and being left alone after a failure, else None."""
+        config = hub_config(self.settings)
+        return redact(config.url) if config is not None and self._is_down(config.url) else None
+
     def _is_down(self, url: str) -> bool:
         return self._down_until.get(url, 0) > time.time()
 

@@ -81,8 +81,16 @@ def missing_store(commands: Commands, args: argparse.Namespace) -> str | None:
     return None if os.path.isdir(root) else f"no store at {root} (nothing was saved there): an empty store"
 
 
+def _list(commands: Commands, store_dir: str | None) -> Any:
+    down = commands.session.hub_policy.down_url()  # before: a failure now is told by the listing itself
+    rows = commands.bundles(store_dir)
+    if down is not None:  # the hub failed a moment ago and is left alone: the rows are the local store's only
+        commands.session.warn(f"the hub {down} did not answer a moment ago: only local bundles listed")
+    return rows
+
+
 _RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Any]] = {
-    "list": lambda commands, args, store_dir: commands.bundles(store_dir),
+    "list": lambda commands, args, store_dir: _list(commands, store_dir),
     "explain": lambda commands, args, store_dir: commands.explain(args.name, store_dir),
     "rm": lambda commands, args, store_dir: commands.remove(
         RemoveOptions(args.name, args.version, args.dry_run, store_dir)

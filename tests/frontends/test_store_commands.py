@@ -45,3 +45,27 @@ def test_the_magic_and_the_cli_parse_a_line_alike_and_get_the_same_record(tmp_pa
         assert records[0] == records[1]
     finally:
         session.close()
+
+
+def test_list_says_each_time_it_leaves_out_a_hub_that_is_down(tmp_path, monkeypatch, free_port):
+    import io
+
+    from jupyter_compile_cache.frontends.reporter import TextReporter
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB", f"redis://127.0.0.1:{free_port}/0")
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT", "0.5")
+    err = io.StringIO()
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"), reporter=TextReporter(io.StringIO(), err))
+    try:
+        make_bundle(session.store(), "a", size=1_000)
+        commands = Commands(session)
+        listing = magics.line_parser().parse_args(["list"])
+        assert [row.where for row in store_commands.run(commands, "list", listing)] == ["local"]
+        assert "carrying on without the hub" in err.getvalue()  # the failure, told once
+        rows = store_commands.run(commands, "list", listing)  # a moment later: not tried again, but said
+        assert [row.where for row in rows] == ["local"]
+        assert commands.bundles()  # what the panel's refresh asks: no line each time
+        assert err.getvalue().count("did not answer a moment ago: only local bundles listed") == 1
+    finally:
+        session.close()
