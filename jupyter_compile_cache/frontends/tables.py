@@ -134,8 +134,7 @@ class BundleTable(_View):
             if rows:
                 size = human_bytes(sum(b.bytes for b in rows))
                 names = len({b.name for b in rows})
-                versions = f"{len(rows)} version{'s' * (len(rows) != 1)}"
-                parts.append(f"{where}: {versions} of {names} bundle{'s' * (names != 1)}, {size}")
+                parts.append(f"{where}: {count(len(rows), 'version')} of {count(names, 'bundle')}, {size}")
         return "; ".join(parts)
 
     def __repr__(self) -> str:
@@ -229,9 +228,17 @@ class Explanation(_View):
         out: list[tuple[str, Sequence[str], list[list[Any]]]] = [(f"bundle {d.name!r} in {d.store_dir}", (), [])]
         if not d.versions:
             out.append(("no versions stored", (), []))
+        run = d.last_run or {}
+        restored = (run.get("restore") or {}).get("version")
         for v in d.versions:
             created = _dt.datetime.fromtimestamp(v.created).isoformat(timespec="seconds")
             verdict = "WOULD RESTORE" if v.reason is None else "would NOT restore"
+            refused = int(run.get("stale_rejected") or 0) if restored == v.version else 0
+            if v.reason is None and refused:  # it fits this machine, but its last restore found code changed since
+                verdict = (
+                    f"fits this machine, but its last restore refused {refused} entries whose code had changed "
+                    "(those compile again)"
+                )
             heading = (
                 f"version {v.version} ({human_bytes(v.bytes)}, {v.files} files, {created}, by {v.writer}): {verdict}"
             )

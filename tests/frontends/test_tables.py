@@ -34,3 +34,16 @@ def test_list_ends_with_totals_and_stats_read_as_a_table(tmp_path):
     assert "<table>" in listing._repr_html_()
     stats = tables.StatsView(Commands(session).stats())
     assert "store size" in repr(stats) and "<table>" in stats._repr_html_()
+
+
+def test_explain_does_not_promise_a_restore_whose_code_its_last_run_refused(tmp_path):
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    store = session.store()
+    here = make_bundle(store, "net", now=fingerprint.current())
+    from jupyter_compile_cache.core.records import CellReport, RestoreResult
+
+    restored = RestoreResult("net", source="local", version=here.version)
+    store.save_run("net", CellReport("net", restore=restored, stale_rejected=2).to_json())
+    text = repr(tables.Explanation(Commands(session).explain("net")))
+    assert f"version {here.version}" in text and "WOULD RESTORE" not in text
+    assert "its last restore refused 2 entries whose code had changed" in text
