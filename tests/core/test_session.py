@@ -115,6 +115,15 @@ def _fault_env(tmp_path, who):
     return env
 
 
+def _run_cell(tmp_path, fault, who):
+    """The cell in a process of its own, to its end."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", _FAULT_CELL, fault, f"file://{tmp_path / 'share'}"]
+    return subprocess.run(command, env=_fault_env(tmp_path, who), capture_output=True, text=True, timeout=300)
+
+
 def _whole_versions_only(store_root, share, check_dir):
     """The versions of 'net' in the store and on the folder hub, each checked whole: copied into a fresh store with
     every member's sha256 verified, and pulled from the hub with every chunk's."""
@@ -135,18 +144,9 @@ def _whole_versions_only(store_root, share, check_dir):
 
 
 def test_a_disk_that_fills_during_the_save_leaves_the_right_answer_one_line_and_no_version(tmp_path):
-    import subprocess
-    import sys
-
     share = tmp_path / "share"
     share.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", _FAULT_CELL, "full", f"file://{share}"],
-        env=_fault_env(tmp_path, "a"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _run_cell(tmp_path, "full", "a")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RIGHT True" in done.stdout
     told = [line for line in done.stderr.splitlines() if "could not save bundle 'net'" in line]
@@ -184,13 +184,7 @@ def test_a_kernel_killed_in_the_middle_of_its_save_leaves_no_version_and_the_nex
     local, remote = _whole_versions_only(tmp_path / "store", share, tmp_path / "check")
     assert local == [] and remote == []  # the half-written pack is no version
 
-    done = subprocess.run(  # the next kernel: compiles, answers right, saves a whole version and pushes it
-        [sys.executable, "-c", _FAULT_CELL, "ok", f"file://{share}"],
-        env=_fault_env(tmp_path, "b"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = _run_cell(tmp_path, "ok", "b")  # the next kernel: compiles, answers right, saves whole and pushes
     assert done.returncode == 0 and "RIGHT True" in done.stdout, done.stderr[-3000:]
     local, remote = _whole_versions_only(tmp_path / "store", share, tmp_path / "check")
     assert len(local) == 1 and len(remote) == 1
