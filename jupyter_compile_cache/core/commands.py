@@ -113,7 +113,8 @@ class Commands:
                 policy.failed(hub, exc, None)
         if not local and not remote:
             return []  # nothing to compare with this machine: torch is not imported (1.4 s)
-        now = fingerprint.current(with_gpu=True)
+        # The GPU is only asked (importing torch, 1.5 s) when a bundle holds GPU kernels.
+        now = fingerprint.current(with_gpu=any(m.uses_gpu for m in [*(b.manifest for b in local), *remote]))
         rows = [bundle_row(b.manifest, now, b.last_used, "local") for b in local]
         return rows + [bundle_row(m, now, None, "hub") for m in remote]
 
@@ -121,9 +122,10 @@ class Commands:
         """Field by field why each version of NAME would or would not restore here, and the last run's layers."""
         check_name(name)
         store = self.session.store(store_dir)
-        now = fingerprint.current()
+        manifests = store.versions(name)
+        now = fingerprint.current(with_gpu=any(m.uses_gpu for m in manifests))
         versions = []
-        for m in store.versions(name):
+        for m in manifests:
             checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
             versions.append(
                 VersionFit(
@@ -264,8 +266,9 @@ class Commands:
         return self.session.hub_policy.for_command(url, namespace, ttl)
 
     def hub_bundles(self, hub: HubSource) -> list[BundleRow]:
-        now = fingerprint.current()
-        return [bundle_row(m, now, None, "hub") for name in hub.names() for m in hub.versions(name)]
+        manifests = [m for name in hub.names() for m in hub.versions(name)]
+        now = fingerprint.current(with_gpu=any(m.uses_gpu for m in manifests))
+        return [bundle_row(m, now, None, "hub") for m in manifests]
 
     def hub_push(self, hub: HubSource, name: str, progress: Progress | None = None) -> Manifest | None:
         """The newest local version of NAME onto HUB; None when there is none."""

@@ -63,6 +63,15 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"not a yes/no value: {text!r} (use 1/0, true/false, yes/no, on/off)")
 
 
+class SettingRefused(BaseException):
+    """A value `%config` may not set. A BaseException on purpose: IPython's %config catches every Exception a
+    setting raises, logs it through the root logger and reports the cell a success, so Run All would go on with
+    the old value unsaid. This stops the cell (and Run All) with one line, the way a UsageError does."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
+        return [f"UsageError: {self}"]
+
+
 class CompileCache(Configurable):
     """Settings of jupyter_compile_cache (see the module docstring for the environment variables)."""
 
@@ -106,6 +115,25 @@ class CompileCache(Configurable):
     def __init__(self, **kwargs: Any) -> None:
         self.env_problems: list[str] = []  # variables that could not be read; the session warns about them once
         super().__init__(**kwargs)
+
+    def update_config(self, config: Any) -> None:
+        """`%config CompileCache.x = value`: a refused value leaves every setting as it was, and says so."""
+        section = type(self).__name__
+        asked = dict(config[section]) if section in config else {}
+        before = {name: getattr(self, name) for name in asked if self.has_trait(name)}
+        kept = dict(self.config[section]) if section in self.config else None  # the config IPython shares
+        try:
+            super().update_config(config)
+        except TraitError as exc:
+            if kept is None:
+                self.config.pop(section, None)
+            else:
+                self.config[section] = type(self.config)(kept)
+            for name, value in before.items():
+                if getattr(self, name) != value:
+                    self.set_trait(name, value)
+            unchanged = ", ".join(f"{section}.{name} stays {value!r}" for name, value in before.items())
+            raise SettingRefused(f"{exc}; {unchanged}" if unchanged else str(exc)) from None
 
     @default("store_dir")
     def _default_store_dir(self) -> str:

@@ -246,11 +246,13 @@ class Explanation(_View):
             for f in v.fields:
                 if not f.relevant:
                     verdict = "not relevant (no such artifacts)"
+                elif not f.checked:
+                    verdict = "not known here (torch's compiler is not loaded)"
                 elif f.saved == f.current:
                     verdict = "match"
                 else:
                     verdict = "MISMATCH (blocks)" if f.blocking else "differs (reported only)"
-                current = "(same)" if f.saved == f.current else _elide(f.current)
+                current = "(same)" if f.saved == f.current else _elide(f.current) if f.checked else "-"
                 rows.append([f.field, verdict, _elide(f.saved), current])
             out.append((heading, self.headers, rows))
         run = d.last_run

@@ -8,10 +8,13 @@ holding compiled C++ (`.so`) kernels, so a CPU-only bundle still restores on a G
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
+import os
 import platform
 import sys
 from dataclasses import dataclass
@@ -74,12 +77,50 @@ def _package_version(*names: str) -> str | None:
     return None
 
 
-def _inductor_config() -> dict[str, Any]:
-    # Only once the compiler is imported: importing it here would cost a cell with nothing to compile ~1 s.
+def _inductor_config() -> dict[str, Any] | None:
+    # Only once the compiler is imported (None: not known here): importing it would cost ~1 s in a cell with
+    # nothing to compile, and a command outside a kernel would only see the defaults, not the kernel's settings.
     inductor_config = sys.modules.get("torch._inductor.config")
     if inductor_config is None:
-        return {}
+        return None
     return {key: getattr(inductor_config, key, None) for key in _INDUCTOR_CONFIG_KEYS}
+
+
+@functools.cache  # the installed files cannot change under a process that has not imported torch yet
+def _torch_build_from_files() -> dict[str, Any]:
+    """torch's version.py read as a file: the same values `torch.version` holds, without importing torch (1.5 s,
+    250 MB), so `list` and `explain` stay instant outside a kernel. Empty when torch is not installed."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    values: dict[str, Any] = {}
+    try:
+        with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in tree.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            value = getattr(node, "value", None)
+            if isinstance(target, ast.Name) and value is not None:
+                try:
+                    values[target.id] = ast.literal_eval(value)
+                except ValueError:
+                    continue
+    except (OSError, SyntaxError):
+        return {}
+    return values
+
+
+def _torch_build() -> dict[str, Any]:
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "version"):
+        version = torch.version
+        return {
+            "__version__": str(torch.__version__),
+            "git_version": getattr(version, "git_version", None),
+            "cuda": version.cuda,
+            "hip": getattr(version, "hip", None),
+        }
+    return _torch_build_from_files()
 
 
 @dataclass(frozen=True)
@@ -92,25 +133,34 @@ class FieldCheck:
 
     @property
     def ok(self) -> bool:
-        return self.saved == self.current or not self.relevant
+        return self.saved == self.current or not self.relevant or not self.checked
+
+    @property
+    def checked(self) -> bool:
+        """False for a soft field this process cannot know (the inductor config before the compiler is loaded)."""
+        return self.current is not None or self.field not in SOFT_FIELDS
 
 
 def current(with_gpu: bool = True) -> dict[str, Any]:
-    """This kernel's fingerprint. Cheap: no compiler import, CUDA queried only if it is available."""
-    import torch
-
-    cpu_isa, cpu_model = _cpu_flags_and_model()
+    """This process's fingerprint. Cheap: no compiler import. `with_gpu` asks the GPU for its name, which imports
+    torch (1.5 s) when it is not imported yet; without it, torch's build is read from its files and the GPU fields
+    are None (they only matter for bundles holding GPU kernels)."""
     gpu_name = gpu_capability = None
-    if with_gpu and torch.cuda.is_available():
-        gpu_name = torch.cuda.get_device_name()
-        gpu_capability = ".".join(map(str, torch.cuda.get_device_capability()))
+    if with_gpu:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu_name = torch.cuda.get_device_name()
+            gpu_capability = ".".join(map(str, torch.cuda.get_device_capability()))
+    build = _torch_build()
+    cpu_isa, cpu_model = _cpu_flags_and_model()
     return {
-        "torch": torch.__version__,
-        "torch_git": getattr(torch.version, "git_version", None),
+        "torch": build.get("__version__"),
+        "torch_git": build.get("git_version"),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "platform": f"{sys.platform}-{platform.machine()}",
-        "cuda": torch.version.cuda,
-        "hip": getattr(torch.version, "hip", None),
+        "cuda": build.get("cuda"),
+        "hip": build.get("hip"),
         "triton": _package_version("triton", "pytorch-triton", "pytorch-triton-rocm"),
         "gpu_name": gpu_name,
         "gpu_capability": gpu_capability,

@@ -163,6 +163,14 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
     out = _python(["-m", "jupyter_compile_cache", "gc", "--incompatible", "--store", str(other)], env)
     assert out.returncode == 0 and "removed 1 version(s)" in out.stdout, out
     assert "fits_here" in _python(["-m", "jupyter_compile_cache", "list", "--store", str(other)], env).stdout
+    # a store with a bundle lists without importing torch too, and still knows it fits (torch's build from its files)
+    out = _python(["-c", code, "list", "--store", str(other)], env)
+    assert out.returncode == 0 and "TORCH False" in out.stdout, out
+    assert re.search(r"fits_here .* yes\n", out.stdout), out.stdout
+    # outside a kernel the inductor config is not known, and explain says so instead of "differs {}"
+    out = _python(["-c", code, "explain", "fits_here", "--store", str(other)], env)
+    assert "TORCH False" in out.stdout and "WOULD RESTORE" in out.stdout, out.stdout
+    assert re.search(r"inductor_config +not known here \(torch's compiler is not loaded\)", out.stdout), out.stdout
 
     hub_after = _python(["-m", "jupyter_compile_cache", "hub", "ls", "--hub", "redis://127.0.0.1:1/0"], env)
     assert hub_after.returncode == 2 and "unrecognized" not in hub_after.stderr, hub_after.stderr

@@ -13,7 +13,7 @@ from traitlets import TraitError
 
 import jupyter_compile_cache
 from jupyter_compile_cache.core.commands import Commands
-from jupyter_compile_cache.core.settings import ENV, CompileCache
+from jupyter_compile_cache.core.settings import ENV, CompileCache, SettingRefused
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.sources import HubSource
 
@@ -93,9 +93,11 @@ def test_settings_come_from_config_then_environment_then_defaults(shell, monkeyp
 
     shell.run_line_magic("config", "CompileCache.max_size = '5G'")
     assert settings.max_bytes == 5 << 30
-    shell.run_line_magic("config", "CompileCache.max_size = 'lots'")  # IPython logs the TraitError
-    assert "not a size: 'lots'" in caplog.text
+    result = shell.run_cell("%config CompileCache.max_size = 'lots'")  # the cell fails, as a UsageError does
+    assert isinstance(result.error_in_exec, SettingRefused)
+    assert "UsageError: CompileCache.max_size: not a size: 'lots'" in capsys.readouterr().out
     assert settings.max_bytes == 5 << 30  # a bad value changes nothing
+    assert not caplog.text  # nothing through the root logger
     shell.run_line_magic("config", "CompileCache.precompile = False")
     assert session.precompile_default is False
     shell.run_line_magic("config", "CompileCache")
@@ -162,13 +164,22 @@ def test_settings_validate_what_they_are_given():
     assert settings.hub_chunk_bytes == 16 << 20
 
 
-def test_a_bad_config_value_is_told_with_the_setting_name(shell, caplog):
+def test_a_bad_config_value_fails_the_cell_names_the_setting_and_keeps_the_old_value(shell, capsys):
     session = shell.load()
-    shell.run_line_magic("config", "CompileCache.max_size = 'abc'")
-    assert "CompileCache.max_size: not a size: 'abc'" in caplog.text
-    shell.run_line_magic("config", "CompileCache.namespace = 'bad ns'")
-    assert "CompileCache.namespace: invalid namespace 'bad ns'" in caplog.text
-    assert session.settings.namespace == "default"
+    for line, told in (
+        ("CompileCache.max_size = 'abc'", "CompileCache.max_size: not a size: 'abc' (use e.g. 500M, 2G); "
+         "CompileCache.max_size stays '20G'"),
+        ("CompileCache.namespace = 'bad ns'", "CompileCache.namespace: invalid namespace 'bad ns'"),
+        ("CompileCache.precompile = 'x'", "expected a boolean, not the str 'x'.; CompileCache.precompile stays True"),
+    ):  # fmt: skip
+        result = shell.run_cell(f"%config {line}")
+        assert isinstance(result.error_in_exec, SettingRefused), line
+        out = capsys.readouterr().out
+        assert out.startswith("UsageError: ") and told in out and "Traceback" not in out, out
+    settings = session.settings
+    assert (settings.max_size, settings.namespace, settings.precompile) == ("20G", "default", True)
+    assert "CompileCache" not in shell.config or "max_size" not in shell.config.CompileCache  # nothing kept to reload
+    assert shell.run_cell("%config CompileCache.max_size = '1G'").success and settings.max_bytes == 1 << 30
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import torch
 
 from jupyter_compile_cache.torch_adapter import fingerprint
@@ -29,3 +33,21 @@ def test_cpu_isa_only_matters_for_cpu_kernels():
     now = dict(saved, cpu_isa="x86_64:avx2")
     assert fingerprint.mismatch_reason(fingerprint.compare(saved, now, False, False)) is None
     assert "cpu_isa" in fingerprint.mismatch_reason(fingerprint.compare(saved, now, False, True))
+
+
+def test_a_process_without_torch_reads_the_same_build_from_torchs_files():
+    code = (
+        "import json, sys; from jupyter_compile_cache.torch_adapter import fingerprint as f; "
+        "fp = f.current(with_gpu=False); print(json.dumps([fp, 'torch' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    light, imported = json.loads(out.stdout)
+    assert not imported
+    here = fingerprint.current(with_gpu=False)
+    for field in fingerprint.HARD_FIELDS + ("cuda", "hip", "cpu_isa"):
+        assert light[field] == here[field], field
+    assert light["torch"] == torch.__version__ and light["torch_git"] == torch.version.git_version
+    assert light["inductor_config"] is None  # not known without the compiler: never compared
+    checks = fingerprint.compare(here, light, uses_gpu=False, uses_cpu_kernels=True)
+    assert fingerprint.mismatch_reason(checks) is None
+    assert [c.checked for c in checks if c.field == "inductor_config"] == [False]
