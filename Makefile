@@ -10,10 +10,22 @@ NOTEBOOKS := example_notebooks/01_quickstart.ipynb example_notebooks/02a_warm_an
 	example_notebooks/04_panel.ipynb
 NBVAL := --nbval-lax --nbval-current-env --nbval-sanitize-with example_notebooks/sanitize.cfg
 
-.PHONY: setup test lint format bench notebooks demo
+# The oldest torch the README names, and the tests that show it restores (CI's second, lean lane).
+OLDEST_TORCH ?= 2.9.1
+RESTORE_TESTS := tests/end_to_end/test_kernel_restore.py tests/torch_adapter/test_precompile_semantics.py \
+	tests/end_to_end/test_model_zoo.py
+
+.PHONY: setup test lint format bench notebooks demo setup-oldest test-oldest docs
 
 setup:
-	bash .ci/setup
+	VENV=$(VENV) bash .ci/setup
+
+# A second venv with the oldest torch the README names, and the restore tests on it.
+setup-oldest:
+	VENV=.venv-torch$(OLDEST_TORCH) TORCH_VERSION=$(OLDEST_TORCH) bash .ci/setup
+
+test-oldest:
+	.venv-torch$(OLDEST_TORCH)/bin/python -m pytest --durations=5 $(RESTORE_TESTS)
 
 # Lint and type-check, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
 # printed a UsageError, which nbval alone lets pass: nbval#147).
@@ -37,3 +49,9 @@ format:
 
 bench:
 	$(BIN)/python benchmarks/bench.py --suite cpu
+
+# Re-run the quick start and the CPU notebooks here, then render every figure of README.md and docs/results.md from
+# its result file (docs/figures.py; `--check` is part of the tests).
+docs:
+	$(BIN)/python example_notebooks/make_notebooks.py --execute
+	$(BIN)/python docs/figures.py

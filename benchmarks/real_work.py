@@ -397,6 +397,8 @@ def main() -> None:
     import torch
 
     meta = {"size": args.size, "device": args.device, "torch": torch.__version__, "time": time.ctime()}
+    if args.device == "cuda":
+        meta["gpu"] = torch.cuda.get_device_name()
     rows = []
     with tempfile.TemporaryDirectory(prefix="real-work-") as work:
         for name in names:

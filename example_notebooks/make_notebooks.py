@@ -10,7 +10,9 @@ A cell tagged `restart-kernel` restarts the kernel before it runs, as a user wou
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -408,6 +410,18 @@ def execute(nb: nbformat.NotebookNode, timeout: int = 900) -> None:
     run_sync(run)()
 
 
+# A stored notebook shows no path of the machine that ran it: the checkout becomes relative, the home folder `~`.
+MACHINE_PATH = re.compile(r"(?<![\w.~])/(?:home|root|tmp|Users|work|var|private|mnt|opt|srv)/|[A-Z]:\\Users")
+
+
+def scrub(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The notebook with the checkout's and the home folder's absolute paths made relative (`~` for home)."""
+    text = nbformat.writes(nb)
+    for path, short in ((os.path.dirname(HERE) + os.sep, ""), (os.path.expanduser("~") + os.sep, "~/")):
+        text = text.replace(json.dumps(path)[1:-1], short).replace(path, short)
+    return nbformat.reads(text, as_version=4)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--execute", action="store_true", help="run the notebooks in order and store their outputs")
@@ -421,6 +435,7 @@ def main() -> None:
         path = os.path.join(HERE, name)
         if args.execute or args.gpu:
             execute(nb)
+            nb = scrub(nb)
         nbformat.write(nb, path)
         print("wrote", path)
 

@@ -67,7 +67,7 @@ def status() -> SessionStatus:
     """Per-layer cache state: torch switch, entries and bytes on disk, this kernel's hits / misses / bypasses."""
     from .core.commands import Commands
 
-    return Commands(get_session()).status()
+    return Commands(get_session()).status(wait=True)
 
 
 def restore(name: str, store_dir: str | None = None, quiet: bool = False) -> RestoreResult:

@@ -47,25 +47,29 @@ class Commands:
         self.settings = session.settings
 
     # -- views ----------------------------------------------------------------------------------------------------
-    def status(self) -> SessionStatus:
-        """Per-layer state: switch, env var, entries and bytes on disk, this kernel's hits / misses / bypasses."""
+    def status(self, wait: bool = False) -> SessionStatus:
+        """Per-layer state: switch, env var, entries and bytes on disk, this kernel's hits / misses / bypasses.
+        While torch's compiler still loads in the background, it answers at once with what is on disk (`wait`:
+        for the whole picture); importing the compiler from two threads at once can break torch's imports."""
         session = self.session
-        session.prewarm.join()  # `%load_ext` and `status` in one cell: wait for the background imports
+        loading = None if wait else session.prewarm.loading()
+        if loading is None:
+            session.prewarm.join()
         roots = capture.cache_roots()
         usage = layers.disk_usage(roots["inductor"])
-        totals = cell_snapshot.session_counts()
+        totals = cell_snapshot.session_counts() if loading is None else {}
         layer_states = []
         for layer in layers.LAYERS:
             counts = totals.get(layer.name, {})
-            scope = self.switch_scope(layer)
+            scope = self.switch_scope(layer) if loading is None else "loading"
             on_disk = usage.get(layer.name, {})
             layer_states.append(
                 LayerState(
                     layer=layer.name,
                     title=layer.title,
                     scope=scope,
-                    enabled=scope not in ("off", "n/a"),
-                    supported=layer.supported(),
+                    enabled=scope not in ("off", "n/a", "loading"),
+                    supported=layer.supported() if loading is None else True,
                     switch=".".join(layer.switch) if layer.switch else None,
                     env_var=layer.env_var,
                     env_value=os.environ.get(layer.env_var) if layer.env_var else None,
@@ -90,10 +94,11 @@ class Commands:
             max_bytes=self.settings.max_bytes,
             precompile_default=session.precompile_default,
             torch_remote=session.hub_policy.torch_remote,
-            stale_rejected=compiler.stale_count(),
-            precompile_fallbacks=compiler.fallback_count(),
+            stale_rejected=compiler.stale_count() if loading is None else 0,
+            precompile_fallbacks=compiler.fallback_count() if loading is None else 0,
             layers=layer_states,
             cells=list(session.history),
+            compiler_loading=loading,
         )
 
     def hub_state(self) -> HubState:

@@ -257,6 +257,9 @@ class SessionStatus:
     precompile_fallbacks: int
     layers: list[LayerState]
     cells: list[CellReport]
+    # Seconds torch's compiler has been loading in the background, when `status` answered without waiting for it:
+    # the layers then show what is on disk only (switches and counters need the compiler; nothing compiled yet).
+    compiler_loading: float | None = None
 
 
 @dataclass

@@ -178,7 +178,7 @@ class Panel:
     # -- content --------------------------------------------------------------------------------------------------
     def refresh(self) -> None:
         w = self._w
-        status = self.commands.status()
+        status = self.commands.status(wait=True)  # the panel shows every layer's switch
         saved = self.commands.time_saved()
         self.header.value = self._header_html(status, saved)
         cells: list[Any] = [w.HTML(f"<b>{h}</b>") for h, _wd in _LAYER_COLUMNS]

@@ -75,6 +75,11 @@ class StatusView(_View):
                 f"torch's own FX graph, AOTAutograd and autotune caches use the hub {d.torch_remote} in this whole "
                 "kernel, not only in our cells (--torch-remote; %unload_ext puts them back)"
             )
+        if d.compiler_loading is not None:
+            lines.append(
+                f"torch's compiler: still loading in the background ({d.compiler_loading:.1f} s so far); the layers "
+                "show what is on disk, their switches and counters once it has loaded (status again)"
+            )
         if d.stale_rejected:
             lines.append(f"stale precompile entries refused this session: {d.stale_rejected}")
         if d.precompile_fallbacks:
@@ -85,7 +90,7 @@ class StatusView(_View):
         out = []
         for row in self.data.layers:
             scope = row.scope
-            enabled = scope if scope in ("n/a", "off") else f"on ({scope})"
+            enabled = scope if scope in ("n/a", "off", "loading") else f"on ({scope})"
             out.append(
                 [
                     row.title,

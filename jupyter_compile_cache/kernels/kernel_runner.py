@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import queue
 import sys
+import tempfile
 import time
 
 
@@ -16,7 +17,9 @@ class KernelRunner:
         from jupyter_client.manager import KernelManager
 
         self.timeout = timeout  # seconds one cell may take
-        self.km = KernelManager(kernel_name="python3")
+        # IPC sockets in a private folder: nothing listens on the network (and the kernel prints no TCP warning).
+        self.sockets = tempfile.TemporaryDirectory(prefix="jcc-kernel-")
+        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(self.sockets.name, "kernel"))
         self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # type: ignore[assignment]  # noqa: E501
         self.km.start_kernel(env={**os.environ, "PYTHONWARNINGS": "ignore", **env})
         self.kc = self.km.client()
@@ -51,3 +54,4 @@ class KernelRunner:
     def close(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+        self.sockets.cleanup()

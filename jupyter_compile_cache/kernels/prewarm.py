@@ -33,12 +33,20 @@ class Prewarm:
         self.created: list[str] = []  # cache files the ISA probe wrote (compiled test programs)
         self.waited = 0.0  # seconds cells waited for it, not yet reported
         self.error: str | None = None  # why it stopped early, until a cell tells it (`take_error`)
+        self.started = 0.0
 
     def start(self) -> None:
         if self.thread is not None or not self.enabled():
             return
         self.thread = threading.Thread(target=self.run_here, name="jupyter_compile_cache-prewarm", daemon=True)
+        self.started = time.perf_counter()
         self.thread.start()
+
+    def loading(self) -> float | None:
+        """Seconds the compiler import has run so far while it still runs in the background, else None."""
+        if self.thread is None or self.imported.is_set():
+            return None
+        return time.perf_counter() - self.started
 
     def run_here(self) -> None:
         """The work, in the calling thread (the background thread's body; a spare kernel calls it directly)."""

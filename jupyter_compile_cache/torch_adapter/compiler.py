@@ -16,7 +16,7 @@ from typing import Any
 
 from .layers import COUNTER_GROUP
 
-MIN_TORCH = (2, 7)
+MIN_TORCH = (2, 9)
 # torch's own Redis-backed caches, switched on by --torch-remote
 REMOTE_CACHE_SWITCHES = (
     ("torch._inductor.config", "fx_graph_remote_cache"),
@@ -24,8 +24,12 @@ REMOTE_CACHE_SWITCHES = (
     ("torch._functorch.config", "enable_remote_autograd_cache"),
 )
 TORCH_REDIS_ENV = "TORCHINDUCTOR_REDIS_URL"
-# A cell whose source matches may compile (it then waits for the compiler's background import).
-COMPILE_HINT = re.compile(r"torch\.compile|_dynamo|_inductor|torch\.compiler|compile_cache|torch\.export")
+# A cell whose source matches may compile (it then waits for the compiler's background import): not a
+# `%compile_cache` line magic, whose commands answer at once (those that need the compiler wait themselves).
+COMPILE_HINT = re.compile(
+    r"torch\.compile|_dynamo|_inductor|torch\.compiler|%%compile_cache|compile_cache\.(?:cell|save|restore|Panel)\b"
+    r"|torch\.export"
+)
 
 
 def torch_problem() -> str | None:
@@ -33,11 +37,11 @@ def torch_problem() -> str | None:
     try:
         import torch
     except ImportError:
-        return "jupyter_compile_cache needs PyTorch: pip install torch (2.7 or newer)"
+        return "jupyter_compile_cache needs PyTorch: pip install torch (2.9 or newer)"
     version = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2])
     compiler = getattr(torch, "compiler", None)
     if version < MIN_TORCH or not hasattr(compiler, "save_cache_artifacts"):
-        return f"jupyter_compile_cache needs PyTorch 2.7 or newer with torch.compiler caches; found {torch.__version__}"
+        return f"jupyter_compile_cache needs PyTorch 2.9 or newer with torch.compiler caches; found {torch.__version__}"
     return None
 
 

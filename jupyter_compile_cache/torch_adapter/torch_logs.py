@@ -40,6 +40,7 @@ class TorchLogFilter(logging.Filter):
             if isinstance(record.args, tuple) and record.args:
                 self.bypass_reasons.append(str(record.args[0]))
             return False
-        if self.installing and record.name == "torch._guards" and record.levelno >= logging.ERROR:
-            return False  # a restored entry's guard failed to build: we say so in one line and fall back
+        building = self.installing or self.dropped_names is not None  # installing an entry, or building one's guards
+        if building and record.name == "torch._guards" and record.levelno >= logging.ERROR:
+            return False  # a guard failed to build there: we say so in one line and fall back
         return "Failed to load entry from dynamo cache" not in message

@@ -29,3 +29,30 @@ def test_notebook_runner_restarts_the_kernel_where_tagged_and_keeps_widget_state
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     assert any(m["model_name"] == "IntSliderModel" and m["state"]["value"] == 7 for m in state.values())
     nbformat.validate(nb)
+
+
+def test_the_stored_notebooks_show_no_path_of_the_machine_that_ran_them():
+    import make_notebooks
+
+    folder = os.path.dirname(make_notebooks.__file__)
+    stored = sorted(name for name in os.listdir(folder) if name.endswith(".ipynb"))
+    assert len(stored) >= 6, stored
+    for name in stored:
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            text = f.read()
+        found = make_notebooks.MACHINE_PATH.search(text)
+        assert found is None, f"{name}: {text[max(found.start() - 60, 0) : found.end() + 60]!r}"
+
+
+def test_scrub_makes_the_checkout_relative_and_home_a_tilde():
+    import make_notebooks
+
+    root = os.path.dirname(make_notebooks.HERE)
+    home = os.path.expanduser("~")
+    nb = new_notebook(cells=[new_code_cell("print(1)")])
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("stream", text=f"store: {root}/example_notebooks/.jcc-demo/01/store\n{home}/.cache\n")
+    ]
+    text = nbformat.writes(make_notebooks.scrub(nb))
+    assert "store: example_notebooks/.jcc-demo/01/store" in text and "~/.cache" in text
+    assert make_notebooks.MACHINE_PATH.search(text) is None

@@ -76,6 +76,10 @@ def test_transformers_zoo_cold_then_restored_in_a_new_kernel(kernel_factory, dir
     restored_out = _run_zoo(k)
     assert restored_out.count("restored 'zoo-") == len(MODELS), restored_out
     paths = {}  # model -> how its restore ran
+    # Before torch 2.11 there is no Dynamo precompile to restore: Dynamo traces again and the caches under it hit.
+    with_precompile = k.value(
+        "__import__('jupyter_compile_cache.torch_adapter.precompile', fromlist=['_']).PrecompileGuard.available()"
+    )
     for name, layers, fallbacks, stale, ok in k.value(CELLS_REPORT):
         assert ok
         model = name.removeprefix("zoo-")
@@ -83,7 +87,11 @@ def test_transformers_zoo_cold_then_restored_in_a_new_kernel(kernel_factory, dir
         # Inductor compiles nothing afresh: no FX graph miss. (An AOTAutograd lookup may still miss for a graph that
         # never reaches inductor and that torch never caches: ViT after BART, cold and restored alike.)
         assert fx["misses"] == 0, (model, layers)
-        if fallbacks or not precompile["hits"]:
+        if not with_precompile:
+            assert aot["hits"] >= 1 and aot["written"] == 0 and not fallbacks and stale == 0, (model, layers)
+            assert precompile == {"hits": 0, "misses": 0, "bypasses": 0, "written": 0}, (model, layers)
+            paths[model] = "caches under Dynamo"
+        elif fallbacks or not precompile["hits"]:
             # The plain path hit the AOTAutograd cache (which holds the FX graph): after a fallback here, or for an
             # entry refused when the cold kernel saved it (told there). Under precompile torch keys these entries
             # by a fresh id per compile; we key them as plain torch.compile does, else this would be an
@@ -110,4 +118,9 @@ def test_transformers_zoo_cold_then_restored_in_a_new_kernel(kernel_factory, dir
     print("restore paths:", paths)
     # Every zoo model restores through precompile (torch 2.11 on an H100, 2.13 on the CPU): a fallback or a missing
     # entry is one of torch's failures we have not put right yet.
-    assert set(paths.values()) <= {"precompile", "precompile + bypass"}, paths
+    expected = {"precompile", "precompile + bypass"} if with_precompile else {"caches under Dynamo"}
+    if with_precompile and k.value("tuple(map(int, torch.__version__.split('.')[:2])) < (2, 13)"):
+        # torch 2.11's guard builder fails on the config views of newer transformers (5.2x): GPT-2 then takes the
+        # plain path, told in one line (checked above); torch 2.13 builds them
+        expected.add("fallback")
+    assert set(paths.values()) <= expected, paths

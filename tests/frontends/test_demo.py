@@ -28,6 +28,9 @@ def test_the_demo_restores_after_the_restart_and_shows_both_runs(tmp_path):
     assert "saved" in first and "0 cache hits" in first, first
     assert "restored 'demo-mlp' from the local store" in restarted and " 0 misses" in restarted, restarted
     assert re.search(r"^\| whole cell \| [0-9.]+ s \| [0-9.]+ s \([0-9.]+x\) \|$", out, re.M), out  # side by side
-    assert re.search(r"^the restart saved [0-9.]+ s of compiling", out, re.M), out
+    code = [float(v) for v in re.findall(r"ran in ([0-9.]+) s", out)]
+    saved = re.search(r"^the restore saved ([0-9.]+) s of compiling \(the cell's code\)", out, re.M)
+    assert saved and float(saved.group(1)) == pytest.approx(code[0] - code[1], abs=0.06), out  # not the import
+    assert "WARNING" not in proc.stderr and "without encryption" not in out + proc.stderr, proc.stderr
     # it kept to its folder: a store and two torch cache dirs there, nothing in the user's store
     assert sorted(os.listdir(tmp_path)) == ["store", "torch-cache-1", "torch-cache-2"]

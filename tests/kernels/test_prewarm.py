@@ -38,3 +38,30 @@ def test_the_next_cell_tells_it_once_and_runs(tmp_path, monkeypatch, capsys):
         assert err.count("preparing torch's compiler in the background stopped (PermissionError") == 1, err
     finally:
         session.close()
+
+
+def test_the_first_magics_answer_while_the_compiler_loads_and_a_compiling_cell_waits(tmp_path):
+    """In a fresh kernel the compiler loads in the background for a second or more: `status`, `list`, `explain`
+    and a usage error answer meanwhile without touching it (status says what is still loading); a
+    `%%compile_cache` cell waits for it and runs."""
+    from helpers.kernels import Kernel
+
+    kernel = Kernel(
+        {"JUPYTER_COMPILE_CACHE_DIR": str(tmp_path / "store"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    )
+    try:
+        kernel.run("import torch\n%load_ext jupyter_compile_cache").check()
+        status = "\n".join(kernel.run("%compile_cache status").check().results)
+        assert "torch's compiler: still loading in the background" in status, status
+        assert kernel.run("%compile_cache --bogus").usage_error
+        assert "no bundles" in "".join(kernel.run("%compile_cache list").check().results)
+        assert "no bundle named 'toy'" in kernel.run("%compile_cache explain toy").output
+        # none of them imported the compiler in the kernel's own thread, nor waited for the background import
+        waited = kernel.value("__import__('jupyter_compile_cache').get_session().prewarm.waited")
+        assert waited == 0.0, waited
+        cell = kernel.run("%%compile_cache toy\nf = torch.compile(lambda x: x.sin() + 1)\nf(torch.ones(4))").check()
+        assert "ran in" in cell.output, cell.output
+        status = "\n".join(kernel.run("%compile_cache status").check().results)
+        assert "still loading" not in status and "on (this kernel)" in status, status
+    finally:
+        kernel.shutdown()

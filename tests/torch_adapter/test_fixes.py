@@ -91,7 +91,7 @@ def test_decode_flex_and_compiled_optimizer_restore_through_precompile(kernel_fa
         out = "".join(k.run(cell).check().output for cell in CELLS.values())
         assert "fell back" not in out and "precompile failed" not in out, out
         assert out.count("torch does not package a function") == 1, out  # the optimizer step, told once
-        assert "Graph contains named parameters due to static addresses" in out, out
+        assert "Graph contains named parameters" in out, out  # torch words the rest differently by version
         outputs[run] = _values(setup + out)
         cudagraph_skips[run] = k.counters().get("inductor", {}).get("cudagraph_skips", 0)
         if run == "restored":

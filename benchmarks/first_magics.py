@@ -1,0 +1,108 @@
+"""The first magics of a fresh kernel, side by side: how long each waits right after `%load_ext`, while torch's
+compiler is still loading in the background.
+
+Each round starts a real kernel through jupyter_client, runs `import torch` + `%load_ext jupyter_compile_cache`
+in one cell, then one magic, timed from request to reply. `--code DIR` runs the same with the package of another
+checkout (a `git worktree` of an older commit, say), so before and after print in one table.
+
+    python benchmarks/first_magics.py --out benchmarks/results/first_magics_cpu.json
+    python benchmarks/first_magics.py --code before=/tmp/before --out benchmarks/results/first_magics_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+
+MAGICS = {
+    "status": "%compile_cache status",
+    "list": "%compile_cache list",
+    "explain": "%compile_cache explain toy",
+    "usage error": "%compile_cache --bogus",
+    "%config": "%config CompileCache",
+    "compiling cell": "%%compile_cache toy\nf = torch.compile(lambda x: x.sin() + 1)\nf(torch.ones(4))",
+}
+
+
+def first_magic(code_dir: str, magic: str, work: str) -> float:
+    from jupyter_client import KernelManager
+
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (code_dir, os.environ.get("PYTHONPATH", "")) if p),
+        JUPYTER_COMPILE_CACHE_DIR=os.path.join(work, "store"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "cache"),
+    )
+    km = KernelManager(kernel_name="python3")
+    km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    km.start_kernel(env=env)
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        kc.execute_interactive("import torch\n%load_ext jupyter_compile_cache", timeout=120, output_hook=lambda m: None)
+        start = time.perf_counter()
+        kc.execute_interactive(magic, timeout=300, output_hook=lambda m: None)  # a usage error replies 'error'
+        return time.perf_counter() - start
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--code", action="append", default=[], help="LABEL=DIR: another checkout's package to compare (repeatable)"
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+    codes = {"this change": REPO}
+    for spec in args.code:
+        label, _, path = spec.rpartition("=")
+        codes[label or os.path.basename(os.path.abspath(path))] = os.path.abspath(path)
+    results: dict[str, dict[str, list[float]]] = {label: {} for label in codes}
+    with tempfile.TemporaryDirectory() as work:
+        for label, code_dir in codes.items():
+            for name, magic in MAGICS.items():
+                times = []
+                for i in range(args.rounds):
+                    times.append(first_magic(code_dir, magic, os.path.join(work, f"{label}-{name}-{i}")))
+                    print(f"{label:>14}  {name:<15} round {i + 1}: {times[-1]:.2f} s", file=sys.stderr, flush=True)
+                results[label][name] = times
+    import torch
+
+    labels = list(codes)
+    print(
+        f"\nfirst magic after %load_ext in a fresh kernel, median of {args.rounds}, seconds; torch {torch.__version__}"
+    )
+    print("| magic | " + " | ".join(labels) + " |")
+    print("|---|" + "---|" * len(labels))
+    for name in MAGICS:
+        cells = [f"{statistics.median(results[label][name]):.2f}" for label in labels]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    if args.out:
+        with open(args.out, "w") as f:
+            meta = {
+                "date": time.strftime("%Y-%m-%d"),
+                "command": "python benchmarks/first_magics.py "
+                + " ".join(sys.argv[1:]).replace(f" --out {args.out}", ""),
+                "torch": torch.__version__,
+                "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                "cpu": platform.processor() or platform.machine(),
+                "cpus": os.cpu_count(),
+            }
+            json.dump({"meta": meta, "codes": codes, "seconds": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

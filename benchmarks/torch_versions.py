@@ -1,0 +1,100 @@
+"""The test suite (or a part of it) on another torch: one environment per torch version, one result file each, for
+the README's support table (`make docs` renders it).
+
+    python -m venv /tmp/torch2.10 && /tmp/torch2.10/bin/pip install torch==2.10.0 -e ".[test]"
+    python benchmarks/torch_versions.py --python /tmp/torch2.10/bin/python --suite restore \\
+        --out benchmarks/results/torch_versions/2.10.0_cpu.json
+
+`--suite all` is the README's test command without ruff, pyright and the notebooks; `restore` the restore tests
+CI's second lane runs (kernel restore, precompile semantics, the model zoo); `gpu` the two of them that run on a GPU
+(`JCC_TEST_DEVICE=cuda`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUITES = {
+    "all": ["tests"],
+    "restore": [
+        "tests/end_to_end/test_kernel_restore.py",
+        "tests/torch_adapter/test_precompile_semantics.py",
+        "tests/end_to_end/test_model_zoo.py",
+    ],
+    # on a GPU (JCC_TEST_DEVICE=cuda): the edit matrix and the model zoo, cold and restored
+    "gpu": ["tests/torch_adapter/test_precompile_semantics.py", "tests/end_to_end/test_model_zoo.py"],
+}
+ABOUT = (
+    "import json, os, platform, torch; from jupyter_compile_cache.torch_adapter import precompile; "
+    "print(json.dumps({'torch': torch.__version__, 'python': platform.python_version(), 'cores': os.cpu_count(), "
+    "'cpu': platform.processor() or platform.machine(), "
+    "'gpu': torch.cuda.get_device_name() if torch.cuda.is_available() else None, "
+    "'precompile': precompile.PrecompileGuard.available()}))"
+)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python", default=sys.executable, help="the environment's python (torch and the package)")
+    parser.add_argument("--suite", choices=sorted(SUITES), default="restore")
+    parser.add_argument("--rerun", metavar="JSON", help="run only the tests that failed in this earlier result")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    tests = SUITES[args.suite]
+    if args.rerun:
+        with open(args.rerun, encoding="utf-8") as f:
+            earlier = json.load(f)
+        # junit names a test by its module's dotted path: tests.core.test_x::test_y
+        tests = [f"{c.split('::')[0].replace('.', '/')}.py::{c.split('::', 1)[1]}" for c in earlier["failures"]]
+        args.suite = "rerun"
+    about = json.loads(subprocess.run([args.python, "-c", ABOUT], capture_output=True, text=True, check=True).stdout)
+    start = time.time()
+    with tempfile.TemporaryDirectory() as work:
+        report = os.path.join(work, "junit.xml")
+        cmd = [args.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *tests]
+        proc = subprocess.run(cmd, cwd=REPO)
+        root = ET.parse(report).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    count = {key: sum(int(s.get(key, 0)) for s in suites) for key in ("tests", "failures", "errors", "skipped")}
+    failed = [
+        f"{case.get('classname')}::{case.get('name')}"
+        for s in suites
+        for case in s.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
+    result = {
+        "meta": {
+            "date": time.strftime("%Y-%m-%d"),
+            "command": "python benchmarks/torch_versions.py "
+            + (f"--rerun {args.rerun}" if args.rerun else f"--suite {args.suite}"),
+            **about,
+        },
+        "suite": args.suite,
+        "tests": len(tests) if args.rerun else None,
+        "passed": count["tests"] - count["failures"] - count["errors"] - count["skipped"],
+        "failed": count["failures"] + count["errors"],
+        "skipped": count["skipped"],
+        "failures": failed,
+        "seconds": round(time.time() - start),
+        "fallback": None
+        if about["precompile"]
+        else "FX graph, AOTAutograd and kernels, with Dynamo tracing again (no precompile before torch 2.11)",
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    print(f"torch {about['torch']}: {result['passed']} passed, {result['failed']} failed in {result['seconds']} s")
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

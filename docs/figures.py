@@ -1,0 +1,353 @@
+"""Every figure in README.md and docs/results.md, rendered from the result file of a real run (`make docs`).
+
+A figure lives between two markers naming how it is rendered and from which files:
+
+    <!-- figures KIND: benchmarks/results/x.json [more.json ...] -->
+    ... written by this script, never by hand ...
+    <!-- /figures -->
+
+and ends with a line saying which command on which machine produced the files. `make docs` first re-runs what
+this machine can run (the quick start in real kernels; `--no-run` skips it), then renders every figure.
+`--check` (run by the tests) only renders and fails when a figure differs from its files, so no figure is edited
+by hand and none outlives a re-run. GPU figures are rendered from the files a GPU run wrote (the command in each
+figure's last line re-runs it there).
+
+    python docs/figures.py            # re-run the quick start here, then render every figure
+    python docs/figures.py --check    # are the figures what their files say?
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGES = ("README.md", "docs/results.md")
+REGION = re.compile(r"(<!-- figures (?P<kind>[\w-]+): (?P<files>[^>]*?) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
+QUICKSTART_JSON = "benchmarks/results/docs/quickstart.json"
+
+# The quick start of the README, run for real: a new kernel compiles, a restarted one (empty torch cache dir) restores.
+SETUP = """import torch
+%load_ext jupyter_compile_cache
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(256, 512), torch.nn.Linear(512, 256)
+    def forward(self, x):
+        return self.l2(torch.nn.functional.gelu(self.l1(x)))
+
+torch.manual_seed(0)
+model, x = Net(), torch.randn(64, 256)"""
+CELL = """%%compile_cache mlp
+compiled = torch.compile(model)
+with torch.no_grad():
+    y = compiled(x)"""
+
+
+def machine() -> dict[str, object]:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def run_quickstart() -> None:
+    """The README's quick start in two real kernels; what the compile cell printed in each, into QUICKSTART_JSON."""
+    sys.path.insert(0, REPO)
+    from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
+
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="jcc-figures-") as work:
+        for run, cache in (("first", "cache-1"), ("restarted", "cache-2")):
+            env = {
+                "JUPYTER_COMPILE_CACHE_DIR": os.path.join(work, "store"),
+                "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, cache),
+            }
+            kernel = KernelRunner(env)
+            try:
+                kernel.run(SETUP)
+                seconds, out = kernel.run(CELL)
+            finally:
+                kernel.close()
+            runs[run] = {"seconds": round(seconds, 3), "printed": out.strip().splitlines()}
+            print(f"quick start, {run} kernel: {seconds:.2f} s", file=sys.stderr)
+    result = {"meta": {**machine(), "command": "make docs"}, "cell": CELL, **runs}
+    path = os.path.join(REPO, QUICKSTART_JSON)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+
+
+# -- renderers: (the files' JSON) -> markdown; each ends with where its figures come from -------------------------
+def _device(name: str, meta: dict) -> str:
+    if meta.get("gpu"):
+        return str(meta["gpu"])
+    if meta.get("device") == "cuda":  # older runs kept no GPU name; their folder (its name or README) says which
+        readme = os.path.join(REPO, os.path.dirname(name), "README.md")
+        notes = open(readme, encoding="utf-8").read() if os.path.exists(readme) else ""
+        found = re.search(r"(h100|h200|a100)", name, re.I) or re.search(r"\b(H100|H200|A100)\b", notes)
+        return f"an {found[1].upper()}" if found else "a CUDA GPU"
+    host = re.search(r"(h100|h200)", name, re.I)
+    if host:  # a GPU machine's run that did not use the GPU
+        return f"the {host[1].upper()} host's CPU"
+    cores = meta.get("cores") or meta.get("cpus")
+    if cores is None:  # older runs kept no machine; their folder's README says which
+        readme = os.path.join(REPO, os.path.dirname(name), "README.md")
+        notes = open(readme, encoding="utf-8").read() if os.path.exists(readme) else ""
+        found = re.search(r"(\d+)-core", notes)
+        return f"the {found[1]}-core CPU machine" if found else "a CPU machine"
+    return f"{meta.get('cpu') or 'a CPU'}, {cores} cores"
+
+
+def _date(name: str, meta: dict) -> str:
+    when = meta.get("date") or meta.get("time")
+    if not when:  # older runs kept no date: their folder's name has it
+        found = re.search(r"\d{4}-\d{2}-\d{2}", name)
+        return found[0] if found else "date not kept"
+    when = str(when)
+    try:
+        return time.strftime("%Y-%m-%d", time.strptime(when, "%a %b %d %H:%M:%S %Y"))
+    except ValueError:
+        return when.split()[0]
+
+
+def _where(files: list[str], runs: list[dict]) -> str:
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for name, data in zip(files, runs):
+        m = data.get("meta", {})
+        command = m.get("command") or COMMANDS.get(_kind_of(name), "?")
+        if _kind_of(name) == "real_work" and "size" in m:
+            command = f"python benchmarks/real_work.py --size {m['size']} --device {m.get('device', 'cpu')}"
+        torch = f", torch {m['torch']}" if m.get("torch") else ""
+        groups.setdefault((command, _device(name, m), torch), []).append(f"`{name}`, {_date(name, m)}")
+    said = [f"`{cmd}` on {device}{torch}: " + "; ".join(where) for (cmd, device, torch), where in groups.items()]
+    return "<sub>Produced by " + ". ".join(said) + ". Rendered by `make docs`.</sub>\n"
+
+
+def _kind_of(name: str) -> str:
+    base = os.path.basename(os.path.dirname(name)) + "/" + os.path.basename(name)
+    for kind in ("warm_restart", "real_work", "first_magics", "torch_versions", "hub_backends", "large_bundles"):
+        if kind in base:
+            return kind
+    return "quickstart"
+
+
+COMMANDS = {
+    "warm_restart": "python benchmarks/warm_restart.py",
+    "real_work": "python benchmarks/real_work.py --size real --device cuda",
+    "first_magics": "python benchmarks/first_magics.py",
+    "torch_versions": "python benchmarks/torch_versions.py",
+    "hub_backends": "python benchmarks/hub_backends.py --sizes 10 100",
+    "large_bundles": "python benchmarks/large_bundles.py",
+}
+
+
+def render_quickstart(files: list[str], runs: list[dict]) -> str:
+    data = runs[0]
+    lines = ["```python", data["cell"], "```", "", "A new kernel, then the same cells after a restart:", "", "```"]
+    lines += [line for line in data["first"]["printed"] if line.startswith("compile_cache:")]
+    lines += [line for line in data["restarted"]["printed"] if line.startswith("compile_cache:")]
+    lines += ["```", ""]
+    return "\n".join(lines) + _where(files, runs)
+
+
+WORKLOADS = {
+    "generate": "HF `generate`, static cache (CUDA graphs), 1.1 B decoder",
+    "train": "compiled AdamW training step",
+    "decode": "reduce-overhead decode loop, 1.1 B decoder",
+    "autotune": "max-autotune prefill, 1.1 B decoder",
+    "flex": "FlexAttention block",
+    "vision": "ViT-B/16, batch 32",
+}
+
+
+def render_real_work(files: list[str], runs: list[dict]) -> str:
+    def cell(row: dict, case: str) -> str:
+        if row.get(case) is None:
+            return "failed" if f"{case}_error" in row else "-"
+        return f"{row[case]:.2f}"
+
+    lines = [
+        "| workload | eager | torch cold | torch warm | ours cold | **ours restored** | restored / eager | bundle |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for data in runs:
+        for row in data["rows"]:
+            ours, eager = row.get("ours"), row.get("eager")
+            ratio = f"{ours / eager:.2f}x" if ours is not None and eager else "-"
+            restored = re.search(r"restored .* \((\d+) files, ([0-9.]+ [KMG]?B)\)", str(row.get("ours_said", "")))
+            bundle = f"{restored[2]}, {restored[1]} files" if restored else "-"
+            name = WORKLOADS.get(row["workload"], row["workload"])
+            lines.append(
+                f"| {name} | {cell(row, 'eager')} | {cell(row, 'cold')} | {cell(row, 'torch_warm')} | "
+                f"{cell(row, 'ours_cold')} | **{cell(row, 'ours')}** | {ratio} | {bundle} |"
+            )
+    return "\n".join(lines) + "\n\n" + _where(files, runs)
+
+
+WARM_VARIANTS = (
+    ("plain_eager", "plain kernel, eager"),
+    ("torch_warm", "plain kernel, torch warm cache"),
+    ("ours_today", "`%%compile_cache`, plain kernel"),
+    ("ours_warm", "`%%compile_cache`, warm kernel"),
+    ("ours_raw", "warm kernel launched raw (VS Code)"),
+)
+
+
+def render_warm_restart(files: list[str], runs: list[dict]) -> str:
+    shown = [(key, title) for key, title in WARM_VARIANTS if any(key in d["results"] for d in runs)]
+    lines = ["| | " + " | ".join(title for _, title in shown) + " |", "|---|" + "---|" * len(shown)]
+    for data in runs:
+        m, results = data["meta"], data["results"]
+        base = results.get("plain_eager", {}).get("median_s")
+        device = m.get("gpu") or f"CPU ({m.get('cores')} cores)"
+        cells = []
+        for key, _ in shown:
+            median = results.get(key, {}).get("median_s")
+            if median is None:
+                cells.append("-")
+            else:
+                ratio = f" ({median / base:.2f}x)" if base and key != "plain_eager" else ""
+                cells.append(f"{median:.2f} s{ratio}")
+        lines.append(f"| {device}, torch {m['torch']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + _where(files, runs)
+
+
+def render_first_magics(files: list[str], runs: list[dict]) -> str:
+    columns = []  # (heading, run, label)
+    for name, data in zip(files, runs):
+        where = _device(name, data["meta"])
+        columns += [(f"{label}, {where}", data, label) for label in data["seconds"]]
+    magics = list(next(iter(runs[0]["seconds"].values())))
+    lines = ["| first magic after `%load_ext` | " + " | ".join(c[0] for c in columns) + " |"]
+    lines.append("|---|" + "---|" * len(columns))
+    for magic in magics:
+        cells = [f"{statistics.median(data['seconds'][label][magic]):.2f} s" for _, data, label in columns]
+        lines.append(f"| {magic} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + _where(files, runs)
+
+
+SUITES = {
+    "all": "the whole suite",
+    "restore": "the restore tests",
+    "gpu": "edit matrix + model zoo, on the GPU",
+    "rerun": "the tests that failed in the run above, after their fixes",
+}
+
+
+def render_torch_versions(files: list[str], runs: list[dict]) -> str:
+    lines = ["| torch | machine | tests | passed | failed | a restored cell comes back through |"]
+    lines.append("|---|---|---|---|---|---|")
+    order = sorted(zip(files, runs), key=lambda p: [int(n) for n in re.findall(r"\d+", p[1]["meta"]["torch"])[:3]])
+    for name, data in order:
+        m = data["meta"]
+        failed = str(data["failed"])
+        if data["failures"]:
+            failed += " (" + ", ".join(f"`{f.rsplit('::', 1)[-1]}`" for f in data["failures"]) + ")"
+        through = data.get("fallback") or "Dynamo precompile (no tracing), then FX graph, AOTAutograd and kernels"
+        lines.append(
+            f"| {m['torch']} | {_device(name, m)} | {SUITES.get(data['suite'], data['suite'])} | {data['passed']} "
+            f"| {failed} | {through} |"
+        )
+    return "\n".join(lines) + "\n\n" + _where(files, runs)
+
+
+def render_hub_backends(files: list[str], runs: list[dict]) -> str:
+    lines = ["| code | backend | bundle | push | pull |", "|---|---|---|---|---|"]
+    for data in runs:
+        for r in sorted(data["rows"], key=lambda r: (r["size_mb"], r["backend"], r["code"] != "baseline")):
+            code = "before (the baseline checkout)" if r["code"] == "baseline" else "this code"
+            lines.append(f"| {code} | {r['backend']} | {r['size_mb']} MB | {r['push_s']:.3f} s | {r['pull_s']:.3f} s |")
+    return "\n".join(lines) + "\n\n" + _where(files, runs)
+
+
+def render_large_bundles(files: list[str], runs: list[dict]) -> str:
+    def median(row: dict, step: str) -> str:
+        done = [run[step] for run in row["runs"] if "error" not in run[step]]
+        if not done:
+            return "failed"
+        return f"{statistics.median(r.get('seconds', r.get('restore_s', 0.0)) for r in done):.2f} s"
+
+    lines = ["| bundle | save | push | pull | restore |", "|---|---|---|---|---|"]
+    for data in runs:
+        for row in data["rows"]:
+            steps = " | ".join(median(row, step) for step in ("save", "push", "pull", "restore"))
+            lines.append(f"| {row['size_mb']} MB, {row['kind']} | {steps} |")
+    return "\n".join(lines) + "\n\n" + _where(files, runs)
+
+
+RENDERERS: dict[str, Callable[[list[str], list[dict]], str]] = {
+    "quickstart": render_quickstart,
+    "real-work": render_real_work,
+    "warm-restart": render_warm_restart,
+    "first-magics": render_first_magics,
+    "torch-versions": render_torch_versions,
+    "hub-backends": render_hub_backends,
+    "large-bundles": render_large_bundles,
+}
+
+
+def render_page(text: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        kind, files = match["kind"], match["files"].split()
+        if kind not in RENDERERS:
+            raise SystemExit(f"unknown figure kind {kind!r} (kinds: {', '.join(RENDERERS)})")
+        runs = []
+        for name in files:
+            with open(os.path.join(REPO, name), encoding="utf-8") as f:
+                runs.append(json.load(f))
+        return match[1] + RENDERERS[kind](files, runs) + match[5]
+
+    return REGION.sub(one, text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only say whether every figure matches its files")
+    parser.add_argument("--no-run", action="store_true", help="render from the stored files without re-running")
+    args = parser.parse_args()
+    if not args.check and not args.no_run:
+        run_quickstart()
+    stale = []
+    for page in PAGES:
+        path = os.path.join(REPO, page)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        rendered = render_page(text)
+        if rendered != text:
+            stale.append(page)
+            if not args.check:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(rendered)
+    if args.check and stale:
+        print(f"figures differ from their result files in: {', '.join(stale)} (run `make docs`)", file=sys.stderr)
+        return 1
+    print(("rendered: " if stale else "every figure is up to date: ") + ", ".join(stale or PAGES))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
