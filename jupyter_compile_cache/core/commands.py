@@ -16,6 +16,7 @@ from ..storage.hub import HubError
 from ..storage.sources import HubSource, LocalSource, Progress, Source, find
 from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
 from ..torch_adapter.precompile import PrecompileGuard
+from . import notebook
 from .records import (
     BundleExplanation,
     BundleRow,
@@ -27,6 +28,7 @@ from .records import (
     HubState,
     Imported,
     LayerState,
+    NotebookPlan,
     Removed,
     RemoveOptions,
     SessionStatus,
@@ -99,6 +101,9 @@ class Commands:
             layers=layer_states,
             cells=list(session.history),
             compiler_loading=loading,
+            notebook=session.notebook.plan,
+            notebook_path=session.notebook.path,
+            notebook_fetched=len(session.notebook.fetched),
         )
 
     def hub_state(self) -> HubState:
@@ -144,6 +149,14 @@ class Commands:
                 )
             )
         return BundleExplanation(name, store.root, versions, store.last_run(name))
+
+    def notebook_plan(self, path: str, parse: notebook.LineParser) -> NotebookPlan:
+        """Cell by cell, whether Run All of the notebook at PATH (as last saved) will restore its bundles here, and
+        why not; PARSE reads a `%%compile_cache` line (the magic's parser)."""
+        if not os.path.isfile(path):
+            raise ValueError(f"no notebook at {path}")
+        cells, problems = notebook.read_cells(path, parse)
+        return notebook.plan(self.session, os.path.abspath(path), cells, problems)
 
     def stats(self, store_dir: str | None = None, zero: bool = False) -> StoreStatistics:
         """The store's cumulative statistics with its size against the cap; `zero` starts them again (the returned

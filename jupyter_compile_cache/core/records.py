@@ -60,6 +60,7 @@ class CellOptions:
     ttl: int | None = None
     wait: float = 0.0  # seconds to wait for a collaborator who is compiling the same NAME
     torch_remote: bool = False  # also point torch's own Redis caches (FX graph, AOTAutograd, autotune) at the hub
+    source_digest: str | None = None  # the cell body's identity (notebook.source_digest), kept with the bundle
 
     def __post_init__(self) -> None:
         """The same rules as the magic's options, for scripts: a bad value is a ValueError naming the option."""
@@ -148,6 +149,8 @@ class CellReport:
     body_seconds: float = 0.0
     # waiting for torch's compiler stack to import (and, for C++ kernels, the CPU probe): once per process
     waited_seconds: float = 0.0
+    staged_wait_seconds: float = 0.0  # waiting for this cell's own bundle, fetched from the hub at kernel start
+    source_digest: str | None = None  # the cell body's identity, when a notebook's magic ran it
     layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
     stale_rejected: int = 0
     precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
@@ -191,6 +194,8 @@ class CellReport:
             parts.append(f"{self.stale_rejected} stale precompile entries refused (code changed)")
         if self.precompile_fallbacks:
             parts.append(f"{self.precompile_fallbacks} functions fell back from precompile to plain torch.compile")
+        if self.staged_wait_seconds >= 0.5:
+            parts.append(f"waited {self.staged_wait_seconds:.1f} s for its bundle, on its way from the hub")
         if self.waited_seconds >= 0.5:
             parts.append(f"waited {self.waited_seconds:.1f} s for torch's compiler to load (once per kernel)")
         if self.saved_version:
@@ -242,6 +247,47 @@ class HubState:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class NotebookCell:
+    """A `%%compile_cache` cell of a saved notebook: its place among the code cells (from 1), NAME, options, and
+    its body's identity."""
+
+    index: int
+    name: str
+    options: CellOptions
+    digest: str
+
+
+@dataclass
+class CellPlan:
+    """Whether one notebook cell's bundle will restore here; `source` 'local' or 'hub' where one fits, `reason`
+    why it will not restore (None: it will)."""
+
+    index: int
+    name: str
+    restores: bool
+    source: str | None
+    reason: str | None
+
+
+@dataclass
+class NotebookPlan:
+    """What Run All will do with the notebook's `%%compile_cache` cells, before any of them runs."""
+
+    path: str
+    cells: list[CellPlan]
+    problems: list[str] = field(default_factory=list)  # cells or hubs that could not be read
+
+    @property
+    def restoring(self) -> int:
+        return sum(1 for cell in self.cells if cell.restores)
+
+    def headline(self) -> str:
+        total = len(self.cells)
+        noun = "cell" if total == 1 else "cells"
+        return f"Run All will restore {self.restoring} of {total} %%compile_cache {noun}"
+
+
 @dataclass
 class SessionStatus:
     hub: HubState
@@ -260,6 +306,9 @@ class SessionStatus:
     # Seconds torch's compiler has been loading in the background, when `status` answered without waiting for it:
     # the layers then show what is on disk only (switches and counters need the compiler; nothing compiled yet).
     compiler_loading: float | None = None
+    notebook: NotebookPlan | None = None  # the kernel's notebook, once its bundles are staged
+    notebook_path: str | None = None  # known, though its plan may still be in the making
+    notebook_fetched: int = 0  # bundles pulled from the hub ahead of their cells
 
 
 @dataclass

@@ -26,6 +26,7 @@ from ..torch_adapter.precompile import PrecompileGuard
 from . import events
 from .events import Event, Reporter, Transfer
 from .hub_policy import HubPolicy
+from .notebook import NotebookStage
 from .records import CellOptions, CellReport, RestoreResult, writer
 from .settings import CompileCache
 from .toolchain import Toolchain
@@ -72,6 +73,7 @@ class CompileCacheSession:
         self.prewarm.before_probe = self.toolchain.restore
         self.prewarm.after_probe = lambda: self.toolchain.save(self.prewarm.created)
         self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
+        self.notebook = NotebookStage(self)  # the kernel's notebook, its bundles fetched ahead (%load_ext starts it)
         self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
         self._restored_paths: dict[str, list[str]] = {}
         # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
@@ -196,6 +198,10 @@ class CompileCacheSession:
             for message in found.problems + found.warnings:
                 self.warn(message, report)
             where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
+            if result.source == "local" and name in self.notebook.fetched:
+                where += " (pulled from the hub when the kernel started)"
+                if hub is not None:
+                    self.hub_policy.trust(hub, report)
             restored = events.Restored(
                 name, result.source or "", where, result.files, result.bytes, result.seconds, result.pull_seconds
             )
@@ -213,7 +219,7 @@ class CompileCacheSession:
         self.prewarm.join()  # before touching torch's compiler: importing it from two threads at once deadlocks
         if self._cache_load_patches is None:
             self._cache_load_patches = kernel_load_fixes.cache_load_patches()
-        report = CellReport(name)
+        report = CellReport(name, source_digest=opts.source_digest)
         lease = None
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
         precompile = precompile and PrecompileGuard.available()
@@ -221,6 +227,7 @@ class CompileCacheSession:
         hub = self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use the same hub
         try:
             if opts.restore:
+                report.staged_wait_seconds = self.notebook.wait_for(name)  # only while NAME itself is being fetched
                 report.restore = self._restore(name, opts, report, hub)
             fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
             lease = self.hub_policy.single_flight(
@@ -309,6 +316,8 @@ class CompileCacheSession:
     ) -> None:
         store = self.store(opts.store_dir)
         stats = {"body_seconds": report.body_seconds, "layers": report.layers, "layer_bytes": cell_files.layer_bytes()}
+        if opts.source_digest:  # the notebook's plan compares it with the saved cell's body
+            stats["cell_digest"] = opts.source_digest
         now = fingerprint.current()
         manifest = Manifest.new(name, now, fingerprint.digest(now), writer(), stats)
         start = time.perf_counter()

@@ -109,7 +109,8 @@ class CompileCache(Configurable):
         "[$JUPYTER_COMPILE_CACHE_PRECOMPILE]"
     ).tag(config=True)
     prewarm = Bool(
-        help="Import torch's compiler stack in the background when the extension loads [$JUPYTER_COMPILE_CACHE_PREWARM]"
+        help="At %load_ext, import torch's compiler stack and fetch the notebook's bundles in the background "
+        "[$JUPYTER_COMPILE_CACHE_PREWARM]"
     ).tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from .._version import __version__
 from ..core.commands import COMMAND_ERRORS, Commands
-from ..core.records import bundle_name
+from ..core.records import NotebookPlan, bundle_name
 from ..core.session import CompileCacheSession
 from ..units import human_bytes, speed
 from . import arguments, store_commands, tables
@@ -151,7 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _show(command: str, args: argparse.Namespace, record: Any) -> int:
     """A store command's record as text (or JSON with --json); 1 when NAME is not there or the removal needs --yes."""
-    if command in ("list", "explain", "stats") and args.json and (command != "explain" or record.versions):
+    if isinstance(record, NotebookPlan):
+        print(_json(store_commands.as_json(record)) if args.json else repr(tables.NotebookPlanView(record)))
+    elif command in ("list", "explain", "stats") and args.json and (command != "explain" or record.versions):
         print(_json(store_commands.as_json(record)))
     elif command == "list":
         print(repr(tables.BundleTable(record)))

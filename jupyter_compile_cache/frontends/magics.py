@@ -5,91 +5,33 @@ The usage lines and the magics' help (`%%compile_cache?`) are generated from the
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import shlex
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import TraitError
 
 from ..core.commands import Commands
-from ..core.records import CellOptions, bundle_name
+from ..core.notebook import notebook_path
+from ..core.records import NotebookPlan, bundle_name
 from ..core.session import CompileCacheSession
-from . import arguments, store_commands, tables
+from . import store_commands, tables
+from .cell_line import Parser, cell_parser, options_from
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (shown without a traceback) instead of exiting the kernel, and keeps its
-    usage on one line (it is quoted in every error)."""
-
-    def __init__(self, *args: Any, usage_line: Callable[[], str] | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(prog, width=10_000))
-        super().__init__(*args, add_help=False, **kwargs)
-        self.usage_line = usage_line or (lambda: self.format_usage().strip().removeprefix("usage: "))
-        self.subcommands: dict[str, _Parser] = {}  # name -> its parser, filled by whoever adds sub-parsers
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message}\nusage: {self.usage_line()}")
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise UsageError(f"{message or ''}\nusage: {self.usage_line()}".strip())
-
-
-def cell_parser() -> _Parser:
-    p = _Parser(prog="%%compile_cache", description="Restore NAME before the cell, run it, save what it compiled.")
-    p.add_argument("name", metavar="NAME", help="the bundle: letters, digits, '.', '_', '-'")
-    p.add_argument(
-        "--store",
-        dest="store_dir",
-        metavar="DIR",
-        default=None,
-        help="another local store (default: CompileCache.store_dir)",
-    )
-    p.add_argument("--no-restore", dest="restore", action="store_false", help="compile cold, even if a bundle fits")
-    p.add_argument("--no-save", dest="save", action="store_false", help="save nothing")
-    p.add_argument("--force-save", action="store_true", help="save even if the cell compiled nothing new")
-    p.add_argument("--quiet", action="store_true", help="print nothing but warnings")
-    p.add_argument(
-        "--no-precompile", dest="precompile", action="store_false", default=None, help="Dynamo precompile off"
-    )
-    p.add_argument(
-        "--hub", metavar="URL", type=arguments.hub_url, default=None, help="this cell's hub (default: CompileCache.hub)"
-    )
-    p.add_argument("--no-hub", action="store_true", help="local store only")
-    p.add_argument(
-        "--namespace",
-        metavar="NS",
-        type=arguments.namespace,
-        default=None,
-        help="hub namespace (default: CompileCache.namespace)",
-    )
-    p.add_argument(
-        "--ttl", metavar="SECONDS", type=arguments.ttl_seconds, default=None, help="how long the pushed bundle lives"
-    )
-    p.add_argument(
-        "--wait",
-        metavar="SECONDS",
-        type=arguments.wait_seconds,
-        default=0.0,
-        help="wait for a collaborator compiling the same NAME",
-    )
-    p.add_argument("--torch-remote", action="store_true", help="point torch's own Redis caches at the hub too")
-    return p
-
-
-class _LineParser(_Parser):
+class _LineParser(Parser):
     """A sub-command's parser: its errors quote the whole line magic's usage."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, usage_line=line_usage, **kwargs)
 
 
-def line_parser() -> _Parser:
-    p = _Parser(prog="%compile_cache", description="Inspect and manage the caches.", usage_line=line_usage)
+def line_parser() -> Parser:
+    p = Parser(prog="%compile_cache", description="Inspect and manage the caches.", usage_line=line_usage)
     sub = p.add_subparsers(dest="command", parser_class=_LineParser, metavar="COMMAND")
     p.subcommands["status"] = sub.add_parser(
         "status", help="per-layer table: switches, entries on disk, this kernel's hits and misses"
@@ -122,7 +64,7 @@ def _asks_help(words: list[str]) -> bool:
     return bool({"-h", "--help"} & set(words)) or words == ["help"]
 
 
-def _subcommands() -> dict[str, _Parser]:
+def _subcommands() -> dict[str, Parser]:
     return line_parser().subcommands
 
 
@@ -139,7 +81,7 @@ def _split(line: str, usage: Callable[[], str]) -> list[str]:
         raise UsageError(f"{exc}\nusage: {usage()}") from None
 
 
-def _with_help(parser: Callable[[], _Parser]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _with_help(parser: Callable[[], Parser]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """The magic's docstring (`%%compile_cache?`) is its parser's help, headed by the one-line usage."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -166,10 +108,7 @@ class CompileCacheMagics(Magics):
             return None
         args = cell_parser().parse_args(words)
         _valid(args.name, cell_usage)
-        # The parser's destinations are named after CellOptions' fields.
-        options = CellOptions(
-            **{f.name: getattr(args, f.name) for f in dataclasses.fields(CellOptions) if f.name in args}
-        )
+        options = options_from(args, cell)
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame from the user's traceback)
         with self.session.cell(args.name, options):
             return self._run_body(cell)
@@ -208,6 +147,8 @@ class CompileCacheMagics(Magics):
         if args.command in (None, "status"):
             status = commands.status()
             return dataclasses.asdict(status) if getattr(args, "json", False) else tables.StatusView(status)
+        if args.command == "explain" and args.name is None and args.notebook is None:
+            args.notebook = notebook_path(getattr(self.shell, "user_ns", None))  # this kernel's own, when known
         if args.command in store_commands.NAMES:
             missing = store_commands.missing_store(commands, args)
             if missing:
@@ -256,6 +197,8 @@ class CompileCacheMagics(Magics):
 
 def _show(args: Any, record: Any) -> Any:
     """A store command's record in a notebook: a table (or JSON with --json), or the lines of a removal."""
+    if isinstance(record, NotebookPlan):
+        return store_commands.as_json(record) if args.json else tables.NotebookPlanView(record)
     if args.command in ("list", "explain", "stats") and args.json:
         return store_commands.as_json(record)
     if args.command == "list":

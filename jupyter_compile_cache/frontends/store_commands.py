@@ -19,7 +19,7 @@ NAMES = ("list", "explain", "rm", "gc", "stats")
 
 HELP = {
     "list": "bundles here and on the hub, with a total",
-    "explain": "why NAME would or would not restore here; its last run",
+    "explain": "why NAME would or would not restore here, and its last run; with no NAME, the notebook's cells",
     "rm": "delete NAME from the local store (every version)",
     "gc": "evict old, unusable or least recently used versions",
     "stats": "what the cells that used the store did: restores, hits, time saved, size",
@@ -28,7 +28,16 @@ HELP = {
 
 def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
     """COMMAND's own arguments (not --store) on PARSER."""
-    if command in ("explain", "rm"):
+    if command == "explain":
+        parser.add_argument("name", metavar="NAME", nargs="?", default=None)
+        parser.add_argument(
+            "--notebook",
+            metavar="PATH",
+            default=None,
+            help="which of this notebook's %%%%compile_cache cells Run All will restore here, and why not "
+            "(in a kernel, its own notebook when NAME is left out)",
+        )
+    if command == "rm":
         parser.add_argument("name", metavar="NAME")
     if command in ("list", "explain", "stats"):  # the read commands
         parser.add_argument("--json", action="store_true", help="the records as JSON (a list or dict in a notebook)")
@@ -89,9 +98,24 @@ def _list(commands: Commands, store_dir: str | None) -> Any:
     return rows
 
 
+def _explain(commands: Commands, args: argparse.Namespace, store_dir: str | None) -> Any:
+    if args.name is not None:
+        if args.notebook is not None:
+            raise ValueError("explain takes a NAME or --notebook PATH, not both")
+        return commands.explain(args.name, store_dir)
+    if args.notebook is None:
+        raise ValueError(
+            "explain needs a NAME, or --notebook PATH (this kernel does not know its notebook: no JPY_SESSION_NAME "
+            "from a Jupyter server, no __vsc_ipynb_file__ from VS Code)"
+        )
+    from .cell_line import parse_cell_line  # the magic's own parser, for the notebook's cells
+
+    return commands.notebook_plan(args.notebook, parse_cell_line)
+
+
 _RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Any]] = {
     "list": lambda commands, args, store_dir: _list(commands, store_dir),
-    "explain": lambda commands, args, store_dir: commands.explain(args.name, store_dir),
+    "explain": lambda commands, args, store_dir: _explain(commands, args, store_dir),
     "rm": lambda commands, args, store_dir: commands.remove(
         RemoveOptions(args.name, args.version, args.dry_run, store_dir)
     ),

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.records import BundleExplanation, HubState, Removal, SessionStatus, StoreStatistics
+from ..core.records import BundleExplanation, HubState, NotebookPlan, Removal, SessionStatus, StoreStatistics
 from ..units import count, human_bytes
 
 
@@ -80,6 +81,10 @@ class StatusView(_View):
                 f"torch's compiler: still loading in the background ({d.compiler_loading:.1f} s so far); the layers "
                 "show what is on disk, their switches and counters once it has loaded (status again)"
             )
+        if d.notebook is not None:
+            lines.append(notebook_line(d.notebook, d.notebook_fetched))
+        elif d.notebook_path is not None:
+            lines.append(f"notebook {d.notebook_path}: its bundles are still being fetched (status again)")
         if d.stale_rejected:
             lines.append(f"stale precompile entries refused this session: {d.stale_rejected}")
         if d.precompile_fallbacks:
@@ -290,6 +295,33 @@ class Explanation(_View):
             f"<div><b>{html.escape(heading)}</b></div>" + (_html_table(headers, rows) if headers else "")
             for heading, headers, rows in self.blocks()
         )
+
+
+def notebook_line(plan: NotebookPlan, fetched: int = 0) -> str:
+    """'Run All will restore 3 of 4 %%compile_cache cells (...)': the headline `status` and the panel show."""
+    if not plan.cells:
+        return f"notebook {os.path.basename(plan.path)}: no %%compile_cache cells"
+    ahead = f", {fetched} fetched from the hub ahead" if fetched else ""
+    others = [f"cell {c.index} {c.name!r}" for c in plan.cells if not c.restores]
+    why = f"; not {', '.join(others)} (`%compile_cache explain` says why)" if others else ""
+    return f"{plan.headline()} of {os.path.basename(plan.path)}{ahead}{why}"
+
+
+class NotebookPlanView(_View):
+    """`explain` with no NAME: the notebook's `%%compile_cache` cells, whether each restores here, and why not."""
+
+    headers = ("cell", "bundle", "Run All", "from", "why not")
+
+    def preamble(self) -> list[str]:
+        d: NotebookPlan = self.data
+        lines = [f"{d.headline()} of {d.path} (as last saved)"]
+        return lines + [f"note: {problem}" for problem in d.problems]
+
+    def rows(self) -> list[list[Any]]:
+        return [
+            [c.index, c.name, "restores" if c.restores else "compiles", c.source or "-", c.reason or ""]
+            for c in self.data.cells
+        ]
 
 
 def hub_line(hub: HubState) -> str:
