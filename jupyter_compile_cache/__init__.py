@@ -21,7 +21,8 @@ hub), ``--wait SECONDS`` (wait for a collaborator compiling the same NAME), ``--
 Redis caches at the hub too).
 
 Line commands: ``%compile_cache status`` (per-layer table), ``list``, ``explain NAME`` (why a bundle would or
-would not restore here, and what the last run hit and missed), ``stats [--json] [--zero]`` (what the cells that
+would not restore here, and what the last run hit and missed; with no NAME, which of this notebook's cells Run All
+will restore, and why not), ``stats [--json] [--zero]`` (what the cells that
 used the store did: restores, hit rate, time saved, size against the cap), ``rm NAME``, ``gc [--max-size SIZE]``,
 ``enable LAYER`` / ``disable LAYER`` (flip torch's switch for a cache layer), ``hub URL|off|status``, ``panel``
 (an ipywidgets panel: per-layer state with toggles, bundles, cold vs restored times).

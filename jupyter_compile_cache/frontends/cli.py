@@ -1,5 +1,6 @@
-"""Command line: `jupyter-compile-cache list | explain NAME | stats | rm NAME | gc | export NAME FILE | import FILE
-| install-kernel | demo | hub ls|push|pull|rm|gc` (also `python -m jupyter_compile_cache`).
+"""Command line: `jupyter-compile-cache list | explain NAME | explain --notebook PATH | stats | rm NAME | gc
+| export NAME FILE | import FILE | install-kernel | demo | hub ls|push|pull|rm|gc`
+(also `python -m jupyter_compile_cache`).
 
 A view over the same session, store and sources as the magics, for use outside notebooks (CI jobs, shells,
 scripts), with the magics' words: `explain` (`show` is kept as another name for it), `--dry-run`, `--yes`.

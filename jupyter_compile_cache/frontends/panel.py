@@ -33,7 +33,7 @@ from ..core.records import (
 )
 from ..core.session import CompileCacheSession
 from ..units import human_bytes
-from .tables import Explanation, age, hub_line, removal_lines
+from .tables import Explanation, age, hub_line, notebook_line, removal_lines
 
 
 def bar_chart_svg(cells: list[CellSaving], width: int = 520) -> str:
@@ -221,12 +221,17 @@ class Panel:
             f"<div>precompile: {status.stale_rejected} stale entries refused, "
             f"{status.precompile_fallbacks} functions fell back to plain torch.compile</div>"
         )
+        notebook = ""
+        if status.notebook is not None:
+            notebook = f"<div>{html.escape(notebook_line(status.notebook, status.notebook_fetched))}</div>"
+        elif status.notebook_path is not None:
+            notebook = "<div>the notebook's bundles: still being fetched</div>"
         return (
             f"<div>{device}</div><div>{versions}</div>"
             f"<div>local store {html.escape(_from_home(status.store_dir))}: {human_bytes(status.store_bytes)} of the "
             f"{human_bytes(cap)} cap ({100 * status.store_bytes / max(cap, 1):.1f} %); "
             f"cache dir {html.escape(_from_home(status.cache_dir))}</div><div>hub: {hub}</div>"
-            f"<div>compile time saved this session (estimate): {saved.total:.1f} s</div>{precompile}"
+            f"<div>compile time saved this session (estimate): {saved.total:.1f} s</div>{precompile}{notebook}"
         )
 
     def _refresh_bundles(self, hub: bool) -> None:

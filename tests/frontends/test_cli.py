@@ -271,3 +271,26 @@ def test_a_store_that_does_not_exist_a_bad_size_and_plurals_are_said_plainly(tmp
     make_bundle(store, "net", size=1_000)
     stats = _python(["-m", "jupyter_compile_cache", "--store", store.root, "stats"], {})
     assert "1 version of 1 bundle" in stats.stdout, stats.stdout
+
+
+def test_explain_a_notebook_says_what_run_all_will_restore(tmp_path):
+    import json
+
+    notebook = tmp_path / "nb.ipynb"
+    cells = [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
+        for source in ("import torch", "%%compile_cache net\ny = torch.compile(f)(x)", "%%compile_cache bad/name\n")
+    ]
+    notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    env = {"JUPYTER_COMPILE_CACHE_DIR": str(tmp_path / "store"), "JUPYTER_COMPILE_CACHE_HUB": ""}
+    out = _python(["-m", "jupyter_compile_cache", "explain", "--notebook", str(notebook)], env)
+    assert out.returncode == 0, out.stderr
+    assert f"Run All will restore 0 of 1 %%compile_cache cell of {notebook}" in out.stdout
+    assert "no bundle saved yet" in out.stdout and "cell 3: invalid bundle name 'bad/name'" in out.stdout
+    as_json = ["-m", "jupyter_compile_cache", "explain", "--notebook", str(notebook), "--json"]
+    record = json.loads(_python(as_json, env).stdout)
+    assert [(c["index"], c["name"], c["restores"]) for c in record["cells"]] == [(2, "net", False)]
+    out = _python(["-m", "jupyter_compile_cache", "explain"], env)
+    assert out.returncode == 2 and "explain needs a NAME, or --notebook PATH" in out.stderr
+    out = _python(["-m", "jupyter_compile_cache", "explain", "--notebook", str(tmp_path / "none.ipynb")], env)
+    assert out.returncode == 2 and "no notebook at" in out.stderr

@@ -143,3 +143,18 @@ def test_the_panel_takes_the_sessions_events_it_says_warnings_and_refreshes_afte
         assert refreshed == [True]
     finally:
         session.listeners.remove(panel._on_event)  # (panel.close() needs a kernel's comms)
+
+
+def test_the_panel_says_what_run_all_will_restore_in_the_kernels_notebook(session, tmp_path):
+    import json
+
+    from jupyter_compile_cache.core.notebook import read_cells
+    from jupyter_compile_cache.frontends.cell_line import parse_cell_line
+
+    path = tmp_path / "nb.ipynb"
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "source": "%%compile_cache net\ny = f(x)"}
+    path.write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    session.notebook.start(str(path), lambda: read_cells(str(path), parse_cell_line))
+    session.notebook.join()
+    header = Panel(session).header.value
+    assert "Run All will restore 0 of 1 %%compile_cache cell of nb.ipynb; not cell 1 &#x27;net&#x27;" in header
