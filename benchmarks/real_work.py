@@ -15,8 +15,11 @@ GPU; `--size tiny`: the same code at tiny width, for the CPU):
 Cases: eager (no compile; for generate, the dynamic cache), cold (plain torch.compile, empty cache dir), torch_warm
 (plain, a new kernel on cold's cache dir), mega (torch's mega-cache from the cold kernel, loaded into an empty dir
 before the cell; the load is timed apart), ours_cold (`%%compile_cache`, empty dir and store), ours (`%%compile_cache`
-restoring from that store into an empty dir). Each time is the whole cell, as a user sees it; the model is built
-in an earlier cell, not timed. What each of our cells said (restores, fallbacks, misses) is kept in the JSON.
+restoring from that store into an empty dir), ours_hub (a colleague: an empty store and dir, the bundle on a
+shared-folder hub that ours_cold pushed to, pulled by the cell), ours_staged (the same colleague whose kernel knows
+its notebook, JPY_SESSION_NAME, as under a Jupyter server: %load_ext fetches the bundle while the model is built).
+Each time is the whole cell, as a user sees it; the model is built in an earlier cell, not timed. What each of our
+cells said (restores, fallbacks, misses) is kept in the JSON.
 
   python benchmarks/real_work.py --size tiny --out benchmarks/results/real_work_cpu.json
   python benchmarks/real_work.py --size real --device cuda --out benchmarks/results/real_work_h100.json
@@ -34,7 +37,7 @@ import time
 
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
-CASES = ("eager", "cold", "torch_warm", "mega", "ours_cold", "ours")
+CASES = ("eager", "cold", "torch_warm", "mega", "ours_cold", "ours", "ours_hub", "ours_staged")
 
 SIZES = {
     "tiny": dict(hidden=32, layers=1, heads=2, kv=1, inter=64, vocab=96, prompt=6, new=8, vit=None, batch=2),
@@ -234,9 +237,17 @@ def run_workload(
     dirs = {case: os.path.join(work, name, case) for case in CASES}
     mega = os.path.join(work, name, "mega.bin")
     row: dict = {"workload": name}
+    share = os.path.join(work, name, "share")
+    os.makedirs(share, exist_ok=True)
     for case in cases:
         cache_dir = dirs["cold"] if case == "torch_warm" else dirs[case]
         env = {"TORCHINDUCTOR_CACHE_DIR": cache_dir, "JUPYTER_COMPILE_CACHE_DIR": store}
+        if case in ("ours_cold", "ours_hub", "ours_staged"):
+            env["JUPYTER_COMPILE_CACHE_HUB"] = f"file://{share}"
+        if case in ("ours_hub", "ours_staged"):  # a colleague: nothing local
+            env["JUPYTER_COMPILE_CACHE_DIR"] = os.path.join(work, name, f"store_{case}")
+        if case == "ours_staged":
+            env["JPY_SESSION_NAME"] = _notebook(work, name, size, device, build, cell)
         k = KernelRunner(env, case_timeout)
         try:
             # A notebook loads the extension in its first cell; the compiler imports it starts overlap the build.
@@ -287,6 +298,22 @@ def run_workload(
     if name == "decode" and per_call_kernels:
         row.update(per_call_pairs(size, device, work, case_timeout, per_call_kernels))
     return row
+
+
+def _notebook(work: str, name: str, size: str, device: str, build: str, cell: str) -> str:
+    """The notebook the ours_staged kernel serves: the cells that case runs, saved as a Jupyter server would."""
+    sources = [
+        "%load_ext jupyter_compile_cache",
+        SETUP.format(size=SIZES[size], device=device, compile_=True) + BUILD[build],
+        f"%%compile_cache real-{name}\n{cell}",
+    ]
+    cells = [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": src} for src in sources
+    ]
+    path = os.path.join(work, name, f"{name}.ipynb")
+    with open(path, "w") as f:
+        json.dump({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, f)
+    return path
 
 
 def per_call_pairs(size: str, device: str, work: str, case_timeout: float, pairs: int) -> dict:
@@ -355,6 +382,19 @@ def table(rows: list[dict]) -> str:
             f"| {r['workload']} | {_c(t, 'eager')} | {_c(t, 'cold')} | {_c(t, 'torch_warm')} | **{_c(t, 'ours')}** | "
             f"{_x(t['ours'], t['eager'])} | {_x(t['ours'], t['torch_warm'])} |"
         )
+    if any(r.get("ours_hub") is not None or r.get("ours_staged") is not None for r in rows):
+        lines += ["", "A colleague's new kernel, the bundle on a shared-folder hub (compiled cell, seconds):", ""]
+        lines += [
+            "| workload | eager | torch warm | pulled by the cell | **fetched at %load_ext (notebook known)** | /eager "
+            "| /torch warm |",
+            "|" + "---|" * 7,
+        ]
+        for r in rows:
+            staged = r.get("ours_staged")
+            lines.append(
+                f"| {r['workload']} | {_c(r, 'eager')} | {_c(r, 'torch_warm')} | {_c(r, 'ours_hub')} | "
+                f"**{_c(r, 'ours_staged')}** | {_x(staged, r.get('eager'))} | {_x(staged, r.get('torch_warm'))} |"
+            )
     for r in rows:
         warm, ours = r.get("torch_warm_per_call_ms_kernels"), r.get("ours_per_call_ms_kernels")
         if warm and ours:
@@ -390,7 +430,8 @@ def main() -> None:
     p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
     args = p.parse_args()
     cases = tuple(c for c in CASES if c in args.cases.split(","))
-    for case, needs in (("torch_warm", "cold"), ("mega", "cold"), ("ours", "ours_cold")):
+    needing = (("torch_warm", "cold"), ("mega", "cold"), ("ours", "ours_cold"), ("ours_hub", "ours_cold"))
+    for case, needs in (*needing, ("ours_staged", "ours_cold")):
         if case in cases and needs not in cases:
             p.error(f"--cases: {case} needs {needs}, which makes its caches")
     names = [n for n in args.workloads.split(",") if n and (n != "autotune" or args.device == "cuda")]

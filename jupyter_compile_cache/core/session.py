@@ -199,7 +199,7 @@ class CompileCacheSession:
                 self.warn(message, report)
             where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
             if result.source == "local" and name in self.notebook.fetched:
-                where += " (pulled from the hub when the kernel started)"
+                where += ", pulled from the hub when the kernel started"
                 if hub is not None:
                     self.hub_policy.trust(hub, report)
             restored = events.Restored(
