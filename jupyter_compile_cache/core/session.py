@@ -79,6 +79,7 @@ class CompileCacheSession:
         # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
         self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}
         self._cache_load_patches: list[Any] | None = None  # kernel_load_fixes, from the first cell to close()
+        self._to_refresh: list[str] = []  # files the last restore wrote, for the precompile guard's refresh
 
     # -- plumbing -----------------------------------------------------------------------------------------------
     @property
@@ -130,7 +131,15 @@ class CompileCacheSession:
         """Restore the newest compatible version of NAME into torch's cache dirs: local store, then the hub.
         `progress(done, total)` is told the bytes pulled, then restored (else a bar shows what takes over a second)."""
         opts = options or CellOptions(store_dir=store_dir, quiet=quiet)
-        return self._restore(check_name(name), opts, None, self.hub_policy.for_cell(opts), progress)
+        result = self._restore(check_name(name), opts, None, self.hub_policy.for_cell(opts), progress)
+        self._refresh_loaded()
+        return result
+
+    def _refresh_loaded(self) -> None:
+        """Newer precompile entries a restore brought for functions this kernel already loaded, installed now."""
+        paths, self._to_refresh = self._to_refresh, []
+        if paths:
+            self.guard.refresh(paths)
 
     def _install(
         self, manifest: Manifest, payload: IO[bytes], roots: dict[str, str], progress: Progress | None = None
@@ -143,6 +152,7 @@ class CompileCacheSession:
             return [path for path, _stamp_now in stamps]
         paths = bundle.extract(payload, manifest, roots, progress)
         self._installed[key] = [(path, _stamp(path)) for path in paths]
+        self._to_refresh += paths  # a function this kernel already loaded may have a newer entry here
         return paths
 
     def _restore(
@@ -245,6 +255,7 @@ class CompileCacheSession:
             roots = capture.cache_roots()
             watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
             before = CellSnapshot.take(self.guard if precompile else None)
+            self._refresh_loaded()  # after the snapshot: what it loads is this cell's hit
             watcher.start()
             start = time.perf_counter()
             try:

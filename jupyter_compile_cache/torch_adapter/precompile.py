@@ -20,6 +20,8 @@ import logging
 import os
 import sys
 import types
+import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from . import fixes, frame_sizes
@@ -80,6 +82,8 @@ class PrecompileGuard:
         self._installing: str | None = None  # key of the package being installed
         self._state_sha: str | None = None  # sha256 of the guard state torch is loading
         self.code_ids: dict[str, Any] = {}  # key -> torch's key for the function's remembered input sizes
+        # key -> the live CompilePackage a restored entry was installed into (a later restore may bring a newer one)
+        self.live: dict[str, weakref.ref[Any]] = {}
         self._patches: list[Patch] = []
         self._log_filter = TorchLogFilter()
         self._loggers = [logging.getLogger(f"torch.{name}") for name in FILTERED_LOGGERS]
@@ -321,6 +325,8 @@ class PrecompileGuard:
         try:
             orig_install(pkg, *args, **kwargs)
             check_installed_globals(pkg)
+            if key is not None:
+                self.live[key] = weakref.ref(pkg)
         except Exception as exc:  # torch's failure: a fresh compile instead
             with contextlib.suppress(Exception):
                 pkg.uninstall()
@@ -340,6 +346,43 @@ class PrecompileGuard:
             self._installing = None
             self._log_filter.installing = False
         advance_unique_ids(pkg)
+
+    def refresh(self, paths: Iterable[str]) -> int:
+        """Entries a restore just wrote for functions this process already loaded from an older entry: installed
+        into the live function now. torch reads a function's entry once, when `torch.compile` wraps it, so a later
+        cell's bundle (saved after the same compiled function met new input sizes, and compiled them) would
+        otherwise be traced again for those sizes. Each entry passes the same checks as at first load; one that
+        fails leaves the function on the plain path. Returns how many functions took a newer entry."""
+        if not self.installed or not self.live:
+            return 0
+        from torch._dynamo import package
+
+        prefix = os.path.realpath(package.DynamoCache.path_prefix())
+        keys = set()
+        for path in paths:
+            relative = os.path.relpath(os.path.realpath(path), prefix)
+            if not relative.startswith(os.pardir):
+                keys.add(relative.split(os.sep)[0])
+        refreshed = 0
+        for key in sorted(keys & self.live.keys()):
+            pkg = self.live[key]()
+            fn = getattr(pkg, "_innermost_fn", None)
+            if pkg is None or fn is None or package.CompilePackage.source_id_from_fn(fn) != key:
+                continue
+            result = package.DynamoCache.load(fn)  # our load: the code digest is checked again
+            if result is None:
+                continue
+            try:
+                pkg.uninstall()
+                type(pkg).__init__(pkg, None)  # type: ignore[arg-type]  # torch's own call, CompilePackage(None)
+                pkg.initialize(fn, result.dynamo, ignore_inlined_sources=False)
+                pkg.install(result.backends)  # our install: a failure is told and sets the entry aside
+            except Exception:  # told by _install (or torch raised before it): the plain path recompiles what it needs
+                if not pkg.is_initialized():
+                    pkg.initialize(fn, None, ignore_inlined_sources=False)
+                continue
+            refreshed += 1
+        return refreshed
 
     def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         """Give a restored entry back the guards precompile dropped, bound to objects verified against its record.
