@@ -198,6 +198,25 @@ print("RESULT", out[0, -4:].tolist())
     "decode": """print("RESULT", decode(prompt[:, S["prompt"] // 3 :], S["new"])[-4:])""",
 }
 
+# --profile: the compiled cell under cProfile (its whole time, the magic's restore included); the 30 functions with the
+# most cumulative time follow a PROFILE_TOP line.
+PROFILED = """
+import cProfile as _cp, pstats as _ps, io as _io
+_prof = _cp.Profile()
+_prof.enable()
+try:
+    if {magic!r}:
+        get_ipython().run_cell_magic("compile_cache", {magic!r}, {cell!r})
+    else:
+        get_ipython().ex({cell!r})
+finally:
+    _prof.disable()
+    _text = _io.StringIO()
+    _ps.Stats(_prof, stream=_text).sort_stats("cumulative").print_stats(30)
+    print("PROFILE_TOP")
+    print(_text.getvalue())
+"""
+
 # Decode cost per call, as users pay it at steady state: the median of the decode steps of 10 more generations.
 PER_CALL = """
 import statistics
@@ -231,6 +250,8 @@ def run_workload(
     case_timeout: float,
     cases: tuple[str, ...] = CASES,
     per_call_kernels: int = 0,
+    profile: bool = False,
+    think: float = 0.0,
 ) -> dict:
     build, cell = CELLS[name]
     store = os.path.join(work, name, "store")
@@ -258,7 +279,13 @@ def run_workload(
             if case == "mega":
                 row["mega_load_s"], _ = k.run(f"torch.compiler.load_cache_artifacts(open({mega!r}, 'rb').read())")
             body = f"%%compile_cache real-{name}\n{cell}" if case.startswith("ours") else cell
+            time.sleep(think)  # a user reading before running the cell: background work (ours) may finish meanwhile
+            if profile and case in ("ours", "ours_staged", "torch_warm"):
+                body = PROFILED.format(magic=f"real-{name}" if case.startswith("ours") else "", cell=cell)
             row[case], out = k.run(body)
+            if profile and "PROFILE_TOP" in out:
+                row[f"{case}_profile"] = out.split("PROFILE_TOP\n", 1)[1]
+                out = out.split("PROFILE_TOP\n", 1)[0]
             row[f"{case}_result"] = next((line for line in out.splitlines() if line.startswith("RESULT")), None)
             if case.startswith("ours"):
                 row[f"{case}_said"] = [line for line in out.splitlines() if "compile_cache" in line]
@@ -427,6 +454,15 @@ def main() -> None:
         help="decode: this many more torch warm and ours kernels, alternating, for the cost per call (needs the "
         "cold and ours_cold cases)",
     )
+    p.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="seconds between the build cell and the compiled cell, in every case (default 0: Run All)",
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="the compiled cell of torch_warm, ours and ours_staged under cProfile"
+    )
     p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
     args = p.parse_args()
     cases = tuple(c for c in CASES if c in args.cases.split(","))
@@ -438,13 +474,24 @@ def main() -> None:
     import torch
 
     meta = {"size": args.size, "device": args.device, "torch": torch.__version__, "time": time.ctime()}
+    meta["think_s"] = args.think
     if args.device == "cuda":
         meta["gpu"] = torch.cuda.get_device_name()
     rows = []
     with tempfile.TemporaryDirectory(prefix="real-work-") as work:
         for name in names:
             rows.append(
-                run_workload(name, args.size, args.device, work, args.cell_timeout, cases, args.per_call_kernels)
+                run_workload(
+                    name,
+                    args.size,
+                    args.device,
+                    work,
+                    args.cell_timeout,
+                    cases,
+                    args.per_call_kernels,
+                    args.profile,
+                    args.think,
+                )
             )
             with open(args.out, "w") as f:  # after each workload: a run cut short keeps what it measured
                 json.dump({"meta": meta, "rows": rows}, f, indent=1)
