@@ -29,8 +29,13 @@ SUITES = {
         "tests/torch_adapter/test_precompile_semantics.py",
         "tests/end_to_end/test_model_zoo.py",
     ],
-    # on a GPU (JCC_TEST_DEVICE=cuda): the edit matrix and the model zoo, cold and restored
-    "gpu": ["tests/torch_adapter/test_precompile_semantics.py", "tests/end_to_end/test_model_zoo.py"],
+    # on a GPU (JCC_TEST_DEVICE=cuda): the edit matrix, the model zoo, cold and restored, and one function at two
+    # input sizes in two cells
+    "gpu": [
+        "tests/torch_adapter/test_precompile_semantics.py",
+        "tests/end_to_end/test_model_zoo.py",
+        "tests/end_to_end/test_kernel_restore.py::test_a_later_cells_input_size_restores_without_a_new_trace",
+    ],
 }
 ABOUT = (
     "import json, os, platform, torch; from jupyter_compile_cache.torch_adapter import precompile; "

@@ -253,7 +253,7 @@ def render_first_magics(files: list[str], runs: list[dict]) -> str:
 SUITES = {
     "all": "the whole suite",
     "restore": "the restore tests",
-    "gpu": "edit matrix + model zoo, on the GPU",
+    "gpu": "edit matrix, model zoo, two input sizes in two cells, on the GPU",
     "rerun": "the tests that failed in the run above, after their fixes",
 }
 

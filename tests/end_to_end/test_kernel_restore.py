@@ -62,29 +62,33 @@ def test_restart_on_empty_cache_dir_restores_with_no_misses(kernel_factory, dirs
     assert dict(status)["dynamo_precompile"] >= 1 if precompiled else dict(status)["aot_autograd"] >= 1
 
 
+# CI runs on the CPU; JCC_TEST_DEVICE=cuda runs this one on a GPU.
+DEVICE = os.environ.get("JCC_TEST_DEVICE", "cpu")
 SHAPES = """
 import torch
 torch.manual_seed(0)
 def decode_step(t):
     return (t.sin() * 2).cumsum(0) + t.cos()
-short, long = torch.randn(6), torch.randn(9)
+short, long = torch.randn(6, device={device!r}), torch.randn(9, device={device!r})
 """
-# One function compiled in the first cell (as the decode recipe does) and called at two input sizes by two cells: the second size recompiles with a dynamic length (torch's
-# automatic dynamic), and the second cell's bundle holds the function's entry with both graphs.
-SHORT = "%%compile_cache short\nstep = torch.compile(decode_step)\nwith torch.no_grad():\n    a = step(short)\nprint('A', a.tolist())"
+# One function compiled in the first cell (as the decode recipe does) and called at two input sizes by two cells:
+# the second size recompiles with a dynamic length (torch's automatic dynamic), and the second cell's bundle holds
+# the function's entry with both graphs.
+SHORT = "%%compile_cache short\nstep = torch.compile(decode_step)\nwith torch.no_grad():\n    a = step(short)\n"
+SHORT += "print('A', a.tolist())"
 LONG = "%%compile_cache long\nwith torch.no_grad():\n    b = step(long)\nprint('B', b.tolist())"
 TRACES = "__import__('torch._dynamo.utils', fromlist=['counters']).counters['stats']['unique_graphs']"
 
 
 def test_a_later_cells_input_size_restores_without_a_new_trace(kernel_factory, dirs):
     k = _start(kernel_factory, dirs)
-    k.run(SHAPES).check()
+    k.run(SHAPES.format(device=DEVICE)).check()
     cold = [k.run(cell).check().stdout for cell in (SHORT, LONG)]
     assert k.value(TRACES) == 2 and all("saved" in out for out in cold)
 
     k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
     k.run("%load_ext jupyter_compile_cache").check()
-    k.run(SHAPES).check()
+    k.run(SHAPES.format(device=DEVICE)).check()
     restored = [k.run(cell).check().stdout for cell in (SHORT, LONG)]
     # plain torch.compile's answers, to the bit: the same graphs the cold kernel ran
     for before, after in zip(cold, restored):
