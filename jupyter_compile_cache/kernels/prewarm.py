@@ -4,7 +4,8 @@ Importing Dynamo and Inductor, hashing torch's and Triton's files and probing th
 work that no cache can hold (measured in docs/how_it_works.md). `%load_ext` starts them in a background thread.
 
 Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
-looks like it compiles (and every `%%compile_cache` cell) first waits for the imports to finish. The ISA probe
+looks like it compiles (and every `%%compile_cache` cell) first waits for the imports (and the hashes every compile
+needs) to finish. The ISA probe
 goes on in the background: a GPU model never needs it, and a CPU compile that asks first simply computes it.
 `CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
 """
@@ -23,7 +24,7 @@ class Prewarm:
     def __init__(self, enabled: Callable[[], bool] = lambda: True) -> None:
         self.enabled = enabled
         self.thread: threading.Thread | None = None
-        self.imported = threading.Event()  # set once the compiler modules are imported (or failed to)
+        self.imported = threading.Event()  # set once the compiler is imported and hashed (or failed to)
         self.import_seconds: float | None = None
         # Set by the session: restores the per-machine toolchain bundle, lists the cache files, saves what the probe
         # built (off the cells' path).
@@ -54,10 +55,13 @@ class Prewarm:
         try:
             try:
                 compiler.import_compiler()
+                # Before cells go on: the key of every Triton kernel a cell loads or compiles needs these hashes,
+                # and a cell that found them unfinished would compute them again beside this thread (measured on
+                # an H100: 2.5 s of hashing, both threads slower for it).
+                compiler.hash_torch_and_triton()
             finally:
                 self.import_seconds = time.perf_counter() - start
                 self.imported.set()
-            compiler.hash_torch_and_triton()
             if compiler.can_probe_cpu():
                 if self.before_probe is not None:
                     self.before_probe()
@@ -76,7 +80,7 @@ class Prewarm:
         return error
 
     def join(self) -> None:
-        """Wait for the imports only: the CPU ISA probe runs on (torch computes it itself if asked first)."""
+        """Wait for the imports and hashes only: the CPU ISA probe runs on (torch computes it itself if asked first)."""
         if self.thread is not None and not self.imported.is_set():
             start = time.perf_counter()
             self.imported.wait()

@@ -128,7 +128,7 @@ def test_a_colleagues_kernel_fetches_the_notebooks_bundles_at_start_and_says_wha
     )
     alice.run("%load_ext jupyter_compile_cache").check()
     # a kernel that does not know its notebook says how to name one
-    assert "needs a NAME, or --notebook PATH" in alice.run("%compile_cache explain").usage_error
+    assert "UsageError: explain needs a NAME, or --notebook PATH" in alice.run("%compile_cache explain").stderr
     alice.run(DEFINE).check()
     assert "to the local store and the hub" in alice.run(compile_net).check().stdout
     edited = COMPILE.format(name="net2", options="--force-save")  # the same graphs as net: saved all the same
