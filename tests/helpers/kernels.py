@@ -83,7 +83,10 @@ class Kernel:
                 result.error = content
             elif kind == "status" and content["execution_state"] == "idle":
                 break
-        reply = self.kc.get_shell_msg(timeout=timeout)
+        while True:  # this cell's own reply: one left over from before (a kernel_info) must not stand in for it
+            reply = self.kc.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
         result.status = reply["content"]["status"]
         return result
 
