@@ -141,6 +141,8 @@ def _where(files: list[str], runs: list[dict]) -> str:
         command = m.get("command") or COMMANDS.get(_kind_of(name), "?")
         if _kind_of(name) == "real_work" and "size" in m:
             command = f"python benchmarks/real_work.py --size {m['size']} --device {m.get('device', 'cpu')}"
+            if m.get("think_s"):
+                command += f" --think {m['think_s']:g}"
         torch = f", torch {m['torch']}" if m.get("torch") else ""
         groups.setdefault((command, _device(name, m), torch), []).append(f"`{name}`, {_date(name, m)}")
     said = [f"`{cmd}` on {device}{torch}: " + "; ".join(where) for (cmd, device, torch), where in groups.items()]
