@@ -18,7 +18,7 @@ hub_timeout            JUPYTER_COMPILE_CACHE_HUB_TIMEOUT   10.0 seconds
 hub_chunk_size         JUPYTER_COMPILE_CACHE_HUB_CHUNK_SIZE  "4M" (256K to 64M; bigger for GB bundles on a fast link)
 max_size               JUPYTER_COMPILE_CACHE_MAX_SIZE      "20G" (local store; also `gc`'s default)
 precompile             JUPYTER_COMPILE_CACHE_PRECOMPILE    True (Dynamo precompile in %%compile_cache cells)
-prewarm                JUPYTER_COMPILE_CACHE_PREWARM       True (compiler import, notebook bundles: background)
+prewarm                JUPYTER_COMPILE_CACHE_PREWARM       True (background: compiler, notebook bundles)
 =====================  ==================================  =================================================
 """
 
