@@ -22,16 +22,24 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
 from ..storage.sources import LocalSource, Source, find
+from ..storage.store import LocalStore
 from ..torch_adapter import fingerprint
+from .hub_policy import HubPolicy
 from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan
 
-if TYPE_CHECKING:
-    from .session import CompileCacheSession
+
+class Stores(Protocol):
+    """What the plan and the staging use of the kernel's session: its stores and its hub policy."""
+
+    hub_policy: HubPolicy
+
+    def store(self, root: str | None = None) -> LocalStore: ...
+
 
 SESSION_NAME_ENV = "JPY_SESSION_NAME"  # set by Jupyter servers: the notebook's path
 VSCODE_NOTEBOOK = "__vsc_ipynb_file__"  # set by VS Code in the user namespace
@@ -102,9 +110,7 @@ def read_cells(path: str, parse: LineParser) -> tuple[list[NotebookCell], list[s
     return cells, problems
 
 
-def plan(
-    session: CompileCacheSession, path: str, cells: list[NotebookCell], problems: list[str] | None = None
-) -> NotebookPlan:
+def plan(session: Stores, path: str, cells: list[NotebookCell], problems: list[str] | None = None) -> NotebookPlan:
     """Cell by cell, whether Run All will restore its bundle here, and why not. Hubs are asked (not pulled from);
     one that does not answer is left for a minute and said by the next cell that uses it, as a cell's failure is."""
     problems = list(problems or [])
@@ -136,9 +142,7 @@ def _where(cell: NotebookCell) -> tuple[str, str, str | None]:
     return cell.name, opts.store_dir or "", hub
 
 
-def _cell_plan(
-    session: CompileCacheSession, cell: NotebookCell, found: list[tuple[str, Manifest]], now: dict[str, Any]
-) -> CellPlan:
+def _cell_plan(session: Stores, cell: NotebookCell, found: list[tuple[str, Manifest]], now: dict[str, Any]) -> CellPlan:
     if not cell.options.restore:
         return CellPlan(cell.index, cell.name, False, None, "--no-restore: it compiles cold by choice")
     if not found:
@@ -179,7 +183,7 @@ class NotebookStage:
     """The notebook's bundles, fetched into the local store in a background thread before its cells run, then its
     plan. A cell asks `wait_for(NAME)` before its restore: it waits only while NAME itself is being fetched."""
 
-    def __init__(self, session: CompileCacheSession) -> None:
+    def __init__(self, session: Stores) -> None:
         self.session = session
         self.path: str | None = None
         self.plan: NotebookPlan | None = None  # once staging is done
