@@ -104,6 +104,7 @@ class Commands:
             notebook=session.notebook.plan,
             notebook_path=session.notebook.path,
             notebook_fetched=len(session.notebook.fetched),
+            notebook_error=session.notebook.error,
         )
 
     def hub_state(self) -> HubState:

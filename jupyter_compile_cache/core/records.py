@@ -309,6 +309,7 @@ class SessionStatus:
     notebook: NotebookPlan | None = None  # the kernel's notebook, once its bundles are staged
     notebook_path: str | None = None  # known, though its plan may still be in the making
     notebook_fetched: int = 0  # bundles pulled from the hub ahead of their cells
+    notebook_error: str | None = None  # why the staging stopped early (its cells fetch their own bundles)
 
 
 @dataclass

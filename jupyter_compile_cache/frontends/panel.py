@@ -224,6 +224,8 @@ class Panel:
         notebook = ""
         if status.notebook is not None:
             notebook = f"<div>{html.escape(notebook_line(status.notebook, status.notebook_fetched))}</div>"
+        elif status.notebook_error is not None:
+            notebook = f"<div>the notebook's bundles were not fetched ahead: {html.escape(status.notebook_error)}</div>"
         elif status.notebook_path is not None:
             notebook = "<div>the notebook's bundles: still being fetched</div>"
         return (

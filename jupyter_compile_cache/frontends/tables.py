@@ -83,6 +83,9 @@ class StatusView(_View):
             )
         if d.notebook is not None:
             lines.append(notebook_line(d.notebook, d.notebook_fetched))
+        elif d.notebook_error is not None:
+            lines.append(f"notebook {d.notebook_path}: its bundles were not fetched ahead ({d.notebook_error}); "
+                         "each cell fetches its own")  # fmt: skip
         elif d.notebook_path is not None:
             lines.append(f"notebook {d.notebook_path}: its bundles are still being fetched (status again)")
         if d.stale_rejected:

@@ -167,3 +167,19 @@ def test_a_colleagues_kernel_fetches_the_notebooks_bundles_at_start_and_says_wha
     assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
     assert "restored 'net' from the local store, pulled from the hub when the kernel started (" in out.stdout
     assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+
+
+def test_staging_that_fails_is_said_by_status_and_no_cell_waits_for_it(tmp_path):
+    from jupyter_compile_cache.core.commands import Commands
+    from jupyter_compile_cache.frontends.tables import StatusView
+
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+
+    def unreadable():
+        raise PermissionError("the notebook went away")
+
+    session.notebook.start(str(tmp_path / "nb.ipynb"), unreadable)
+    session.notebook.join()
+    assert session.notebook.wait_for("net") == 0.0
+    text = repr(StatusView(Commands(session).status(wait=True)))
+    assert "its bundles were not fetched ahead (PermissionError: the notebook went away); each cell fetches" in text
