@@ -68,7 +68,7 @@ class Prewarm:
                 before = self.listing() if self.listing else {}
                 compiler.probe_cpu()
                 after = self.listing() if self.listing else {}
-                self.created = sorted(p for p, meta in after.items() if before.get(p) != meta)
+                self.created = compiler.probe_files(sorted(p for p, meta in after.items() if before.get(p) != meta))
                 if self.after_probe is not None:
                     self.after_probe()
         except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once

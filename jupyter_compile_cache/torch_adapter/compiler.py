@@ -112,6 +112,27 @@ def probe_cpu() -> None:
     cpu_vec_isa.pick_vec_isa()  # cached by torch for the process
 
 
+def probe_files(created: list[str]) -> list[str]:
+    """Of the cache files that appeared while the probe ran, the probe's own: each test program's source (torch's
+    `VecISA._avx_code`, written as `<key>.cpp`) and what was built beside it (`<key>.so`, its load marker). A cell
+    restoring or compiling meanwhile writes into the same folders; its files are not the machine's toolchain."""
+    from torch._inductor import cpu_vec_isa
+
+    code = getattr(getattr(cpu_vec_isa, "VecISA", None), "_avx_code", None)
+    if not isinstance(code, str):  # a torch that probes some other way: keep what appeared, as before
+        return created
+    stems = []
+    for path in created:
+        if path.endswith(".cpp"):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    if f.read() == code:
+                        stems.append(path[: -len(".cpp")] + ".")
+            except OSError:
+                continue
+    return [path for path in created if path.startswith(tuple(stems))] if stems else []
+
+
 # -- switches -------------------------------------------------------------------------------------------------
 def set_caching_precompile(enabled: bool) -> bool:
     """Switch torch's global caching_precompile; returns the previous value."""
