@@ -160,11 +160,13 @@ def _stage_notebook(ipython: Any, session: Any) -> None:
     """The notebook this kernel serves, when its front end says which: its bundles fetched ahead, then its plan
     (core/notebook.py), in the background."""
     from .core.notebook import notebook_path, read_cells
-    from .frontends.cell_line import parse_cell_line
 
     path = notebook_path(ipython.user_ns)
-    if path is not None and session.settings.prewarm:
-        session.notebook.start(path, lambda: read_cells(path, parse_cell_line))
+    if path is None or not session.settings.prewarm:
+        return
+    from .frontends.cell_line import parse_cell_line  # only a kernel that knows its notebook reads its cells
+
+    session.notebook.start(path, lambda: read_cells(path, parse_cell_line))
 
 
 def unload_ipython_extension(ipython: Any) -> None:
