@@ -57,6 +57,11 @@ def _source(entry: Any) -> str:
     return str(getattr(guard, "name", None) or entry.name)
 
 
+def guard_states(codes: Iterable[Any]) -> set[str]:
+    """The compiled graphs of a package's (or a saved entry's) code entries, each named by its guard state."""
+    return {sha(guarded.guards_state) for code in codes for guarded in getattr(code, "guarded_codes", ())}
+
+
 def _is_dropped(entry: Any) -> bool:
     derived = set(getattr(entry, "derived_guard_types", ()) or ())
     return entry.guard_type in _DROPPED_KINDS or bool(_DROPPED_BASES & derived)
@@ -352,7 +357,9 @@ class PrecompileGuard:
         into the live function now. torch reads a function's entry once, when `torch.compile` wraps it, so a later
         cell's bundle (saved after the same compiled function met new input sizes, and compiled them) would
         otherwise be traced again for those sizes. Each entry passes the same checks as at first load; one that
-        fails leaves the function on the plain path. Returns how many functions took a newer entry."""
+        fails leaves the function on the plain path. Only an entry holding every graph the live function has, and more,
+        replaces it: an older one, or one lacking a graph this kernel compiled, would drop graphs. Returns how many
+        functions took a newer entry."""
         if not self.installed or not self.live:
             return 0
         from torch._dynamo import package
@@ -369,8 +376,16 @@ class PrecompileGuard:
             fn = getattr(pkg, "_innermost_fn", None)
             if pkg is None or fn is None or package.CompilePackage.source_id_from_fn(fn) != key:
                 continue
+            loading = self._loading.get(key)
             result = package.DynamoCache.load(fn)  # our load: the code digest is checked again
             if result is None:
+                continue
+            if not guard_states(pkg._codes.values()) < guard_states(result.dynamo.codes):
+                # Not strictly newer: an older bundle (a cell re-run after a later one), or the live function
+                # compiled graphs here that the entry lacks. Replacing it would drop those graphs, to be traced
+                # again and left out of the next save; it stays as it is.
+                if loading is not None:
+                    self._loading[key] = loading
                 continue
             try:
                 pkg.uninstall()

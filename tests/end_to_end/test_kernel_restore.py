@@ -102,6 +102,33 @@ def test_a_later_cells_input_size_restores_without_a_new_trace(kernel_factory, d
         assert k.value(TRACES) == 0
 
 
+@pytest.mark.skipif(not PrecompileGuard.available(), reason="torch 2.11 on: entries installed into live functions")
+def test_an_older_or_narrower_bundle_never_drops_graphs_the_live_function_has(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    k.run(SHAPES.format(device=DEVICE)).check()
+    for cell in (SHORT, LONG):
+        k.run(cell).check()
+
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    k.run("%load_ext jupyter_compile_cache").check()
+    k.run(SHAPES.format(device=DEVICE)).check()
+    k.run(SHORT).check()
+    # A graph this kernel compiles for itself (float64), not in any bundle.
+    k.run("%%compile_cache wide\nwith torch.no_grad():\n    w = step(short.double())").check()
+    assert k.value(TRACES) == 1
+    # 'long' holds the short and long graphs but not this kernel's float64 one: taking it would drop that graph.
+    k.run(LONG).check()
+    traces = k.value(TRACES)
+    k.run("with torch.no_grad():\n    w2 = step(short.double())").check()
+    assert k.value(TRACES) == traces  # the float64 graph is still there
+    # A cell under the first name brings back its older entry (the short graph alone): the live function keeps
+    # what it has, and the long size is not traced again.
+    out = k.run("%%compile_cache short --no-save\nwith torch.no_grad():\n    b2 = step(long)").check()
+    assert "restored 'short'" in out.stdout
+    assert k.value(TRACES) == traces
+    assert k.value("torch.equal(b2, step(long))")
+
+
 @pytest.mark.parametrize(
     "edit",
     [
