@@ -38,6 +38,7 @@ import time
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
 CASES = ("eager", "cold", "torch_warm", "mega", "ours_cold", "ours", "ours_hub", "ours_staged")
+REPEATED = ("eager", "torch_warm", "ours", "ours_hub", "ours_staged")  # the others make the caches these read
 
 SIZES = {
     "tiny": dict(hidden=32, layers=1, heads=2, kv=1, inter=64, vocab=96, prompt=6, new=8, vit=None, batch=2),
@@ -252,6 +253,8 @@ def run_workload(
     per_call_kernels: int = 0,
     profile: bool = False,
     think: float = 0.0,
+    hub: str | None = None,
+    repeat: int = 1,
 ) -> dict:
     build, cell = CELLS[name]
     store = os.path.join(work, name, "store")
@@ -260,13 +263,16 @@ def run_workload(
     row: dict = {"workload": name}
     share = os.path.join(work, name, "share")
     os.makedirs(share, exist_ok=True)
-    for case in cases:
-        cache_dir = dirs["cold"] if case == "torch_warm" else dirs[case]
+    times: dict[str, list[float]] = {}
+    runs = [(case, i) for case in cases for i in range(repeat if case in REPEATED else 1)]
+    for case, i in runs:
+        again = f"-{i}" if i else ""  # each kernel of a repeated case starts as the first did: an empty dir and store
+        cache_dir = dirs["cold"] if case == "torch_warm" else dirs[case] + again
         env = {"TORCHINDUCTOR_CACHE_DIR": cache_dir, "JUPYTER_COMPILE_CACHE_DIR": store}
         if case in ("ours_cold", "ours_hub", "ours_staged"):
-            env["JUPYTER_COMPILE_CACHE_HUB"] = f"file://{share}"
+            env["JUPYTER_COMPILE_CACHE_HUB"] = hub or f"file://{share}"
         if case in ("ours_hub", "ours_staged"):  # a colleague: nothing local
-            env["JUPYTER_COMPILE_CACHE_DIR"] = os.path.join(work, name, f"store_{case}")
+            env["JUPYTER_COMPILE_CACHE_DIR"] = os.path.join(work, name, f"store_{case}{again}")
         if case == "ours_staged":
             env["JPY_SESSION_NAME"] = _notebook(work, name, size, device, build, cell)
         k = KernelRunner(env, case_timeout)
@@ -283,6 +289,7 @@ def run_workload(
             if profile and case in ("ours", "ours_staged", "torch_warm"):
                 body = PROFILED.format(magic=f"real-{name}" if case.startswith("ours") else "", cell=cell)
             row[case], out = k.run(body)
+            times.setdefault(case, []).append(row[case])
             if profile and "PROFILE_TOP" in out:
                 row[f"{case}_profile"] = out.split("PROFILE_TOP\n", 1)[1]
                 out = out.split("PROFILE_TOP\n", 1)[0]
@@ -322,6 +329,9 @@ def run_workload(
             print(f"{name:9s} {case:10s} FAILED: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
         finally:
             k.close()
+    for case, seconds in times.items():
+        if len(seconds) > 1:  # the median of the case's kernels; each kernel's time kept beside it
+            row[f"{case}_runs"], row[case] = seconds, statistics.median(seconds)
     if name == "decode" and per_call_kernels:
         row.update(per_call_pairs(size, device, work, case_timeout, per_call_kernels))
     return row
@@ -334,6 +344,8 @@ def _notebook(work: str, name: str, size: str, device: str, build: str, cell: st
         SETUP.format(size=SIZES[size], device=device, compile_=True) + BUILD[build],
         f"%%compile_cache real-{name}\n{cell}",
     ]
+    if name in OTHER_PROMPT:  # the cell of another prompt length, which the case runs next
+        sources.append(f"%%compile_cache real-{name}-other\n{OTHER_PROMPT[name]}")
     cells = [
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": src} for src in sources
     ]
@@ -387,7 +399,7 @@ def _x(a: float | None, b: float | None, digits: int = 2) -> str:
     return "-" if a is None or not b else f"{a / b:.{digits}f}x"
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], hub: str = "a shared-folder hub") -> str:
     head = (
         "| workload | eager | torch cold | torch warm | mega (+load) | ours cold | **ours restored** | /eager "
         "| /torch warm | /cold |"
@@ -410,7 +422,7 @@ def table(rows: list[dict]) -> str:
             f"{_x(t['ours'], t['eager'])} | {_x(t['ours'], t['torch_warm'])} |"
         )
     if any(r.get("ours_hub") is not None or r.get("ours_staged") is not None for r in rows):
-        lines += ["", "A colleague's new kernel, the bundle on a shared-folder hub (compiled cell, seconds):", ""]
+        lines += ["", f"A colleague's new kernel, the bundle on {hub} (compiled cell, seconds):", ""]
         lines += [
             "| workload | eager | torch warm | pulled by the cell | **fetched at %load_ext (notebook known)** | /eager "
             "| /torch warm |",
@@ -463,6 +475,18 @@ def main() -> None:
     p.add_argument(
         "--profile", action="store_true", help="the compiled cell of torch_warm, ours and ours_staged under cProfile"
     )
+    p.add_argument(
+        "--hub",
+        default=None,
+        help="the hub of ours_cold, ours_hub and ours_staged (default: a shared folder); a redis:// URL through "
+        "benchmarks/slow_link.py measures a colleague across a network",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="kernels for each of " + ", ".join(REPEATED) + " (default 1); the table shows their median",
+    )
     p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
     args = p.parse_args()
     cases = tuple(c for c in CASES if c in args.cases.split(","))
@@ -475,6 +499,8 @@ def main() -> None:
 
     meta = {"size": args.size, "device": args.device, "torch": torch.__version__, "time": time.ctime()}
     meta["think_s"] = args.think
+    meta["hub"] = args.hub or "a shared folder"
+    meta["repeat"] = args.repeat
     if args.device == "cuda":
         meta["gpu"] = torch.cuda.get_device_name()
     rows = []
@@ -491,11 +517,14 @@ def main() -> None:
                     args.per_call_kernels,
                     args.profile,
                     args.think,
+                    args.hub,
+                    args.repeat,
                 )
             )
             with open(args.out, "w") as f:  # after each workload: a run cut short keeps what it measured
                 json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    text = f"{meta}\n\nWhole cell, seconds, one fresh kernel per case.\n\n{table(rows)}\n"
+    hub = f"the hub {args.hub}" if args.hub else "a shared-folder hub"
+    text = f"{meta}\n\nWhole cell, seconds, one fresh kernel per case.\n\n{table(rows, hub)}\n"
     with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
         f.write(text)
     print(text)
