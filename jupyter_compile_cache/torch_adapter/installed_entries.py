@@ -1,5 +1,6 @@
 """What a restored precompile entry installs into a module's globals: checked to be all there before the entry is
-used, and kept clear of by the names Dynamo picks next; an entry that fails is set aside, out of torch's way."""
+used, and kept clear of by the names Dynamo picks next; an entry that fails is set aside, out of torch's way; a
+backend the function already holds is not loaded again when a newer entry is installed."""
 
 from __future__ import annotations
 
@@ -74,3 +75,28 @@ def advance_unique_ids(package_obj: Any) -> None:
         return
     nxt = next(counter)
     bt._unique_id_counter = itertools.count(max(nxt, highest + 1))
+
+
+# torch names each compiled backend once, with a uuid4 (`__compiled_fn_3_<uuid>`): one name is one compile.
+_COMPILED_FN_NAME = re.compile(r"^__compiled_fn_\d+_[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}$")
+
+
+class DeserializedOnce:
+    """A saved backend as torch installs it: its deserialized form is noted, and one this function deserialized
+    before under the same uuid-bearing name (the same compile, saved again with a later bundle) is handed back
+    instead of being loaded again with all its kernels. A name without a uuid is always loaded."""
+
+    def __init__(self, artifact: Any, before: tuple[type, Any] | None, noted: dict, backend_id: str) -> None:
+        self.artifact, self.before, self.noted, self.backend_id = artifact, before, noted, backend_id
+
+    def after_deserialization(self) -> Any:
+        kind = type(getattr(self.artifact, "content", None))
+        if self.before is not None and self.before[0] is kind and _COMPILED_FN_NAME.match(self.backend_id):
+            backend = self.before[1]
+        else:
+            backend = self.artifact.after_deserialization()
+        self.noted[self.backend_id] = (kind, backend)
+        return backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.artifact, name)

@@ -28,7 +28,7 @@ from . import fixes, frame_sizes
 from .code_digest import code_digest
 from .fixes import Patch
 from .identity_checks import LoadScope, identity_check, innermost, load_scope, never, resolve, sha
-from .installed_entries import advance_unique_ids, check_installed_globals, set_aside
+from .installed_entries import DeserializedOnce, advance_unique_ids, check_installed_globals, set_aside
 from .layers import COUNTER_GROUP
 from .torch_logs import FILTERED_LOGGERS, TorchLogFilter
 
@@ -89,6 +89,9 @@ class PrecompileGuard:
         self.code_ids: dict[str, Any] = {}  # key -> torch's key for the function's remembered input sizes
         # key -> the live CompilePackage a restored entry was installed into (a later restore may bring a newer one)
         self.live: dict[str, weakref.ref[Any]] = {}
+        # key -> {backend id -> (the type of its saved content, what torch deserialized)}, from its last install
+        self._deserialized: dict[str, dict[str, tuple[Any, Any]]] = {}
+        self._refreshing = False  # installing a newer entry into a live function (refresh)
         self._patches: list[Patch] = []
         self._log_filter = TorchLogFilter()
         self._loggers = [logging.getLogger(f"torch.{name}") for name in FILTERED_LOGGERS]
@@ -328,6 +331,8 @@ class PrecompileGuard:
         self._installing = key
         self._log_filter.installing = True
         try:
+            if key is not None and args and isinstance(args[0], dict):
+                args = (self._reusing_backends(key, args[0]), *args[1:])
             orig_install(pkg, *args, **kwargs)
             check_installed_globals(pkg)
             if key is not None:
@@ -351,6 +356,21 @@ class PrecompileGuard:
             self._installing = None
             self._log_filter.installing = False
         advance_unique_ids(pkg)
+
+    def _reusing_backends(self, key: str, backends: dict[str, Any]) -> dict[str, Any]:
+        """The backends torch is about to deserialize, each remembered once it is. In a refresh, one the live
+        function already deserialized (the same compile) is handed back as it is, instead of being loaded a second
+        time with all its kernels. Only there: a cell that wraps a function anew reads its graphs' files, which
+        is how its bundle comes to hold them."""
+        before = self._deserialized.get(key, {}) if self._refreshing else {}
+        after: dict[str, tuple[Any, Any]] = {}
+        self._deserialized[key] = after
+        return {
+            backend_id: DeserializedOnce(artifact, before.get(backend_id), after, backend_id)
+            if hasattr(artifact, "after_deserialization")
+            else artifact
+            for backend_id, artifact in backends.items()
+        }
 
     def refresh(self, paths: Iterable[str]) -> int:
         """Entries a restore just wrote for functions this process already loaded from an older entry: installed
@@ -391,7 +411,11 @@ class PrecompileGuard:
                 pkg.uninstall()
                 type(pkg).__init__(pkg, None)  # type: ignore[arg-type]  # torch's own call, CompilePackage(None)
                 pkg.initialize(fn, result.dynamo, ignore_inlined_sources=False)
-                pkg.install(result.backends)  # our install: a failure is told and sets the entry aside
+                self._refreshing = True
+                try:
+                    pkg.install(result.backends)  # our install: a failure is told and sets the entry aside
+                finally:
+                    self._refreshing = False
             except Exception:  # told by _install (or torch raised before it): the plain path recompiles what it needs
                 if not pkg.is_initialized():
                     pkg.initialize(fn, None, ignore_inlined_sources=False)

@@ -77,6 +77,10 @@ short, long = torch.randn(6, device={device!r}), torch.randn(9, device={device!r
 SHORT = "%%compile_cache short\nstep = torch.compile(decode_step)\nwith torch.no_grad():\n    a = step(short)\n"
 SHORT += "print('A', a.tolist())"
 LONG = "%%compile_cache long\nwith torch.no_grad():\n    b = step(long)\nprint('B', b.tolist())"
+# How many compiled graphs torch loaded (its own timer, one entry a load).
+LOADS = (
+    "len(__import__('torch._dynamo.utils', fromlist=['x']).compilation_time_metrics['AOTAutogradCache.inductor_load'])"
+)
 TRACES = "__import__('torch._dynamo.utils', fromlist=['counters']).counters['stats']['unique_graphs']"
 
 
@@ -100,6 +104,8 @@ def test_a_later_cells_input_size_restores_without_a_new_trace(kernel_factory, d
     assert misses(counters) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
     if PrecompileGuard.available():  # torch 2.11 on: no size is traced again
         assert k.value(TRACES) == 0
+        # The second cell's entry holds both graphs; the one the function already had is not loaded again.
+        assert k.value(LOADS) == 2
 
 
 @pytest.mark.skipif(not PrecompileGuard.available(), reason="torch 2.11 on: entries installed into live functions")
