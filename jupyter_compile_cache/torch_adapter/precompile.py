@@ -37,6 +37,8 @@ DIGEST_FILE = "jcc_code_digest"
 # placeholder) and the plain path they fall back to then misses the FX graph and AOTAutograd caches: there, bundles
 # carry those layers only, as before torch 2.9. Measured on the CPU; 2.11, 2.13 and 2.15 restore through precompile.
 MIN_TORCH = "2.11.0a0"  # pre-releases of 2.11 included
+# On a CompilePackage: {backend id -> (the type of its saved content, what torch deserialized)}, from its last install.
+DESERIALIZED_ATTR = "_jcc_deserialized"
 RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
 
 
@@ -57,7 +59,7 @@ def _source(entry: Any) -> str:
     return str(getattr(guard, "name", None) or entry.name)
 
 
-def guard_states(codes: Iterable[Any]) -> set[str]:
+def _guard_states(codes: Iterable[Any]) -> set[str]:
     """The compiled graphs of a package's (or a saved entry's) code entries, each named by its guard state."""
     return {sha(guarded.guards_state) for code in codes for guarded in getattr(code, "guarded_codes", ())}
 
@@ -89,8 +91,6 @@ class PrecompileGuard:
         self.code_ids: dict[str, Any] = {}  # key -> torch's key for the function's remembered input sizes
         # key -> the live CompilePackage a restored entry was installed into (a later restore may bring a newer one)
         self.live: dict[str, weakref.ref[Any]] = {}
-        # key -> {backend id -> (the type of its saved content, what torch deserialized)}, from its last install
-        self._deserialized: dict[str, dict[str, tuple[Any, Any]]] = {}
         self._refreshing = False  # installing a newer entry into a live function (refresh)
         self._patches: list[Patch] = []
         self._log_filter = TorchLogFilter()
@@ -331,8 +331,8 @@ class PrecompileGuard:
         self._installing = key
         self._log_filter.installing = True
         try:
-            if key is not None and args and isinstance(args[0], dict):
-                args = (self._reusing_backends(key, args[0]), *args[1:])
+            if args and isinstance(args[0], dict):
+                args = (self._reusing_backends(pkg, args[0]), *args[1:])
             orig_install(pkg, *args, **kwargs)
             check_installed_globals(pkg)
             if key is not None:
@@ -357,14 +357,14 @@ class PrecompileGuard:
             self._log_filter.installing = False
         advance_unique_ids(pkg)
 
-    def _reusing_backends(self, key: str, backends: dict[str, Any]) -> dict[str, Any]:
-        """The backends torch is about to deserialize, each remembered once it is. In a refresh, one the live
-        function already deserialized (the same compile) is handed back as it is, instead of being loaded a second
-        time with all its kernels. Only there: a cell that wraps a function anew reads its graphs' files, which
-        is how its bundle comes to hold them."""
-        before = self._deserialized.get(key, {}) if self._refreshing else {}
+    def _reusing_backends(self, pkg: Any, backends: dict[str, Any]) -> dict[str, Any]:
+        """The backends torch is about to deserialize, each noted on the package once it is (so they live exactly
+        as long as the compiled function). In a refresh, one the live function already deserialized (the same
+        compile) is handed back as it is, instead of being loaded a second time with all its kernels. Only there: a
+        cell that wraps a function anew reads its graphs' files, which is how its bundle comes to hold them."""
+        before = getattr(pkg, DESERIALIZED_ATTR, {}) if self._refreshing else {}
         after: dict[str, tuple[Any, Any]] = {}
-        self._deserialized[key] = after
+        setattr(pkg, DESERIALIZED_ATTR, after)
         return {
             backend_id: DeserializedOnce(artifact, before.get(backend_id), after, backend_id)
             if hasattr(artifact, "after_deserialization")
@@ -400,7 +400,7 @@ class PrecompileGuard:
             result = package.DynamoCache.load(fn)  # our load: the code digest is checked again
             if result is None:
                 continue
-            if not guard_states(pkg._codes.values()) < guard_states(result.dynamo.codes):
+            if not _guard_states(pkg._codes.values()) < _guard_states(result.dynamo.codes):
                 # Not strictly newer: an older bundle (a cell re-run after a later one), or the live function
                 # compiled graphs here that the entry lacks. Replacing it would drop those graphs, to be traced
                 # again and left out of the next save; it stays as it is.
