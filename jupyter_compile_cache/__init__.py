@@ -32,8 +32,8 @@ Settings (store, hub, namespace, secret, timeouts, size cap, precompile, prewarm
 ``c.CompileCache.hub = "redis://..."`` in ipython_config.py sets them, and each one also reads an environment
 variable (see jupyter_compile_cache.core.settings).
 
-A kernel that restarts warm: ``python -m jupyter_compile_cache install-kernel`` installs a kernel spec whose
-restarts take over a spare process with torch's compiler stack already imported (see
+A kernel that starts warm: ``jupyter-compile-cache install-kernel`` installs a kernel spec whose every start
+(a restart, a new notebook) is forked from a template process with torch's compiler stack already loaded (see
 jupyter_compile_cache.kernels.warm_kernel).
 
 The local store is ``CompileCache.store_dir``, by default the user cache directory (never /tmp). Bundles are only
@@ -154,6 +154,18 @@ def load_ipython_extension(ipython: Any) -> None:
         stop_compile_workers_on_shutdown(kernel)
     session.prewarm.start()
     _stage_notebook(ipython, session)
+    if kernel is not None:
+        _tell_a_cold_start(session)
+
+
+def _tell_a_cold_start(session: Any) -> None:
+    """Once per kernel: a kernel that did not start warm says so, and how to get one that does."""
+    from .core.events import PlainKernel
+    from .kernels.kernel_start import this_kernel_start
+
+    start = this_kernel_start()
+    if start.how != "forked":
+        session.tell(PlainKernel(start.why or "a plain kernel", warm_spec=start.how == "cold"))
 
 
 def _stage_notebook(ipython: Any, session: Any) -> None:

@@ -84,12 +84,12 @@ class Commands:
                 )
             )
         store = session.store()
-        from ..kernels.spare import spare_status  # here: `list` and the CLI never need the kernel machinery
+        from ..kernels.kernel_start import this_kernel_start  # here: `list` and the CLI never need the kernels
 
         return SessionStatus(
             hub=session.hub_policy.state(),
             settings=self.settings.resolved(),
-            spare=spare_status(),
+            kernel_start=this_kernel_start(),
             cache_dir=roots["inductor"],
             store_dir=store.root,
             store_bytes=store.usage()[0],  # the bundles' bytes, as `list`, `stats` and the cap count them

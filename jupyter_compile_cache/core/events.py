@@ -30,6 +30,7 @@ __all__ = [
     "Restored",
     "Transfer",
     "CacheWarning",
+    "PlainKernel",
 ]
 
 
@@ -47,6 +48,22 @@ class CacheWarning(Event):
 
     def text(self) -> str:
         return self.message
+
+
+@dataclass(frozen=True)
+class PlainKernel(Event):
+    """Told once, at `%load_ext` in a kernel that did not start warm."""
+
+    why: str  # "a plain kernel", or why the warm kernel's launcher started this one cold
+    warm_spec: bool  # the warm kernel's spec: its next start is forked
+
+    def text(self) -> str:
+        if self.warm_spec:
+            return f"this kernel started cold ({self.why}); torch's compiler loads now"
+        return (
+            f"{self.why}: torch's compiler loads now, as at every start of such a kernel; `jupyter-compile-cache "
+            "install-kernel` installs a kernel whose every start has it loaded"
+        )
 
 
 @dataclass(frozen=True)

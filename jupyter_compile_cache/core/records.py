@@ -14,8 +14,8 @@ from ..storage.hub_url import check_hub_url, check_namespace
 from ..storage.store import Removal
 from ..units import human_bytes, speed
 
-if TYPE_CHECKING:  # the spare's own record; the kernel machinery is imported only when a status is made
-    from ..kernels.spare import SpareState
+if TYPE_CHECKING:  # the launcher's record; the kernel machinery is imported only when a status is made
+    from ..kernels.kernel_start import KernelStart
 
 
 def bundle_name(text: str) -> str:
@@ -292,7 +292,7 @@ class NotebookPlan:
 class SessionStatus:
     hub: HubState
     settings: dict[str, Any]
-    spare: SpareState | None
+    kernel_start: KernelStart  # forked from a warm template, or cold and why
     cache_dir: str
     store_dir: str
     store_bytes: int

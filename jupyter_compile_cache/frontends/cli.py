@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", default=None, help="keep the demo's store and caches in DIR (default: a temp folder)")
     kernel = command(
         "install-kernel",
-        help="install the warm-restart kernel: each restart takes over a spare process that has torch imported",
+        help="install the warm kernel: each start is forked from a process that has torch and its compiler loaded",
     )
     kernel.add_argument("--name", default=None, help="kernel spec name (default: python3-compile-cache)")
     kernel.add_argument("--display-name", default=None, help="name shown in the launcher")

@@ -229,7 +229,7 @@ class Panel:
         elif status.notebook_path is not None:
             notebook = "<div>the notebook's bundles: still being fetched</div>"
         return (
-            f"<div>{device}</div><div>{versions}</div>"
+            f"<div>{device}</div><div>{versions}</div><div>kernel: {html.escape(status.kernel_start.line())}</div>"
             f"<div>local store {html.escape(_from_home(status.store_dir))}: {human_bytes(status.store_bytes)} of the "
             f"{human_bytes(cap)} cap ({100 * status.store_bytes / max(cap, 1):.1f} %); "
             f"cache dir {html.escape(_from_home(status.cache_dir))}</div><div>hub: {hub}</div>"

@@ -67,10 +67,7 @@ class StatusView(_View):
         lines = [f"torch's cache dir: {d.cache_dir}", f"local store: {d.store_dir} ({human_bytes(d.store_bytes)})"]
         if d.hub.url:
             lines.append(f"hub: {hub_line(d.hub).removeprefix('compile_cache: hub ')}")
-        spare = d.spare
-        if spare:
-            state = "ready for the next restart" if spare.alive else "gone (the next restart is a plain start)"
-            lines.append(f"warm spare: pid {spare.pid}, {human_bytes(spare.rss_bytes)} resident, {state}")
+        lines.append(f"kernel: {d.kernel_start.line()}")
         if d.torch_remote:
             lines.append(
                 f"torch's own FX graph, AOTAutograd and autotune caches use the hub {d.torch_remote} in this whole "

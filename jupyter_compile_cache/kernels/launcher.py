@@ -1,22 +1,22 @@
-"""The warm-restart kernel for front ends that launch a kernel spec's `argv` themselves (VS Code, VSCodium).
+"""The warm kernel's launcher: the kernel spec's argv, run by every front end at every kernel start.
 
 `install-kernel` writes a spec whose argv is `python -m jupyter_compile_cache.kernels.launcher -f {connection_file}`.
-jupyter_client front ends (JupyterLab, Notebook 7, nbclient) never run it: the spec's provisioner
-(`warm_kernel.WarmSpareProvisioner`) reads the arguments and starts ipykernel in its own spares. A front end that
-launches the argv "raw" runs this launcher, which:
+JupyterLab, Notebook 7, nbclient and papermill (through jupyter_client) and VS Code (which runs the argv itself) all
+run it. The launcher:
 
-- takes over a ready spare that fits (the same Python, environment and working directory; see spare.py) and then
-  stands in for the kernel: it forwards SIGINT (the front end's interrupt), SIGTERM and SIGHUP to it, and exits with
-  the kernel's exit code. If the front end kills the launcher, the kernel's process group is killed with it;
-- or, with no spare ready, starts the kernel cold in a child process and stands in for it the same way (so that
-  kernel too exits at once on the next restart, its interpreter's finalization left behind);
-- either way first starts the next restart's spare, detached (no kernel's child: ipykernel terminates its children
-  at shutdown, and a restart is a shutdown), JUPYTER_COMPILE_CACHE_SPARE_DELAY seconds later. It outlives this
-  kernel by at most JUPYTER_COMPILE_CACHE_SPARE_LINGER seconds.
+- asks this user's warm templates (template.py) for a kernel: the first that fits the launch (template_fit.py)
+  forks one, with the launcher's streams, environment and working directory;
+- or, with none that fits or answers, starts the kernel cold in a child process, and starts a template for the
+  launches that follow (detached: no kernel's child; at most one being made per environment);
+- either way stands in for the kernel: it forwards SIGINT (the front end's interrupt), SIGTERM and SIGHUP to it,
+  exits with the kernel's exit code as soon as the kernel's exit handlers ran, and if the front end kills the
+  launcher, the kernel's process group is killed with it (kernel_process.py);
+- writes how the kernel started next to its connection file (kernel_start.py).
 
-JUPYTER_COMPILE_CACHE_SPARE=0 in the kernel's environment makes the launcher become a plain ipykernel (`exec`, no
-stand-in, no spare); so does Windows (no spares there: they need Unix sockets that carry file descriptors). This
-module runs on every kernel start: it must stay light (no torch, no jupyter_client).
+JUPYTER_COMPILE_CACHE_TEMPLATE=0 in the kernel's environment makes the launcher become a plain ipykernel (`exec`,
+no stand-in, no template); so does a system without fork and Unix sockets that carry file descriptors (Windows;
+macOS, where forking a process that loaded system frameworks is unsafe). This module runs on every kernel start:
+it must stay light (no torch, no jupyter_client).
 """
 
 from __future__ import annotations
@@ -27,26 +27,25 @@ import os
 import signal
 import socket
 import sys
+import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from .spare import (
-    process_alive,
-    spare_delay,
-    spare_dir,
-    spare_info_path,
-    spare_key,
-    spares_enabled,
-    take_failure,
-)
+from .kernel_process import KERNEL_MODULE, KernelRequest, send_request
+from .kernel_start import KernelStart, write_start
+from .runtime_dir import process_alive, runtime_dir
+from .template_fit import TemplateInfo, install_stamp, launch_key, template_env
 
 if TYPE_CHECKING:
     import subprocess
 
-KERNEL_MODULE = "ipykernel_launcher"
+TEMPLATE_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE"
+MAX_TEMPLATES_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATES"
+DEFAULT_MAX_TEMPLATES = 3
 FORWARDED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
-TAKE_OVER_TIMEOUT = 10.0  # seconds a spare has to answer; then the next one, or a cold start
+ANSWER_TIMEOUT = 10.0  # seconds a template has to fork and the child to answer; then the next, or a cold start
 COLD_START_TIMEOUT = 60.0  # seconds a cold kernel's process has to start Python and answer; then a plain exec
+RETRY_FAILED_AFTER = 600.0  # a template that could not warm up is tried again this much later
 
 
 class SignalForwarder:
@@ -83,31 +82,46 @@ class SignalForwarder:
             signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
 
 
+def templates_enabled(env: dict[str, str]) -> str | None:
+    """Why this launch gets no template (None: it may)."""
+    if env.get(TEMPLATE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"{TEMPLATE_ENV}=0"
+    if not sys.platform.startswith("linux") or not hasattr(socket, "send_fds") or not hasattr(os, "fork"):
+        return f"no warm templates on {sys.platform}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    started = time.time()
     forwarder = SignalForwarder()
     args = list(sys.argv[1:] if argv is None else argv)
+    connection_file = _connection_file(args)
     env = dict(os.environ)
-    directory = spare_dir() if spares_enabled(env) else None
-    if directory is not None:
-        key = spare_key(sys.executable, env, os.getcwd())
-        failure = take_failure(directory, key)
-        if failure is not None:  # to the front end's kernel log, where a kernel's own start-up errors go
-            print(f"jupyter_compile_cache launcher: the last spare could not warm up ({failure})", file=sys.stderr)
-        kernel = take_spare(directory, key, args) or start_cold_kernel(args)
-        spare = start_spare(spare_delay(env))
-        connection_file = _connection_file(args)
-        if connection_file and spare is not None:
-            with contextlib.suppress(OSError), open(spare_info_path(connection_file), "w", encoding="utf-8") as f:
-                json.dump({"pid": spare}, f)
+    off = templates_enabled(env)
+    directory = runtime_dir(env) if off is None else None
+    if directory is None:
+        off = off or "no private runtime folder for templates"
+    else:
+        request = KernelRequest.here(args, started)
+        stamp = install_stamp()
+        kernel, why = ask_templates(directory, request, stamp)
+        if kernel is None:
+            why = _start_template_if_needed(directory, env, stamp, why)
+            kernel = start_cold_kernel(request)
         if kernel is not None:
-            conn, pid, process = kernel
+            conn, pid, process, template = kernel
+            seconds = time.time() - started
+            how = KernelStart("forked", seconds, template) if template else KernelStart("cold", seconds, why=why)
+            write_start(connection_file, how)
             forwarder.forward_to(pid)
             return stand_in(conn, forwarder, process)
+        off = "the kernel's process did not answer"
+    write_start(connection_file, KernelStart("cold", time.time() - started, why=off))
     forwarder.uninstall()
     for sig in forwarder.pending:  # arrived before the exec: as if sent to a kernel that had not started yet
         os.kill(os.getpid(), sig)
     command = [sys.executable, "-m", KERNEL_MODULE, *args]
-    if os.name != "posix":  # no exec that keeps the pid there: run it as a child (no spares there either)
+    if os.name != "posix":  # no exec that keeps the pid there: run it as a child
         import subprocess
 
         return subprocess.call(command)
@@ -115,57 +129,131 @@ def main(argv: list[str] | None = None) -> int:
     return 0  # not reached
 
 
-def take_spare(directory: str, key: str, args: list[str]) -> tuple[socket.socket, int, None] | None:
-    """Hand this launcher's stdio and the kernel's arguments to a ready spare that fits; (connection, kernel pid,
-    None: not our child), or None when none answers. Spares whose launcher is gone (left for a restart) go first."""
-    candidates = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return None
-    for name in names:
+Kernel = tuple[socket.socket, int, "subprocess.Popen | None", "int | None"]  # connection, pid, our child, template
+
+
+def templates(directory: str) -> list[TemplateInfo]:
+    """The ready templates in the folder, most recently used first; files of dead ones are removed."""
+    found = []
+    for name in os.listdir(directory):
+        if not name.endswith(".json"):
+            continue
         path = os.path.join(directory, name)
         try:
-            name_key, owner, spare = name.removesuffix(".sock").split("-")
-            owner_alive, spare_alive = process_alive(int(owner)), process_alive(int(spare))
-        except ValueError:
+            with open(path, encoding="utf-8") as f:
+                info = TemplateInfo.from_json(json.load(f))
+            used = os.stat(path).st_mtime
+        except (OSError, ValueError, TypeError):
             continue
-        if not spare_alive:  # killed without its cleanup: its file goes
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        elif name_key == key:
-            candidates.append((owner_alive, path))
-    for _, path in sorted(candidates):
+        if not process_alive(info.pid):  # killed without its cleanup
+            for stale in (path, info.socket):
+                with contextlib.suppress(OSError):
+                    os.unlink(stale)
+            continue
+        found.append((used, info))
+    return [info for _, info in sorted(found, key=lambda x: -x[0])]
+
+
+def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[Kernel | None, str]:
+    """A kernel forked by the first template that fits and answers; else (None, why none did)."""
+    why = "no warm template for this environment yet"
+    for info in templates(directory):
+        mismatch = info.mismatch(sys.executable, request.env, stamp)
+        if mismatch is not None:
+            why = f"no warm template fits this launch ({mismatch})"
+            continue
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            conn.settimeout(TAKE_OVER_TIMEOUT)
-            conn.connect(path)
-            return conn, hand_over(conn, args), None
-        except (OSError, ValueError, KeyError, TypeError):  # taken by another launcher, died, or not a spare
-            conn.close()
-    return None
+            conn.settimeout(ANSWER_TIMEOUT)
+            conn.connect(info.socket)
+            send_request(conn, request, _stdio())
+            answer = _read_line(conn)
+            if "pid" in answer:
+                return (conn, int(answer["pid"]), None, info.pid), ""
+            why = f"the warm template refused: {answer.get('refused', 'no answer')}"
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # died, retired, or not a template
+            why = f"the warm template did not answer ({type(exc).__name__})"
+        conn.close()
+    return None, why
 
 
-def hand_over(conn: socket.socket, args: list[str]) -> int:
-    """Send the kernel's command and our stdio to a spare; the pid of the kernel it becomes. Raises on no answer."""
-    socket.send_fds(conn, [json.dumps({"module": KERNEL_MODULE, "args": args}).encode()], _stdio())
-    reply = b""
-    while not reply.endswith(b"\n"):
-        chunk = conn.recv(256)
-        if not chunk:
-            raise ConnectionError("the spare closed the connection")
-        reply += chunk
-    conn.settimeout(None)
-    return int(json.loads(reply)["pid"])
+def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, why: str) -> str:
+    """Start a template for launches like this one unless one is being made; `why` with what happens next."""
+    key = launch_key(sys.executable, env, stamp)
+    if any(info.launch_key == key for info in templates(directory)):
+        return why  # this launch's own template refused this once (see why): it stays for the next
+    warming = os.path.join(directory, f"{key}.warming")
+    with contextlib.suppress(OSError, ValueError), open(warming, encoding="utf-8") as f:
+        if process_alive(int(f.read().strip())):
+            return f"{why}; the template for it is still warming up"
+    failed = os.path.join(directory, f"{key}.failed")
+    with contextlib.suppress(OSError):
+        if time.time() - os.stat(failed).st_mtime < RETRY_FAILED_AFTER:
+            with open(failed, encoding="utf-8") as f:
+                reason = f.read().strip()
+            print(f"jupyter_compile_cache launcher: the warm template could not warm up ({reason})", file=sys.stderr)
+            return f"{why}; the last template for it could not warm up ({reason})"
+        os.unlink(failed)
+    _make_room(directory, env)
+    if start_template(directory, env, key) is None:
+        return f"{why}; a template could not be started"
+    return f"{why}; one is warming up for the next kernel"
 
 
-def start_cold_kernel(args: list[str]) -> tuple[socket.socket, int, subprocess.Popen] | None:
-    """No spare is ready: a kernel started cold in a child process, which this launcher stands in for as for a
-    spare (so it exits as quickly at the next restart). (connection, pid, process), or None if it did not answer."""
+def _make_room(directory: str, env: dict[str, str]) -> None:
+    """At most JUPYTER_COMPILE_CACHE_TEMPLATES templates per user: the least recently used go."""
+    try:
+        limit = max(1, int(env.get(MAX_TEMPLATES_ENV, DEFAULT_MAX_TEMPLATES)))
+    except ValueError:
+        limit = DEFAULT_MAX_TEMPLATES
+    for info in templates(directory)[limit - 1 :]:
+        with contextlib.suppress(OSError):
+            os.kill(info.pid, signal.SIGTERM)
+
+
+def start_template(directory: str, env: dict[str, str], key: str) -> int | None:
+    """Start a template, detached: a double fork, its middle process exiting at once, so the template is nobody's
+    child and leads a session of its own; the launch's environment less its per-launch variables, the runtime
+    folder as its working directory (nothing there shadows a module). Its pid, or None if it could not start."""
+    read_end, write_end = os.pipe()
+    command = [sys.executable, "-m", "jupyter_compile_cache.kernels.template", str(os.getppid()), key]
+    try:
+        middle = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
+    if middle == 0:
+        try:
+            os.close(read_end)
+            os.setsid()
+            os.chdir(directory)
+            template = os.fork()
+            if template == 0:
+                devnull = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+                os.closerange(3, 65536)  # the front end's pipes and sockets stay with the front end
+                os.execve(sys.executable, command, template_env(env))
+            os.write(write_end, str(template).encode())
+        finally:
+            os._exit(0)  # also the template's, should its exec fail
+    os.close(write_end)
+    try:
+        pid_text = os.read(read_end, 32)
+    finally:
+        os.close(read_end)
+        os.waitpid(middle, 0)
+    return int(pid_text) if pid_text else None
+
+
+def start_cold_kernel(request: KernelRequest) -> Kernel | None:
+    """The kernel started cold in a child process, which this launcher stands in for as for a forked one (so it
+    exits as quickly at the next restart). None if it did not answer."""
     import subprocess
 
     ours, theirs = socket.socketpair()
-    command = [sys.executable, "-m", "jupyter_compile_cache.kernels.spare", "--attached", str(theirs.fileno())]
+    command = [sys.executable, "-m", "jupyter_compile_cache.kernels.kernel_process", str(theirs.fileno())]
     try:
         proc = subprocess.Popen(command, pass_fds=(theirs.fileno(),), start_new_session=True)
     except OSError:
@@ -175,7 +263,9 @@ def start_cold_kernel(args: list[str]) -> tuple[socket.socket, int, subprocess.P
         theirs.close()
     try:
         ours.settimeout(COLD_START_TIMEOUT)
-        return ours, hand_over(ours, args), proc
+        send_request(ours, request, _stdio())
+        answer = _read_line(ours)
+        return ours, int(answer["pid"]), proc, None
     except (OSError, ValueError, KeyError, TypeError):
         ours.close()
         proc.kill()
@@ -184,9 +274,8 @@ def start_cold_kernel(args: list[str]) -> tuple[socket.socket, int, subprocess.P
 
 
 def stand_in(conn: socket.socket, forwarder: SignalForwarder, child: subprocess.Popen | None = None) -> int:
-    """Wait for the kernel's exit code on the connection; a kernel that ends without one was killed. The code comes
-    once the kernel's exit handlers ran (its sockets are closed): its interpreter's finalization, a few tenths of a
-    second more, is not waited for, as the provisioner does not wait for it (see spare.py)."""
+    """Wait for the kernel's exit code on the connection; a kernel that ends without one was killed."""
+    conn.settimeout(None)
     received = b""
     while not received.endswith(b"\n"):
         try:
@@ -213,38 +302,19 @@ def stand_in(conn: socket.socket, forwarder: SignalForwarder, child: subprocess.
     return 1
 
 
-def start_spare(delay: float) -> int | None:
-    """Start the next restart's spare, detached: a double fork, its middle process exiting at once, so the spare is
-    nobody's child and leads a session of its own. Its pid, or None if it could not start."""
-    read_end, write_end = os.pipe()
-    command = [sys.executable, "-m", "jupyter_compile_cache.kernels.spare", "--listen", str(os.getpid()), str(delay)]
-    try:
-        middle = os.fork()
-    except OSError:
-        os.close(read_end)
-        os.close(write_end)
-        return None
-    if middle == 0:
-        try:
-            os.close(read_end)
-            os.setsid()
-            spare = os.fork()
-            if spare == 0:
-                devnull = os.open(os.devnull, os.O_RDWR)
-                for fd in (0, 1, 2):
-                    os.dup2(devnull, fd)
-                os.closerange(3, 65536)  # the front end's pipes and sockets stay with the front end
-                os.execv(sys.executable, command)
-            os.write(write_end, str(spare).encode())
-        finally:
-            os._exit(0)  # also the spare's, should its exec fail
-    os.close(write_end)
-    try:
-        pid_text = os.read(read_end, 32)
-    finally:
-        os.close(read_end)
-        os.waitpid(middle, 0)
-    return int(pid_text) if pid_text else None
+def _read_line(conn: socket.socket) -> dict:
+    """The one-line JSON answer to a request (a pid, or why not). Reads byte-wise up to the newline: what follows
+    on the connection (the kernel's exit code) is read later by `stand_in`."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = conn.recv(1)
+        if not byte:
+            raise ConnectionError("closed without an answer")
+        line += byte
+    answer = json.loads(line)
+    if not isinstance(answer, dict):
+        raise ValueError("not an answer")
+    return answer
 
 
 def _stdio() -> list[int]:

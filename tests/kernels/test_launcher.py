@@ -1,9 +1,9 @@
-"""The launcher, launched as a raw front end (VS Code) launches a kernel: the installed spec's argv run with a
-connection file, a plain `BlockingKernelClient` connected to it, a restart as shutdown and kill plus a new launch.
-Real processes throughout. Checked: a restart takes over the spare and is a fresh kernel; interrupt, termination and
-exit codes pass through the launcher (to a spare's kernel and to a cold one); a killed launcher takes its kernel
-with it; a spare that is not ready or does not fit means a cold start; spares turned off start none; a spare left
-with no taker goes away."""
+"""The launcher and its warm templates, launched as a raw front end (VS Code) launches a kernel: the installed spec's
+argv run with a connection file, a plain client, a restart as a shutdown and a new launch. Real processes
+throughout, one template per environment shared by the tests of this module (they run in order). Checked: the first
+start is cold and makes a template; every later start is forked from it and is a fresh kernel in every way a cell
+can look at; signals and exit codes pass through; kernels started at once are all forked; a launch no template fits
+starts cold with its own settings and gets its own template; every fault ends in a working kernel."""
 
 from __future__ import annotations
 
@@ -13,196 +13,116 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-import psutil
 import pytest
 from helpers.kernels import process_gone
-from jupyter_client.blocking import BlockingKernelClient
-from jupyter_client.connect import write_connection_file
+from helpers.warm_kernels import RawFrontEnd, end_templates, tiny_wheel, wait_for_template
 
 from jupyter_compile_cache.frontends import cli
-from jupyter_compile_cache.kernels.spare import spare_dir, spare_key, take_failure
+from jupyter_compile_cache.kernels.launcher import templates
+from jupyter_compile_cache.kernels.runtime_dir import process_alive
+from jupyter_compile_cache.kernels.template_fit import TemplateInfo, install_stamp
 
 pytestmark = pytest.mark.slow
 
 
-class RawFrontEnd:
-    """What a raw front end does with a kernel spec: a connection file, the argv with its env, a client."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], tmp_path) -> None:
-        self.argv, self.env, self.tmp_path = argv, env, tmp_path
-        self.launches = 0
-        self.proc: subprocess.Popen | None = None
-        self.client: BlockingKernelClient | None = None
-
-    def launch(self, **extra_env: str) -> None:
-        self.launches += 1
-        self.connection_file = str(self.tmp_path / f"kernel-{self.launches}.json")
-        write_connection_file(self.connection_file)  # new ports on each launch, as VS Code picks them
-        argv = [a.replace("{connection_file}", self.connection_file) for a in self.argv]
-        self.proc = subprocess.Popen(argv, env={**self.env, **extra_env}, stdin=subprocess.PIPE)
-        self.client = BlockingKernelClient(connection_file=self.connection_file)
-        self.client.load_connection_file()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=120)
-
-    def value(self, expression: str, timeout: float = 60):
-        reply = self.client.execute_interactive(f"print(repr({expression}))", timeout=timeout, output_hook=self._hook)
-        assert reply["content"]["status"] == "ok", reply["content"]
-        return eval(self._out.pop())  # noqa: S307  (our own repr)
-
-    def run(self, code: str, timeout: float = 120) -> str:
-        """A cell's printed and displayed text."""
-        reply = self.client.execute_interactive(code, timeout=timeout, output_hook=self._hook)
-        assert reply["content"]["status"] == "ok", reply["content"]
-        text = "".join(self._out)
-        self._out.clear()
-        return text
-
-    _out: list[str] = []
-
-    def _hook(self, msg: dict) -> None:
-        if msg["msg_type"] == "stream":
-            self._out.append(msg["content"]["text"])
-        elif msg["msg_type"] in ("display_data", "execute_result"):
-            self._out.append(msg["content"]["data"].get("text/plain", ""))
-
-    def kernel_pid(self) -> int:
-        return self.value("__import__('os').getpid()")
-
-    def shutdown(self, restart: bool = False) -> int:
-        """Ask the kernel to stop, kill the launched process if it lingers (as front ends do); its exit code."""
-        self.client.shutdown(restart=restart)
-        try:
-            code = self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait(10)
-        self.client.stop_channels()
-        return code
-
-    def restart(self, **extra_env: str) -> None:
-        self.shutdown(restart=True)
-        self.launch(**extra_env)
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        if self.client is not None:
-            self.client.stop_channels()
-
-
-@pytest.fixture
-def front_end(tmp_path):
-    """The spec installed by the CLI, launched raw; each test's spares are its own (a working directory of its own
-    is part of what a spare fits), and none may be left when it ends."""
-    prefix = tmp_path / "prefix"
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """The spec installed by the CLI; a private runtime folder; front ends started in a notebook folder."""
+    root = tmp_path_factory.mktemp("warm")
+    prefix, runtime, work = root / "prefix", root / "runtime", root / "work"
+    runtime.mkdir(mode=0o700)
+    work.mkdir()
     assert cli.main(["install-kernel", "--prefix", str(prefix)]) == 0
     with open(prefix / "share" / "jupyter" / "kernels" / "python3-compile-cache" / "kernel.json") as f:
         argv = json.load(f)["argv"]
-    work = tmp_path / "work"
-    work.mkdir()
     env = {
         **os.environ,
-        "PWD": str(work),
-        "JUPYTER_COMPILE_CACHE_SPARE_DELAY": "0",
-        "JUPYTER_COMPILE_CACHE_SPARE_LINGER": "60",
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+        "JUPYTER_COMPILE_CACHE_RUNTIME_DIR": str(runtime),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "cache"),
+        "JUPYTER_COMPILE_CACHE_DIR": str(root / "store"),
+        "PYTHONWARNINGS": "ignore",
     }
-    cwd = os.getcwd()
-    os.chdir(work)  # the launcher runs where the front end is, as VS Code runs it in the notebook's folder
     started: list[RawFrontEnd] = []
 
-    def make(**extra_env: str) -> RawFrontEnd:
-        fe = RawFrontEnd(argv, {**env, **extra_env}, tmp_path)
-        started.append(fe)
-        return fe
+    class Warm:
+        directory = str(runtime)
+        folder = str(work)
 
-    try:
-        yield make
-    finally:
-        os.chdir(cwd)
-        for fe in started:
-            fe.close()
-        for pid in _spares_in(str(work)):
-            psutil.Process(pid).kill()
+        def front_end(self, **extra_env: str) -> RawFrontEnd:
+            fe = RawFrontEnd(argv, {**env, **extra_env}, str(root))
+            started.append(fe)
+            return fe
 
+        def launch(self, cwd: str | None = None, **extra_env: str) -> RawFrontEnd:
+            return self.front_end(**extra_env).launch(cwd=cwd or self.folder)
 
-def _spares_in(cwd: str) -> list[int]:
-    """Listening spares of this user started in `cwd` (alive, not yet a kernel)."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            cmdline = " ".join(process.info["cmdline"] or ())
-            if "jupyter_compile_cache.kernels.spare --listen" in cmdline and process.cwd() == cwd:
-                if process.status() != psutil.STATUS_ZOMBIE:
-                    found.append(process.pid)
-        except psutil.Error:
-            continue
-    return found
+        def template(self) -> TemplateInfo:
+            """The template of this module's environment, once ready (a launch starts it if none is there)."""
+            fitting = [t for t in templates(self.directory) if t.mismatch(sys.executable, env, install_stamp()) is None]
+            if not fitting and not glob.glob(os.path.join(self.directory, "*.warming")):
+                fe = self.launch()
+                assert fe.shutdown() == 0
+            deadline = time.time() + 180
+            while time.time() < deadline:
+                for info in templates(self.directory):
+                    if info.mismatch(sys.executable, env, install_stamp()) is None:
+                        return info
+                time.sleep(0.2)
+            raise AssertionError("no template of this module's environment got ready")
 
-
-def _ready_spare(owner: int, timeout: float = 120) -> int:
-    """The pid of the spare that `owner` started, once it listens."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        for path in glob.glob(os.path.join(spare_dir(), f"*-{owner}-*.sock")):
-            return int(path.rsplit("-", 1)[1].split(".")[0])
-        time.sleep(0.1)
-    raise AssertionError(f"no spare of {owner} got ready")
+    yield Warm()
+    for fe in started:
+        fe.close()
+    end_templates(str(runtime))
 
 
-def _cold(fe: RawFrontEnd) -> bool:
-    """The kernel was started cold, in a child of the launcher (a spare's kernel is nobody's child)."""
-    kernel = fe.kernel_pid()
-    return kernel != fe.proc.pid and psutil.Process(kernel).ppid() == fe.proc.pid
-
-
-def test_the_installed_spec_launches_the_launcher_and_keeps_the_provisioner(tmp_path):
-    assert cli.main(["install-kernel", "--prefix", str(tmp_path)]) == 0
-    with open(tmp_path / "share" / "jupyter" / "kernels" / "python3-compile-cache" / "kernel.json") as f:
-        spec = json.load(f)
-    assert spec["argv"] == [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher", "-f", "{connection_file}"]
-    assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "compile-cache-warm"
-
-
-def test_a_raw_restart_takes_over_the_spare_and_signals_pass_through(front_end, tmp_path):
-    fe = front_end(MY_SETTING="launch-env")
-    fe.launch()
-    first = fe.proc.pid
-    assert _cold(fe)  # no spare yet
-    fe.value("exec('import torch; state = 41')")
-    spare = _ready_spare(first)
-    assert _spares_in(os.getcwd()) == [spare]  # one spare per kernel
+def test_the_first_start_is_cold_then_every_start_is_forked_and_is_a_fresh_kernel(warm):
+    fe = warm.launch(MY_SETTING="launch-env")
+    record = fe.start_record()
+    assert record["how"] == "cold" and "one is warming up for the next kernel" in record["why"], record
+    fe.run("state = 41")
+    cold = fe.observe()
+    template = warm.template()
+    assert "MY_SETTING" not in template.selecting and "TORCHINDUCTOR_CACHE_DIR" in template.selecting
 
     assert fe.shutdown(restart=True) == 0
-    fe.launch()
-    assert fe.proc.pid != spare and fe.kernel_pid() == spare  # the spare became the kernel; the launcher stands in
-    seen = fe.value(
-        "{'env': __import__('os').environ.get('MY_SETTING'), 'cwd': __import__('os').getcwd(),"
-        " 'parent_pid_env': 'JPY_PARENT_PID' in __import__('os').environ,"
-        " 'state': 'state' in globals(), 'extension': 'jupyter_compile_cache' in __import__('sys').modules,"
-        " 'torch_ready': 'torch._inductor.compile_fx' in __import__('sys').modules,"
-        " 'spare_file': __import__('json').load(open(__import__('ipykernel.connect').connect.get_connection_file()"
-        "[:-5] + '-spare.json'))['pid']}"
-    )
-    next_spare = _ready_spare(fe.proc.pid)
-    assert seen == {
-        "env": "launch-env",
-        "cwd": os.getcwd(),
-        "parent_pid_env": False,
-        "state": False,  # a fresh kernel
-        "extension": False,
-        "torch_ready": True,  # what the spare is for
-        "spare_file": next_spare,  # what `%compile_cache status` shows
-    }
-    assert [pid for pid in _spares_in(os.getcwd()) if pid != spare] == [next_spare]  # spare: the kernel now
-    assert f"warm spare: pid {next_spare}" in fe.run("%load_ext jupyter_compile_cache\n%compile_cache status")
+    fe.launch(cwd=warm.folder)
+    record = fe.start_record()
+    assert record["how"] == "forked" and record["template_pid"] == template.pid and record["seconds"] < 2, record
+    forked = fe.observe()
+    other = warm.launch(MY_SETTING="launch-env").observe()  # a second kernel at the same time
 
-    # The front end's interrupt goes to the process it launched: the launcher passes it on.
-    fe.client.execute("import time; time.sleep(60)")
+    assert forked["compiler"] and forked["pid"] not in (template.pid, cold["pid"], other["pid"])
+    assert forked["pgid"] == forked["pid"]  # a process group of its own, as jupyter_client gives a kernel
+    assert forked["argv"][1:] == ["-f", fe.connection_file] and cold["user"] and not forked["user"]
+    drawn = ("pid", "pgid", "random", "numpy", "torch_seed", "torch_rand", "compiler", "argv", "user")
+    assert {k: v for k, v in forked.items() if k not in drawn} == {k: v for k, v in cold.items() if k not in drawn}
+    for key in ("random", "numpy", "torch_seed", "torch_rand"):  # random states are drawn anew in each kernel
+        assert len({cold[key], forked[key], other[key]}) == 3, key
+    assert forked["env"]["MY_SETTING"] == "launch-env" and not forked["user"] and not forked["extension"]
+    assert forked["counters"] == {} and not forked["cuda"]
+
+    status = fe.run("%load_ext jupyter_compile_cache\n%compile_cache status")
+    assert f"kernel: forked from a warm template (pid {template.pid}) in" in status, status
+    # A compiled function in the forked kernel gives eager's answer (C++ build, compile workers, the ISA probe's
+    # result inherited from the template).
+    same = fe.value(
+        "bool(torch.equal(torch.compile(f)(x), f(x)))",
+        "import torch\ndef f(x): return torch.relu(x) * 2 + 1\nx = torch.randn(16, 16)\n",
+    )
+    assert same is True
+
+
+def test_signals_and_exit_codes_pass_through_the_launcher(warm):
+    template = warm.template()
+    fe = warm.launch()
+    assert fe.start_record()["template_pid"] == template.pid
+    kernel = fe.kernel_pid()
+
+    fe.client.execute("import time; time.sleep(60)")  # the front end's interrupt goes to the launcher
     time.sleep(1)
     started = time.time()
     fe.proc.send_signal(signal.SIGINT)
@@ -210,65 +130,130 @@ def test_a_raw_restart_takes_over_the_spare_and_signals_pass_through(front_end, 
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
     assert time.time() - started < 10 and fe.value("1 + 1") == 2
 
-    # Termination too, and the launcher ends as the kernel did.
-    fe.proc.send_signal(signal.SIGTERM)
+    fe.proc.send_signal(signal.SIGTERM)  # termination too, and the launcher ends as the kernel did
     assert fe.proc.wait(20) == -signal.SIGTERM
-    assert process_gone(spare)
+    assert process_gone(kernel)
 
-    # The front end kills the launcher outright: the kernel goes with it, no orphan.
-    fe.launch()
-    assert fe.kernel_pid() == next_spare
+    fe.launch(cwd=warm.folder)  # the front end kills the launcher outright: the kernel goes with it
+    kernel = fe.kernel_pid()
     fe.proc.kill()
     fe.proc.wait(10)
-    assert process_gone(next_spare)
+    assert process_gone(kernel)
+
+    fe.launch(cwd=warm.folder)  # a shutdown request: exit code 0, the launcher gone at once
+    assert fe.shutdown() == 0
+    assert process_alive(template.pid)  # kernels come and go; the template stays
 
 
-def test_a_raw_launch_starts_cold_when_the_spare_is_not_ready_does_not_fit_or_is_off(front_end):
-    late = front_end(JUPYTER_COMPILE_CACHE_SPARE_DELAY="600", JUPYTER_COMPILE_CACHE_SPARE_LINGER="1")
-    late.launch()
-    assert _cold(late)
-    waiting = _spares_in(os.getcwd())
-    assert len(waiting) == 1  # started, still in its delay: not ready
-    assert late.shutdown(restart=True) == 0
-    late.launch()
-    assert _cold(late) and late.value("1 + 1") == 2  # not ready: a cold start, a working kernel
-    os.kill(late.kernel_pid(), signal.SIGKILL)  # a kernel that dies: the launcher ends as it did
-    assert late.proc.wait(20) == -signal.SIGKILL
+def test_kernels_started_at_once_are_all_forked_and_right(warm):
+    template = warm.template()
+    front_ends = [warm.front_end(KERNEL_NUMBER=str(i)) for i in range(4)]
+    threads = [threading.Thread(target=fe.launch, kwargs={"cwd": warm.folder}) for fe in front_ends]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    records = [fe.start_record() for fe in front_ends]
+    assert [r["how"] for r in records] == ["forked"] * 4 and {r["template_pid"] for r in records} == {template.pid}
+    expression = "(os.environ['KERNEL_NUMBER'], sum(range(10)), os.getpid())"
+    answers = [fe.value(expression, "import os\n") for fe in front_ends]
+    assert [a[:2] for a in answers] == [(str(i), 45) for i in range(4)]
+    assert len({a[2] for a in answers}) == 4
+    assert all(fe.shutdown() == 0 for fe in front_ends)
 
-    fe = front_end(JUPYTER_COMPILE_CACHE_SPARE_LINGER="1")
-    fe.launch()
-    spare = _ready_spare(fe.proc.pid)
-    assert fe.shutdown(restart=True) == 0
-    fe.launch(MY_SETTING="changed")  # the new launch's environment differs from the spare's
-    assert _cold(fe) and fe.value("__import__('os').environ['MY_SETTING']") == "changed"
-    assert process_gone(spare, timeout=15)  # its launcher is gone and nobody took it within the linger: it exits
+
+def test_a_launch_no_template_fits_starts_cold_with_its_own_settings_then_gets_its_own(warm):
+    main = warm.template()
+    one = warm.launch(OMP_NUM_THREADS="1", JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE="4")
+    record = one.start_record()
+    assert record["how"] == "cold" and "OMP_NUM_THREADS differs" in record["why"], record
+    assert one.value("torch.get_num_threads()", "import torch\n") == 1
+    own = wait_for_template(warm.directory, exclude=(main.pid,))
+    assert own.selecting["OMP_NUM_THREADS"] == "1"
+    assert one.shutdown(restart=True) == 0
+    one.launch(cwd=warm.folder)
+    assert one.start_record()["template_pid"] == own.pid
+    assert one.value("torch.get_num_threads()", "import torch\n") == 1  # forked, with that launch's threads
+    assert one.shutdown() == 0
+    assert process_gone(own.pid, timeout=20)  # idle for its 4 s: it exits
+
+    logs = warm.launch(TORCH_LOGS="+dynamo", JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE="1")  # its template: not needed
+    record = logs.start_record()
+    assert record["how"] == "cold" and "TORCH_LOGS differs" in record["why"], record
+    level = logs.value("logging.getLogger('torch._dynamo').getEffectiveLevel()", "import logging, torch._dynamo\n")
+    assert level == 10  # DEBUG, as in a fresh kernel with that environment
+    assert logs.shutdown() == 0
+
+
+def test_a_module_in_the_kernels_folder_that_would_shadow_an_import_means_a_cold_start(warm, tmp_path):
+    warm.template()
+    (tmp_path / "sympy.py").write_text("SHADOW = True\n")
+    fe = warm.launch(cwd=str(tmp_path))
+    record = fe.start_record()
+    assert record["how"] == "cold" and "sympy.py in the kernel's folder would shadow" in record["why"], record
+    assert fe.value("getattr(__import__('sympy'), 'SHADOW', False)") is True  # as in a fresh kernel there
     assert fe.shutdown() == 0
 
-    off = front_end(JUPYTER_COMPILE_CACHE_SPARE="0")
-    off.launch()
-    assert off.kernel_pid() == off.proc.pid and off.value("1 + 1") == 2  # the launcher became ipykernel (exec)
-    assert off.shutdown() == 0
-    time.sleep(1)
-    assert [pid for pid in _spares_in(os.getcwd()) if not process_gone(pid, timeout=20)] == []
 
-
-def test_a_spare_that_cannot_warm_up_leaves_its_reason_for_the_next_launch_once(tmp_path):
-    """A notebook folder with a module that shadows one a kernel imports (here sqlite3, for IPython's history):
-    the detached spare's warm-up fails where nobody sees its stderr, so the next launch tells why."""
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "sqlite3.py").write_text("raise ImportError('a sqlite3.py of the notebook folder')\n")
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    spare = subprocess.run(
-        [sys.executable, "-m", "jupyter_compile_cache.kernels.spare", "--listen", str(os.getpid()), "0"],
-        cwd=work,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
+@pytest.mark.skipif(os.getuid() != 0, reason="acting as a second user needs root")
+def test_another_user_cannot_reach_a_template(warm):
+    template = warm.template()
+    probe = (
+        "import os, socket, sys\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n    s.connect(sys.argv[1])\nexcept PermissionError:\n    print('refused by the folder')\n"
+        "else:\n    s.settimeout(10)\n    try:\n        s.sendall(b'x' * 8)\n"
+        "        print('answered' if s.recv(100) else 'closed')\n"
+        "    except ConnectionError:\n        print('closed')\n"
     )
-    assert spare.returncode == 1
-    directory = os.path.join(str(tmp_path), f"jupyter_compile_cache-spares-{os.getuid()}")
-    key = spare_key(sys.executable, env, str(work))
-    assert take_failure(directory, key) == "ImportError: a sqlite3.py of the notebook folder"
-    assert take_failure(directory, key) is None  # told once
-    assert not [name for name in os.listdir(directory) if name.endswith(".sock")]  # it never listened
+    run = [sys.executable, "-c", probe, template.socket]
+    assert subprocess.run(run, capture_output=True, text=True, timeout=60).stdout.strip() == "refused by the folder"
+    # Even through a path anyone can reach, the template answers no other user.
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as open_dir:
+        os.chmod(open_dir, 0o755)
+        link = os.path.join(open_dir, "template.sock")
+        os.link(template.socket, link)
+        os.chmod(link, 0o777)
+        run[-1] = link
+        assert subprocess.run(run, capture_output=True, text=True, timeout=60).stdout.strip() == "closed"
+    fe = warm.launch()
+    assert fe.start_record()["template_pid"] == template.pid and fe.shutdown() == 0
+
+
+def test_a_template_killed_while_asked_or_between_starts_means_a_cold_start(warm):
+    template = warm.template()
+    os.kill(template.pid, signal.SIGSTOP)  # it takes the launcher's request but never answers...
+
+    def kill_it() -> None:
+        time.sleep(2)
+        os.kill(template.pid, signal.SIGKILL)  # ...and is killed meanwhile
+
+    fe = warm.front_end().launch(cwd=warm.folder, meanwhile=kill_it)
+    record = fe.start_record()
+    assert record["how"] == "cold" and "did not answer" in record["why"], record
+    assert fe.value("6 * 7") == 42
+
+    second = warm.launch()  # its files are left behind: the next launch removes them and starts cold
+    record = second.start_record()
+    assert record["how"] == "cold", record
+    assert second.value("6 * 7") == 42
+    assert all(info.pid != template.pid for info in templates(warm.directory))
+    assert fe.shutdown() == 0 and second.shutdown() == 0
+
+
+def test_an_install_retires_the_template(warm, tmp_path):
+    """torch upgraded while a template lives, in small: any distribution installed in the environment changes what
+    a fresh kernel could import. The template retires; the next launch is cold."""
+    template = warm.template()
+    wheel = tiny_wheel(str(tmp_path))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "--no-deps", "--no-index", wheel], check=True, timeout=120)
+    try:
+        assert process_gone(template.pid, timeout=20)
+        fe = warm.launch()
+        assert fe.start_record()["how"] == "cold" and fe.value("1 + 1") == 2 and fe.shutdown() == 0
+    finally:
+        subprocess.run([*pip, "uninstall", "-y", "jcc_upgrade_probe"], check=True, timeout=120)

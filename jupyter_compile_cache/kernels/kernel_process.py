@@ -1,0 +1,251 @@
+"""The kernel's side of a launch: a process that becomes a kernel for a launcher that stands in for it.
+
+Two kinds of process become kernels here: a child forked from a warm template (template.py), and a cold process
+the launcher starts when no template fits (`python -m jupyter_compile_cache.kernels.kernel_process FD`, its end of a
+socket pair as FD). Both receive one `KernelRequest` from the launcher, with the launcher's stdin, stdout and
+stderr; both then look like a fresh `python -m ipykernel_launcher ARGS` started where and how the launcher was: the
+launch's whole environment, working directory, umask and niceness, new standard streams, Python's, NumPy's and
+torch's random states as a fresh process has them. They answer with their pid, run the kernel in this process,
+and send back "exit CODE" once its exit handlers ran (the user's, IPython's history, ipykernel closing its
+sockets), so the launcher ends at once and the interpreter's finalization (seconds after torch.compile) goes on
+at the lowest priority, off the next kernel's path. The connection stays open as the kernel's tie to its launcher:
+if it closes first (the front end killed the launcher), the kernel's process group is killed with it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+KERNEL_MODULE = "ipykernel_launcher"
+HEADER = struct.Struct("!I")  # the request's length, ahead of its JSON
+
+
+@dataclass
+class KernelRequest:
+    """What a launcher asks for: the kernel's arguments and everything of its own process a kernel inherits."""
+
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+    umask: int
+    nice: int
+    holder: int  # the launcher's parent (the front end or server): a template lives as long as one of them
+    started: float  # time.time() when the launcher started
+
+    @classmethod
+    def here(cls, args: list[str], started: float) -> KernelRequest:
+        umask = os.umask(0)
+        os.umask(umask)
+        nice = os.nice(0) if hasattr(os, "nice") else 0
+        return cls(list(args), dict(os.environ), os.getcwd(), umask, nice, os.getppid(), started)
+
+    def encode(self) -> bytes:
+        body = json.dumps(vars(self)).encode()
+        return HEADER.pack(len(body)) + body
+
+    @classmethod
+    def decode(cls, body: bytes) -> KernelRequest:
+        data = json.loads(body)
+        request = cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        if not all(isinstance(a, str) for a in request.args) or not isinstance(request.env, dict):
+            raise ValueError("malformed request")
+        return request
+
+
+def send_request(conn: socket.socket, request: KernelRequest, stdio: list[int]) -> None:
+    data = request.encode()
+    sent = socket.send_fds(conn, [data[:32768]], stdio)
+    conn.sendall(data[sent:])
+
+
+def receive_request(conn: socket.socket) -> tuple[KernelRequest, list[int]] | None:
+    """One launcher's request and its three standard streams; None for anything else (its descriptors closed).
+    Only a process of this user is answered (Linux tells the peer's uid)."""
+    fds: list[int] = []
+    try:
+        if hasattr(socket, "SO_PEERCRED"):
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
+            if int.from_bytes(creds[4:8], sys.byteorder) != os.getuid():
+                return None
+        conn.settimeout(10)
+        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+        while len(data) < HEADER.size or len(data) < HEADER.size + HEADER.unpack(data[: HEADER.size])[0]:
+            chunk = conn.recv(65536)
+            if not chunk:
+                raise ConnectionError("the launcher went away")
+            data += chunk
+        request = KernelRequest.decode(data[HEADER.size :])
+        if len(fds) != 3:
+            raise ValueError("no standard streams")
+        return request, fds
+    except (OSError, ValueError, KeyError, TypeError, struct.error):
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return None
+
+
+def reply(conn: socket.socket, message: dict[str, Any]) -> None:
+    conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+def become_kernel(conn: socket.socket, request: KernelRequest, stdio: list[int], forked_from: str | None = None) -> int:
+    """Be the launcher's kernel in this process; returns the kernel's exit code (the caller returns it from main,
+    so that the interpreter finalizes as a kernel's does). `forked_from`: the template's `sys.path[0]`, which a
+    fresh kernel has as its working directory instead."""
+    _as_launched(request, stdio, forked_from)
+    reply(conn, {"pid": os.getpid()})
+    conn.settimeout(None)
+    exiting = threading.Event()
+    threading.Thread(target=_die_with_launcher, args=(conn, exiting), name="jcc-launcher-tie", daemon=True).start()
+    code = 0
+    try:
+        _run_kernel(request.args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+
+    def say_exit() -> None:
+        exiting.set()
+        conn.sendall(f"exit {code}\n".encode())
+
+    _finish(say_exit)
+    return code
+
+
+def _as_launched(request: KernelRequest, stdio: list[int], forked_from: str | None) -> None:
+    """Take on the launch's streams, environment, folder, umask, niceness; random states as a fresh process's."""
+    if forked_from is not None:
+        os.setsid()  # a session and process group of its own, as jupyter_client and the launcher give a kernel
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for target, fd in zip((0, 1, 2), stdio):
+        os.dup2(fd, target)
+        os.close(fd)
+    _fresh_stdio()
+    os.umask(request.umask)
+    if hasattr(os, "nice") and request.nice > os.nice(0):
+        with contextlib.suppress(OSError):
+            os.nice(request.nice - os.nice(0))
+    os.chdir(request.cwd)
+    os.environ.clear()
+    os.environ.update(request.env)
+    if forked_from is not None and sys.path and sys.path[0] == forked_from:
+        sys.path[0] = request.cwd  # what `python -m` puts first
+    sys.orig_argv = [sys.executable, "-m", KERNEL_MODULE, *request.args]
+    _fresh_random_states()
+
+
+def _fresh_stdio() -> None:
+    """New sys.std* objects on fds 0-2, made as CPython makes them at start-up (line-buffered on a terminal)."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        old = getattr(sys, f"__{name}__", None)
+        unbuffered = bool(getattr(sys.__stdout__, "write_through", False))  # python -u, PYTHONUNBUFFERED
+        encoding = getattr(old, "encoding", None) or "utf-8"
+        errors = getattr(old, "errors", None) or ("backslashreplace" if fd == 2 else "strict")
+        try:
+            raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
+            buffered: Any = (
+                raw if unbuffered and fd else (io.BufferedReader(raw) if fd == 0 else io.BufferedWriter(raw))
+            )
+            stream = io.TextIOWrapper(
+                buffered,
+                encoding=encoding,
+                errors=errors,
+                line_buffering=fd == 2 or (fd == 1 and raw.isatty()),
+                write_through=unbuffered,
+            )
+        except (OSError, ValueError):
+            continue
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _fresh_random_states() -> None:
+    """A forked child shares its template's random states: reseed what a fresh process seeds from the OS (Python's,
+    NumPy's global one, torch's default CPU generator). torch's CUDA generators start from a constant in every
+    fresh process and are made only when CUDA starts, which the template never did."""
+    import random
+
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    with contextlib.suppress(Exception):
+        if numpy is not None:
+            numpy.random.seed()
+    torch = sys.modules.get("torch")
+    with contextlib.suppress(Exception):
+        if torch is not None:
+            torch.default_generator.seed()
+
+
+def _run_kernel(args: list[str]) -> None:
+    """`python -m ipykernel_launcher ARGS` here. Our own modules go first, so the kernel starts without them, as a
+    fresh one would (the user's `%load_ext jupyter_compile_cache` imports them again)."""
+    import runpy
+
+    from ipykernel.ipkernel import IPythonKernel
+
+    from .kernel_exit import stop_compile_workers_on_shutdown
+
+    ours = (__package__ or "jupyter_compile_cache").partition(".")[0]
+    for name in [n for n in sys.modules if n == ours or n.startswith(f"{ours}.")]:
+        del sys.modules[name]
+    sys.argv = [KERNEL_MODULE, *args]
+    stop_compile_workers_on_shutdown(IPythonKernel)
+    runpy.run_module(KERNEL_MODULE, run_name="__main__", alter_sys=True)
+
+
+def _die_with_launcher(conn: socket.socket, exiting: threading.Event) -> None:
+    """The launcher stands in for this kernel: when its end closes before the kernel said its exit code (the front
+    end killed it), the kernel and its children go too, as they would with a kernel the front end started."""
+    while True:
+        try:
+            if not conn.recv(64):
+                break
+        except OSError:
+            break
+    if not exiting.is_set():
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _finish(say_exit: Callable[[], object]) -> None:
+    """The kernel returned: run the exit handlers now (they would run at exit anyway), release CUDA memory, then
+    say so. The finalization left runs at the lowest priority: the next kernel, starting meanwhile, goes first."""
+    atexit._run_exitfuncs()
+    torch = sys.modules.get("torch")
+    with contextlib.suppress(Exception):
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(OSError):
+        say_exit()
+    with contextlib.suppress(OSError):
+        os.nice(19)
+
+
+def main(argv: list[str]) -> int:
+    """The cold kernel: FD is our end of the launcher's socket pair."""
+    conn = socket.socket(fileno=int(argv[1]))
+    taken = receive_request(conn)
+    if taken is None:
+        return 2
+    return become_kernel(conn, *taken)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,317 @@
+"""A warm template: a process that has imported torch, its compiler and ipykernel, and forks kernels.
+
+Started by a launcher (launcher.py) that found no template fitting its launch, detached, with that launch's
+environment (less its per-launch variables) and this user's private runtime folder as its working directory:
+`python -m jupyter_compile_cache.kernels.template HOLDER_PID LAUNCH_KEY`. It:
+
+1. warms up: imports ipykernel, torch, Dynamo and Inductor, hashes torch's and Triton's files and probes the CPU's
+   vector ISAs, recording every environment variable it reads (template_fit.py). It never touches CUDA
+   (`PYTORCH_NVML_BASED_CUDA_CHECK=1` while it imports: torch asks NVML, not the CUDA runtime, whether a GPU is
+   there) and never runs a torch operation on the CPU (an OpenMP thread pool does not survive a fork);
+2. says what it fits in `<runtime dir>/<name>.json` and listens on `<name>.sock` beside it;
+3. for each launcher that connects (this user's only), forks a child that becomes the kernel (kernel_process.py).
+   Before every fork it checks what would make a child differ from a fresh kernel, or hang: a thread started
+   since torch's import (an OpenMP or BLAS pool, a ZeroMQ context), CUDA initialized, its installed files changed
+   (a `pip install -U`), a file in the launch's folder that would shadow a module it imported. The first three
+   retire it; each refusal is answered, and the launcher starts that kernel cold.
+
+It exits when it has not forked for JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE seconds (default 3600), when none of the
+processes that launched kernels from it (the Jupyter server, VS Code) is alive any more, when a newer template
+replaces it (at most JUPYTER_COMPILE_CACHE_TEMPLATES per user, default 3), and at SIGTERM. Kernels forked from it
+live on without it. A warm-up that fails leaves its reason in the folder; the next launch prints it once.
+
+The hash seed of `str` is the one thing a child keeps from its template that a fresh process would draw anew: it
+is fixed at interpreter start. Set PYTHONHASHSEED in the kernel's environment where hashes must differ between
+kernels (it selects its own template then).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from .kernel_process import KernelRequest, become_kernel, receive_request, reply
+from .runtime_dir import process_alive, runtime_dir
+from .template_fit import EnvironReads, TemplateInfo, install_stamp, per_launch, read_natively
+
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+IDLE_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE"
+DEFAULT_IDLE = 3600.0
+HOLDER_GRACE = 30.0  # seconds a template outlives the last process that launched from it (a front end's reload)
+
+# What a starting ipykernel imports beyond ipykernel.kernelapp (its debugger, history database, completer).
+KERNEL_IMPORTS = (
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "IPython.core.debugger",
+    "IPython.core.completerlib",
+    "IPython.extensions.storemagic",
+    "sqlite3",
+    "tornado.platform.asyncio",
+    "tornado.queues",
+)
+
+
+def seconds_setting(env: dict[str, str], name: str, default: float) -> float:
+    try:
+        return max(0.0, float(env.get(name, default)))
+    except ValueError:
+        return default
+
+
+def native_threads() -> set[str]:
+    """This process's OS threads (Linux)."""
+    try:
+        return set(os.listdir("/proc/self/task"))
+    except OSError:
+        return set()
+
+
+def warm_up() -> set[str]:
+    """Import and compute what a kernel's start and its first compiled cell would, without CUDA and without a torch
+    operation. Returns the OS threads right after torch's import: any thread beyond them at a fork was started by
+    something that must not be forked."""
+    import importlib
+
+    for module in KERNEL_IMPORTS:
+        importlib.import_module(module)
+    import torch  # noqa: F401
+
+    threads = native_threads()
+    from .prewarm import Prewarm
+
+    prewarm = Prewarm()
+    prewarm.run_here()
+    if prewarm.error and "torch._inductor.compile_fx" not in sys.modules:  # a failed CPU probe only costs a cell time
+        raise RuntimeError(prewarm.error)
+    gc.collect()
+    gc.freeze()  # lives as long as every kernel forked from it: kept out of their collections, and of their copies
+    return threads
+
+
+def failure_path(directory: str, launch_key: str) -> str:
+    return os.path.join(directory, f"{launch_key}.failed")
+
+
+def warming_path(directory: str, launch_key: str) -> str:
+    return os.path.join(directory, f"{launch_key}.warming")
+
+
+class Template:
+    def __init__(self, directory: str, info: TemplateInfo, baseline_threads: set[str], idle: float) -> None:
+        self.directory, self.info, self.idle = directory, info, idle
+        self.baseline_threads = baseline_threads
+        self.info_path = os.path.join(directory, os.path.basename(info.socket)[: -len(".sock")] + ".json")
+        self.holders = set(info.holders)
+        self.last_used = time.monotonic()
+        self.holders_gone_at: float | None = None
+        self.retired: str | None = None
+        self.imported = {name.partition(".")[0] for name in sys.modules}
+        self.path0 = sys.path[0] if sys.path else ""
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    def publish(self) -> None:
+        self.listener.bind(self.info.socket)
+        self.listener.listen(16)
+        tmp = self.info_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.info.to_json(), f)
+        os.replace(tmp, self.info_path)
+
+    def serve(self) -> tuple[Any, ...] | None:
+        """Fork kernels until retired; in a forked child, returns what it needs to become the kernel."""
+        while self.retired is None:
+            self._reap()
+            self.retired = self._retire_reason()
+            if self.retired is not None:
+                break
+            try:
+                readable, _, _ = select.select([self.listener], [], [], 1.0)
+            except InterruptedError:
+                continue
+            if not readable:
+                continue
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            child = self._answer(conn)
+            if child is not None:
+                return child
+        return None
+
+    def _answer(self, conn: socket.socket) -> tuple[Any, ...] | None:
+        taken = receive_request(conn)
+        if taken is None:
+            conn.close()
+            return None
+        request, stdio = taken
+        refusal = self._fork_problem(request)
+        if refusal is None:
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                refusal = f"fork failed ({exc})"
+            else:
+                if pid == 0:
+                    self.listener.close()
+                    return conn, request, stdio, self.path0
+                self.last_used = time.monotonic()
+                self.holders.add(request.holder)
+                with contextlib.suppress(OSError):
+                    os.utime(self.info_path)  # the least recently used template is the first to go
+        if refusal is not None:
+            with contextlib.suppress(OSError):
+                reply(conn, {"refused": refusal})
+        for fd in stdio:
+            os.close(fd)
+        conn.close()
+        return None
+
+    def _fork_problem(self, request: KernelRequest) -> str | None:
+        """Why a child of this process would not be a fresh kernel of that launch (or would hang), or None."""
+        mismatch = self.info.mismatch(sys.executable, request.env, self.info.stamp)
+        if mismatch is not None:
+            return f"the template does not fit ({mismatch})"
+        problem = self._permanent_problem()
+        if problem is not None:
+            self.retired = problem
+            return problem
+        shadowing = self._shadowed(request.cwd)
+        if shadowing:
+            return f"{shadowing} in the kernel's folder would shadow a module the template imported"
+        return None
+
+    def _permanent_problem(self) -> str | None:
+        if threading.active_count() != 1:
+            return "a thread is running in the template"
+        extra = native_threads() - self.baseline_threads
+        if extra:
+            return f"{len(extra)} threads started in the template after torch's import (a CPU thread pool?)"
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            return "CUDA was initialized in the template"
+        if install_stamp() != self.info.stamp:
+            return "installed packages changed since the template started"
+        return None
+
+    def _shadowed(self, cwd: str) -> str | None:
+        try:
+            names = os.listdir(cwd)
+        except OSError:
+            return None
+        for name in names:
+            stem, _, suffix = name.partition(".")
+            if stem not in self.imported:
+                continue
+            package = os.path.isfile(os.path.join(cwd, name, "__init__.py"))
+            if suffix in ("py", "pyc") or suffix.endswith("so") or package:
+                return name
+        return None
+
+    def _retire_reason(self) -> str | None:
+        if self.idle and time.monotonic() - self.last_used > self.idle:
+            return "idle"
+        self.holders = {pid for pid in self.holders if process_alive(pid)}
+        if self.holders:
+            self.holders_gone_at = None
+        elif self.holders_gone_at is None:
+            self.holders_gone_at = time.monotonic()
+        elif time.monotonic() - self.holders_gone_at > HOLDER_GRACE:
+            return "the processes that launched kernels from it are gone"
+        if not os.path.exists(self.info_path):
+            return "its file was removed"
+        if install_stamp() != self.info.stamp:
+            return "installed packages changed"
+        return None
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    def close(self) -> None:
+        self.listener.close()
+        for path in (self.info.socket, self.info_path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
+def main(argv: list[str]) -> int:
+    holder, launch_key = int(argv[1]), argv[2]
+    directory = runtime_dir()
+    if directory is None:
+        return 1
+    signal.signal(signal.SIGTERM, _stop)
+    started = time.time()
+    start_env = dict(os.environ)
+    stamp = install_stamp()
+    warming = warming_path(directory, launch_key)
+    with open(warming, "w", encoding="utf-8") as f:
+        f.write(str(os.getpid()))
+    try:
+        set_here = NVML_CHECK_ENV not in os.environ
+        os.environ.setdefault(NVML_CHECK_ENV, "1")
+        try:
+            with EnvironReads() as reads:
+                baseline = warm_up()
+        finally:
+            if set_here:
+                os.environ.pop(NVML_CHECK_ENV, None)
+    except BaseException as exc:
+        with contextlib.suppress(OSError), open(failure_path(directory, launch_key), "w", encoding="utf-8") as f:
+            f.write(f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(OSError):
+            os.unlink(warming)
+        return 1
+    names = {n for n in reads.names | set(start_env) if n in reads.names or read_natively(n)}
+    selecting = {n: start_env.get(n) for n in sorted(names) if not per_launch(n) and n != NVML_CHECK_ENV}
+    name = f"{launch_key}-{os.getpid()}"
+    info = TemplateInfo(
+        pid=os.getpid(),
+        python=sys.executable,
+        stamp=stamp,
+        launch_key=launch_key,
+        selecting=selecting,
+        socket=os.path.join(directory, f"{name}.sock"),
+        started=started,
+        warm_up_seconds=time.time() - started,
+        holders=[holder],
+    )
+    template = Template(directory, info, baseline, seconds_setting(start_env, IDLE_ENV, DEFAULT_IDLE))
+    child = None
+    try:
+        if stamp != install_stamp():
+            return 0  # upgraded while it warmed up: never used
+        template.publish()
+        with contextlib.suppress(OSError):
+            os.unlink(warming)
+        child = template.serve()
+    finally:
+        if child is None:
+            template.close()
+            with contextlib.suppress(OSError):
+                os.unlink(warming)
+    conn, request, stdio, path0 = child
+    return become_kernel(conn, request, stdio, forked_from=path0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))
