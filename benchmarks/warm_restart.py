@@ -8,14 +8,14 @@ real kernel through jupyter_client:
 | `plain_eager` | the plain kernel | the eager call (no compile at all): the baseline |
 | `torch_warm` | the plain kernel | `torch.compile`, cache dir already warm (torch's own caches) |
 | `ours_today` | the plain kernel | `%%compile_cache`, restored from the local store |
-| `ours_warm` | the warm-restart kernel spec (`install-kernel`) | `%%compile_cache`, restored |
+| `ours_warm` | the warm kernel spec (`install-kernel`), through jupyter_client | `%%compile_cache`, restored |
 | `ours_raw` | the same spec, its argv launched raw (as VS Code does) | `%%compile_cache`, restored |
 
 `ours_raw` does what a raw front end does: a connection file with new ports, the spec's argv run as a process, a
 plain `BlockingKernelClient`; a restart is a shutdown request, the process's exit, and a new launch.
 
 Each kernel runs its notebook once (filling the caches and the store), then, `--rounds` times: wait `--pause`
-seconds (a user reading; the warm kernel's spare gets ready meanwhile, and the time it needed is reported), then
+seconds (a user reading; the warm kernel's template gets ready meanwhile, and the time it needed is reported), then
 restart + Run All, timed from the restart request to the last cell's reply. Medians are compared to `plain_eager`.
 
     python benchmarks/warm_restart.py --out benchmarks/results/warm_restart_cpu.json
@@ -66,6 +66,15 @@ VARIANTS = {
 }
 
 
+def template_ready(env: dict[str, str]) -> bool:
+    """A warm template that fits this environment listens."""
+    from jupyter_compile_cache.kernels.launcher import templates
+    from jupyter_compile_cache.kernels.template_fit import install_stamp
+
+    folder = env["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"]
+    return any(t.mismatch(sys.executable, env, install_stamp()) is None for t in templates(folder))
+
+
 def run_cell(kc, code: str, timeout: float = 600) -> float:
     start = time.perf_counter()
     reply = kc.execute_interactive(code, timeout=timeout, output_hook=lambda _msg: None)
@@ -79,6 +88,7 @@ def _env(name: str, work: str) -> dict[str, str]:
         os.environ,
         TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{name}"),
         JUPYTER_COMPILE_CACHE_DIR=os.path.join(work, f"store-{name}"),
+        JUPYTER_COMPILE_CACHE_RUNTIME_DIR=os.path.join(work, "runtime"),
         PYTHONWARNINGS="ignore",
     )
 
@@ -106,9 +116,8 @@ class JupyterClientFrontEnd:
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=120)
 
-    def spare_ready(self) -> bool:
-        spare = getattr(self.km.provisioner, "spare", None)
-        return spare is not None and spare.ready()
+    def template_ready(self) -> bool:
+        return template_ready(self.env)
 
     def restart(self) -> float:
         """What km.restart_kernel() does, in its two halves; the old kernel's shutdown, in seconds."""
@@ -149,13 +158,8 @@ class RawFrontEnd:
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=120)
 
-    def spare_ready(self) -> bool:
-        """The spare this launch started listens once it is ready."""
-        import glob
-
-        from jupyter_compile_cache.kernels.spare import spare_dir
-
-        return bool(glob.glob(os.path.join(spare_dir() or self.work, f"*-{self.proc.pid}-*.sock")))
+    def template_ready(self) -> bool:
+        return template_ready(self.env)
 
     def restart(self) -> float:
         start = time.perf_counter()
@@ -187,15 +191,15 @@ def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dic
     fe = RawFrontEnd(kernel_name, env, work) if name == "ours_raw" else JupyterClientFrontEnd(kernel_name, env)
     cells = [first, f"DEVICE = {device!r}\n" + MODEL, third]
     fe.start()
-    result: dict = {"variant": name, "rounds": [], "spare_ready_s": []}
+    result: dict = {"variant": name, "rounds": [], "template_ready_s": []}
     try:
         result["first_run_s"] = sum(run_cell(fe.kc, c) for c in cells)
         for i in range(rounds):
             waited = time.perf_counter()
-            if kernel_name is not None:  # the warm kernel: its spare starts a few seconds after the kernel
-                while time.perf_counter() - waited < 120 and not fe.spare_ready():
+            if kernel_name is not None:  # the warm kernel: its template warms up after the first (cold) start
+                while time.perf_counter() - waited < 120 and not fe.template_ready():
                     time.sleep(0.05)
-                result["spare_ready_s"].append(time.perf_counter() - waited)
+                result["template_ready_s"].append(time.perf_counter() - waited)
             time.sleep(max(0.0, pause - (time.perf_counter() - waited)))
             start = time.perf_counter()
             shut = fe.restart()
@@ -224,6 +228,7 @@ def main() -> int:
     from jupyter_compile_cache.kernels.warm_kernel import install_kernel_spec
 
     with tempfile.TemporaryDirectory(prefix="warm-restart-") as work:
+        os.makedirs(os.path.join(work, "runtime"), mode=0o700)
         install_kernel_spec(prefix=os.path.join(work, "prefix"))
         os.environ["JUPYTER_PATH"] = os.path.join(work, "prefix", "share", "jupyter")
         results = {}
@@ -241,9 +246,9 @@ def main() -> int:
         restart = f"{median_round['restart_s']:.2f} ({median_round['shutdown_s']:.2f})"
         print(f"| {name} | {r['median_s']:.2f} | {ratio} | {restart} | {cells} |")
     for name in ("ours_warm", "ours_raw"):
-        if results.get(name, {}).get("spare_ready_s"):
-            ready = [round(s, 2) for s in results[name]["spare_ready_s"]]
-            print(f"\n{name}: spare ready after (s, per round): {ready}")
+        if results.get(name, {}).get("template_ready_s"):
+            ready = [round(s, 2) for s in results[name]["template_ready_s"]]
+            print(f"\n{name}: template ready after (s, per round): {ready}")
     if results.get("ours_warm") and results.get("ours_raw"):
         print(f"ours_raw / ours_warm: {results['ours_raw']['median_s'] / results['ours_warm']['median_s']:.2f}x")
     meta = {

@@ -149,9 +149,12 @@ def _where(files: list[str], runs: list[dict]) -> str:
     return "<sub>Produced by " + ". ".join(said) + ". Rendered by `make docs`.</sub>\n"
 
 
+KINDS = ("warm_restart", "real_work", "first_magics", "torch_versions", "hub_backends", "large_bundles", "kernel_start")
+
+
 def _kind_of(name: str) -> str:
     base = os.path.basename(os.path.dirname(name)) + "/" + os.path.basename(name)
-    for kind in ("warm_restart", "real_work", "first_magics", "torch_versions", "hub_backends", "large_bundles"):
+    for kind in KINDS:
         if kind in base:
             return kind
     return "quickstart"
@@ -164,6 +167,7 @@ COMMANDS = {
     "torch_versions": "python benchmarks/torch_versions.py",
     "hub_backends": "python benchmarks/hub_backends.py --sizes 10 100",
     "large_bundles": "python benchmarks/large_bundles.py",
+    "kernel_start": "python benchmarks/kernel_start.py",
 }
 
 
@@ -254,6 +258,42 @@ def render_warm_restart(files: list[str], runs: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + _where(files, runs)
 
 
+START_VARIANTS = (
+    ("plain_eager", "plain kernel, eager"),
+    ("torch_warm", "plain kernel, torch warm cache"),
+    ("ours_plain", "`%%compile_cache`, plain kernel"),
+    ("ours_warm", "`%%compile_cache`, warm kernel"),
+    ("ours_raw", "warm kernel launched raw (VS Code)"),
+)
+
+
+def render_kernel_start(files: list[str], runs: list[dict]) -> str:
+    """A new kernel to its compiled cell's end, each variant's median (its ratio to torch's warm cache), then
+    what the templates cost and what starting many kernels at once gives."""
+    lines = ["| | " + " | ".join(title for _, title in START_VARIANTS) + " |", "|---|" + "---|" * len(START_VARIANTS)]
+    extra = ["", "| | two restarts 2 s apart | kernels started at once | 4 kernels' PSS, plain / forked |"]
+    extra.append("|---|---|---|---|")
+    for name, data in zip(files, runs):
+        variants, device = data["variants"], _device(name, data["meta"])
+        warm = variants.get("torch_warm", {}).get("median_s")
+        cells = []
+        for key, _ in START_VARIANTS:
+            median = variants.get(key, {}).get("median_s")
+            ratio = f" ({median / warm:.2f}x)" if median is not None and warm and key != "torch_warm" else ""
+            cells.append("-" if median is None else f"{median:.2f} s{ratio}")
+        lines.append(f"| {device}, torch {data['meta']['torch']} | " + " | ".join(cells) + " |")
+        kernels = data["at_once"]["kernels"]
+        forked = sum(k["how"] == "forked" for k in kernels)
+        right = sum(bool(k["right"]) for k in kernels)
+        slowest = max(k["total_s"] for k in kernels)
+        mem = data["memory"]
+        pss = f"{mem['plain_eager']['pss_bytes'] / 2**20:.0f} / {mem['ours_warm']['pss_bytes'] / 2**20:.0f} MiB"
+        restarts = ", ".join(data["restarts_2s_apart"])
+        at_once = f"{len(kernels)}: {forked} forked, {right} right, slowest {slowest:.2f} s"
+        extra.append(f"| {device} | {restarts} | {at_once} | {pss} |")
+    return "\n".join(lines + extra) + "\n\n" + _where(files, runs)
+
+
 def render_first_magics(files: list[str], runs: list[dict]) -> str:
     columns = []  # (heading, run, label)
     for name, data in zip(files, runs):
@@ -322,6 +362,7 @@ RENDERERS: dict[str, Callable[[list[str], list[dict]], str]] = {
     "real-work": render_real_work,
     "warm-restart": render_warm_restart,
     "first-magics": render_first_magics,
+    "kernel-start": render_kernel_start,
     "torch-versions": render_torch_versions,
     "hub-backends": render_hub_backends,
     "large-bundles": render_large_bundles,

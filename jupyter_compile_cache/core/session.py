@@ -296,9 +296,9 @@ class CompileCacheSession:
         self.prewarm.start()  # scripts never ran %load_ext: probe here (in parallel, toolchain bundle first)
         uses_cpu_kernels = restore is not None and restore.uses_cpu_kernels
         if uses_cpu_kernels or not compiler.cuda_available():
-            self.prewarm.wait_all()  # torch would otherwise probe again, serially, on the critical path
+            self.prewarm.join(probe=True)  # torch would otherwise probe again, serially, on the critical path
         else:
-            self.prewarm.join()
+            self.prewarm.join(hashes=True)
 
     def _finish(self, report: CellReport, store_dir: str | None = None) -> None:
         report.finished = time.time()

@@ -77,6 +77,6 @@ def run(folder: str | None = None, say: Callable[[str], None] = print) -> dict[s
         if code_first is not None and code_again is not None:
             # The compile time saved is the cell's own code; the compiler's load is per process, not cached.
             say(f"\nthe restore saved {code_first - code_again:.1f} s of compiling (the cell's code). Loading torch's")
-            say("compiler is per process, so no bundle holds it: the warm-restart kernel (jupyter-compile-cache")
-            say("install-kernel) has it loaded before you restart.")
+            say("compiler is per process, so no bundle holds it: the warm kernel (jupyter-compile-cache")
+            say("install-kernel) starts every kernel with it loaded.")
         return seconds

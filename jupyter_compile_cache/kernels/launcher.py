@@ -156,11 +156,12 @@ def templates(directory: str) -> list[TemplateInfo]:
 
 def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[Kernel | None, str]:
     """A kernel forked by the first template that fits and answers; else (None, why none did)."""
-    why = "no warm template for this environment yet"
+    refused: list[str] = []  # what the templates that fit said, which tells more than those that do not fit
+    mismatches: list[str] = []
     for info in templates(directory):
         mismatch = info.mismatch(sys.executable, request.env, stamp)
         if mismatch is not None:
-            why = f"no warm template fits this launch ({mismatch})"
+            mismatches.append(f"no warm template fits this launch ({mismatch})")
             continue
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -170,11 +171,11 @@ def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[K
             answer = _read_line(conn)
             if "pid" in answer:
                 return (conn, int(answer["pid"]), None, info.pid), ""
-            why = f"the warm template refused: {answer.get('refused', 'no answer')}"
+            refused.append(f"the warm template refused: {answer.get('refused', 'no answer')}")
         except (OSError, ValueError, KeyError, TypeError) as exc:  # died, retired, or not a template
-            why = f"the warm template did not answer ({type(exc).__name__})"
+            refused.append(f"the warm template did not answer ({type(exc).__name__})")
         conn.close()
-    return None, why
+    return None, (refused or mismatches or ["no warm template for this environment yet"])[0]
 
 
 def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, why: str) -> str:

@@ -4,9 +4,10 @@ Importing Dynamo and Inductor, hashing torch's and Triton's files and probing th
 work that no cache can hold (measured in docs/how_it_works.md). `%load_ext` starts them in a background thread.
 
 Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
-looks like it compiles (and every `%%compile_cache` cell) first waits for the imports (and the hashes every compile
-needs) to finish. The ISA probe
-goes on in the background: a GPU model never needs it, and a CPU compile that asks first simply computes it.
+looks like it compiles (and every `%%compile_cache` cell) first waits for the imports to finish, and a cell on a
+GPU machine also for the hashes its Triton kernels' keys need. The ISA probe goes on in the background: a GPU model
+never needs it, and a CPU compile that asks first simply computes it. In a kernel forked from a warm template all
+of it was done before the kernel started: nothing is left to wait for.
 `CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
 """
 
@@ -24,7 +25,9 @@ class Prewarm:
     def __init__(self, enabled: Callable[[], bool] = lambda: True) -> None:
         self.enabled = enabled
         self.thread: threading.Thread | None = None
-        self.imported = threading.Event()  # set once the compiler is imported and hashed (or failed to)
+        self.imported = threading.Event()  # set once the compiler is imported (or failed to)
+        self.hashed = threading.Event()  # torch's and Triton's files hashed, which a GPU cell's kernels need
+        self.probed = threading.Event()  # the CPU's vector ISAs probed, which a cell's C++ kernels need
         self.import_seconds: float | None = None
         # Set by the session: restores the per-machine toolchain bundle, lists the cache files, saves what the probe
         # built (off the cells' path).
@@ -49,47 +52,57 @@ class Prewarm:
             return None
         return time.perf_counter() - self.started
 
-    def run_here(self) -> None:
-        """The work, in the calling thread (the background thread's body; a spare kernel calls it directly)."""
+    def run_here(self, gpu: bool | None = None) -> None:
+        """The work, in the calling thread (the background thread's body; a warm template calls it directly). After
+        the imports, what the cells here need first goes first: on a GPU machine the file hashes every Triton
+        kernel's key needs (a cell that found them unfinished would compute them again beside this thread: 2.5 s of
+        hashing on an H100, both threads slower for it), on a CPU-only one the ISA probe its C++ kernels need. `gpu`
+        says which without asking CUDA (a warm template must not: asking starts NVML's thread)."""
         start = time.perf_counter()
         try:
             try:
                 compiler.import_compiler()
-                # Before cells go on: the key of every Triton kernel a cell loads or compiles needs these hashes,
-                # and a cell that found them unfinished would compute them again beside this thread (measured on
-                # an H100: 2.5 s of hashing, both threads slower for it).
-                compiler.hash_torch_and_triton()
             finally:
                 self.import_seconds = time.perf_counter() - start
                 self.imported.set()
-            if compiler.can_probe_cpu():
-                if self.before_probe is not None:
-                    self.before_probe()
-                before = self.listing() if self.listing else {}
-                compiler.probe_cpu()
-                after = self.listing() if self.listing else {}
-                self.created = compiler.probe_files(sorted(p for p, meta in after.items() if before.get(p) != meta))
-                if self.after_probe is not None:
-                    self.after_probe()
+            gpu = compiler.cuda_available() if gpu is None else gpu
+            steps = (self._hash, self._probe) if gpu else (self._probe, self._hash)
+            for step in steps:
+                step()
         except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once
             self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.hashed.set()
+            self.probed.set()
+
+    def _hash(self) -> None:
+        compiler.hash_torch_and_triton()
+        self.hashed.set()
+
+    def _probe(self) -> None:
+        if compiler.can_probe_cpu():
+            if self.before_probe is not None:
+                self.before_probe()
+            before = self.listing() if self.listing else {}
+            compiler.probe_cpu()
+            after = self.listing() if self.listing else {}
+            self.created = compiler.probe_files(sorted(p for p, meta in after.items() if before.get(p) != meta))
+            if self.after_probe is not None:
+                self.after_probe()
+        self.probed.set()
 
     def take_error(self) -> str | None:
         """Why the work stopped early, once (the next cell tells it), or None."""
         error, self.error = self.error, None
         return error
 
-    def join(self) -> None:
-        """Wait for the imports and hashes only: the CPU ISA probe runs on (torch computes it itself if asked first)."""
-        if self.thread is not None and not self.imported.is_set():
+    def join(self, hashes: bool = False, probe: bool = False) -> None:
+        """Wait for the imports, and with `hashes` for the file hashes, with `probe` for the CPU ISA probe too."""
+        events = [self.imported] + [self.hashed] * hashes + [self.probed] * probe
+        if self.thread is not None and not all(e.is_set() for e in events):
             start = time.perf_counter()
-            self.imported.wait()
-            self.waited += time.perf_counter() - start
-
-    def wait_all(self) -> None:
-        if self.thread is not None and self.thread.is_alive():
-            start = time.perf_counter()
-            self.thread.join()
+            for event in events:
+                event.wait()
             self.waited += time.perf_counter() - start
 
     def take_waited(self) -> float:

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 
 RUNTIME_DIR_ENV = "JUPYTER_COMPILE_CACHE_RUNTIME_DIR"
 
 
-def runtime_dir(env: dict[str, str] | None = None) -> str | None:
+def runtime_dir(env: Mapping[str, str] | None = None) -> str | None:
     """This user's private folder for templates (made if missing); None where it cannot be made private."""
     if os.name != "posix":
         return None
-    env = os.environ if env is None else env
-    path = env.get(RUNTIME_DIR_ENV)
+    variables: Mapping[str, str] = os.environ if env is None else env
+    path = variables.get(RUNTIME_DIR_ENV)
     if not path:
-        xdg = env.get("XDG_RUNTIME_DIR")
+        xdg = variables.get("XDG_RUNTIME_DIR")
         path = os.path.join(xdg, "jupyter_compile_cache") if xdg else f"/tmp/jupyter_compile_cache-{os.getuid()}"
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)

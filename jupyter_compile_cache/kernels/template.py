@@ -47,6 +47,7 @@ NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
 IDLE_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE"
 DEFAULT_IDLE = 3600.0
 HOLDER_GRACE = 30.0  # seconds a template outlives the last process that launched from it (a front end's reload)
+SETTLE_SECONDS = 10.0  # a helper thread that the warm-up started may take this long to end
 
 # What a starting ipykernel imports beyond ipykernel.kernelapp (its debugger, history database, completer).
 KERNEL_IMPORTS = (
@@ -78,8 +79,8 @@ def native_threads() -> set[str]:
 
 def warm_up() -> set[str]:
     """Import and compute what a kernel's start and its first compiled cell would, without CUDA and without a torch
-    operation. Returns the OS threads right after torch's import: any thread beyond them at a fork was started by
-    something that must not be forked."""
+    operation. Returns the OS threads once it is done: any thread beyond them at a fork was started by something
+    that must not be forked (fails if the warm-up itself left one running beyond those of torch's import)."""
     import importlib
 
     for module in KERNEL_IMPORTS:
@@ -90,12 +91,39 @@ def warm_up() -> set[str]:
     from .prewarm import Prewarm
 
     prewarm = Prewarm()
-    prewarm.run_here()
+    prewarm.run_here(gpu=False)  # both steps run here; the order only matters to a kernel's cells
     if prewarm.error and "torch._inductor.compile_fx" not in sys.modules:  # a failed CPU probe only costs a cell time
         raise RuntimeError(prewarm.error)
     gc.collect()
     gc.freeze()  # lives as long as every kernel forked from it: kept out of their collections, and of their copies
-    return threads
+    lingering = settled_threads(threads)
+    if lingering:
+        raise RuntimeError(f"threads started while warming up did not end: {lingering}")
+    return native_threads()
+
+
+def settled_threads(baseline: set[str], timeout: float = SETTLE_SECONDS) -> str | None:
+    """Wait for native threads started since `baseline` to end (a library's helper threads may take a moment);
+    a description of those still running after `timeout` seconds, or None. The CUDA driver's own thread
+    ("cuda..."), which importing Inductor starts on a GPU host without initializing torch's CUDA, is allowed:
+    measured on an H100, children forked beside it run CUDA and CPU work right; an OpenMP pool's threads carry the
+    process's name and are not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        extra = {tid for tid in native_threads() - baseline if not _thread_name(tid).startswith("cuda")}
+        if not extra:
+            return None
+        if time.monotonic() > deadline:
+            return ", ".join(sorted(_thread_name(tid) for tid in extra))
+        time.sleep(0.05)
+
+
+def _thread_name(tid: str) -> str:
+    try:
+        with open(f"/proc/self/task/{tid}/comm", encoding="utf-8", errors="replace") as f:
+            return f"{f.read().strip()} ({tid})"
+    except OSError:
+        return tid
 
 
 def failure_path(directory: str, launch_key: str) -> str:
@@ -115,7 +143,8 @@ class Template:
         self.last_used = time.monotonic()
         self.holders_gone_at: float | None = None
         self.retired: str | None = None
-        self.imported = {name.partition(".")[0] for name in sys.modules}
+        ours = (__package__ or "jupyter_compile_cache").partition(".")[0]  # forgotten by a child: imported anew
+        self.imported = {name.partition(".")[0] for name in sys.modules} - {ours, "__main__"}
         self.path0 = sys.path[0] if sys.path else ""
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
@@ -194,9 +223,9 @@ class Template:
     def _permanent_problem(self) -> str | None:
         if threading.active_count() != 1:
             return "a thread is running in the template"
-        extra = native_threads() - self.baseline_threads
+        extra = settled_threads(self.baseline_threads, timeout=1.0)
         if extra:
-            return f"{len(extra)} threads started in the template after torch's import (a CPU thread pool?)"
+            return f"threads started in the template after torch's import (a CPU thread pool?): {extra}"
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
             return "CUDA was initialized in the template"
@@ -309,6 +338,8 @@ def main(argv: list[str]) -> int:
             template.close()
             with contextlib.suppress(OSError):
                 os.unlink(warming)
+    if child is None:
+        return 0
     conn, request, stdio, path0 = child
     return become_kernel(conn, request, stdio, forked_from=path0)
 

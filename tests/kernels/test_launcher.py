@@ -20,7 +20,6 @@ import pytest
 from helpers.kernels import process_gone
 from helpers.warm_kernels import RawFrontEnd, end_templates, tiny_wheel, wait_for_template
 
-from jupyter_compile_cache.frontends import cli
 from jupyter_compile_cache.kernels.launcher import templates
 from jupyter_compile_cache.kernels.runtime_dir import process_alive
 from jupyter_compile_cache.kernels.template_fit import TemplateInfo, install_stamp
@@ -29,22 +28,15 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def warm(tmp_path_factory):
-    """The spec installed by the CLI; a private runtime folder; front ends started in a notebook folder."""
-    root = tmp_path_factory.mktemp("warm")
-    prefix, runtime, work = root / "prefix", root / "runtime", root / "work"
-    runtime.mkdir(mode=0o700)
+def warm(warm_env, tmp_path_factory):
+    """Front ends of the installed spec, started in a notebook folder, with the session's runtime folder."""
+    root = tmp_path_factory.mktemp("raw")
+    work = root / "work"
     work.mkdir()
-    assert cli.main(["install-kernel", "--prefix", str(prefix)]) == 0
-    with open(prefix / "share" / "jupyter" / "kernels" / "python3-compile-cache" / "kernel.json") as f:
+    with open(os.path.join(warm_env["JUPYTER_PATH"], "kernels", "python3-compile-cache", "kernel.json")) as f:
         argv = json.load(f)["argv"]
-    env = {
-        **os.environ,
-        "JUPYTER_COMPILE_CACHE_RUNTIME_DIR": str(runtime),
-        "TORCHINDUCTOR_CACHE_DIR": str(root / "cache"),
-        "JUPYTER_COMPILE_CACHE_DIR": str(root / "store"),
-        "PYTHONWARNINGS": "ignore",
-    }
+    env = warm_env
+    runtime = env["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"]
     started: list[RawFrontEnd] = []
 
     class Warm:
@@ -76,10 +68,10 @@ def warm(tmp_path_factory):
     yield Warm()
     for fe in started:
         fe.close()
-    end_templates(str(runtime))
 
 
 def test_the_first_start_is_cold_then_every_start_is_forked_and_is_a_fresh_kernel(warm):
+    end_templates(warm.directory)  # a first start: no template yet
     fe = warm.launch(MY_SETTING="launch-env")
     record = fe.start_record()
     assert record["how"] == "cold" and "one is warming up for the next kernel" in record["why"], record

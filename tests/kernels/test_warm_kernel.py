@@ -1,19 +1,19 @@
-"""The warm-restart kernel: a real kernel spec installed by the CLI, real kernels through jupyter_client, real
-spare processes. Checked: a restart takes over the spare and is a fresh kernel; a spare that does not fit, is not
-ready or is turned off means a plain start; no spare outlives its kernel (shutdown, restart, a killed parent)."""
+"""The warm kernel as JupyterLab, Notebook 7 and nbclient start it: the spec installed by the CLI, real kernels
+through jupyter_client's KernelManager (its plain local provisioner runs the launcher). Checked: a restart is forked
+from the template and `%compile_cache status` says so; a kernel that started cold or plain says once, at
+`%load_ext`, why and what to install; a spec installed by version 0.2 (naming its provisioner) still starts; a
+kernel that used inductor's compile workers shuts down on its own."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 
-import psutil
 import pytest
 from helpers.kernels import Kernel, process_gone
+from helpers.warm_kernels import wait_for_template
 
 from jupyter_compile_cache.frontends import cli
 
@@ -21,19 +21,22 @@ pytestmark = pytest.mark.slow
 NAME = "python3-compile-cache"
 
 
+def test_install_kernel_writes_a_spec_that_runs_the_launcher(tmp_path):
+    assert cli.main(["install-kernel", "--prefix", str(tmp_path), "--name", "mine", "--display-name", "Mine"]) == 0
+    with open(tmp_path / "share" / "jupyter" / "kernels" / "mine" / "kernel.json") as f:
+        spec = json.load(f)
+    assert spec["display_name"] == "Mine"
+    assert spec["argv"] == [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher", "-f", "{connection_file}"]
+    assert "kernel_provisioner" not in spec["metadata"]  # the launcher does it all, for every front end
+
+
 @pytest.fixture
-def warm_kernels(tmp_path, monkeypatch):
-    """Installs the kernel spec with the CLI into a private prefix, and starts kernels of it."""
-    prefix = tmp_path / "prefix"
-    assert cli.main(["install-kernel", "--prefix", str(prefix)]) == 0
-    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+def warm_kernel(warm_env, monkeypatch):
+    monkeypatch.setenv("JUPYTER_PATH", warm_env["JUPYTER_PATH"])  # where KernelManager finds the spec
     started: list[Kernel] = []
 
-    def start(**env: str) -> Kernel:
-        env.setdefault("JUPYTER_COMPILE_CACHE_SPARE_DELAY", "0")  # the spare starts with its kernel
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-        env.setdefault("JUPYTER_COMPILE_CACHE_DIR", str(tmp_path / "store"))
-        kernel = Kernel({k: str(v) for k, v in env.items()}, kernel_name=NAME)
+    def start(kernel_name: str = NAME, **env: str) -> Kernel:
+        kernel = Kernel({**warm_env, **env}, kernel_name=kernel_name)
         started.append(kernel)
         return kernel
 
@@ -42,84 +45,51 @@ def warm_kernels(tmp_path, monkeypatch):
         kernel.shutdown()
 
 
-def _wait_ready(kernel: Kernel, timeout: float = 120) -> int:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        spare = kernel.km.provisioner.spare
-        if spare is not None and spare.ready():
-            return spare.pid
-        time.sleep(0.1)
-    raise AssertionError("the spare did not get ready")
-
-
-def _spares_of_this_process(*kernels: Kernel) -> list[int]:
-    """Spare processes we started that are not (yet) kernels (a spare that took over keeps its command line)."""
-    kernel_pids = {k.km.provisioner.pid for k in kernels}
-    spares = []
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if process.status() == psutil.STATUS_ZOMBIE or process.pid in kernel_pids:
-                continue
-            if "jupyter_compile_cache.kernels.spare" in " ".join(process.cmdline()):
-                spares.append(process.pid)
-        except psutil.Error:  # ended while we looked
-            continue
-    return spares
-
-
-def test_install_kernel_writes_a_spec_with_our_provisioner(tmp_path):
-    assert cli.main(["install-kernel", "--prefix", str(tmp_path), "--name", "mine", "--display-name", "Mine"]) == 0
-    with open(tmp_path / "share" / "jupyter" / "kernels" / "mine" / "kernel.json") as f:
-        spec = json.load(f)
-    assert spec["display_name"] == "Mine"
-    assert spec["argv"][:3] == [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher"]
-    assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "compile-cache-warm"
-
-
-def test_a_restart_takes_over_the_spare_and_is_a_fresh_kernel(warm_kernels, tmp_path):
-    (tmp_path / "work").mkdir()
-    (tmp_path / "work" / "usermod.py").write_text("X = 1\n")
-    path = os.pathsep.join(p for p in (str(tmp_path / "work"), os.environ.get("PYTHONPATH")) if p)
-    k = warm_kernels(PYTHONPATH=path, MY_SETTING="launch-env", TORCHINDUCTOR_COMPILE_THREADS="2")
-    first = k.km.provisioner.pid
-    k.run("import usermod, torch\nstate = 41\n%load_ext jupyter_compile_cache").check()
-    spare = _wait_ready(k)
-    assert _spares_of_this_process(k) == [spare]  # one spare per kernel
-    status = k.run("%compile_cache status").check()
-    assert f"warm spare: pid {spare}" in repr(status.results) + status.stdout
-
+def test_a_restart_is_forked_and_says_so_a_cold_start_says_why(warm_kernel, warm_env):
+    k = warm_kernel()
+    loaded = k.run("import torch\n%load_ext jupyter_compile_cache").check().stdout
+    template = wait_for_template(warm_env["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"])
+    if "started cold" in loaded:  # the first kernel of this environment in the test session
+        assert "jupyter-compile-cache install-kernel" not in loaded, loaded
+    first = k.value("__import__('os').getpid()")
     k.restart()
-    assert k.km.provisioner.pid == spare  # the spare became the kernel
-    assert process_gone(first)
-    seen = k.value(
-        "{'pid': __import__('os').getpid(), 'env': __import__('os').environ.get('MY_SETTING'),"
-        " 'cwd': __import__('os').getcwd(), 'state': 'state' in globals(),"
-        " 'usermod': 'usermod' in __import__('sys').modules,"
-        " 'extension': 'jupyter_compile_cache' in __import__('sys').modules,"
-        " 'magic': get_ipython().find_cell_magic('compile_cache') is not None,"
-        " 'torch_ready': 'torch._inductor.compile_fx' in __import__('sys').modules,"
-        " 'cuda': __import__('torch').cuda.is_initialized()}"
-    )
-    assert seen == {
-        "pid": spare,
-        "env": "launch-env",
-        "cwd": os.getcwd(),
-        "state": False,
-        "usermod": False,
-        "extension": False,
-        "magic": False,
-        "torch_ready": True,  # what the spare is for
-        "cuda": False,
-    }
-    next_spare = _wait_ready(k)
-    assert next_spare != spare and _spares_of_this_process(k) == [next_spare]
+    kernel = k.value("__import__('os').getpid()")
+    assert kernel != first and process_gone(first)
+    assert k.km.provisioner.pid != kernel  # jupyter_client's process is the launcher, standing in
+    loaded = k.run("%load_ext jupyter_compile_cache").check().stdout
+    assert "compile_cache:" not in loaded, loaded  # a warm start has nothing to say
+    status = "\n".join(k.run("%compile_cache status").check().results)
+    assert f"kernel: forked from a warm template (pid {template.pid}) in" in status, status
+    assert k.value("'torch._inductor.compile_fx' in __import__('sys').modules") is True
 
-    k.run(START_COMPILE_WORKERS).check()  # the extension is not loaded: the spare itself stops them at shutdown
-    kernel = k.km.provisioner.process
-    k.shutdown(now=False)
-    assert kernel.wait(10) == 0  # it exited on its own, not terminated by jupyter_client
-    assert process_gone(next_spare) and process_gone(spare)
-    assert _spares_of_this_process() == []
+    k.km.interrupt_kernel()  # jupyter_client's interrupt and its kill reach the forked kernel through the launcher
+    assert k.value("1 + 1") == 2
+    k.km._kill_kernel()  # what shutdown_kernel(now=True) and a server do with a kernel that must go
+    assert process_gone(kernel)
+
+
+def test_a_plain_kernel_says_once_how_to_start_warm(kernel_factory):
+    k = kernel_factory()
+    loaded = k.run("%load_ext jupyter_compile_cache").check().stdout
+    assert loaded.count("a plain kernel: torch's compiler loads now") == 1, loaded
+    assert "`jupyter-compile-cache install-kernel` installs a kernel whose every start has it loaded" in loaded
+    status = "\n".join(k.run("%compile_cache status").check().results)
+    assert "kernel: a plain kernel (not the warm kernel spec)" in status, status
+
+
+def test_a_spec_installed_by_version_0_2_still_starts(warm_kernel, warm_env):
+    folder = os.path.join(warm_env["JUPYTER_PATH"], "kernels", "old-warm")
+    os.makedirs(folder, exist_ok=True)
+    spec = {
+        "argv": [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (compile cache, warm restart)",
+        "language": "python",
+        "metadata": {"debugger": True, "kernel_provisioner": {"provisioner_name": "compile-cache-warm"}},
+    }
+    with open(os.path.join(folder, "kernel.json"), "w") as f:
+        json.dump(spec, f)
+    k = warm_kernel("old-warm")
+    assert k.value("6 * 7") == 42
 
 
 # What torch.compile does where Triton is installed (the GPU case): start inductor's compile-worker sidecar and its
@@ -148,47 +118,3 @@ def test_a_kernel_with_compile_workers_shuts_down_on_its_own(tmp_path):
             k.shutdown(now=False)
         codes[extension] = kernel.wait(10)
     assert codes == {False: -signal.SIGTERM, True: 0}
-
-
-def test_a_spare_that_does_not_fit_is_not_ready_or_is_off_means_a_plain_start(warm_kernels):
-    k = warm_kernels()
-    spare = _wait_ready(k)
-    k.restart(same_process_env={"MY_SETTING": "changed"})  # the new kernel's env differs from the spare's
-    assert k.km.provisioner.pid != spare and process_gone(spare)
-    assert k.value("__import__('os').environ['MY_SETTING']") == "changed"
-
-    not_ready = k.km.provisioner.spare.pid  # restart before the new spare is warm (no delay: it has started)
-    k.restart()
-    assert k.km.provisioner.pid != not_ready and process_gone(not_ready)
-    assert k.value("1 + 1") == 2
-
-    off = warm_kernels(JUPYTER_COMPILE_CACHE_SPARE="0")
-    assert off.km.provisioner.spare is None and off.km.provisioner._pending is None
-    assert off.value("1 + 1") == 2
-
-
-def test_spares_die_with_a_killed_server(tmp_path):
-    """The process holding the kernel (a Jupyter server) is killed: its spare exits (its stdin closes)."""
-    prefix = tmp_path / "prefix"
-    assert cli.main(["install-kernel", "--prefix", str(prefix)]) == 0
-    holder = (
-        "import sys, time\n"
-        "from jupyter_client import KernelManager\n"
-        f"km = KernelManager(kernel_name={NAME!r})\n"
-        "km.start_kernel()\n"
-        "while not km.provisioner.spare.ready(): time.sleep(0.1)\n"
-        "print(km.provisioner.pid, km.provisioner.spare.pid, flush=True)\n"
-        "time.sleep(600)\n"
-    )
-    env = dict(os.environ, JUPYTER_PATH=str(prefix / "share" / "jupyter"), JUPYTER_COMPILE_CACHE_SPARE_DELAY="0")
-    proc = subprocess.Popen([sys.executable, "-c", holder], env=env, stdout=subprocess.PIPE, text=True)
-    try:
-        kernel, spare = (int(x) for x in proc.stdout.readline().split())
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-        assert process_gone(spare)
-    finally:
-        proc.kill()
-        for pid in (locals().get("kernel"), locals().get("spare")):
-            if pid and psutil.pid_exists(pid):
-                os.killpg(pid, signal.SIGKILL)
