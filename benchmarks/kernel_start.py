@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from warm_restart import CALL, MODEL, JupyterClientFrontEnd, RawFrontEnd, run_cell, template_ready  # noqa: E402
+from warm_restart import CALL, MODEL, JupyterClientFrontEnd, RawFrontEnd, machine, run_cell, template_ready  # noqa: E402
 
 WARM = "python3-compile-cache"
 LOAD = "import torch\n%load_ext jupyter_compile_cache"
@@ -190,8 +189,6 @@ def main() -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
-    import torch
-
     from jupyter_compile_cache.kernels.warm_kernel import install_kernel_spec
 
     results: dict = {"variants": {}}
@@ -237,16 +234,7 @@ def main() -> int:
     print("|---|---|---|")
     for name, m in mem.items():
         print(f"| {name} | {m['pss_bytes'] / 2**20:.0f} MiB | {m['rss_bytes'] / 2**20:.0f} MiB |")
-    results["meta"] = {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "device": args.device,
-        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "rounds": args.rounds,
-    }
+    results["meta"] = {**machine(args.device), "rounds": args.rounds}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -66,6 +66,21 @@ VARIANTS = {
 }
 
 
+def machine(device: str) -> dict:
+    """What a result file says of the run: when, on which device, CPU, torch and Python."""
+    import torch
+
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "device": device,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
 def template_ready(env: dict[str, str]) -> bool:
     """A warm template that fits this environment listens."""
     from jupyter_compile_cache.kernels.launcher import templates
@@ -223,8 +238,6 @@ def main() -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
-    import torch
-
     from jupyter_compile_cache.kernels.warm_kernel import install_kernel_spec
 
     with tempfile.TemporaryDirectory(prefix="warm-restart-") as work:
@@ -251,17 +264,7 @@ def main() -> int:
             print(f"\n{name}: template ready after (s, per round): {ready}")
     if results.get("ours_warm") and results.get("ours_raw"):
         print(f"ours_raw / ours_warm: {results['ours_raw']['median_s'] / results['ours_warm']['median_s']:.2f}x")
-    meta = {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "device": args.device,
-        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "rounds": args.rounds,
-        "pause_s": args.pause,
-    }
+    meta = {**machine(args.device), "rounds": args.rounds, "pause_s": args.pause}
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)

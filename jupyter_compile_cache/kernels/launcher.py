@@ -103,10 +103,14 @@ def main(argv: list[str] | None = None) -> int:
         off = off or "no private runtime folder for templates"
     else:
         request = KernelRequest.here(args, started)
-        stamp = install_stamp()
-        kernel, why = ask_templates(directory, request, stamp)
+        try:
+            stamp = install_stamp()
+            kernel, why = ask_templates(directory, request, stamp)
+            if kernel is None:
+                why = _start_template_if_needed(directory, env, stamp, why)
+        except Exception as exc:  # the templates are a speed-up: whatever fails there, the kernel starts
+            kernel, why = None, f"looking for a warm template failed ({type(exc).__name__}: {exc})"
         if kernel is None:
-            why = _start_template_if_needed(directory, env, stamp, why)
             kernel = start_cold_kernel(request)
         if kernel is not None:
             conn, pid, process, template = kernel

@@ -48,6 +48,7 @@ IDLE_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE"
 DEFAULT_IDLE = 3600.0
 HOLDER_GRACE = 30.0  # seconds a template outlives the last process that launched from it (a front end's reload)
 SETTLE_SECONDS = 10.0  # a helper thread that the warm-up started may take this long to end
+STAMP_EVERY = 3.0  # seconds between two looks at the installed files (every fork looks too)
 
 # What a starting ipykernel imports beyond ipykernel.kernelapp (its debugger, history database, completer).
 KERNEL_IMPORTS = (
@@ -142,6 +143,7 @@ class Template:
         self.holders = set(info.holders)
         self.last_used = time.monotonic()
         self.holders_gone_at: float | None = None
+        self.stamp_checked = time.monotonic()
         self.retired: str | None = None
         ours = (__package__ or "jupyter_compile_cache").partition(".")[0]  # forgotten by a child: imported anew
         self.imported = {name.partition(".")[0] for name in sys.modules} - {ours, "__main__"}
@@ -259,8 +261,10 @@ class Template:
             return "the processes that launched kernels from it are gone"
         if not os.path.exists(self.info_path):
             return "its file was removed"
-        if install_stamp() != self.info.stamp:
-            return "installed packages changed"
+        if time.monotonic() - self.stamp_checked > STAMP_EVERY:  # a few ms of stat calls: not every second
+            self.stamp_checked = time.monotonic()
+            if install_stamp() != self.info.stamp:
+                return "installed packages changed"
         return None
 
     def _reap(self) -> None:
