@@ -167,18 +167,26 @@ def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[K
         if mismatch is not None:
             mismatches.append(f"no warm template fits this launch ({mismatch})")
             continue
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.settimeout(ANSWER_TIMEOUT)
-            conn.connect(info.socket)
-            send_request(conn, request, _stdio())
-            answer = _read_line(conn)
-            if "pid" in answer:
-                return (conn, int(answer["pid"]), None, info.pid), ""
-            refused.append(f"the warm template refused: {answer.get('refused', 'no answer')}")
-        except (OSError, ValueError, KeyError, TypeError) as exc:  # died, retired, or not a template
-            refused.append(f"the warm template did not answer ({type(exc).__name__})")
-        conn.close()
+        for attempt in range(2):  # a connection reset while it was busy with another launch: once more
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.settimeout(ANSWER_TIMEOUT)
+                conn.connect(info.socket)
+                send_request(conn, request, _stdio())
+                answer = _read_line(conn)
+                if "pid" in answer:
+                    return (conn, int(answer["pid"]), None, info.pid), ""
+                refused.append(f"the warm template refused: {answer.get('refused', 'no answer')}")
+            except ConnectionError as exc:  # reset or closed under us: it may have retired meanwhile
+                conn.close()
+                if attempt == 0 and process_alive(info.pid) and os.path.exists(info.socket):
+                    time.sleep(0.1)
+                    continue
+                refused.append(f"the warm template did not answer ({type(exc).__name__})")
+            except (OSError, ValueError, KeyError, TypeError) as exc:  # died, stopped, or not a template
+                refused.append(f"the warm template did not answer ({type(exc).__name__})")
+            conn.close()
+            break
     return None, (refused or mismatches or ["no warm template for this environment yet"])[0]
 
 
@@ -199,6 +207,11 @@ def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, w
             print(f"jupyter_compile_cache launcher: the warm template could not warm up ({reason})", file=sys.stderr)
             return f"{why}; the last template for it could not warm up ({reason})"
         os.unlink(failed)
+    retired = os.path.join(directory, f"{key}.retired")
+    with contextlib.suppress(OSError):
+        with open(retired, encoding="utf-8") as f:
+            why += f" (the last one retired: {f.read().strip()})"
+        os.unlink(retired)
     _make_room(directory, env)
     if start_template(directory, env, key) is None:
         return f"{why}; a template could not be started"

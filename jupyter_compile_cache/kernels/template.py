@@ -131,6 +131,10 @@ def failure_path(directory: str, launch_key: str) -> str:
     return os.path.join(directory, f"{launch_key}.failed")
 
 
+def retired_path(directory: str, launch_key: str) -> str:
+    return os.path.join(directory, f"{launch_key}.retired")
+
+
 def warming_path(directory: str, launch_key: str) -> str:
     return os.path.join(directory, f"{launch_key}.warming")
 
@@ -277,10 +281,13 @@ class Template:
                 return
 
     def close(self) -> None:
-        self.listener.close()
-        for path in (self.info.socket, self.info_path):
+        for path in (self.info.socket, self.info_path):  # first: no launcher connects to a closing listener
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        self.listener.close()
+        if self.retired is not None:  # the next launch that finds no template says why this one went
+            with contextlib.suppress(OSError), open(retired_path(self.directory, self.info.launch_key), "w") as f:
+                f.write(self.retired)
 
 
 def _stop(signum: int, frame: Any) -> None:

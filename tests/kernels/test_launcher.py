@@ -182,7 +182,10 @@ def test_a_module_in_the_kernels_folder_that_would_shadow_an_import_means_a_cold
     (tmp_path / "sympy.py").write_text("SHADOW = True\n")
     fe = warm.launch(cwd=str(tmp_path))
     record = fe.start_record()
-    assert record["how"] == "cold" and "sympy.py in the kernel's folder would shadow" in record["why"], record
+    assert record["how"] == "cold" and "sympy.py in the kernel's folder would shadow" in record["why"], (
+        record,
+        os.listdir(warm.directory),
+    )
     assert fe.value("getattr(__import__('sympy'), 'SHADOW', False)") is True  # as in a fresh kernel there
     assert fe.shutdown() == 0
 
