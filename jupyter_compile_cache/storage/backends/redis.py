@@ -139,6 +139,10 @@ class RedisBackend:
             return fn()
         except HubError:
             raise
+        except AttributeError as exc:
+            # redis-py reading a reply on a connection closed under it calls readline() on None (its own comment
+            # in cluster.py says so): a connection error, never the user's cell's
+            raise HubError(f"hub {self.display_url}: the connection closed under a reply ({exc})") from None
         except (TimeoutError, redis.RedisError, OSError) as exc:
             message = str(exc).replace(self.url, self.display_url)
             if "password" in message.lower() and "invalid" not in message.lower():
