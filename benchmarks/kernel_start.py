@@ -34,7 +34,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from warm_restart import CALL, MODEL, JupyterClientFrontEnd, RawFrontEnd, machine, run_cell, template_ready  # noqa: E402
+from warm_restart import (  # noqa: E402
+    CALL,
+    MODEL,
+    JupyterClientFrontEnd,
+    RawFrontEnd,
+    environment,
+    machine,
+    run_cell,
+    template_ready,
+)
 
 WARM = "python3-compile-cache"
 LOAD = "import torch\n%load_ext jupyter_compile_cache"
@@ -49,21 +58,14 @@ VARIANTS = {
 START_RECORD = "print(open(__import__('ipykernel.connect').connect.get_connection_file()[:-5] + '-start.json').read())"
 
 
-def environment(work: str, variant: str) -> dict[str, str]:
+def variant_env(work: str, variant: str) -> dict[str, str]:
     # ours_* share one store and cache dir (one template fits them all); torch_warm and eager have their own.
-    name = "ours" if variant.startswith("ours") else variant
-    return dict(
-        os.environ,
-        TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{name}"),
-        JUPYTER_COMPILE_CACHE_DIR=os.path.join(work, f"store-{name}"),
-        JUPYTER_COMPILE_CACHE_RUNTIME_DIR=os.path.join(work, "runtime"),
-        PYTHONWARNINGS="ignore",
-    )
+    return environment("ours" if variant.startswith("ours") else variant, work)
 
 
 def front_end(variant: str, work: str):
     kernel_name = VARIANTS[variant][0]
-    env = environment(work, variant)
+    env = variant_env(work, variant)
     return RawFrontEnd(kernel_name, env, work) if variant == "ours_raw" else JupyterClientFrontEnd(kernel_name, env)
 
 
@@ -95,7 +97,7 @@ def _output(kc, code: str) -> str:
 
 def wait_for_template(work: str, variant: str, timeout: float = 300) -> float:
     start = time.perf_counter()
-    env = environment(work, variant)
+    env = variant_env(work, variant)
     while not template_ready(env):
         if time.perf_counter() - start > timeout:
             raise RuntimeError("no template got ready")
@@ -173,7 +175,7 @@ def memory(device: str, work: str, n: int = 4) -> dict:
         time.sleep(1)
         total = sum(pss(pid) for pid in pids)
         if variant == "ours_warm":
-            total += sum(pss(t.pid) for t in templates(environment(work, variant)["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"]))
+            total += sum(pss(t.pid) for t in templates(variant_env(work, variant)["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"]))
         out[variant] = {"pss_bytes": total, "rss_bytes": sum(psutil.Process(p).memory_info().rss for p in pids)}
         for fe in fes:
             fe.stop()

@@ -98,7 +98,8 @@ def run_cell(kc, code: str, timeout: float = 600) -> float:
     return time.perf_counter() - start
 
 
-def _env(name: str, work: str) -> dict[str, str]:
+def environment(name: str, work: str) -> dict[str, str]:
+    """A variant's kernels: their own torch cache dir and store; the warm kernel's runtime folder."""
     return dict(
         os.environ,
         TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{name}"),
@@ -202,7 +203,7 @@ class RawFrontEnd:
 
 def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dict:
     kernel_name, first, third = VARIANTS[name]
-    env = _env(name, work)
+    env = environment(name, work)
     fe = RawFrontEnd(kernel_name, env, work) if name == "ours_raw" else JupyterClientFrontEnd(kernel_name, env)
     cells = [first, f"DEVICE = {device!r}\n" + MODEL, third]
     fe.start()
