@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import math
 import socket
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -154,6 +155,8 @@ class CellReport:
     layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
     stale_rejected: int = 0
     precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
+    # After a restore, why functions compiled: [kind, line], kind one of the torch adapter's MISS_KINDS
+    miss_reasons: list[list[str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     finished: float = 0.0
 
@@ -178,6 +181,7 @@ class CellReport:
             "misses": misses,
             "stale_rejected": self.stale_rejected,
             "precompile_fallbacks": self.precompile_fallbacks,
+            **{f"missed_{kind}": n for kind, n in Counter(kind for kind, _line in self.miss_reasons).items()},
             "restored_bytes": restore.bytes if restore is not None else 0,
             "saved_bundles": 1 if self.saved_version else 0,
             "saved_bytes": self.saved_bytes if self.saved_version else 0,
@@ -190,6 +194,8 @@ class CellReport:
         hits = sum(v["hits"] for v in self.layers.values())
         misses = sum(v["misses"] for v in self.layers.values())
         parts = [f"{self.name!r} ran in {self.body_seconds:.2f} s, {hits} cache hits, {misses} misses"]
+        if self.miss_reasons:
+            parts[0] += f" ({'; '.join(line for _kind, line in self.miss_reasons)})"
         if self.stale_rejected:
             parts.append(f"{self.stale_rejected} stale precompile entries refused (code changed)")
         if self.precompile_fallbacks:

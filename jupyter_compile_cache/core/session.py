@@ -22,7 +22,7 @@ from ..storage.sources import HubSource, LocalSource, Progress, Source, find
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
 from ..torch_adapter.cell_snapshot import CellSnapshot
-from ..torch_adapter.precompile import PrecompileGuard
+from ..torch_adapter.precompile import PrecompileGuard, alternate_member, saved_functions
 from . import events
 from .events import Event, Reporter, Transfer
 from .hub_policy import HubPolicy
@@ -80,6 +80,7 @@ class CompileCacheSession:
         self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}
         self._cache_load_patches: list[Any] | None = None  # kernel_load_fixes, from the first cell to close()
         self._to_refresh: list[str] = []  # files the last restore wrote, for the precompile guard's refresh
+        self._alternates: dict[str, set[str]] = {}  # NAME -> versions whose entries were installed beside its own
 
     # -- plumbing -----------------------------------------------------------------------------------------------
     @property
@@ -255,6 +256,9 @@ class CompileCacheSession:
             roots = capture.cache_roots()
             watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
             before = CellSnapshot.take(self.guard if precompile else None)
+            self.guard.take_miss_reasons()  # what happened outside this cell is not its to tell
+            installed = report.restore.version if report.restore is not None else None
+            self.guard.find_elsewhere = lambda digest: self._install_version_with(name, digest, installed, opts, hub)
             self._refresh_loaded()  # after the snapshot: what it loads is this cell's hit
             watcher.start()
             start = time.perf_counter()
@@ -262,12 +266,16 @@ class CompileCacheSession:
                 yield report
             except BaseException:
                 watcher.stop()
+                self.guard.find_elsewhere = None
                 report.ok = False
                 report.body_seconds = time.perf_counter() - start
                 self._finish(report)
                 self.tell(events.CellFinished(report), None, opts.quiet)
                 raise
             report.body_seconds = time.perf_counter() - start
+            self.guard.find_elsewhere = None
+            if report.restore is not None and report.restore.restored:  # a cold cell's misses need no reason
+                report.miss_reasons = [list(reason) for reason in self.guard.take_miss_reasons()]
             precompile_keys = before.save_precompile_entries()
             digest_files = self.guard.write_digests(precompile_keys) if precompile else []
             if opts.whole_cache:
@@ -283,13 +291,55 @@ class CompileCacheSession:
             for reason in self.guard.new_bypass_reasons() if precompile else ():
                 self.tell(events.PrecompileBypassed(reason), report, opts.quiet)
             if opts.save and cell_files.files and (cell_files.compiled_new(delta) or opts.force_save):
-                self._save(name, cell_files, report, opts, hub)
+                functions = saved_functions(precompile_keys) if precompile else {}
+                self._save(name, cell_files, report, opts, hub, functions)
             self._finish(report, opts.store_dir)
             self.tell(events.CellFinished(report), None, opts.quiet)
         finally:
+            self.guard.find_elsewhere = None
             self._set_precompile(previous_precompile)
             if lease is not None:
                 lease.release()
+
+    def _install_version_with(
+        self, name: str, digest: str, installed: str | None, opts: CellOptions, hub: HubSource | None
+    ) -> bool:
+        """Another version of NAME (local store, then the hub) whose precompile entries include one for this code
+        digest, installed beside the restored one: each function of the cell takes the entry made for its code, and a
+        colleague's variant of the cell, saved as a newer version, never makes the original's kernel compile.
+        Whether one was installed."""
+        if not opts.restore:
+            return False
+        tried = self._alternates.setdefault(name, set())  # installed beside it already in this kernel
+        now = fingerprint.current()
+        roots = capture.cache_roots()
+
+        def misfit(manifest: Manifest) -> str | None:
+            functions = manifest.stats.get("functions")
+            if manifest.version in tried or manifest.version == installed or not isinstance(functions, dict):
+                return "not this code"
+            if not any(isinstance(f, dict) and f.get("digest") == digest for f in functions.values()):
+                return "not this code"
+            return fingerprint.incompatibility(manifest, now)
+
+        def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
+            return bundle.extract(payload, manifest, roots, None, lambda m: alternate_member(m, manifest.version))
+
+        sources: list[Source] = [LocalSource(self.store(opts.store_dir))]
+        if hub is not None:
+            sources.append(hub)
+        try:
+            found = find(name, sources, self.store(opts.store_dir), misfit, install)
+        except Exception as exc:  # the restored version stands; this function compiles as plain torch.compile would
+            self.warn(f"looking for another version of {name!r} for a function's code failed ({exc})")
+            return False
+        for source, exc in found.down:
+            if hub is not None and source is hub:
+                self.hub_policy.failed(hub, exc, None)
+        if found.manifest is None:
+            return False
+        tried.add(found.manifest.version)
+        return True
 
     def _wait_for_prewarm(self, restore: RestoreResult | None) -> None:
         """Never compile while the prewarm thread imports; wait for its CPU ISA probe when C++ kernels follow."""
@@ -323,10 +373,18 @@ class CompileCacheSession:
         return compiler.set_caching_precompile(enabled)
 
     def _save(
-        self, name: str, cell_files: capture.CellFiles, report: CellReport, opts: CellOptions, hub: HubSource | None
+        self,
+        name: str,
+        cell_files: capture.CellFiles,
+        report: CellReport,
+        opts: CellOptions,
+        hub: HubSource | None,
+        functions: dict[str, dict[str, str]],
     ) -> None:
         store = self.store(opts.store_dir)
         stats = {"body_seconds": report.body_seconds, "layers": report.layers, "layer_bytes": cell_files.layer_bytes()}
+        if functions:  # which code each precompile entry is for: another kernel finds the version that fits its code
+            stats["functions"] = functions
         if opts.source_digest:  # the notebook's plan compares it with the saved cell's body
             stats["cell_digest"] = opts.source_digest
         now = fingerprint.current()

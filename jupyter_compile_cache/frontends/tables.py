@@ -190,6 +190,14 @@ class StatsView(_View):
             ["saved", human_bytes(int(n["saved_bytes"])), f"{int(n['saved_bundles'])} versions"],
             ["pushed to the hub", int(n["pushed"]), ""],
             ["stale entries refused", int(n["stale_rejected"]), "code changed since the bundle was saved"],
+            [
+                "after a restore, functions compiled",
+                int(n["missed_no_entry"] + n["missed_code_changed"] + n["missed_recompiled"]),
+                "",
+            ],
+            ["  no entry saved for them", int(n["missed_no_entry"]), ""],
+            ["  entry made for other code", int(n["missed_code_changed"]), "no version held their code"],
+            ["  a guard failed", int(n["missed_recompiled"]), "Dynamo compiled again (new sizes, types...)"],
             ["precompile fallbacks", int(n["precompile_fallbacks"]), "ran the plain torch.compile way"],
             [
                 "store size",

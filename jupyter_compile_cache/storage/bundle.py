@@ -242,9 +242,11 @@ def extract(
     manifest: Manifest,
     roots: Mapping[str, str],
     progress: Callable[[int, int], None] | None = None,
+    place_as: Callable[[str], str] | None = None,
 ) -> list[str]:
     """Verify and restore a payload into the cache roots; returns the paths written. `progress(done, total)`:
-    the bytes of files restored so far, of all.
+    the bytes of files restored so far, of all. `place_as(member)`: the member name to write it as (another version's
+    entries go beside torch's own); the name it gives is checked like a member's.
 
     Raises UnsafeBundle or DamagedBundle and writes nothing visible if anything is off.
     """
@@ -262,6 +264,9 @@ def extract(
     staging = {root: os.path.join(path, f".jcc-staging-{uuid.uuid4().hex}") for root, path in real_roots.items()}
 
     def place(name: str) -> tuple[str, str]:
+        if place_as is not None:
+            name = place_as(name)
+            check_member_name(name)
         root, rel = name.split("/", 1)
         tmp = os.path.join(staging[root], *rel.split("/"))
         os.makedirs(os.path.dirname(tmp), exist_ok=True)

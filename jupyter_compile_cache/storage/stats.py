@@ -27,6 +27,10 @@ COUNTERS = (
     "misses",
     "stale_rejected",
     "precompile_fallbacks",
+    # why functions of restored cells compiled (one per function; torch's own miss counters count graphs)
+    "missed_no_entry",
+    "missed_code_changed",
+    "missed_recompiled",
     "restored_bytes",
     "saved_bundles",
     "saved_bytes",

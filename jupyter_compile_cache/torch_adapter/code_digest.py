@@ -214,3 +214,40 @@ def code_digest(fn: Any) -> str:
     digest = _Digest()
     digest.visit(fn)
     return digest.hexdigest()
+
+
+def code_parts(fn: Any) -> dict[str, str]:
+    """A digest per part of what `fn` can observe, named as a user would look for it: its own code (with its
+    defaults), each global and closure variable it reads, and the module it is a method of. Compared with a saved
+    entry's, they say where the code changed ("differs at `helper`"); `code_digest` stays the check."""
+    owner = getattr(fn, "__self__", None)
+    inner = getattr(fn, "__func__", fn)
+    if not isinstance(inner, types.FunctionType):
+        return {getattr(inner, "__qualname__", type(inner).__qualname__): code_digest(fn)}
+
+    def digest_of(*objs: Any) -> str:
+        digest = _Digest()
+        for obj in objs:
+            digest.visit(obj)
+        return digest.hexdigest()
+
+    own = _Digest()
+    own._visit_code(inner.__code__, 0)
+    own.visit((inner.__defaults__, inner.__kwdefaults__))
+    parts = {inner.__qualname__: own.hexdigest()}
+    for name, cell in zip(inner.__code__.co_freevars, inner.__closure__ or ()):
+        try:
+            parts[name] = digest_of(cell.cell_contents)
+        except ValueError:  # empty cell
+            parts[name] = "<empty cell>"
+    for name in sorted(_global_names(inner.__code__)):
+        if name in inner.__globals__ and name not in parts:
+            parts[name] = digest_of(inner.__globals__[name])
+    if owner is not None and not isinstance(owner, types.ModuleType):
+        parts[f"self ({type(owner).__qualname__})"] = digest_of(owner)
+    return parts
+
+
+def changed_parts(saved: dict[str, str], now: dict[str, str]) -> list[str]:
+    """The parts whose digest differs, the function's own code first; parts only one side has count too."""
+    return [name for name in dict.fromkeys([*now, *saved]) if saved.get(name) != now.get(name)]

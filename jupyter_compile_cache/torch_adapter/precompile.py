@@ -14,10 +14,12 @@ code_digest.py, identity_checks.py, installed_entries.py and torch_logs.py.
 from __future__ import annotations
 
 import contextlib
+import glob
 import inspect
 import json
 import logging
 import os
+import shutil
 import sys
 import types
 import weakref
@@ -25,7 +27,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import fixes, frame_sizes
-from .code_digest import code_digest
+from .code_digest import changed_parts, code_digest, code_parts
 from .fixes import Patch
 from .identity_checks import LoadScope, identity_check, innermost, load_scope, never, resolve, sha
 from .installed_entries import DeserializedOnce, advance_unique_ids, check_installed_globals, set_aside
@@ -33,6 +35,10 @@ from .layers import COUNTER_GROUP
 from .torch_logs import FILTERED_LOGGERS, TorchLogFilter
 
 DIGEST_FILE = "jcc_code_digest"
+# Entries of other versions of a bundle, installed beside torch's own (a `.jcc-` folder: never captured as a
+# cell's files): a function whose code matches one of them takes that entry instead of compiling.
+ALTERNATES_DIR = ".jcc-versions"
+_ENTRY_FILES = ("entry", DIGEST_FILE, frame_sizes.STATE_FILE)
 # torch 2.10 has caching_precompile, but its saved entries fail to install (an IndexError, or code saved as a
 # placeholder) and the plain path they fall back to then misses the FX graph and AOTAutograd caches: there, bundles
 # carry those layers only, as before torch 2.9. Measured on the CPU; 2.11, 2.13 and 2.15 restore through precompile.
@@ -40,6 +46,8 @@ MIN_TORCH = "2.11.0a0"  # pre-releases of 2.11 included
 # On a CompilePackage: {backend id -> (the type of its saved content, what torch deserialized)}, from its last install.
 DESERIALIZED_ATTR = "_jcc_deserialized"
 RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
+# Why a function of a restored cell compiled: no entry saved for it, an entry for other code, a guard that failed.
+MISS_KINDS = ("no_entry", "code_changed", "recompiled")
 
 
 # The guards precompile drops (torch 2.9-2.15: guards.py, CheckFunctionManager.__init__), those built on them, and
@@ -79,6 +87,12 @@ class PrecompileGuard:
         self.installed = False
         self.warn = warn or (lambda message: print(f"compile_cache: {message}", file=sys.stderr))
         self.pending: dict[str, str] = {}  # key -> code digest of functions looked up since the last save
+        self.functions: dict[str, tuple[str, dict[str, str]]] = {}  # key -> (qualified name, code_parts)
+        # Why functions looked up since the last `take_miss_reasons` were not restored: (kind, one line).
+        self.miss_reasons: list[tuple[str, str]] = []
+        # Asked, with a code digest no entry in the cache dir has, to install other versions' entries beside torch's
+        # (ALTERNATES_DIR); whether it installed any. Set by the session for the length of a cell.
+        self.find_elsewhere: Any = None
         self.loaded_keys: set[str] = set()  # keys whose entries were handed to torch
         self.refused_keys: set[str] = set()  # keys whose precompile failed in torch: plain path, never saved again
         self._told: set[str] = set()  # one line per function
@@ -131,7 +145,7 @@ class PrecompileGuard:
             # again breaks them): the session whose cell runs now. The other installs itself again at its next cell.
             _INSTALLED.uninstall()
         _INSTALLED = self
-        from torch._dynamo import guards, package
+        from torch._dynamo import convert_frame, guards, package
 
         cache = package.DynamoCache
         cfm = guards.CheckFunctionManager
@@ -145,6 +159,7 @@ class PrecompileGuard:
             "load_gm": package.load_guard_manager,
             "load_state": package.load_guards_state,
             "user_fn": getattr(compile_package, "_add_user_function", None),
+            "reasons": getattr(convert_frame, "get_and_maybe_log_recompilation_reasons", None),
         }
         signature = inspect.signature(orig["init"])
         me = self
@@ -187,6 +202,12 @@ class PrecompileGuard:
                 pkg._add_function(code, module.__name__ if module else "__main__")
                 pkg._codes[code].bypassed = True
 
+        def recompilation_reasons(cache_entries: Any, frame: Any, *args: Any, **kwargs: Any) -> Any:
+            reasons = orig["reasons"](cache_entries, frame, *args, **kwargs)
+            with contextlib.suppress(Exception):  # only words for the cell's line: never in torch's way
+                me._recompiled(frame, list(reasons or ()))
+            return reasons
+
         def check_function_manager_init(cfm_self: Any, *args: Any, **kwargs: Any) -> None:
             me._build_guards(cfm_self, orig["init"], signature, args, kwargs)
 
@@ -207,6 +228,12 @@ class PrecompileGuard:
             Patch(cfm, "__init__", check_function_manager_init),
             Patch(package, "load_guards_state", load_guards_state),
             Patch(package, "load_guard_manager", load_guard_manager),
+            # why a restored function compiled again, for the cell's line (torch computes the reasons anyway)
+            *(
+                [Patch(convert_frame, "get_and_maybe_log_recompilation_reasons", recompilation_reasons)]
+                if orig["reasons"]
+                else []
+            ),
         ]
         for logger in self._loggers:
             logger.addFilter(self._log_filter)
@@ -293,20 +320,44 @@ class PrecompileGuard:
         if key in self.refused_keys:  # never saved again: no digest to take
             return None
         digest = code_digest(fn)
+        function = getattr(innermost(fn), "__qualname__", None) or repr(fn)
+        parts = code_parts(fn)
         self.pending[key] = digest
+        self.functions[key] = (function, parts)
         try:
             code_id = frame_sizes.code_id(innermost(fn))
         except Exception as exc:  # its input sizes are then not carried: a later recompile may compile afresh
             code_id = None
             self._tell(key, f"the input sizes of a compiled function cannot be kept ({exc})")
         self.code_ids[key] = code_id
-        entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
+        prefix = package.DynamoCache.path_prefix()
+        entry_dir = os.path.join(prefix, key)
+        record = read_record(entry_dir) if os.path.exists(os.path.join(entry_dir, "entry")) else None
+        if record is None or record.get("digest") != digest:
+            # torch names an entry by the function's name and first line: a line added above it, or the same code
+            # in another version of the bundle, is found by its code instead.
+            matching = self._entry_with(prefix, digest)
+            if matching is None and self.find_elsewhere is not None and self.find_elsewhere(digest):
+                matching = self._entry_with(prefix, digest)
+            if matching is not None and matching != entry_dir:
+                _adopt_entry(matching, entry_dir)
+                counters[COUNTER_GROUP]["precompile_entry_found_by_code"] += 1
+                record = read_record(entry_dir)
         if not os.path.exists(os.path.join(entry_dir, "entry")):
+            self.miss_reasons.append(("no_entry", f"no saved entry for `{function}`"))
             return orig_load(fn)
-        record = read_record(entry_dir)
         if record is None or record.get("digest") != digest:
             counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
             counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+            saved_parts = (record or {}).get("parts")
+            where = changed_parts(saved_parts, parts)[:3] if isinstance(saved_parts, dict) else []
+            self.miss_reasons.append(
+                (
+                    "code_changed",
+                    f"the saved entry of `{function}` was compiled for other code"
+                    + (f": it differs at {', '.join(f'`{name}`' for name in where)}" if where else ""),
+                )
+            )
             return None
         if code_id is not None:
             # What the cold kernel had seen of the inputs' sizes: a later recompile makes the same graph it made.
@@ -325,6 +376,40 @@ class PrecompileGuard:
             # Saved again with this cell, the entry keeps its record of dropped guards.
             self.dropped.setdefault(key, {}).update(record.get("guarded", {}))
         return result
+
+    @staticmethod
+    def _entry_with(prefix: str, digest: str) -> str | None:
+        """A saved entry (torch's, then other versions', newest first) whose record has this code digest."""
+        own = sorted(glob.glob(os.path.join(glob.escape(prefix), "*", DIGEST_FILE)))
+        others = glob.glob(os.path.join(glob.escape(prefix), ALTERNATES_DIR, "*", "*", DIGEST_FILE))
+        others.sort(key=lambda path: os.path.basename(os.path.dirname(os.path.dirname(path))), reverse=True)
+        for path in own + others:
+            entry_dir = os.path.dirname(path)
+            record = read_record(entry_dir)
+            if (
+                record is not None
+                and record.get("digest") == digest
+                and os.path.exists(os.path.join(entry_dir, "entry"))
+            ):
+                return entry_dir
+        return None
+
+    def take_miss_reasons(self) -> list[tuple[str, str]]:
+        """Why functions were not restored since the last call, each once: (kind, line), kind one of MISS_KINDS."""
+        reasons, self.miss_reasons = self.miss_reasons, []
+        return list(dict.fromkeys(reasons))
+
+    def _recompiled(self, frame: Any, reasons: list[str]) -> None:
+        code = getattr(frame, "f_code", None)
+        name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
+        reason = str(reasons[0]).strip().splitlines()[0][:200] if reasons and str(reasons[0]).strip() else ""
+        self.miss_reasons.append(
+            (
+                "recompiled",
+                f"Dynamo compiled `{name}` again: "
+                + (f"a guard failed ({reason})" if reason else "torch gave no reason"),
+            )
+        )
 
     def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         key = getattr(pkg, "source_id", None)
@@ -516,6 +601,8 @@ class PrecompileGuard:
                 continue
             guarded = self.dropped.get(key, {})
             record = {"version": RECORD_VERSION, "digest": digest, "guarded": dict(sorted(guarded.items()))}
+            if key in self.functions:  # which function, and a digest per part: where a later edit differs
+                record["function"], record["parts"] = self.functions[key]
             path = os.path.join(entry_dir, DIGEST_FILE)
             if read_record(entry_dir) != record:
                 tmp = path + f".tmp{os.getpid()}"
@@ -531,6 +618,43 @@ class PrecompileGuard:
                 else:
                     written += [sizes] if sizes else []
         return written
+
+
+def saved_functions(keys: Iterable[str]) -> dict[str, dict[str, str]]:
+    """{key: {"function": qualified name, "digest": code digest}} of saved entries' records: kept in a bundle's
+    manifest, so that a version holding the entry for some code is found without installing it."""
+    from torch._dynamo import package
+
+    out = {}
+    for key in keys:
+        entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
+        record = read_record(entry_dir)
+        if record is not None:
+            out[os.path.basename(entry_dir)] = {"function": str(record.get("function", "")), "digest": record["digest"]}
+    return dict(sorted(out.items()))
+
+
+def alternate_member(member: str, version: str) -> str:
+    """Where a member of another version of a bundle goes: its precompile entries beside torch's (ALTERNATES_DIR),
+    everything else where it always goes (those files are named by their content)."""
+    parts = member.split("/")
+    if len(parts) >= 4 and parts[0] == "inductor" and parts[1] == "dynamo" and parts[2] != ALTERNATES_DIR:
+        return "/".join([*parts[:2], ALTERNATES_DIR, version, *parts[2:]])
+    return member
+
+
+def _adopt_entry(source_dir: str, entry_dir: str) -> None:
+    """Make `entry_dir` hold `source_dir`'s entry, its record and its sizes: each file replaced whole."""
+    os.makedirs(entry_dir, exist_ok=True)
+    for name in _ENTRY_FILES:
+        source, target = os.path.join(source_dir, name), os.path.join(entry_dir, name)
+        if not os.path.exists(source):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target)
+            continue
+        tmp = f"{target}.tmp{os.getpid()}"
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
 
 
 def _module_holds(code: types.CodeType) -> bool:
