@@ -249,5 +249,8 @@ def code_parts(fn: Any) -> dict[str, str]:
 
 
 def changed_parts(saved: dict[str, str], now: dict[str, str]) -> list[str]:
-    """The parts whose digest differs, the function's own code first; parts only one side has count too."""
-    return [name for name in dict.fromkeys([*now, *saved]) if saved.get(name) != now.get(name)]
+    """The parts whose digest differs, the function's own code first; parts only one side has count too. The module
+    the function is a method of is named only when nothing else differs (it holds the method and what it reads)."""
+    changed = [name for name in dict.fromkeys([*now, *saved]) if saved.get(name) != now.get(name)]
+    named = [name for name in changed if not name.startswith("self (")]
+    return named or changed

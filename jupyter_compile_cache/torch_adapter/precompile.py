@@ -93,6 +93,8 @@ class PrecompileGuard:
         # Asked, with a code digest no entry in the cache dir has, to install other versions' entries beside torch's
         # (ALTERNATES_DIR); whether it installed any. Set by the session for the length of a cell.
         self.find_elsewhere: Any = None
+        # code -> the guards of the entries restored for it (for the reason, should it compile afresh)
+        self._restored_guards: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
         self.loaded_keys: set[str] = set()  # keys whose entries were handed to torch
         self.refused_keys: set[str] = set()  # keys whose precompile failed in torch: plain path, never saved again
         self._told: set[str] = set()  # one line per function
@@ -263,8 +265,10 @@ class PrecompileGuard:
         arguments.pop(next(iter(signature.parameters)))  # self
         save = bool(arguments.get("save_guards", False))
         if not dynamo_config.caching_precompile and not save:
+            self._note_fresh_compile(arguments)
             orig_init(cfm, *args, **kwargs)
             return
+        self._note_fresh_compile(arguments)
         live = {**arguments, "save_guards": False} if "save_guards" in signature.parameters else arguments
         with dynamo_config.patch(caching_precompile=False):
             orig_init(cfm, **live)
@@ -310,6 +314,31 @@ class PrecompileGuard:
         # graph break, functions in other modules that Dynamo compiled as frames of their own).
         key = getattr(getattr(output_graph, "package", None), "source_id", None) or ""
         self.dropped.setdefault(key, {})[sha(guards_state)] = dropped
+
+    def _note_fresh_compile(self, arguments: dict[str, Any]) -> None:
+        """A function whose restored entry torch just passed over compiles: why, in torch's words where it can say."""
+        code = arguments.get("f_code")
+        restored = self._restored_guards.get(code) if code is not None else None
+        if not restored:
+            return
+        reason = ""
+        with contextlib.suppress(Exception):  # only words for the cell's line
+            from torch._dynamo import guards
+
+            local_scope = getattr(arguments.get("output_graph"), "local_scope", None) or {}
+            for guard_manager in restored:
+                reason = guards.get_guard_fail_reason_helper(guard_manager, local_scope, None, None)
+                if reason:
+                    break
+        name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
+        detail = reason.strip().splitlines()[0].removeprefix("None: ")[:200] if reason and reason.strip() else ""
+        self.miss_reasons.append(
+            (
+                "recompiled",
+                f"Dynamo compiled `{name}` again: a guard of its restored entry failed"
+                + (f" ({detail})" if detail else ""),
+            )
+        )
 
     # -- on restore -----------------------------------------------------------------------------------------------
     def _load(self, fn: Any, orig_load: Any) -> Any:
@@ -539,6 +568,8 @@ class PrecompileGuard:
         elif split[0] or split[1]:
             check, parts = identity_check(*split, runtime_globals)
             guard_manager.root.add_lambda_guard(check, parts, None)
+        if target_code is not None:  # asked why, should this code compile afresh after all
+            self._restored_guards.setdefault(target_code, []).append(guard_manager)
         return guard_manager
 
     def _fallback(self, key: str | None, step: str, exc: BaseException) -> None:
