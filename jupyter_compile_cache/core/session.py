@@ -286,6 +286,10 @@ class CompileCacheSession:
             for layer_name, counts in delta.items():
                 counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
             report.layers = delta
+            misses = sum(counts.get("misses", 0) for counts in delta.values())
+            if report.miss_reasons == [] and misses and report.restore is not None and report.restore.restored:
+                # torch named no function (no precompile here, or a graph's files were missing): still, say so
+                report.miss_reasons = [["new_graph", f"{misses} graphs not in the bundle, no function named by torch"]]
             report.stale_rejected = before.stale_rejected()
             report.precompile_fallbacks = before.precompile_fallbacks()
             for reason in self.guard.new_bypass_reasons() if precompile else ():

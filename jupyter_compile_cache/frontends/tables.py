@@ -198,6 +198,7 @@ class StatsView(_View):
             ["  no entry saved for them", int(n["missed_no_entry"]), ""],
             ["  entry made for other code", int(n["missed_code_changed"]), "no version held their code"],
             ["  a guard failed", int(n["missed_recompiled"]), "Dynamo compiled again (new sizes, types...)"],
+            ["  graphs, no function named", int(n["missed_new_graph"]), "torch said no more (no precompile)"],
             ["precompile fallbacks", int(n["precompile_fallbacks"]), "ran the plain torch.compile way"],
             [
                 "store size",

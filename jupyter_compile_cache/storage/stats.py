@@ -31,6 +31,7 @@ COUNTERS = (
     "missed_no_entry",
     "missed_code_changed",
     "missed_recompiled",
+    "missed_new_graph",
     "restored_bytes",
     "saved_bundles",
     "saved_bytes",

@@ -46,8 +46,9 @@ MIN_TORCH = "2.11.0a0"  # pre-releases of 2.11 included
 # On a CompilePackage: {backend id -> (the type of its saved content, what torch deserialized)}, from its last install.
 DESERIALIZED_ATTR = "_jcc_deserialized"
 RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
-# Why a function of a restored cell compiled: no entry saved for it, an entry for other code, a guard that failed.
-MISS_KINDS = ("no_entry", "code_changed", "recompiled")
+# Why a function of a restored cell compiled: no entry saved for it, an entry for other code, a guard that failed;
+# or graphs missed with no function named (the session's word, where precompile is off).
+MISS_KINDS = ("no_entry", "code_changed", "recompiled", "new_graph")
 
 
 # The guards precompile drops (torch 2.9-2.15: guards.py, CheckFunctionManager.__init__), those built on them, and
@@ -327,8 +328,10 @@ class PrecompileGuard:
 
             local_scope = getattr(arguments.get("output_graph"), "local_scope", None) or {}
             for guard_manager in restored:
-                reason = guards.get_guard_fail_reason_helper(guard_manager, local_scope, None, None)
-                if reason:
+                found = guards.get_guard_fail_reason_helper(guard_manager, local_scope, None, None)
+                # the traced frame's tensors are fake: a type check failing on that is not the reason
+                if found and "FakeTensor" not in found:
+                    reason = found
                     break
         name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
         detail = reason.strip().splitlines()[0].removeprefix("None: ")[:200] if reason and reason.strip() else ""
@@ -442,6 +445,8 @@ class PrecompileGuard:
 
     def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         key = getattr(pkg, "source_id", None)
+        for code in getattr(pkg, "_codes", {}):  # the entries installed before are replaced
+            self._restored_guards.pop(code, None)
         self._installing = key
         self._log_filter.installing = True
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -88,6 +89,10 @@ class Kernel:
             if reply["parent_header"].get("msg_id") == msg_id:
                 break
         result.status = reply["content"]["status"]
+        # Every miss after a restore says why, in the cell's closing line: held for every cell the tests run.
+        if "compile_cache: restored" in result.stdout:
+            unexplained = re.search(r"cache hits, [1-9][0-9]* misses(?! \()", result.stdout)
+            assert unexplained is None, f"a restored cell missed without saying why:\n{result.output}"
         return result
 
     def counters(self) -> dict[str, dict[str, int]]:
