@@ -11,13 +11,16 @@ import tarfile
 from collections.abc import Callable
 
 from ..storage import bundle_file
-from ..storage.bundle import BundleError, Manifest, check_name
+from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
 from ..storage.hub import HubError
 from ..storage.sources import HubSource, LocalSource, Progress, Source, find
 from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
 from ..torch_adapter.precompile import PrecompileGuard
 from . import notebook
 from .records import (
+    NOT_COMPILED,
+    OTHER_CODE,
+    THIS_CODE,
     BundleExplanation,
     BundleRow,
     CellOptions,
@@ -136,6 +139,7 @@ class Commands:
         manifests = store.versions(name)
         now = fingerprint.current(with_gpu=any(m.uses_gpu for m in manifests))
         versions = []
+        compiled = self.session.compiled_code()
         for m in manifests:
             checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
             versions.append(
@@ -147,6 +151,8 @@ class Commands:
                     writer=m.writer,
                     reason=fingerprint.mismatch_reason(checks),
                     fields=checks,
+                    short_id=short_id(m.version),
+                    functions=_functions_against(m, compiled),
                 )
             )
         return BundleExplanation(name, store.root, versions, store.last_run(name))
@@ -234,16 +240,10 @@ class Commands:
             hub = self.session.hub_policy.for_cell(CellOptions())
             if hub is None:
                 return Removed("the hub (none configured)", [], opts.dry_run)
-            return Removed(hub.where, hub.remove(opts.name, opts.version, opts.dry_run), opts.dry_run)
+            version = version_named(opts.name, [m.version for m in hub.versions(opts.name)], opts.version, hub.where)
+            return Removed(hub.where, hub.remove(opts.name, version, opts.dry_run), opts.dry_run)
         store = self.session.store(opts.store_dir)
-        version = opts.version
-        if version is not None:
-            matching = [m.version for m in store.versions(opts.name) if m.version.startswith(version)]
-            if len(matching) > 1:
-                raise ValueError(
-                    f"version {version!r} of {opts.name!r} is ambiguous: {len(matching)} versions start so"
-                )
-            version = matching[0] if matching else version
+        version = version_named(opts.name, [m.version for m in store.versions(opts.name)], opts.version, store.root)
         return Removed(store.root, LocalSource(store).remove(opts.name, version, opts.dry_run), opts.dry_run)
 
     def gc(self, opts: GcOptions) -> Removed:
@@ -370,6 +370,7 @@ def bundle_row(m: Manifest, now: dict, last_used: float | None, where: str) -> B
     return BundleRow(
         name=m.name,
         version=m.version,
+        short_id=short_id(m.version),
         bytes=m.payload_bytes,
         files=len(m.members),
         created=m.created,
@@ -379,3 +380,34 @@ def bundle_row(m: Manifest, now: dict, last_used: float | None, where: str) -> B
         compatible=fingerprint.incompatibility(m, now) is None,
         fingerprint_id=m.fingerprint_id,
     )
+
+
+def version_named(name: str, versions: list[str], given: str | None, where: str) -> str | None:
+    """The one version `given` names among NAME's (None: all of them); a ValueError says when it names none or
+    several, and which there are."""
+    if given is None or not versions:  # no such NAME: the removal says so
+        return given
+    matching = matching_versions(versions, given)
+    if len(matching) == 1:
+        return matching[0]
+    known = ", ".join(short_id(v) for v in versions[:8]) + (" ..." if len(versions) > 8 else "")
+    if matching:
+        raise ValueError(f"version {given!r} of {name!r} is ambiguous: {len(matching)} versions start so ({known})")
+    raise ValueError(f"{name!r} has no version {given!r} in {where}; its versions: {known}")
+
+
+def _functions_against(manifest: Manifest, compiled: dict[str, str]) -> list[tuple[str, str]] | None:
+    """The functions a version's entries are for, each against the code this kernel compiled under that name."""
+    functions = manifest.stats.get("functions")
+    if not isinstance(functions, dict):
+        return None
+    out = []
+    for entry in functions.values():
+        if not isinstance(entry, dict) or not isinstance(entry.get("function"), str):
+            continue
+        function, digest = entry["function"], entry.get("digest")
+        verdict = (
+            NOT_COMPILED if function not in compiled else THIS_CODE if compiled[function] == digest else OTHER_CODE
+        )
+        out.append((function, verdict))
+    return sorted(out)

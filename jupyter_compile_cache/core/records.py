@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..storage.bundle import Manifest, check_name
+from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
 from ..storage.hub_url import check_hub_url, check_namespace
 from ..storage.store import Removal
 from ..units import human_bytes, speed
@@ -62,11 +63,14 @@ class CellOptions:
     wait: float = 0.0  # seconds to wait for a collaborator who is compiling the same NAME
     torch_remote: bool = False  # also point torch's own Redis caches (FX graph, AOTAutograd, autotune) at the hub
     source_digest: str | None = None  # the cell body's identity (notebook.source_digest), kept with the bundle
+    version: str | None = None  # restore this version of NAME only (an id, a prefix of one, or a short id)
 
     def __post_init__(self) -> None:
         """The same rules as the magic's options, for scripts: a bad value is a ValueError naming the option."""
         if self.ttl is not None and (isinstance(self.ttl, bool) or not isinstance(self.ttl, int) or self.ttl < 1):
             raise ValueError(f"ttl: must be a whole number of seconds, 1 or more, not {self.ttl!r}")
+        if self.version is not None and (not isinstance(self.version, str) or not self.version.strip()):
+            raise ValueError(f"version: an id as `list` shows it, not {self.version!r}")
         if not isinstance(self.wait, (int, float)) or not math.isfinite(self.wait) or self.wait < 0:
             raise ValueError(f"wait: must be a number of seconds, 0 or more, not {self.wait!r}")
         for option, value, check in (("namespace", self.namespace, check_namespace), ("hub", self.hub, check_hub_url)):
@@ -324,6 +328,7 @@ class BundleRow:
 
     name: str
     version: str
+    short_id: str  # what people see and type (storage.bundle.short_id)
     bytes: int
     files: int
     created: float
@@ -345,6 +350,21 @@ class VersionFit:
     writer: str
     reason: str | None
     fields: list[Any]  # fingerprint.FieldCheck
+    short_id: str = ""
+    # The functions its precompile entries are for, each with "this kernel's code", "other code than this kernel's"
+    # or "not compiled in this kernel yet"; None: saved before versions listed them.
+    functions: list[tuple[str, str]] | None = None
+
+    @property
+    def other_code(self) -> list[str]:
+        """Functions this kernel compiled whose code differs from the version's entries (and none of them matches)."""
+        verdicts = dict(self.functions or ())
+        if THIS_CODE in verdicts.values():
+            return []
+        return [function for function, verdict in verdicts.items() if verdict == OTHER_CODE]
+
+
+THIS_CODE, OTHER_CODE, NOT_COMPILED = "this kernel's code", "other code than this kernel's", "not compiled here yet"
 
 
 @dataclass

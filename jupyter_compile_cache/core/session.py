@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from ..kernels.prewarm import Prewarm
 from ..storage import bundle
-from ..storage.bundle import Manifest, check_name
+from ..storage.bundle import Manifest, check_name, matching_versions
 from ..storage.sources import HubSource, LocalSource, Progress, Source, find
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
@@ -32,6 +32,9 @@ from .settings import CompileCache
 from .toolchain import Toolchain
 
 current: CompileCacheSession | None = None  # the kernel's one session
+
+
+PASSED_OVER = "not the version asked for"
 
 
 def get_session(reporter: Reporter | None = None) -> CompileCacheSession:
@@ -186,7 +189,17 @@ class CompileCacheSession:
                     bar.close()
 
         now = fingerprint.current()
-        found = find(name, sources, store, lambda m: fingerprint.incompatibility(m, now), install, pull_bar)
+        pinned = opts.version
+
+        def misfit(manifest: Manifest) -> str | None:
+            if pinned is not None and not matching_versions([manifest.version], pinned):
+                return PASSED_OVER
+            return fingerprint.incompatibility(manifest, now)
+
+        found = find(name, sources, store, misfit, install, pull_bar)
+        found.skipped = [line for line in found.skipped if PASSED_OVER not in line]
+        if pinned is not None and found.manifest is None and not found.skipped:
+            found.problems.append(f"no version {pinned!r} of {name!r} (`%compile_cache list {name}` shows its ids)")
         for source, exc in found.down:
             if hub is not None and source is hub:
                 self.hub_policy.failed(hub, exc, report)
@@ -312,7 +325,7 @@ class CompileCacheSession:
         digest, installed beside the restored one: each function of the cell takes the entry made for its code, and a
         colleague's variant of the cell, saved as a newer version, never makes the original's kernel compile.
         Whether one was installed."""
-        if not opts.restore:
+        if not opts.restore or opts.version is not None:  # a pinned version is the only one
             return False
         tried = self._alternates.setdefault(name, set())  # installed beside it already in this kernel
         now = fingerprint.current()
@@ -344,6 +357,11 @@ class CompileCacheSession:
             return False
         tried.add(found.manifest.version)
         return True
+
+    def compiled_code(self) -> dict[str, str]:
+        """{qualified name: code digest} of the functions this kernel's compiled cells looked up last."""
+        return {function: self.guard.pending[key] for key, (function, _parts) in self.guard.functions.items()
+                if key in self.guard.pending}  # fmt: skip
 
     def _wait_for_prewarm(self, restore: RestoreResult | None) -> None:
         """Never compile while the prewarm thread imports; wait for its CPU ISA probe when C++ kernels follow."""

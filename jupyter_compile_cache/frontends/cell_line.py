@@ -44,6 +44,7 @@ def cell_parser() -> Parser:
         help="another local store (default: CompileCache.store_dir)",
     )
     p.add_argument("--no-restore", dest="restore", action="store_false", help="compile cold, even if a bundle fits")
+    p.add_argument("--version", metavar="ID", default=None, help="restore this version only (an id `list` shows)")
     p.add_argument("--no-save", dest="save", action="store_false", help="save nothing")
     p.add_argument("--force-save", action="store_true", help="save even if the cell compiled nothing new")
     p.add_argument("--quiet", action="store_true", help="print nothing but warnings")

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._version import __version__
-from ..core.commands import COMMAND_ERRORS, Commands
+from ..core.commands import COMMAND_ERRORS, Commands, version_named
 from ..core.records import NotebookPlan, bundle_name
 from ..core.session import CompileCacheSession
 from ..units import human_bytes, speed
@@ -258,11 +258,16 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
             f"in {seconds:.2f} s ({speed(local.payload_bytes, seconds)})"
         )
     elif args.hub_command == "rm":
-        plan = hub.remove(args.name, args.version, dry_run=True)
+        try:
+            version = version_named(args.name, [m.version for m in hub.versions(args.name)], args.version, where)
+        except ValueError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        plan = hub.remove(args.name, version, dry_run=True)
         if not plan:
             print(f"no bundle named {args.name!r} on {where}", file=sys.stderr)
             return 1
-        everything = args.version is None or len(hub.versions(args.name)) <= len(plan)
+        everything = version is None or len(hub.versions(args.name)) <= len(plan)
         if everything and not (args.dry_run or args.yes):
             print("\n".join(tables.removal_lines(plan, where, dry_run=True)[:-1]))
             print(
@@ -271,7 +276,7 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
                 file=sys.stderr,
             )
             return 1
-        done = plan if args.dry_run else hub.remove(args.name, args.version)
+        done = plan if args.dry_run else hub.remove(args.name, version)
         print("\n".join(tables.removal_lines(done, where, args.dry_run)))
     elif args.hub_command == "gc":
         print("\n".join(tables.removal_lines(hub.gc(args.keep, dry_run=args.dry_run), where, args.dry_run)))

@@ -10,7 +10,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.records import BundleExplanation, HubState, NotebookPlan, Removal, SessionStatus, StoreStatistics
+from ..core.records import (
+    BundleExplanation,
+    HubState,
+    NotebookPlan,
+    Removal,
+    SessionStatus,
+    StoreStatistics,
+    short_id,
+)
 from ..units import count, human_bytes
 
 
@@ -111,9 +119,6 @@ class StatusView(_View):
         return out
 
 
-VERSION_PREFIX = 16
-
-
 class BundleTable(_View):
     headers = ("name", "where", "version", "size", "files", "age", "last used", "writer", "matches this machine")
 
@@ -122,7 +127,7 @@ class BundleTable(_View):
             [
                 b.name,
                 b.where,
-                b.version[:VERSION_PREFIX],  # what `rm --version` takes: the creation time, to 10 µs
+                b.short_id,  # what `--version` takes
                 human_bytes(b.bytes),
                 b.files,
                 age(b.created),
@@ -253,14 +258,20 @@ class Explanation(_View):
             created = _dt.datetime.fromtimestamp(v.created).isoformat(timespec="seconds")
             verdict = "WOULD RESTORE" if v.reason is None else "would NOT restore"
             refused = int(run.get("stale_rejected") or 0) if restored == v.version else 0
-            if v.reason is None and refused:  # it fits this machine, but its last restore found code changed since
+            if v.reason is None and v.other_code:  # it fits this machine, not the code this kernel compiled
+                names = ", ".join(f"`{f}`" for f in v.other_code[:3])
+                verdict = f"fits this machine, but its entries are for other code than this kernel's ({names})"
+            elif v.reason is None and refused:  # it fits this machine, but its last restore found code changed since
                 verdict = (
                     f"fits this machine, but its last restore refused {refused} entries whose code had changed "
                     "(those compile again)"
                 )
             heading = (
-                f"version {v.version} ({human_bytes(v.bytes)}, {v.files} files, {created}, by {v.writer}): {verdict}"
+                f"version {v.short_id or v.version} ({human_bytes(v.bytes)}, {v.files} files, {created}, "
+                f"by {v.writer}): {verdict}"
             )
+            if v.functions:
+                heading += "; entries for " + ", ".join(f"`{f}` ({state})" for f, state in v.functions[:6])
             rows = []
             for f in v.fields:
                 if not f.relevant:
@@ -352,7 +363,7 @@ def removal_lines(removals: Sequence[Removal], where: str, dry_run: bool) -> lis
     if not removals:
         return [f"nothing to remove from {where}"]
     lines = [f"{verb} {len(removals)} version(s) from {where}, freeing {total}:"]
-    lines += [f"  {r.name}  {r.version}  {human_bytes(r.bytes)}" for r in removals]
+    lines += [f"  {r.name}  {short_id(r.version)}  {human_bytes(r.bytes)}" for r in removals]
     if dry_run:
         lines.append("(dry run: nothing was removed)")
     return lines

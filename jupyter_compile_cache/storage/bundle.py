@@ -145,6 +145,24 @@ def check_name(name: str) -> str:
     return name
 
 
+SHORT_ID = 7  # the shown id: the first characters of the version's random part, as git shows commits
+
+
+def short_id(version: str) -> str:
+    """The id people see and type: `list`, `explain`, the panel and `--json` show it; `--version` takes it."""
+    return version.rsplit("-", 1)[-1][:SHORT_ID]
+
+
+def matching_versions(versions: list[str], given: str) -> list[str]:
+    """The versions `given` names: a whole id, a prefix of one, or a prefix (4 characters or more) of a short id."""
+    given = given.strip()
+    if not given:
+        return []
+    if given in versions:
+        return [given]
+    return [v for v in versions if v.startswith(given) or (len(given) >= 4 and v.rsplit("-", 1)[-1].startswith(given))]
+
+
 def new_version_id(fingerprint_id: str) -> str:
     """Sortable by creation time, unique across concurrent writers."""
     return f"{time.time_ns():020d}-{fingerprint_id}-{uuid.uuid4().hex[:8]}"

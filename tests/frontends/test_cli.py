@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -243,15 +244,22 @@ def test_rm_takes_a_version_prefix_and_import_says_when_it_had_the_version(tmp_p
 def test_the_version_list_shows_is_one_rm_takes(tmp_path):
     from helpers.store import make_bundle
 
-    from jupyter_compile_cache.frontends.tables import VERSION_PREFIX
+    from jupyter_compile_cache.storage.bundle import short_id
     from jupyter_compile_cache.storage.store import LocalStore
 
     store = LocalStore(str(tmp_path / "store"))
     kept, dropped = make_bundle(store, "net", size=2_000), make_bundle(store, "net", size=2_000)
     cli = ["-m", "jupyter_compile_cache", "--store", store.root]
     shown = _python([*cli, "list"], {"JUPYTER_COMPILE_CACHE_HUB": ""}).stdout
-    assert dropped.version[:VERSION_PREFIX] in shown and kept.version[:VERSION_PREFIX] in shown
-    removed = _python([*cli, "rm", "net", "--version", dropped.version[:VERSION_PREFIX]], {})
+    assert short_id(dropped.version) in shown and short_id(kept.version) in shown
+    assert len(short_id(kept.version)) == 7 and kept.version not in shown  # git-like: short, and enough
+    as_json = json.loads(_python([*cli, "list", "--json"], {"JUPYTER_COMPILE_CACHE_HUB": ""}).stdout)
+    assert {row["short_id"] for row in as_json} == {short_id(kept.version), short_id(dropped.version)}
+    # A version that is not there is said to be unknown, with the versions there are; the store is untouched.
+    unknown = _python([*cli, "rm", "net", "--version", "zzzzzzz"], {})
+    assert unknown.returncode != 0 and "'net' has no version 'zzzzzzz'" in unknown.stderr, unknown.stderr
+    assert short_id(kept.version) in unknown.stderr and len(store.versions("net")) == 2
+    removed = _python([*cli, "rm", "net", "--version", short_id(dropped.version)], {})
     assert removed.returncode == 0, removed.stderr
     assert [m.version for m in store.versions("net")] == [kept.version]
 
