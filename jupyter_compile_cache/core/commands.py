@@ -13,7 +13,7 @@ from collections.abc import Callable
 from ..storage import bundle_file
 from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
 from ..storage.hub import HubError
-from ..storage.sources import HubSource, LocalSource, Progress, Source, find
+from ..storage.sources import Found, HubSource, LocalSource, Progress, Source, find
 from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
 from ..torch_adapter.precompile import PrecompileGuard
 from . import notebook
@@ -299,9 +299,10 @@ class Commands:
 
     def hub_pull(
         self, hub: HubSource, name: str, progress: Callable[[Source, Manifest], Progress | None] | None = None
-    ) -> tuple[Manifest | None, list[str]]:
-        """The newest version of NAME on HUB that fits this machine, into the local store (verified); with the
-        reasons other versions were skipped."""
+    ) -> Found:
+        """The newest version of NAME on HUB that fits this machine, into the local store (verified): `manifest`
+        (None: none), why others were skipped, how many were refused as signed with another secret, and the
+        seconds the transfer itself took."""
         now = fingerprint.current()
         found = find(
             check_name(name),
@@ -312,7 +313,7 @@ class Commands:
         )
         for _source, exc in found.down:
             raise exc
-        return found.manifest, found.skipped
+        return found
 
     # -- layer switches -------------------------------------------------------------------------------------------
     def set_layer(self, layer_name: str, enabled: bool) -> layers.Layer:

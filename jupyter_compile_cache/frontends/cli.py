@@ -20,7 +20,8 @@ from typing import Any
 
 from .._version import __version__
 from ..core.commands import COMMAND_ERRORS, Commands, version_named
-from ..core.records import NotebookPlan, bundle_name
+from ..core.events import NoTeamSecret
+from ..core.records import NotebookPlan, bundle_name, short_id
 from ..core.session import CompileCacheSession
 from ..units import human_bytes, speed
 from . import arguments, store_commands, tables
@@ -242,20 +243,29 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
             f"({speed(pushed.payload_bytes, seconds)})"
         )
     elif args.hub_command == "pull":
-        start = time.perf_counter()
-        local, skipped = commands.hub_pull(
+        if hub.hub.config.secret is None:  # as kernels say it: what is pulled is not verified as the team's
+            print(f"warning: {NoTeamSecret().text()}", file=sys.stderr)
+        found = commands.hub_pull(
             hub, args.name, lambda _source, m: TransferBar(f"pulling {m.name!r}", stream=sys.stderr)
         )
+        local = found.manifest
         if local is None:
-            reasons = "".join(f"\n  {line}" for line in skipped)
-            print(f"no bundle named {args.name!r} on the hub matches this machine{reasons}", file=sys.stderr)
+            reasons = "".join(f"\n  {line}" for line in found.skipped)
+            lead = (
+                f"wrong signature (another team's secret?): no version of {args.name!r} on the hub is signed with "
+                "this JUPYTER_COMPILE_CACHE_SECRET"
+                if found.wrong_signatures
+                else f"no bundle named {args.name!r} on the hub matches this machine"
+            )
+            print(f"{lead}{reasons}", file=sys.stderr)
             return 1
-        for line in skipped:
+        for line in found.skipped:
             print(f"skipped {line}", file=sys.stderr)
-        seconds = time.perf_counter() - start
+        # the speed of the transfer itself (find's fetch of this version), not of listing and checking first
+        seconds = found.fetch_seconds
         print(
-            f"pulled {args.name!r} version {local.version} ({human_bytes(local.payload_bytes)}) into {store.root} "
-            f"in {seconds:.2f} s ({speed(local.payload_bytes, seconds)})"
+            f"pulled {args.name!r} version {short_id(local.version)} ({human_bytes(local.payload_bytes)}) into "
+            f"{store.root} in {seconds:.2f} s ({speed(local.payload_bytes, seconds)})"
         )
     elif args.hub_command == "rm":
         try:

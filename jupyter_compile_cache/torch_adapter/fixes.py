@@ -12,7 +12,9 @@ tests/end_to_end/test_model_zoo.py):
 * modules that Dynamo's generated code loads as globals are recorded (`_module_global_patch`);
 * a decorated function is recorded under the module whose globals it runs with (`_globals_module_patch`);
 * the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`);
-* a restored entry runs with the CUDA graphs it was compiled with (`_precompile_cudagraphs_patch`).
+* a restored entry runs with the CUDA graphs it was compiled with (`_precompile_cudagraphs_patch`);
+* a graph Inductor did not compile into code (`x + 0` of a global 0: no OutputCode to bundle) is not cached,
+  instead of failing the user's compile (`_unbundlable_graph_patch`).
 
 What precompile drops on purpose (identity guards) is not here: precompile.py gives those back.
 """
@@ -50,7 +52,37 @@ def patches() -> list[Patch]:
         *_pop_null_patch(),
         *_record_artifact_patch(),
         *_precompile_cudagraphs_patch(),  # after _record_artifact_patch: the copy it records carries the stamp
+        *_unbundlable_graph_patch(),
     ]
+
+
+def _unbundlable_graph_patch() -> list[Patch]:
+    """Under precompile torch bundles each compiled graph's code into its AOTAutograd entry, and raised
+    ("expected OutputCode, got <class 'method'>", torch 2.15, the user's `torch.compile(lambda x: x + i)` with a
+    global `i = 0` failing in a `%%compile_cache` cell) when Inductor returned a plain callable for a graph with
+    nothing to compile. Plain torch.compile caches no entry for such a graph either: neither do we, and the graph
+    runs as compiled (its function's precompile entry is then left out by torch, the plain path for it)."""
+    try:
+        from torch._functorch._aot_autograd import graph_compile
+        from torch._inductor.output_code import OutputCode
+    except Exception:  # a torch without these: no patch
+        return []
+    original = getattr(graph_compile, "_should_save_cache", None)
+    if original is None or len(inspect.signature(original).parameters) != 1:
+        return []
+
+    def unwrapped(fn: Any) -> Any:
+        while hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__
+        return fn
+
+    def _should_save_cache(*compiled_fns: Any) -> bool:
+        bundling = getattr(graph_compile, "should_bundle_autograd_cache", lambda: False)()
+        if bundling and not all(isinstance(unwrapped(fn), OutputCode) for fn in compiled_fns if fn is not None):
+            return False
+        return original(*compiled_fns)
+
+    return [Patch(graph_compile, "_should_save_cache", _should_save_cache)]
 
 
 def _aot_key_patch() -> list[Patch]:

@@ -110,3 +110,31 @@ def test_decode_flex_and_compiled_optimizer_restore_through_precompile(kernel_fa
     assert restored == cold  # the restored kernel computes exactly what the cold one did
     assert cold["DECODE"] == cold["DECODE_EAGER"]  # the same tokens
     assert _close(cold["FLEX"], cold["FLEX_EAGER"]) and _close(cold["ADAMW"], cold["ADAMW_EAGER"]), cold
+
+
+NOTHING_TO_COMPILE = """
+import sys, torch
+from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.session import get_session
+i = 0
+with get_session().cell("noop", CellOptions(store_dir=sys.argv[1], no_hub=True)) as report:
+    print("VALUES", torch.compile(lambda x: x + i)(torch.ones(2)).tolist())
+print("SUMMARY", report.summary())
+"""
+
+
+@pytest.mark.skipif(not PrecompileGuard.available(), reason="the bundled AOTAutograd entries of precompile")
+def test_a_graph_with_nothing_to_compile_runs_in_a_cell_and_after_a_restore(tmp_path):
+    # torch 2.15's precompile raised "expected OutputCode, got <class 'method'>" into the cell for this graph.
+    import subprocess
+    import sys
+
+    script = tmp_path / "noop.py"
+    script.write_text(NOTHING_TO_COMPILE)
+    for cache in ("cold", "restored"):
+        env = {**__import__("os").environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / cache), "PYTHONWARNINGS": "ignore"}
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "store")], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "VALUES [1.0, 1.0]" in done.stdout, done.stdout
