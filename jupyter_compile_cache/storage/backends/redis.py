@@ -72,6 +72,20 @@ def _tag(key: str) -> str | None:
     return key[start : end + 1] if start >= 0 and end > start + 1 else None
 
 
+def _handshake_bounded(redis: Any) -> type:
+    """redis-py's TLS connection, its handshake bounded by the connect timeout: redis-py runs it under the read
+    timeout, so a `rediss://` URL on a plain Redis port stalled a cell 10 s though the connect timeout was 2 s."""
+
+    class HandshakeBoundedSSLConnection(redis.connection.SSLConnection):
+        def _wrap_socket_with_ssl(self, sock: Any) -> Any:
+            sock.settimeout(self.socket_connect_timeout)
+            wrapped = super()._wrap_socket_with_ssl(sock)
+            wrapped.settimeout(self.socket_timeout)
+            return wrapped
+
+    return HandshakeBoundedSSLConnection
+
+
 class RedisBackend:
     def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
         self.url = url
@@ -106,8 +120,11 @@ class RedisBackend:
             "socket_read_size": 16 << 20,
         }
         url = _plain(self.url)
+        single = dict(options)
+        if url.startswith("rediss://") and hasattr(redis.connection.SSLConnection, "_wrap_socket_with_ssl"):
+            single["connection_class"] = _handshake_bounded(redis)
         try:
-            client = redis.Redis.from_url(url, retry_on_timeout=False, **options)
+            client = redis.Redis.from_url(url, retry_on_timeout=False, **single)
         except ValueError as exc:
             raise HubError(f"bad hub URL {self.display_url}: {exc}") from None
         if not self.url.startswith("redis+cluster://"):

@@ -82,3 +82,15 @@ def test_tls_with_a_wrong_ca_is_refused_with_a_clear_message(tmp_path, tls_redis
     plain = hub_at(f"redis://127.0.0.1:{tls_redis.tls_port}/0", timeout=2.0)  # TLS port, no TLS: an error, no hang
     with pytest.raises(HubError):
         plain.versions("net")
+
+
+def test_a_tls_url_on_a_plain_port_fails_within_the_connect_timeout(redis_server):
+    # redis-py runs the TLS handshake under the read timeout: a rediss:// URL on a plain Redis port stalled every
+    # cell for it (10 s) although the connect timeout was 2 s. The handshake is bounded by the connect timeout.
+    from jupyter_compile_cache.storage.backends.redis import RedisBackend
+
+    backend = RedisBackend(redis_server.url.replace("redis://", "rediss://"), connect_timeout=1.0, timeout=60.0)
+    start = time.perf_counter()
+    with pytest.raises(HubError, match="Timeout connecting"):
+        _ = backend.client
+    assert time.perf_counter() - start < 30  # bounded by the connect timeout, far below the 60 s read timeout
