@@ -188,3 +188,21 @@ def test_a_kernel_killed_in_the_middle_of_its_save_leaves_no_version_and_the_nex
     assert done.returncode == 0 and "RIGHT True" in done.stdout, done.stderr[-3000:]
     local, remote = _whole_versions_only(tmp_path / "store", share, tmp_path / "check")
     assert len(local) == 1 and len(remote) == 1
+
+
+def test_a_pinned_version_is_the_one_restored_and_an_unknown_one_is_said(tmp_path, monkeypatch):
+    from jupyter_compile_cache.storage.bundle import short_id
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    older = make_bundle(session.store(), "pinned", now=fingerprint.current())
+    newer = make_bundle(session.store(), "pinned", now=fingerprint.current())
+    assert session.restore("pinned", quiet=True).version == newer.version  # unpinned: the newest that fits
+    pinned = session.restore("pinned", options=CellOptions(quiet=True, version=short_id(older.version)))
+    assert pinned.version == older.version and not pinned.skipped  # the others are passed over, not "skipped"
+    told: list[str] = []
+    session.listeners.append(lambda event: told.append(event.text()))
+    missing = session.restore("pinned", options=CellOptions(version="zzzzzzz"))
+    assert not missing.restored
+    assert any("no version 'zzzzzzz' of 'pinned'" in line for line in told), told
+    session.close()

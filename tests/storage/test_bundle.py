@@ -210,3 +210,31 @@ def test_classify_separates_gpu_and_cpu_kernels():
     assert bundle.classify([Member("inductor/ab/c.so", 1, "")]) == (False, True)
     assert bundle.classify([Member("inductor/triton/0/x/k.cubin", 1, "")]) == (True, False)
     assert bundle.classify([Member("inductor/fxgraph/a/b/c", 1, "")]) == (False, False)
+
+
+def test_members_can_be_placed_under_other_names_checked_like_members(tmp_path):
+    # another version's precompile entries go beside torch's own, everything else where it always goes
+    files = {"inductor/dynamo/key1/entry": b"entry", "inductor/ab/cab.so": b"so"}
+    payload, manifest = _payload(tmp_path, files)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+
+    def aside(name: str) -> str:
+        return name.replace("inductor/dynamo/", "inductor/dynamo/.jcc-versions/v1/")
+
+    bundle.extract(_file(tmp_path, payload), manifest, {"inductor": str(cache)}, None, aside)
+    assert (cache / "dynamo/.jcc-versions/v1/key1/entry").read_bytes() == b"entry"
+    assert (cache / "ab/cab.so").read_bytes() == b"so" and not (cache / "dynamo/key1").exists()
+    with pytest.raises(UnsafeBundle):
+        bundle.extract(_file(tmp_path, payload), manifest, {"inductor": str(cache)}, None, lambda n: "inductor/../x")
+
+
+def test_short_ids_are_what_people_type():
+    versions = [bundle.new_version_id("a" * 12) for _ in range(3)]
+    ids = [bundle.short_id(v) for v in versions]
+    assert all(len(i) == 7 for i in ids) and len(set(ids)) == 3
+    for version, short in zip(versions, ids):
+        assert bundle.matching_versions(versions, short) == [version]  # the short id
+        assert bundle.matching_versions(versions, version) == [version]  # the whole id
+    assert bundle.matching_versions(versions, versions[0][:4]) == versions  # a prefix of all three: ambiguous
+    assert bundle.matching_versions(versions, "zzzz") == [] and bundle.matching_versions(versions, " ") == []

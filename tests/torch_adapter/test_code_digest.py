@@ -7,7 +7,7 @@ import types
 
 import torch
 
-from jupyter_compile_cache.torch_adapter.code_digest import code_digest
+from jupyter_compile_cache.torch_adapter.code_digest import changed_parts, code_digest, code_parts
 
 
 def _cell(source: str, filename: str) -> dict:
@@ -97,3 +97,26 @@ def test_digest_sees_every_submodules_constants():
     # code could be restored) and the digest depended on memory reuse (a false "stale" in another process).
     assert code_digest(_TwoScales(1.0, 2.0).forward) != code_digest(_TwoScales(1.0, 3.0).forward)
     assert code_digest(_TwoScales(1.0, 2.0).forward) == code_digest(_TwoScales(1.0, 2.0).forward)
+
+
+def _parts(source: str) -> dict[str, str]:
+    ns = _cell(source, "/tmp/ipykernel_1/1.py")
+    torch.manual_seed(0)
+    return code_parts(ns["Net"]().forward)
+
+
+def test_the_digest_ignores_lines_added_above_the_model():
+    # torch names entries by the first line: the digest, which finds them by their code, must not move with it
+    assert _digest("import math\n# tidied\n\n" + NET) == _digest(NET)
+    assert _parts("import math\n# tidied\n\n" + NET) == _parts(NET)
+
+
+def test_parts_say_where_the_code_changed():
+    base = _parts(NET)
+    assert set(base) == {"Net.forward", "helper", "SCALE", "self (Net)"}
+    assert changed_parts(base, _parts(NET.replace("x.relu()", "x.abs()"))) == ["helper"]
+    assert changed_parts(base, _parts(NET.replace("SCALE = 2.0", "SCALE = 3.0"))) == ["SCALE"]
+    assert changed_parts(base, _parts(NET.replace(".sin()", ".tanh()"))) == ["Net.forward"]
+    # a submodule's code: only the module the method belongs to differs, so it is named
+    assert changed_parts(base, _parts(NET.replace("x * 3", "x * 4"))) == ["self (Net)"]
+    assert changed_parts(base, base) == []
