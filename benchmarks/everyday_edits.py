@@ -1,0 +1,153 @@
+"""Everyday edits, timed in real kernels: a restored cell after an edit that does not touch the compiled code, and
+after a colleague's variant of the cell became the newest version; ours against torch's own warm cache, one run.
+
+Workloads:
+  mlp      a 48-layer MLP (Linear + GELU), defined in one cell and compiled in the next
+  decode2  the decode recipe with two prompt lengths in ONE cell: model.forward = torch.compile(model.forward,
+           mode="reduce-overhead", fullgraph=True), then a greedy static-cache generate per prompt
+
+Cases, each a new kernel: `cold` (plain torch.compile, empty cache dir), `torch_warm` (plain, a new kernel on cold's
+cache dir, the cells as edited), `ours_cold` (`%%compile_cache`, empty dir and store), `ours_edit` (the defining
+cell starts with an import and a comment, restored into an empty dir), `ours_variant` (a colleague's real change: the
+MLP's activation, so it compiles and saves a newer version), `ours_original` (the original cells again, restored into
+an empty dir after the variant's version). Every time is the whole compile cell; the misses are torch's counters.
+
+  python benchmarks/everyday_edits.py --out benchmarks/results/everyday_edits_cpu.json
+  python benchmarks/everyday_edits.py --device cuda --out benchmarks/results/everyday_edits_h100.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
+
+DEFINE = {
+    "mlp": """
+import torch
+torch.manual_seed(0)
+DEVICE = {device!r}
+def act(x):
+    return torch.nn.functional.gelu(x)
+class MLP(torch.nn.Module):
+    def __init__(self, width=256, depth=48):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+    def forward(self, x):
+        for layer in self.layers:
+            x = act(layer(x))
+        return x
+model = MLP().to(DEVICE)
+x = torch.randn(64, 256, device=DEVICE)
+""",
+    "decode2": """
+import torch, warnings
+warnings.filterwarnings("ignore")
+import transformers as T
+torch.manual_seed(0)
+DEVICE = {device!r}
+with torch.device(DEVICE):
+    cfg = T.LlamaConfig(vocab_size=4096, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
+                        num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=64)
+    model = T.LlamaForCausalLM(cfg).eval()
+prompts = [torch.randint(0, 4096, (1, n), device=DEVICE) for n in (7, 12)]
+""",
+}
+CELL = {
+    "mlp": """with torch.no_grad():
+    compiled = torch.compile(model)
+    y = compiled(x)
+print("RESULT", round(float(y.double().sum()), 6))""",
+    "decode2": """model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+with torch.no_grad():
+    for p in prompts:
+        out = model.generate(p, max_new_tokens=8, cache_implementation="static", do_sample=False)
+        print("RESULT", out[0, -8:].tolist())""",
+}
+EDIT = "import math\n# the model, tidied up\n"
+VARIANT = {"mlp": ("torch.nn.functional.gelu(x)", "torch.nn.functional.silu(x)"), "decode2": ("(7, 12)", "(7, 12)")}
+STATS = """
+import json as _j
+from torch._dynamo.utils import counters as _c
+print(_j.dumps({"dynamo": _c["dynamo_cache"].get("dynamo_cache_miss", 0),
+                "fx": _c["inductor"].get("fxgraph_cache_miss", 0),
+                "aot": _c["aot_autograd"].get("autograd_cache_miss", 0),
+                "unique_graphs": _c["stats"].get("unique_graphs", 0)}))
+"""
+CASES = ("cold", "torch_warm", "ours_cold", "ours_edit", "ours_variant", "ours_original")
+
+
+def run_case(workload: str, case: str, device: str, work: str, timeout: float) -> dict:
+    cache = os.path.join(work, workload, "cold" if case == "torch_warm" else case)
+    env = {"TORCHINDUCTOR_CACHE_DIR": cache, "JUPYTER_COMPILE_CACHE_DIR": os.path.join(work, workload, "store")}
+    define = DEFINE[workload].format(device=device)
+    if case in ("torch_warm", "ours_edit"):
+        define = EDIT + define
+    if case == "ours_variant":
+        define = define.replace(*VARIANT[workload])
+    body = CELL[workload] if not case.startswith("ours") else f"%%compile_cache edits-{workload}\n{CELL[workload]}"
+    k = KernelRunner(env, timeout)
+    try:
+        if case.startswith("ours"):
+            k.run("%load_ext jupyter_compile_cache")
+        k.run(define)
+        seconds, out = k.run(body)
+        misses = json.loads(k.run(STATS)[1].strip().splitlines()[-1])
+    finally:
+        k.close()
+    return {
+        "workload": workload,
+        "case": case,
+        "seconds": round(seconds, 3),
+        "misses": misses,
+        "results": [line for line in out.splitlines() if line.startswith("RESULT")],
+        "said": [line for line in out.splitlines() if "compile_cache" in line],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--workloads", default="mlp,decode2")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="jcc-edits-") as work:
+        for workload in args.workloads.split(","):
+            for case in CASES:
+                if workload == "decode2" and case == "ours_variant":
+                    continue  # its variant is the same model: the mlp shows the churn
+                row = run_case(workload, case, args.device, work, args.timeout)
+                rows.append(row)
+                m = row["misses"]
+                print(
+                    f"{workload:8s} {case:14s} {row['seconds']:7.2f} s  misses dynamo {m['dynamo']} fx {m['fx']} "
+                    f"aot {m['aot']}  {(row['said'] or [''])[-1][:150]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    by = {(r["workload"], r["case"]): r for r in rows}
+    print(f"\n{'workload':8s} | {'case':14s} | {'cell s':>7s} | misses (dynamo/fx/aot) | x torch warm | same answer")
+    for r in rows:
+        warm = by.get((r["workload"], "torch_warm"))
+        ratio = f"{r['seconds'] / warm['seconds']:.2f}" if warm and r["case"].startswith("ours") else ""
+        cold = by[(r["workload"], "cold")]
+        same = "yes" if r["results"] == cold["results"] or r["case"] == "ours_variant" else "NO"
+        m = r["misses"]
+        print(
+            f"{r['workload']:8s} | {r['case']:14s} | {r['seconds']:7.2f} | {m['dynamo']}/{m['fx']}/{m['aot']:<18} | "
+            f"{ratio:>12s} | {same if r['case'] != 'ours_variant' else '(variant)'}"
+        )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": args.device, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
