@@ -198,8 +198,10 @@ class CellReport:
         hits = sum(v["hits"] for v in self.layers.values())
         misses = sum(v["misses"] for v in self.layers.values())
         parts = [f"{self.name!r} ran in {self.body_seconds:.2f} s, {hits} cache hits, {misses} misses"]
-        if self.miss_reasons:
+        if self.miss_reasons and misses:
             parts[0] += f" ({'; '.join(line for _kind, line in self.miss_reasons)})"
+        elif self.miss_reasons:  # Dynamo traced again, though every graph came from the caches
+            parts.append("traced again from the caches: " + "; ".join(line for _kind, line in self.miss_reasons))
         if self.stale_rejected:
             parts.append(f"{self.stale_rejected} stale precompile entries refused (code changed)")
         if self.precompile_fallbacks:

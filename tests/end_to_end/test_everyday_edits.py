@@ -81,6 +81,13 @@ def test_a_variant_never_makes_the_originals_kernel_compile_through_the_hub(kern
     out = _run(carol, DEFINE, COMPILE.format(name="net", options=""))
     assert "restored 'net' from the hub" in out.stdout and "nothing new to save" in out.stdout, out.output
     assert misses(carol.counters()) == NO_MISSES
+    # explain: Bob's newer version fits the machine but not her code; Alice's would restore
+    explained = carol.run("%compile_cache explain net").check()
+    text = explained.stdout + "\n".join(explained.results)
+    verdicts = [line for line in text.splitlines() if line.startswith("version ")]
+    assert len(verdicts) == 2, text
+    assert "entries are for other code than this kernel's (`Net.forward`)" in verdicts[0], verdicts
+    assert "WOULD RESTORE" in verdicts[1] and "`Net.forward` (this kernel's code)" in verdicts[1], verdicts
 
     # Every miss after a restore says why: another batch size, and a function no version holds.
     out = carol.run(
