@@ -292,9 +292,11 @@ class Explanation(_View):
                 [name, c.get("hits", 0), c.get("misses", 0), c.get("bypasses", 0), c.get("written", 0)]
                 for name, c in run.get("layers", {}).items()
             ]
-            out.append(
-                (f"last run of this cell: {run['body_seconds']:.2f} s, restored from {source}", self.run_headers, rows)
-            )
+            heading = f"last run of this cell: {run['body_seconds']:.2f} s, restored from {source}"
+            reasons = [line for _kind, line in run.get("miss_reasons") or () if isinstance(line, str)]
+            if reasons:  # why it compiled after its restore, as its line said
+                heading += "; compiled because: " + "; ".join(reasons)
+            out.append((heading, self.run_headers, rows))
         else:
             out.append(("no recorded run of this cell", (), []))
         return out

@@ -157,6 +157,7 @@ class PrecompileGuard:
             "load": cache.load,  # bound method of the singleton
             "record": cache.record_package,
             "install": compile_package.install,
+            "initialize": compile_package.initialize,
             "inlined": compile_package.add_inlined_source,
             "init": cfm.__init__,
             "load_gm": package.load_guard_manager,
@@ -178,6 +179,14 @@ class PrecompileGuard:
 
         def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
             me._install(pkg, orig["install"], args, kwargs)
+
+        def initialize(pkg: Any, fn: Any, dynamo: Any = None, *args: Any, **kwargs: Any) -> None:
+            try:
+                orig["initialize"](pkg, fn, dynamo, *args, **kwargs)
+            except RuntimeError as exc:  # torch's own check refused a saved entry: it compiles afresh (its fallback)
+                if dynamo is not None:
+                    me._refused_by_torch(fn, exc)
+                raise
 
         def add_inlined_source(pkg: Any, sources: Any, *args: Any, **kwargs: Any) -> None:
             # Under IPython, inspect.getmodule names `collections.abc` for code of `_collections_abc`, and torch
@@ -226,6 +235,7 @@ class PrecompileGuard:
             Patch(cache, "load", load),  # instance attribute shadows the method
             Patch(cache, "record_package", record_package),
             Patch(compile_package, "install", install_package),
+            Patch(compile_package, "initialize", initialize),
             Patch(compile_package, "add_inlined_source", add_inlined_source),
             *([Patch(compile_package, "_add_user_function", add_user_function)] if orig["user_fn"] else []),
             Patch(cfm, "__init__", check_function_manager_init),
@@ -315,6 +325,24 @@ class PrecompileGuard:
         # graph break, functions in other modules that Dynamo compiled as frames of their own).
         key = getattr(getattr(output_graph, "package", None), "source_id", None) or ""
         self.dropped.setdefault(key, {})[sha(guards_state)] = dropped
+
+    def _refused_by_torch(self, fn: Any, exc: BaseException) -> None:
+        """torch refused a saved entry we passed (its source check of inlined module code, its version check): the
+        function compiles as plain torch.compile would; the cell's line says why, and it is a miss, not a hit."""
+        from torch._dynamo.utils import counters
+
+        if counters["dynamo_cache"]["dynamo_cache_hit"] > 0:  # torch counted the load as a hit
+            counters["dynamo_cache"]["dynamo_cache_hit"] -= 1
+        counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+        with contextlib.suppress(Exception):  # not loaded after all
+            from torch._dynamo import package
+
+            key = package.CompilePackage.source_id_from_fn(fn)
+            self.loaded_keys.discard(key)
+            self._loading.pop(key, None)
+        name = getattr(innermost(fn), "__qualname__", None) or repr(fn)
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        self.miss_reasons.append(("code_changed", f"torch refused the saved entry of `{name}` ({detail})"))
 
     def _note_fresh_compile(self, arguments: dict[str, Any]) -> None:
         """A function whose restored entry torch just passed over compiles: why, in torch's words where it can say."""

@@ -104,3 +104,22 @@ def test_a_variant_never_makes_the_originals_kernel_compile_through_the_hub(kern
     assert re.search(r"no entry saved for them\s*\|?\s*1", table) and re.search(r"a guard failed\s*\|?\s*1", table), (
         table
     )
+
+
+def test_an_entry_torch_itself_refuses_says_so_in_the_line_and_in_explain(kernel_factory, tmp_path):
+    # A comment edited inside a helper of an imported module: the bytecode is the same (our check passes), but
+    # torch compares the module's source lines it inlined, refuses the entry and compiles afresh. No remapping can
+    # make torch take it; the line and `explain` say why.
+    module = tmp_path / "mods" / "blocks.py"
+    module.parent.mkdir()
+    setup = f"import sys, torch\nsys.path.insert(0, {str(module.parent)!r})\nimport blocks\nx = torch.randn(8)"
+    cell = "%%compile_cache modnet\nf = torch.compile(lambda t: blocks.helper(t) + 1)\n"
+    cell += "print('MATCHES_EAGER', torch.equal(f(x), blocks.helper(x) + 1))"
+    for i, comment in enumerate(("scaled", "scaled twice over")):
+        module.write_text(f"import torch\ndef helper(x):\n    # {comment}\n    return x.relu() * 2\n")
+        k = _kernel(kernel_factory, tmp_path, f"cache_{i}")
+        out = _run(k, setup, cell)
+    line = [x for x in out.stdout.splitlines() if "cache hits" in x][-1]
+    assert "torch refused the saved entry of `<lambda>` (Source code changes detected for blocks" in line, line
+    explained = k.run("%compile_cache explain modnet").check()
+    assert "compiled because: torch refused the saved entry" in explained.stdout + "\n".join(explained.results)
