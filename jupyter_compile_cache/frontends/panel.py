@@ -244,7 +244,7 @@ class Panel:
             key = (b.where, b.name, b.version)
             match = "matches" if b.compatible else "does NOT match"
             label = w.HTML(
-                f"{html.escape(b.name)} [{b.where}] {human_bytes(b.bytes)}, {b.files} files, "
+                f"{html.escape(b.name)} {b.short_id} [{b.where}] {human_bytes(b.bytes)}, {b.files} files, "
                 f"made {age(b.created)} by {html.escape(b.writer)}, used {age(b.last_used)}; "
                 f"{match} this machine",
                 layout=w.Layout(width="560px"),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from jupyter_compile_cache.core.commands import Commands
-from jupyter_compile_cache.core.records import CellOptions, CellSaving
+from jupyter_compile_cache.core.records import CellOptions, CellSaving, short_id
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.panel import Panel, bar_chart_svg
 
@@ -98,6 +98,7 @@ def test_bundles_show_age_and_use_push_needs_a_hub_and_gc_previews_before_it_rem
     assert "of the 20.0 GB cap" in panel.header.value
     (row,) = [r for r in panel.bundle_box.children if "panelgc" in r.children[0].value]
     assert re.search(r"made \d+s ago by .*, used \d+s ago; matches this machine", row.children[0].value)
+    assert f"panelgc {short_id(again.saved_version or again.restore.version)} [local]" in row.children[0].value
     actions = {key[-1] for key in panel.bundle_buttons}
     assert "push" not in actions and {"restore", "delete"} <= actions  # no hub configured: nothing to push to
 
