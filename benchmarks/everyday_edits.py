@@ -25,7 +25,11 @@ import os
 import sys
 import tempfile
 
-from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from warm_restart import machine  # noqa: E402
+
+from jupyter_compile_cache.kernels.kernel_runner import KernelRunner  # noqa: E402
 
 DEFINE = {
     "mlp": """
@@ -158,7 +162,7 @@ def main() -> int:
         )
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"device": args.device, "rows": rows}, f, indent=1)
+            json.dump({"meta": machine(args.device), "rows": rows}, f, indent=1)
     return 0
 
 
