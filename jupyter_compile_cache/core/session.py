@@ -271,7 +271,8 @@ class CompileCacheSession:
             before = CellSnapshot.take(self.guard if precompile else None)
             self.guard.take_miss_reasons()  # what happened outside this cell is not its to tell
             installed = report.restore.version if report.restore is not None else None
-            self.guard.find_elsewhere = lambda digest: self._install_version_with(name, digest, installed, opts)
+            if installed is not None:  # nothing fitted at all: no other version of NAME will
+                self.guard.find_elsewhere = lambda digest: self._install_version_with(name, digest, installed, opts)
             self._refresh_loaded()  # after the snapshot: what it loads is this cell's hit
             watcher.start()
             start = time.perf_counter()
@@ -318,7 +319,7 @@ class CompileCacheSession:
             if lease is not None:
                 lease.release()
 
-    def _install_version_with(self, name: str, digest: str, installed: str | None, opts: CellOptions) -> bool:
+    def _install_version_with(self, name: str, digest: str, installed: str, opts: CellOptions) -> bool:
         """Another version of NAME (local store, then the hub) whose precompile entries include one for this code
         digest, installed beside the restored one: each function of the cell takes the entry made for its code, and a
         colleague's variant of the cell, saved as a newer version, never makes the original's kernel compile.
@@ -352,7 +353,7 @@ class CompileCacheSession:
         for source, exc in found.down:
             if hub is not None and source is hub:
                 self.hub_policy.failed(hub, exc, None)
-        for message in found.problems + found.warnings:  # a damaged version, a transfer that failed
+        for message in found.problems:  # a manifest the store could not read (the restore told the rest)
             self.warn(message)
         if found.manifest is None:
             return False

@@ -42,22 +42,44 @@ def _run(k, *cells):
     return out
 
 
-def test_edits_around_the_model_restore_with_no_misses_and_save_nothing(kernel_factory, tmp_path):
-    cold = _run(_kernel(kernel_factory, tmp_path, "cold"), DEFINE, COMPILE.format(name="net", options=""))
-    assert "saved" in cold.stdout
+# A helper in an imported module, for the case torch itself refuses (below).
+MODULE = "import torch\ndef helper(x):\n    # {comment}\n    return x.relu() * 2\n"
+MODCELL = "%%compile_cache modnet\nf = torch.compile(lambda t: blocks.helper(t) + 1)\n"
+MODCELL += "print('MATCHES_EAGER', torch.equal(f(x), blocks.helper(x) + 1))"
+
+
+def test_edits_around_the_model_restore_with_no_misses_and_what_torch_refuses_says_why(kernel_factory, tmp_path):
+    module = tmp_path / "mods" / "blocks.py"
+    module.parent.mkdir()
+    module.write_text(MODULE.format(comment="scaled"))
+    use_module = f"import sys\nsys.path.insert(0, {str(module.parent)!r})\nimport blocks"
+    cold = _kernel(kernel_factory, tmp_path, "cold")
+    assert "saved" in _run(cold, DEFINE, COMPILE.format(name="net", options="")).stdout
+    assert "saved" in _run(cold, use_module, MODCELL).stdout
+    cold.shutdown()
     edits = {
-        "lines above": ["import math\n# the model, tidied up\n\n" + DEFINE],
-        "lines below": [DEFINE + "\n# trained next\nimport math\n"],
-        "another cell": [HEAD, CLASS],
-        "a new cell first, another folder": ["import os\nos.chdir(os.path.expanduser('~'))\nnotes = 'draft'", DEFINE],
+        "lines above and below, a new cell first, another folder": [
+            "import os\nos.chdir(os.path.expanduser('~'))\nnotes = 'draft'",
+            "import math\n# the model, tidied up\n\n" + DEFINE + "\n# trained next\nimport math\n",
+        ],
+        "the class in another cell": [HEAD, CLASS],
     }
     for i, (edit, cells) in enumerate(edits.items()):
         k = _kernel(kernel_factory, tmp_path, f"cache_{i}")
         out = _run(k, *cells, COMPILE.format(name="net", options=""))
         assert "restored 'net'" in out.stdout and "nothing new to save" in out.stdout, (edit, out.output)
         assert misses(k.counters()) == NO_MISSES, edit
-        k.shutdown()
     assert len(LocalStore(str(tmp_path / "store")).versions("net")) == 1  # no version churn
+
+    # A comment edited inside the imported helper: the bytecode is the same (our check passes), but torch compares
+    # the module's source lines it inlined, refuses the entry and compiles afresh. No remapping can make torch take
+    # it: the line and `explain` say why.
+    module.write_text(MODULE.format(comment="scaled twice over"))
+    out = _run(k, use_module, MODCELL)
+    line = [x for x in out.stdout.splitlines() if "cache hits" in x][-1]
+    assert "torch refused the saved entry of `<lambda>` (Source code changes detected for blocks" in line, line
+    explained = k.run("%compile_cache explain modnet").check()
+    assert "compiled because: torch refused the saved entry" in explained.stdout + "\n".join(explained.results)
 
 
 def test_a_variant_never_makes_the_originals_kernel_compile_through_the_hub(kernel_factory, tmp_path):
@@ -104,22 +126,3 @@ def test_a_variant_never_makes_the_originals_kernel_compile_through_the_hub(kern
     assert re.search(r"no entry saved for them\s*\|?\s*1", table) and re.search(r"a guard failed\s*\|?\s*1", table), (
         table
     )
-
-
-def test_an_entry_torch_itself_refuses_says_so_in_the_line_and_in_explain(kernel_factory, tmp_path):
-    # A comment edited inside a helper of an imported module: the bytecode is the same (our check passes), but
-    # torch compares the module's source lines it inlined, refuses the entry and compiles afresh. No remapping can
-    # make torch take it; the line and `explain` say why.
-    module = tmp_path / "mods" / "blocks.py"
-    module.parent.mkdir()
-    setup = f"import sys, torch\nsys.path.insert(0, {str(module.parent)!r})\nimport blocks\nx = torch.randn(8)"
-    cell = "%%compile_cache modnet\nf = torch.compile(lambda t: blocks.helper(t) + 1)\n"
-    cell += "print('MATCHES_EAGER', torch.equal(f(x), blocks.helper(x) + 1))"
-    for i, comment in enumerate(("scaled", "scaled twice over")):
-        module.write_text(f"import torch\ndef helper(x):\n    # {comment}\n    return x.relu() * 2\n")
-        k = _kernel(kernel_factory, tmp_path, f"cache_{i}")
-        out = _run(k, setup, cell)
-    line = [x for x in out.stdout.splitlines() if "cache hits" in x][-1]
-    assert "torch refused the saved entry of `<lambda>` (Source code changes detected for blocks" in line, line
-    explained = k.run("%compile_cache explain modnet").check()
-    assert "compiled because: torch refused the saved entry" in explained.stdout + "\n".join(explained.results)

@@ -214,6 +214,7 @@ def test_read_commands_speak_json_and_a_closed_pipe_is_quiet(tmp_path):
 def test_rm_takes_a_version_prefix_and_import_says_when_it_had_the_version(tmp_path):
     from helpers.store import make_bundle
 
+    from jupyter_compile_cache.storage.bundle import short_id
     from jupyter_compile_cache.storage.store import LocalStore
 
     store = LocalStore(str(tmp_path / "store"))
@@ -231,7 +232,8 @@ def test_rm_takes_a_version_prefix_and_import_says_when_it_had_the_version(tmp_p
     assert len(store.versions("net")) == 2
     prefix = older.version[:24]  # the time and the machine: enough to tell it from the newer one
     dry = _python([*cli, "rm", "net", "--version", prefix, "--dry-run"], env)
-    assert dry.returncode == 0 and older.version in dry.stdout and newer.version not in dry.stdout, dry.stdout
+    shown = (short_id(older.version), short_id(newer.version))
+    assert dry.returncode == 0 and shown[0] in dry.stdout and shown[1] not in dry.stdout, dry.stdout
     removed = _python([*cli, "rm", "net", "--version", prefix], env)
     assert removed.returncode == 0 and "removed 1 version(s)" in removed.stdout, removed.stderr
     assert [m.version for m in store.versions("net")] == [newer.version]

@@ -17,7 +17,7 @@ LINES = [
     "explain net",
     "explain net --json",
     "rm net --dry-run",
-    "rm net --version 1 --dry-run",
+    "rm net --version 0 --dry-run",  # a prefix of every version id (their creation time): one version here
     "gc --dry-run",
     "gc --max-size 1K --dry-run",
     "gc --older-than 0s --incompatible --dry-run --yes",

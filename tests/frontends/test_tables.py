@@ -8,6 +8,7 @@ from helpers.store import make_bundle
 from jupyter_compile_cache.core.commands import Commands
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends import tables
+from jupyter_compile_cache.storage.bundle import short_id
 from jupyter_compile_cache.torch_adapter import fingerprint
 
 
@@ -18,8 +19,8 @@ def test_explain_is_a_heading_and_a_table_per_version_as_text_and_as_html(tmp_pa
     view = tables.Explanation(Commands(session).explain("net"))
     text, page = repr(view), view._repr_html_()
     for version, verdict in ((here.version, "WOULD RESTORE"), (elsewhere.version, "would NOT restore")):
-        assert f"version {version}" in text and verdict in text
-        assert f"version {version}" in page
+        assert f"version {short_id(version)}" in text and verdict in text  # the id people type
+        assert f"version {short_id(version)}" in page
     assert "MISMATCH (blocks)" in text and "no recorded run of this cell" in text
     assert page.count("<table>") == 2 and "<th>verdict</th>" in page and "MISMATCH (blocks)" in page
     assert max(len(line) for line in text.splitlines()) < 200  # the verdict comes before the long values
@@ -45,5 +46,5 @@ def test_explain_does_not_promise_a_restore_whose_code_its_last_run_refused(tmp_
     restored = RestoreResult("net", source="local", version=here.version)
     store.save_run("net", CellReport("net", restore=restored, stale_rejected=2).to_json())
     text = repr(tables.Explanation(Commands(session).explain("net")))
-    assert f"version {here.version}" in text and "WOULD RESTORE" not in text
+    assert f"version {short_id(here.version)}" in text and "WOULD RESTORE" not in text
     assert "its last restore refused 2 entries whose code had changed" in text
