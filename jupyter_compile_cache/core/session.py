@@ -272,7 +272,9 @@ class CompileCacheSession:
             self.guard.take_miss_reasons()  # what happened outside this cell is not its to tell
             installed = report.restore.version if report.restore is not None else None
             if installed is not None:  # nothing fitted at all: no other version of NAME will
-                self.guard.find_elsewhere = lambda digest: self._install_version_with(name, digest, installed, opts)
+                self.guard.find_elsewhere = lambda digest: self._install_version_with(
+                    name, digest, installed, opts, watcher
+                )
             self._refresh_loaded()  # after the snapshot: what it loads is this cell's hit
             watcher.start()
             start = time.perf_counter()
@@ -319,7 +321,9 @@ class CompileCacheSession:
             if lease is not None:
                 lease.release()
 
-    def _install_version_with(self, name: str, digest: str, installed: str, opts: CellOptions) -> bool:
+    def _install_version_with(
+        self, name: str, digest: str, installed: str, opts: CellOptions, watcher: capture.CellCapture
+    ) -> bool:
         """Another version of NAME (local store, then the hub) whose precompile entries include one for this code
         digest, installed beside the restored one: each function of the cell takes the entry made for its code, and a
         colleague's variant of the cell, saved as a newer version, never makes the original's kernel compile.
@@ -339,7 +343,9 @@ class CompileCacheSession:
             return fingerprint.incompatibility(manifest, now)
 
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
-            return bundle.extract(payload, manifest, roots, None, lambda m: alternate_member(m, manifest.version))
+            paths = bundle.extract(payload, manifest, roots, None, lambda m: alternate_member(m, manifest.version))
+            watcher.add_restored(paths)  # not this cell's work: carried into its bundle only if used
+            return paths
 
         sources: list[Source] = [LocalSource(self.store(opts.store_dir))]
         hub = self.hub_policy.for_cell(opts)  # None while it is being left alone after a failure

@@ -210,10 +210,17 @@ class CellCapture:
     def __init__(self, roots: dict[str, str], restored: Iterable[str] = ()) -> None:
         self.roots = roots
         self.restored = set(restored)
+        self._restored_during: set[str] = set()  # written by our own restore while the cell ran
         self._before: dict[str, tuple[int, int]] = {}
         self._libs_before: set[str] = set()
         self._recorder = _OpenRecorder.get()
         self._opened: set[str] = set()
+
+    def add_restored(self, paths: Iterable[str]) -> None:
+        """Files a restore wrote while the cell ran (another version's, installed for a function's code): not the
+        cell's work, so not new; carried into its bundle, like the restored bundle's files, only if used."""
+        self.restored.update(paths)
+        self._restored_during.update(paths)
 
     def _root_dirs(self) -> list[str]:
         dirs = [self.roots["inductor"]]
@@ -239,7 +246,7 @@ class CellCapture:
         after: dict[str, tuple[int, int]] = {}
         for root in self._root_dirs():
             after.update(_listing(root))
-        changed = {p for p, meta in after.items() if self._before.get(p) != meta}
+        changed = {p for p, meta in after.items() if self._before.get(p) != meta} - self._restored_during
         libs = {p for p in _mapped_libraries() - self._libs_before if p in after}
         # Restored keyed entries (graphs, precompile entries) are always read through Python when used, so an
         # unopened one is provably stale (e.g. the graph of code since edited) and is not carried forward.

@@ -73,6 +73,30 @@ def test_a_restored_entry_is_carried_forward_only_if_the_cell_used_it(tmp_path):
     assert files.new_by_layer == {}
 
 
+def test_another_versions_files_restored_during_the_cell_are_not_its_work(tmp_path):
+    # A function's code matched an entry of another version, installed while the cell ran: its files are carried
+    # only if used, and never count as new work; what the cell itself wrote still does.
+    roots = _roots(tmp_path)
+    watcher = capture.CellCapture(roots)
+    watcher.start()
+
+    def placed(rel: str) -> str:  # as a restore writes: staged, then renamed into place (no open of the final path)
+        final = os.path.join(roots["inductor"], rel)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        os.replace(_write(str(tmp_path / "staging"), rel.replace("/", "_")), final)
+        return final
+
+    used, unused = placed("fxgraph/aa/their-graph"), placed("fxgraph/bb/their-other-graph")
+    aside = placed("dynamo/.jcc-versions/v1/key/entry")  # entries beside torch's: never taken
+    watcher.add_restored([used, unused, aside])
+    with open(used, "rb") as f, open(aside, "rb") as g:
+        f.read(), g.read()
+    _write(roots["inductor"], "aotautograd/cc/mine")
+    files = watcher.collect(dynamo_keys=set())
+    assert sorted(files.files) == ["inductor/aotautograd/cc/mine", "inductor/fxgraph/aa/their-graph"]
+    assert files.new_by_layer == {"aot_autograd": 1}
+
+
 def test_new_files_count_as_new_work_only_when_a_graph_layer_missed(tmp_path):
     roots = _roots(tmp_path)
     watcher = capture.CellCapture(roots)
