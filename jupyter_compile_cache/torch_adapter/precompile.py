@@ -396,13 +396,17 @@ class PrecompileGuard:
         if record is None or record.get("digest") != digest:
             # torch names an entry by the function's name and first line: a line added above it, or the same code
             # in another version of the bundle, is found by its code instead.
-            matching = self._entry_with(prefix, digest)
-            if matching is None and self.find_elsewhere is not None and self.find_elsewhere(digest):
+            try:
                 matching = self._entry_with(prefix, digest)
-            if matching is not None and matching != entry_dir:
-                _adopt_entry(matching, entry_dir)
-                counters[COUNTER_GROUP]["precompile_entry_found_by_code"] += 1
-                record = read_record(entry_dir)
+                if matching is None and self.find_elsewhere is not None and self.find_elsewhere(digest):
+                    matching = self._entry_with(prefix, digest)
+                if matching is not None and matching != entry_dir:
+                    _adopt_entry(matching, entry_dir)
+                    counters[COUNTER_GROUP]["precompile_entry_found_by_code"] += 1
+                    record = read_record(entry_dir)
+            except Exception as exc:  # a full disk, an unreadable folder: the entry under torch's name stands
+                self._tell(key, f"looking for a compiled function's entry by its code failed ({exc})")
+                record = read_record(entry_dir) if os.path.exists(os.path.join(entry_dir, "entry")) else None
         if not os.path.exists(os.path.join(entry_dir, "entry")):
             self.miss_reasons.append(("no_entry", f"no saved entry for `{function}`"))
             return orig_load(fn)
