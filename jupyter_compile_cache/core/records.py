@@ -10,9 +10,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..storage.backends import check_url
 from ..storage.bundle import Manifest, check_name
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
-from ..storage.hub_url import check_hub_url, check_namespace
+from ..storage.hub_url import check_namespace
 from ..storage.store import Removal
 from ..units import human_bytes, speed
 
@@ -28,7 +29,7 @@ def bundle_name(text: str) -> str:
 
 def hub_url(text: str) -> str:
     """TEXT if some hub backend takes it as a URL, else a ValueError naming the URLs there are."""
-    return check_hub_url(text)
+    return check_url(text)
 
 
 def namespace(text: str) -> str:
@@ -73,7 +74,7 @@ class CellOptions:
             raise ValueError(f"version: an id as `list` shows it, not {self.version!r}")
         if not isinstance(self.wait, (int, float)) or not math.isfinite(self.wait) or self.wait < 0:
             raise ValueError(f"wait: must be a number of seconds, 0 or more, not {self.wait!r}")
-        for option, value, check in (("namespace", self.namespace, check_namespace), ("hub", self.hub, check_hub_url)):
+        for option, value, check in (("namespace", self.namespace, check_namespace), ("hub", self.hub, check_url)):
             try:
                 if value is not None:
                     check(value)

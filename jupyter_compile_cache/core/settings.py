@@ -31,8 +31,9 @@ from typing import Any
 from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
+from ..storage.backends import check_url
 from ..storage.chunks import MAX_CHUNK, MIN_CHUNK
-from ..storage.hub_url import check_hub_url, check_namespace
+from ..storage.hub_url import check_namespace
 from ..storage.store import STORE_DIR_ENV, default_store_dir
 from ..units import parse_size
 
@@ -146,7 +147,7 @@ class CompileCache(Configurable):
         if value in ("", "off"):
             return ""
         try:
-            return check_hub_url(value)
+            return check_url(value)
         except ValueError as exc:
             self.env_problems.append(f"{ENV['hub']}: {exc}; no hub")
             return ""
@@ -210,7 +211,7 @@ class CompileCache(Configurable):
         if value in ("", "off"):
             return ""
         try:
-            return check_hub_url(value)
+            return check_url(value)
         except ValueError as exc:
             raise TraitError(f"CompileCache.hub: {exc}") from None
 

@@ -1,5 +1,5 @@
-"""The hub's URL and namespace rules: what `CompileCache.hub`, `--hub` and `--namespace` accept, and URLs with their
-password hidden for every message."""
+"""The hub's namespace rules (what `CompileCache.namespace` and `--namespace` accept), and URLs with their password
+hidden for every message. Which URLs a hub takes is each backend's to say: `storage.backends.check_url`."""
 
 from __future__ import annotations
 
@@ -32,10 +32,3 @@ def redact(url: str | None) -> str:
     if not at or ":" not in userinfo:
         return url
     return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
-
-
-def check_hub_url(url: str) -> str:
-    """A URL some hub backend serves (storage/backends): redis://, rediss://, redis+cluster://, unix://, file://."""
-    from .backends import check_url
-
-    return check_url(url)

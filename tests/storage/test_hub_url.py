@@ -8,8 +8,9 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jupyter_compile_cache.storage.backends import check_url
 from jupyter_compile_cache.storage.backends.folder import folder_of
-from jupyter_compile_cache.storage.hub_url import check_hub_url, check_namespace, redact
+from jupyter_compile_cache.storage.hub_url import check_namespace, redact
 
 MANY = settings(max_examples=400, deadline=None)
 
@@ -27,10 +28,10 @@ _URLS = st.builds(
 @given(_URLS | st.text(max_size=40))
 @MANY
 def test_any_hub_url_opens_in_redis_py_or_is_a_clear_error_without_the_password(url):
-    import redis  # loaded, so check_hub_url applies redis-py's own rules too (as it does once the hub was used)
+    import redis  # loaded, so check_url applies redis-py's own rules too (as it does once the hub was used)
 
     try:
-        checked = check_hub_url(url)
+        checked = check_url(url)
     except ValueError as exc:
         assert str(exc).startswith("not a hub URL") and "s3cr3t-pw" not in str(exc)
         return
