@@ -79,3 +79,11 @@ def any_hub(request, tmp_path):
 @pytest.fixture
 def free_port():
     return _free_port()
+
+
+@pytest.fixture
+def acl_hub(redis_server):
+    """A redis-server with team users made by the documented ACL lines (helpers/redis_server.py `AclUsers`)."""
+    from helpers.redis_server import AclUsers
+
+    return AclUsers(redis_server)

@@ -16,6 +16,7 @@ from ..storage.hub import HubError
 from ..storage.sources import Found, HubSource, LocalSource, Progress, Source, find
 from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
 from ..torch_adapter.precompile import PrecompileGuard
+from ..units import count as count_of
 from . import notebook
 from .records import (
     NOT_COMPILED,
@@ -122,7 +123,7 @@ class Commands:
         hub = policy.for_cell(CellOptions())
         if hub is not None:
             try:
-                remote = [m for name in hub.names() for m in hub.versions(name)]
+                remote = self._readable(hub)
             except HubError as exc:
                 policy.failed(hub, exc, None)
         if not local and not remote:
@@ -284,10 +285,24 @@ class Commands:
         """The hub these options name, or the configured one; None when there is none."""
         return self.session.hub_policy.for_command(url, namespace, ttl)
 
+    def _readable(self, hub: HubSource) -> list[Manifest]:
+        """The hub's versions this user may read; the names it may not are said once, never an error."""
+        manifests, refused = hub.hub.listing()
+        if refused:
+            names = ", ".join(refused[:5]) + (" ..." if len(refused) > 5 else "")
+            self.session.warn(
+                f"{count_of(len(refused), 'bundle')} on {hub.where} not listed: this user is not permitted to read "
+                f"{'it' if len(refused) == 1 else 'them'} ({names})"
+            )
+        return manifests
+
     def hub_bundles(self, hub: HubSource) -> list[BundleRow]:
-        manifests = [m for name in hub.names() for m in hub.versions(name)]
+        manifests = self._readable(hub)
         now = fingerprint.current(with_gpu=any(m.uses_gpu for m in manifests))
-        return [bundle_row(m, now, None, "hub") for m in manifests]
+        rows = [bundle_row(m, now, None, "hub") for m in manifests]
+        for row, manifest in zip(rows, manifests):  # a version whose chunks were evicted cannot be pulled: say so
+            row.missing_chunks = hub.hub.missing_chunks(manifest)
+        return rows
 
     def hub_push(self, hub: HubSource, name: str, progress: Progress | None = None) -> Manifest | None:
         """The newest local version of NAME onto HUB; None when there is none."""

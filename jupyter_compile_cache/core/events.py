@@ -20,6 +20,7 @@ __all__ = [
     "CollaboratorCompiling",
     "Event",
     "Evicted",
+    "HubRefusal",
     "HubUnavailable",
     "LoggingReporter",
     "NoBundleArrived",
@@ -74,6 +75,23 @@ class HubUnavailable(Event):
 
     def text(self) -> str:
         return f"{self.reason.rstrip('. ')}; carrying on without the hub (the local store is unaffected)"
+
+
+@dataclass(frozen=True)
+class HubRefusal(Event):
+    """The hub answered and refused (the user's permissions, a wrong password, a full hub): what still works is
+    said, and the hub is not left alone as one that is down."""
+
+    hub: str  # redacted URL
+    reason: str
+    action: str  # "read", "write" or "log in"
+    level: ClassVar[str] = "warning"
+
+    def text(self) -> str:
+        reason = self.reason.rstrip(". ")
+        if self.action == "write":
+            return f"{reason}; bundles stay in the local store (restoring from the hub is unaffected)"
+        return f"{reason}; carrying on with the local store"
 
 
 @dataclass(frozen=True)

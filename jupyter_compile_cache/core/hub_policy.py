@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..storage.backends import Backend, open_backend
 from ..storage.bundle import Manifest
-from ..storage.hub import Hub, HubConfig, HubError, Lease
+from ..storage.hub import Hub, HubConfig, HubError, HubRefused, Lease
 from ..storage.hub_url import redact
 from ..storage.sources import HubSource
 from ..storage.store import LocalStore
@@ -22,6 +22,7 @@ from .events import (
     NO_TRANSFER,
     CollaboratorCompiling,
     Event,
+    HubRefusal,
     HubUnavailable,
     NoBundleArrived,
     NoTeamSecret,
@@ -119,7 +120,16 @@ class HubPolicy:
 
     def failed(self, hub: HubSource, exc: Exception, report: CellReport | None, quiet: bool = False) -> None:
         """One warning per hub and session, then a minute without it. `quiet` (a background thread): the warning
-        waits for the next cell that would have used the hub."""
+        waits for the next cell that would have used the hub. A refusal (HubRefused: the user may not, or the hub
+        is full) costs no timeout: it is told once per hub and action, and the hub stays in use for the rest."""
+        if isinstance(exc, HubRefused):
+            told = f"{hub.url} {exc.action}"
+            if told not in self._warned:
+                self._warned.add(told)
+                self._tell(HubRefusal(hub.display_url, str(exc), exc.action), report if not quiet else None)
+            elif report is not None:
+                report.warnings.append(str(exc))
+            return
         self._down_until[hub.url] = time.time() + DOWN_SECONDS
         if quiet:
             self._untold[hub.url] = str(exc)

@@ -340,6 +340,7 @@ class BundleRow:
     where: str
     compatible: bool  # restores on this machine (same torch, Python, GPU...)
     fingerprint_id: str
+    missing_chunks: int = 0  # a hub version's chunks that are gone (evicted, expired): it cannot be pulled
 
 
 @dataclass

@@ -133,13 +133,23 @@ class BundleTable(_View):
                 age(b.created),
                 age(b.last_used),
                 b.writer,
-                "yes" if b.compatible else "no",
+                ("yes" if b.compatible else "no")
+                + (f"; INCOMPLETE: {count(b.missing_chunks, 'chunk')} gone" if b.missing_chunks else ""),
             ]
             for b in self.data
         ]
 
     def preamble(self) -> list[str]:
         return [] if self.data else ["no bundles"]
+
+    def postscript(self) -> list[str]:
+        broken = [b for b in self.data if b.missing_chunks]
+        if not broken:
+            return []
+        return [
+            f"incomplete on the hub: {count(len(broken), 'version')} (chunks evicted under memory pressure, or "
+            "expired): no kernel pulls them, and `hub gc` removes them"
+        ]
 
     def total(self) -> str:
         """One line under the table: versions, bundles and bytes, here and on the hub."""
@@ -153,12 +163,12 @@ class BundleTable(_View):
         return "; ".join(parts)
 
     def __repr__(self) -> str:
-        total = self.total()
-        return super().__repr__() + (f"\n{total}" if total else "")
+        lines = [self.total(), *self.postscript()]
+        return super().__repr__() + "".join(f"\n{line}" for line in lines if line)
 
     def _repr_html_(self) -> str:
-        total = self.total()
-        return super()._repr_html_() + (f"<div>{html.escape(total)}</div>" if total else "")
+        lines = [self.total(), *self.postscript()]
+        return super()._repr_html_() + "".join(f"<div>{html.escape(line)}</div>" for line in lines if line)
 
 
 class StatsView(_View):

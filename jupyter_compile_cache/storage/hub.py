@@ -8,12 +8,20 @@ Redis Cluster keeps a bundle in one slot; a folder backend makes each `:`-separa
     jcc:{NS/NAME}:manifest:FP:V    the manifest (fingerprint, sizes, sha256 of every chunk, signature), written
                                    last: the commit point, so a reader never sees a half-written bundle
     jcc:{NS/NAME}:lease:FP         who is compiling NAME right now (atomic lease with expiry, renewed while it runs)
-    jcc:{NS}:name:NAME             NAME has versions here (for `hub ls`)
+    jcc:{NS/}:name:NAME            NAME has versions here (for `hub ls`; versions before 0.3 wrote jcc:{NS}:name:NAME,
+                                   still read)
 
-Chunks are written with a one-hour expiry that the commit clears (or sets to --ttl), so an interrupted push leaves
-nothing behind for long. With a team secret every manifest carries an HMAC-SHA256 (storage/signing.py) that covers
-every chunk's hash; a pulled bundle without a valid signature is refused. Every pulled chunk is hashed before it is
-decompressed (storage/chunks.py), and the restore from the local store hashes every member again.
+So every key of namespace NS starts with `jcc:{NS/`: one access rule per team (docs/how_it_works.md gives the Redis
+ACL lines). A namespace below it (`NS/toolchain`, ...) falls under the same rule.
+
+Chunks are written with a short expiry (`orphan_ttl`) that the push renews while it runs and the commit clears (or
+sets to --ttl): a writer killed mid-push leaves nothing behind for more than a few minutes. Before the manifest is
+written the push checks that every chunk is still there (a Redis with an eviction policy may have dropped some),
+so no reader ever finds a manifest whose chunks were gone when it landed.
+
+With a team secret every manifest carries an HMAC-SHA256 (storage/signing.py) that covers every chunk's hash; a
+pulled bundle without a valid signature is refused. Every pulled chunk is hashed before it is decompressed
+(storage/chunks.py), and the restore from the local store hashes every member again.
 
 Chunks are compressed and checked on worker threads while the main thread talks to the backend, a few chunks ahead
 at most, so memory stays flat whatever the bundle's size.
@@ -31,17 +39,18 @@ from typing import IO, Any
 
 from . import chunks, file_copy
 from .backends import Backend, open_backend
-from .backends.base import HubError
+from .backends.base import HubError, HubRefused
 from .bundle import DamagedBundle, Manifest
 from .hub_url import redact
 from .signing import SignatureError, check_signature, sign
 from .store import Removal
 
-__all__ = ["Hub", "HubConfig", "HubError", "Lease", "SignatureError", "check_signature"]
+__all__ = ["Hub", "HubConfig", "HubError", "HubRefused", "Lease", "SignatureError", "check_signature"]
 
 PIPELINE_CHUNKS = 2  # chunks per round trip (more makes redis-py's reply buffer copy more)
 AHEAD = 4  # chunks being compressed or checked on worker threads at once
-ORPHAN_TTL = 3600  # seconds an uncommitted chunk lives
+ORPHAN_TTL = 300  # seconds an uncommitted chunk lives (renewed while its push runs)
+MAX_MANIFEST_BYTES = 16 << 20  # a 1 GB bundle's manifest is about 100 KB; a larger one is hostile
 LEASE_TTL = 30
 MAX_VERSIONS = 50  # versions of one name read per listing, newest first
 
@@ -57,6 +66,7 @@ class HubConfig:
     chunk_size: int = chunks.DEFAULT_CHUNK
     connect_timeout: float = 2.0
     timeout: float = 10.0
+    orphan_ttl: int = ORPHAN_TTL
 
 
 class Hub:
@@ -82,7 +92,24 @@ class Hub:
         return f"jcc:{{{self.config.namespace}/{name}}}"
 
     def _name_key(self, name: str) -> str:
+        return f"jcc:{{{self.config.namespace}/}}:name:{name}"
+
+    def _old_name_key(self, name: str) -> str:
         return f"jcc:{{{self.config.namespace}}}:name:{name}"
+
+    def _refused(self, exc: HubRefused, action: str) -> HubRefused:
+        """A refusal in the user's terms: which team's bundles this user may not read or write (the server's own
+        words quote key names)."""
+        if not exc.denied:
+            return exc
+        user = getattr(self.backend, "user", None)
+        who = f"user {user!r}" if user else "this user"
+        return HubRefused(
+            f"hub {self.display_url}: {who} is not permitted to {action} {self.config.namespace!r}'s bundles",
+            action,
+            True,
+            exc.values,
+        )
 
     def _manifest_key(self, name: str, fp: str, version: str) -> str:
         return f"{self._prefix(name)}:manifest:{fp}:{version}"
@@ -101,15 +128,41 @@ class Hub:
         return time.perf_counter() - start
 
     def names(self) -> list[str]:
-        prefix = self._name_key("")
-        return sorted(key[len(prefix) :] for key in self.backend.list(prefix))
+        """The names with versions here that this user may read. A listing (Redis's SCAN) shows key names whatever
+        the user's access rules: each name's key is read too, so another team's names are never shown."""
+        found: set[str] = set()
+        for prefix in (self._name_key(""), self._old_name_key("")):
+            try:
+                keys = self.backend.list(prefix)
+                values = self._readable(keys)
+            except HubRefused as exc:
+                if prefix == self._old_name_key(""):  # an older version's keys, outside the team's access rule
+                    continue
+                raise self._refused(exc, "read") from None
+            found.update(key[len(prefix) :] for key, value in zip(keys, values) if value is not None)
+        return sorted(found)
+
+    def _readable(self, keys: list[str]) -> list[bytes | None]:
+        """The values of KEYS, None for those expired or that this user may not read; a HubRefused when it may
+        read none of them."""
+        try:
+            return self.backend.get(keys)
+        except HubRefused as exc:
+            if exc.values is None or all(v is None for v in exc.values):
+                raise
+            return exc.values
 
     def versions(self, name: str) -> list[Manifest]:
-        """Committed versions of NAME, newest first (signatures are checked by the caller, who reports them)."""
-        keys = self.backend.list(f"{self._prefix(name)}:manifest:")
+        """Committed versions of NAME, newest first (signatures are checked by the caller, who reports them). A
+        manifest this user may not read is skipped; when it may read none, that is a HubRefused."""
+        try:
+            keys = self.backend.list(f"{self._prefix(name)}:manifest:")
+            values = self._readable(keys)  # the refused ones are skipped like expired ones
+        except HubRefused as exc:
+            raise self._refused(exc, "read") from None
         out = []
-        for key, raw in zip(keys, self.backend.get(keys)):
-            if raw is None:  # expired or removed since the listing
+        for key, raw in zip(keys, values):
+            if raw is None or len(raw) > MAX_MANIFEST_BYTES:  # expired or removed since the listing; or hostile
                 continue
             try:
                 manifest = Manifest.from_json(json.loads(raw))
@@ -119,6 +172,19 @@ class Hub:
                 out.append(manifest)
         out.sort(key=lambda m: m.created, reverse=True)
         return out[:MAX_VERSIONS]
+
+    def listing(self) -> tuple[list[Manifest], list[str]]:
+        """Every version of every name this user may read (for `hub ls` and `list`), and the names it may not: an
+        access rule may confine a user to some of a namespace's bundles, and the listing skips the rest."""
+        manifests, refused = [], []
+        for name in self.names():
+            try:
+                manifests += self.versions(name)
+            except HubRefused as exc:
+                if not exc.denied:
+                    raise
+                refused.append(name)
+        return manifests, refused
 
     def pull(self, manifest: Manifest, sink: IO[bytes], progress: Progress | None = None) -> None:
         """Write the payload of `manifest` into the file `sink`, verifying every chunk; raises HubError on any
@@ -149,21 +215,44 @@ class Hub:
             return expected
 
         done = 0
-        for placed in file_copy.in_order(place, received(), AHEAD):
-            done += placed
-            if progress:
-                progress(done, manifest.payload_bytes)
+        try:
+            for placed in file_copy.in_order(place, received(), AHEAD):
+                done += placed
+                if progress:
+                    progress(done, manifest.payload_bytes)
+        except HubRefused as exc:
+            raise self._refused(exc, "read") from None
 
     # -- writing ------------------------------------------------------------------------------------------------
     def push(self, manifest: Manifest, payload_path: str, progress: Progress | None = None) -> Manifest:
         """Upload the chunks, then commit the signed manifest. Returns the manifest as pushed."""
-        size = self.config.chunk_size
+        try:
+            return self._push(manifest, payload_path, progress)
+        except HubRefused as exc:
+            raise self._refused(exc, "write") from None
+
+    def _push(self, manifest: Manifest, payload_path: str, progress: Progress | None) -> Manifest:
+        size, orphan_ttl = self.config.chunk_size, self.config.orphan_ttl
         name, fp, version = manifest.name, manifest.fingerprint_id, manifest.version
         # A format 1 payload is a zstd stream already, and older versions read its chunks as they are.
         compress = manifest.format >= 2
         hashes: list[str] = []
         flags: list[bool] = []
         done = 0
+        renewed = time.monotonic()
+
+        def send(batch: dict[str, bytes]) -> None:
+            nonlocal renewed
+            self.backend.put(batch, ttl=orphan_ttl)
+            if time.monotonic() - renewed > orphan_ttl / 3:  # a long push keeps its first chunks alive
+                self.backend.touch(keys(len(hashes)), orphan_ttl)
+                renewed = time.monotonic()
+            if progress:
+                progress(done, manifest.payload_bytes)
+
+        def keys(count: int) -> list[str]:
+            return [self._chunk_key(name, fp, version, i) for i in range(count)]
+
         with open(payload_path, "rb") as f:
             pieces = iter(lambda: f.read(size), b"")
             batch: dict[str, bytes] = {}
@@ -173,30 +262,49 @@ class Hub:
                 hashes.append(digest)
                 flags.append(compressed)
                 done += raw_bytes
-                if len(batch) < PIPELINE_CHUNKS:
-                    continue
-                self.backend.put(batch, ttl=ORPHAN_TTL)
-                batch = {}
-                if progress:
-                    progress(done, manifest.payload_bytes)
+                if len(batch) >= PIPELINE_CHUNKS:
+                    send(batch)
+                    batch = {}
             if batch:
-                self.backend.put(batch, ttl=ORPHAN_TTL)
-                if progress:
-                    progress(done, manifest.payload_bytes)
+                send(batch)
         pushed = Manifest.from_json(manifest.to_json())
         pushed.chunk_size, pushed.chunk_sha256 = size, hashes
         pushed.chunk_compressed = flags if compress else None
         pushed.signature = sign(pushed, self.config.secret) if self.config.secret else None
         ttl = self.config.ttl
-        # The commit: chunks kept for good (or the bundle's ttl), then the manifest, the one key readers look for.
-        # The name's key has another hash tag than the bundle's keys: it goes in a call of its own.
-        self.backend.touch([self._chunk_key(name, fp, version, i) for i in range(len(hashes))], ttl)
+        # The commit: chunks kept for good (or the bundle's ttl), checked to be all there still (a Redis that evicts
+        # under memory pressure may have dropped some), then the manifest, the one key readers look for. The name's
+        # key has another hash tag than the bundle's keys: it goes in a call of its own.
+        self.backend.touch(keys(len(hashes)), ttl)
+        gone = self.backend.missing(keys(len(hashes)))
+        if gone:
+            self.backend.delete(keys(len(hashes)))
+            raise HubError(
+                f"hub {self.display_url}: {len(gone)} of the {len(hashes)} chunks of {name!r} were gone from the hub "
+                "before the push could commit (evicted under memory pressure?); nothing was published"
+            )
         self.backend.put({self._manifest_key(name, fp, version): json.dumps(pushed.to_json()).encode()}, ttl)
         self.backend.put({self._name_key(name): b""}, ttl)
         return pushed
 
+    def missing_chunks(self, manifest: Manifest) -> int:
+        """How many of a committed version's chunks are not on the hub (evicted, expired, removed by hand): such a
+        version cannot be pulled."""
+        count = len(manifest.chunk_sha256 or [])
+        keys = [self._chunk_key(manifest.name, manifest.fingerprint_id, manifest.version, i) for i in range(count)]
+        try:
+            return len(self.backend.missing(keys))
+        except HubRefused as exc:
+            raise self._refused(exc, "read") from None
+
     def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
         """Delete one version or all of NAME; returns what went (with `dry_run`, what would go)."""
+        try:
+            return self._remove(name, version, dry_run)
+        except HubRefused as exc:
+            raise self._refused(exc, "write") from None
+
+    def _remove(self, name: str, version: str | None, dry_run: bool) -> list[Removal]:
         removed = []
         for manifest in self.versions(name):
             if version not in (None, manifest.version):
@@ -205,8 +313,13 @@ class Hub:
             if not dry_run:
                 self._delete_version(manifest)
         if not dry_run and not self.versions(name):
-            self.backend.delete([self._name_key(name)])
+            self._forget(name)
         return removed
+
+    def _forget(self, name: str) -> None:
+        # one call per key: the two have other hash tags
+        self.backend.delete([self._name_key(name)])
+        self.backend.delete([self._old_name_key(name)])
 
     def _delete_version(self, manifest: Manifest) -> None:
         name, fp, version = manifest.name, manifest.fingerprint_id, manifest.version
@@ -216,31 +329,39 @@ class Hub:
         self.backend.delete([self._chunk_key(name, fp, version, i) for i in range(count)])
 
     def gc(self, keep: int = 3, dry_run: bool = False) -> list[Removal]:
-        """Keep the newest `keep` (at least 1) versions per name and fingerprint, forget names left without a
-        version, and let the backend drop what expired; returns what went (with `dry_run`, what would go)."""
+        """Keep the newest `keep` (at least 1) complete versions per name and fingerprint, remove incomplete ones
+        (chunks evicted or expired), forget names left without a version, and let the backend drop what expired;
+        returns what went (with `dry_run`, what would go)."""
         if keep < 1:
             raise ValueError(f"keep must be 1 or more, not {keep}: to delete every version of a name, use rm")
+        try:
+            return self._gc(keep, dry_run)
+        except HubRefused as exc:
+            raise self._refused(exc, "write") from None
+
+    def _gc(self, keep: int, dry_run: bool) -> list[Removal]:
         removed = []
         for name in self.names():
             seen: dict[str, int] = {}
             left = 0
             for manifest in self.versions(name):
-                seen[manifest.fingerprint_id] = seen.get(manifest.fingerprint_id, 0) + 1
-                if seen[manifest.fingerprint_id] <= keep:
+                complete = not self.missing_chunks(manifest)  # one whose chunks were evicted helps nobody
+                seen[manifest.fingerprint_id] = seen.get(manifest.fingerprint_id, 0) + complete
+                if complete and seen[manifest.fingerprint_id] <= keep:
                     left += 1
                     continue
                 removed.append(Removal(name, manifest.version, manifest.payload_bytes))
                 if not dry_run:
                     self._delete_version(manifest)
             if not dry_run and not left:
-                self.backend.delete([self._name_key(name)])
+                self._forget(name)
         if not dry_run:
             self.backend.sweep()
         return removed
 
     # -- single flight ------------------------------------------------------------------------------------------
     def lease(self, name: str, fp: str, holder: str) -> Lease:
-        return Lease(self.backend, self._lease_key(name, fp), holder)
+        return Lease(self.backend, self._lease_key(name, fp), holder, refused=lambda exc: self._refused(exc, "write"))
 
 
 class Lease:
@@ -248,15 +369,25 @@ class Lease:
     renewing and releasing are each one atomic step of the backend, so an old holder never touches a lease a
     collaborator took since."""
 
-    def __init__(self, backend: Backend, key: str, holder: str, ttl: int = LEASE_TTL) -> None:
-        self.backend, self.key, self.ttl = backend, key, ttl
+    def __init__(
+        self,
+        backend: Backend,
+        key: str,
+        holder: str,
+        ttl: int = LEASE_TTL,
+        refused: Callable[[HubRefused], HubRefused] = lambda exc: exc,
+    ) -> None:
+        self.backend, self.key, self.ttl, self._refused = backend, key, ttl, refused
         self.token = json.dumps({"holder": holder, "since": time.time(), "id": uuid.uuid4().hex})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def acquire(self) -> dict[str, Any] | None:
         """Take the lease; returns None on success, else the current holder's info."""
-        holder = self.backend.acquire(self.key, self.token.encode(), self.ttl)
+        try:
+            holder = self.backend.acquire(self.key, self.token.encode(), self.ttl)
+        except HubRefused as exc:
+            raise self._refused(exc) from None
         if holder is None:
             self._thread = threading.Thread(target=self._renew, name="jcc-lease", daemon=True)
             self._thread.start()

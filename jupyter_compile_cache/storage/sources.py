@@ -92,10 +92,13 @@ class HubSource:
         return self.hub.gc(keep, dry_run)
 
     def fetch(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:
-        """Check the signature, pull (every chunk verified), then store it: next time it is local."""
+        """Check the signature, pull (every chunk verified), then store it: next time it is local. Kernels of one
+        machine fetching the same version at once pull it once."""
         check_signature(manifest, self.hub.config.secret)
-        with store.receive(manifest) as sink:  # one pass: each verified chunk straight into the store
-            self.hub.pull(manifest, sink, progress)
+        with store.fetching(manifest) as here:  # one pull per machine: other kernels wait, then read the store
+            if not here:
+                with store.receive(manifest) as sink:  # one pass: each verified chunk straight into the store
+                    self.hub.pull(manifest, sink, progress)
         return manifest
 
     def push(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:

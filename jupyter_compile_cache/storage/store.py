@@ -7,6 +7,7 @@ Layout of a local store (default: the user cache dir, never /tmp, which tmpfs an
     <root>/bundles/<NAME>/<version>.json      manifest, written last: a version exists once this file exists
     <root>/quarantine/<NAME>/<version>.*      damaged bundles, moved aside with a .reason file
     <root>/runs/<NAME>.json                   what the last run of that cell hit and missed (for `explain`)
+    <root>/locks/<NAME>@<version>.lock        held by the one kernel of this machine fetching that version
     <root>/stats.json                         what every cell that used this store did, summed (see stats.py)
 
 Versions are named by creation time, fingerprint and a random suffix, so two kernels saving the same NAME at once
@@ -21,19 +22,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
-from . import bundle, file_copy
+from ..units import human_bytes
+from . import bundle, file_copy, temp_files
 from .bundle import DamagedBundle, Manifest
 from .stats import StoreStats
 
 STORE_DIR_ENV = "JUPYTER_COMPILE_CACHE_DIR"
+_swept: set[str] = set()  # stores whose leftovers this process removed already
 
 DEFAULT_MAX_VERSIONS = 3
+FETCH_WAIT = 600  # seconds a kernel waits for another kernel of this machine fetching the same version
 PAYLOAD_SUFFIXES = {2: ".pack", 1: ".tar.zst"}  # by bundle format
 
 
@@ -64,6 +68,31 @@ class LocalStore:
     def __init__(self, root: str | None = None, max_versions: int = DEFAULT_MAX_VERSIONS) -> None:
         self.root = os.path.abspath(root or default_store_dir())
         self.max_versions = max_versions
+        if self.root not in _swept:
+            _swept.add(self.root)
+            self.remove_leftovers()
+
+    def remove_leftovers(self) -> list[str]:
+        """Remove the temporary files of saves and pulls whose process is gone (a kernel killed mid-save), and any
+        older than an hour; a live writer's file is never touched. Runs when a process first opens the store.
+        Returns the paths removed."""
+        removed = []
+        folders = [self.root, os.path.join(self.root, "runs")]
+        with contextlib.suppress(OSError):
+            bundles = os.path.join(self.root, "bundles")
+            folders += [os.path.join(bundles, name) for name in os.listdir(bundles)]
+        for folder in folders:
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for fname in names:
+                path = os.path.join(folder, fname)
+                if fname.startswith(".tmp-") and temp_files.is_leftover(path):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
+                        removed.append(path)
+        return removed
 
     # -- paths ------------------------------------------------------------------------------------------------
     def _name_dir(self, name: str) -> str:
@@ -170,8 +199,17 @@ class LocalStore:
         """A file for the payload of `manifest` as it arrives (a hub pull writes each verified chunk at its place):
         a temp file beside its final place, committed when the block ends and the payload checks out, gone if it
         does not or the block raises. A format 1 payload is hashed whole; a format 2 one is hashed member by member
-        on every restore, so here only its length is checked."""
+        on every restore, so here only its length is checked. A payload larger than the free space is refused before
+        a byte is written (a hostile manifest's sizes would fill the disk)."""
         fd, tmp = self._temp_payload(manifest)
+        free = shutil.disk_usage(os.path.dirname(tmp)).free
+        if manifest.payload_bytes > free:
+            os.close(fd)
+            os.unlink(tmp)
+            raise bundle.BundleError(
+                f"it holds {human_bytes(manifest.payload_bytes)}, more than the {human_bytes(free)} free where the "
+                "local store is: not fetched"
+            )
         try:
             with os.fdopen(fd, "w+b") as sink:
                 yield sink
@@ -189,6 +227,27 @@ class LocalStore:
                 os.unlink(tmp)
             raise
 
+    @contextlib.contextmanager
+    def fetching(self, manifest: Manifest, wait: float = FETCH_WAIT) -> Iterator[bool]:
+        """Single flight on this machine: while the block runs, no other process of this store fetches the same
+        version. Yields True when the version is here already (another kernel fetched it while this one waited): the
+        block then fetches nothing. A holder that dies lets go (the OS drops its lock); after `wait` seconds the
+        block runs anyway, a second fetch being better than a stuck cell."""
+        import filelock  # a torch dependency, so always present
+
+        locks = os.path.join(self.root, "locks")
+        os.makedirs(locks, exist_ok=True)
+        lock = filelock.FileLock(os.path.join(locks, f"{manifest.name}@{manifest.version}.lock"), timeout=wait)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            yield os.path.exists(self.manifest_path(manifest))
+            return
+        try:
+            yield os.path.exists(self.manifest_path(manifest))
+        finally:
+            lock.release()
+
     def _temp_payload(self, manifest: Manifest) -> tuple[int, str]:
         """A temp file for a new payload in NAME's folder; an `rm NAME` may remove the empty folder between our
         makedirs and mkstemp, so that is tried again."""
@@ -197,7 +256,7 @@ class LocalStore:
         for attempt in range(5):
             try:
                 os.makedirs(directory, exist_ok=True)  # FileExistsError: it vanished between two of its checks
-                return tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=directory)
+                return temp_files.create(directory, ".", suffix)
             except (FileNotFoundError, FileExistsError):
                 if attempt == 4:
                     raise
@@ -223,7 +282,7 @@ class LocalStore:
             with contextlib.suppress(OSError):
                 for fname in os.listdir(directory):
                     path = os.path.join(directory, fname)
-                    if fname.startswith(".tmp-") and time.time() - os.stat(path).st_mtime > 3600:
+                    if fname.startswith(".tmp-") and temp_files.is_leftover(path):
                         os.unlink(path)
         return removed
 
@@ -232,6 +291,8 @@ class LocalStore:
         for suffix in (".json", *PAYLOAD_SUFFIXES.values()):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self._name_dir(name), version + suffix))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.root, "locks", f"{name}@{version}.lock"))
 
     def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
         """Delete one version or all of NAME; returns what went (with `dry_run`, what would go)."""
@@ -354,7 +415,7 @@ class LocalStore:
 def _write_json_atomic(path: str, data: Any, durable: bool = True) -> None:
     """Replace `path` whole; `durable`: on disk before the rename (statistics, written after every cell, need not)."""
     directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    fd, tmp = temp_files.create(directory, ".", ".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=True, default=str)

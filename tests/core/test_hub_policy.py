@@ -109,7 +109,8 @@ def test_a_cells_push_is_timed_and_a_long_one_says_how_fast_in_the_cells_line(tm
     manifest = make_bundle(store, "net", size=1 << 20)
     report = CellReport("net", saved_version=manifest.version, saved_bytes=manifest.payload_bytes, saved_files=3)
     policy.push(policy.for_cell(CellOptions()), store, manifest, report)
-    assert warnings == [] and report.pushed and 0 < report.push_seconds < 1
+    assert warnings == [] and report.pushed and 0 < report.push_seconds < 60  # timed (a loaded CI is slow)
+    report.push_seconds = 0.3
     assert "push" not in report.summary()  # a quick push adds nothing to the line
     report.push_seconds = 2.0
     assert "to the local store and the hub (push 2.0 s, 512.0 KB/s)" in report.summary()

@@ -12,6 +12,7 @@ from jupyter_compile_cache.frontends.reporter import TextReporter, TransferBar
 def test_a_transfer_bar_appears_only_once_the_transfer_takes_a_while():
     stream = io.StringIO()
     quick = TransferBar("quick", stream=stream)
+    quick.DELAY = 60.0  # however slow this machine is now
     quick(5, 10)
     quick(10, 10)
     quick.close()

@@ -18,7 +18,7 @@ from jupyter_compile_cache.storage.store import LocalStore
 KINDS = ("redis", "redis-cluster", "rediss", "file")
 
 
-def local_bundle(tmp_path, size=3 << 20, name="net"):
+def local_bundle(tmp_path, size=3 << 20, name="net", fp="f" * 12):
     """A real bundle in a local store: random (incompressible) files so the payload spans several chunks."""
     store = LocalStore(str(tmp_path / f"store-{time.time_ns()}"))
     src = tmp_path / f"src-{time.time_ns()}"
@@ -28,7 +28,7 @@ def local_bundle(tmp_path, size=3 << 20, name="net"):
         path = src / f"k{i}.so"
         path.write_bytes(os.urandom(size // 3))
         files[f"inductor/ab/k{i}.so"] = str(path)
-    manifest = Manifest.new(name, {"torch": "x"}, "f" * 12, "alice@a")
+    manifest = Manifest.new(name, {"torch": "x"}, fp, "alice@a")
     return store, store.write(manifest, files)
 
 

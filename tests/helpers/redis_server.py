@@ -222,3 +222,31 @@ def _tls_ping(port: int, ca: str) -> None:
     import redis
 
     redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=ca, socket_connect_timeout=0.2).ping()
+
+
+class AclUsers:
+    """Team users on a real redis-server, made with the very `ACL SETUSER` lines the docs give an admin
+    (storage/backends/redis.py `acl_rule`): team-a and team-b each confined to their namespace, team-a-ro reading
+    team-a's bundles only. The default user stays the admin (no password) for setting the scene."""
+
+    USERS = {"team-a": ("team-a", False), "team-a-ro": ("team-a", True), "team-b": ("team-b", False)}
+
+    def __init__(self, server: RedisServer) -> None:
+        from jupyter_compile_cache.storage.backends.redis import acl_rule
+
+        self.server = server
+        admin = server.client()
+        for user, (namespace, read_only) in self.USERS.items():
+            rule = acl_rule(user, self.password(user), namespace, read_only)
+            admin.execute_command(*rule.split())
+
+    @staticmethod
+    def password(user: str) -> str:
+        return f"pw-of-{user}"
+
+    def url(self, user: str, password: str | None = None) -> str:
+        return f"redis://{user}:{password or self.password(user)}@127.0.0.1:{self.server.port}/0"
+
+    @property
+    def admin_url(self) -> str:
+        return self.server.url

@@ -18,6 +18,22 @@ class HubError(Exception):
     """The hub failed (down, timed out, full, hostile data); the caller treats it as a miss and carries on."""
 
 
+class HubRefused(HubError):
+    """The hub answered and refused: this user may not do it (an ACL, a read-only credential, a folder's
+    permissions, a wrong password) or it is full. Unlike a hub that is down, it costs no timeout, and what the user
+    may do (read, when a write was refused) still works.
+
+    `action` is what was refused: "read", "write" or "log in"; `denied`, whether the user lacks the permission (as
+    opposed to a full hub or a wrong password). A refused `get` of several keys, some of them allowed, carries the
+    allowed ones' values in `values` (None where refused), so a listing can skip the rest."""
+
+    def __init__(
+        self, message: str, action: str, denied: bool = False, values: list[bytes | None] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.action, self.denied, self.values = action, denied, values
+
+
 class Backend(Protocol):
     display_url: str  # the URL with any password hidden, for messages
     kind: str  # "redis", "redis cluster", "folder": for `status` and the panel
@@ -41,6 +57,10 @@ class Backend(Protocol):
 
     def delete(self, keys: Sequence[str]) -> None:
         """Remove the keys (absent ones are no error)."""
+        ...
+
+    def missing(self, keys: Sequence[str]) -> list[str]:
+        """The KEYS that are absent or expired (a store that evicts under memory pressure may have dropped them)."""
         ...
 
     def list(self, prefix: str) -> list[str]:

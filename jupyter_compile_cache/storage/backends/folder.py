@@ -6,7 +6,8 @@ makes a folder of its own). A file starts with a 12-byte header (magic, expiry t
 
 Many writers are safe: a value is written under a temporary name (`#tmp-...`, a name no key quotes to) in the same
 folder, flushed to disk, then renamed into place, so a reader sees a whole old value, a whole new one, or none, and a
-crash leaves only a temporary file, which `list` never shows and `sweep` removes after an hour. The lease file is
+crash leaves only a temporary file, which `list` never shows and `sweep` removes: at once when it names a writer of
+this machine that is gone (storage/temp_files.py), else after an hour. The lease file is
 created with O_EXCL (atomic on local filesystems and NFSv3 and later); an expired lease is broken by renaming it to
 a unique name, which only one process can do, and the breaker checks it broke what it read. Expiry compares wall
 clocks: the machines sharing a folder need synchronised clocks (NTP), as NFS itself does.
@@ -24,7 +25,8 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from urllib.parse import quote, unquote, urlsplit
 
-from .base import HubError
+from .. import temp_files
+from .base import HubError, HubRefused
 
 SCHEMES = ("file",)
 USAGE = "file:///path/to/a/shared/folder"
@@ -60,6 +62,10 @@ class FolderBackend:
     def _error(self, exc: OSError, doing: str) -> HubError:
         if not os.path.isdir(self.root):
             return HubError(f"hub {self.url}: the folder {self.root} is not there (is the share mounted?)")
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):  # the folder's permissions: this user may not
+            action = "read" if doing in ("reading", "listing") else "write"
+            reason = "the folder is read-only" if exc.errno == errno.EROFS else "permission denied"
+            return HubRefused(f"hub {self.url}: {doing} failed: {reason}", action, denied=True)
         reason = {errno.ENOSPC: "the disk is full", errno.EFBIG: "a file size limit was reached",
                   errno.EDQUOT: "the disk quota is exceeded", errno.EROFS: "the folder is read-only",
                   errno.EACCES: "permission denied"}.get(exc.errno or 0, exc.strerror or str(exc))  # fmt: skip
@@ -104,7 +110,7 @@ class FolderBackend:
     def _write(self, path: str, value: bytes, ttl: int | None, exclusive: bool = False) -> bool:
         """Write a whole file; with `exclusive`, only if PATH does not exist (False if it does)."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        temp = os.path.join(os.path.dirname(path), f"{TEMP}tmp-{uuid.uuid4().hex}")
+        temp = os.path.join(os.path.dirname(path), temp_files.name(TEMP))
         try:
             with open(temp, "wb") as f:
                 f.write(HEADER.pack(MAGIC, time.time() + ttl if ttl else 0.0))
@@ -181,6 +187,18 @@ class FolderBackend:
             except OSError as exc:
                 raise self._error(exc, "deleting") from None
 
+    def missing(self, keys: Sequence[str]) -> list[str]:
+        self._check_root()
+        out = []
+        for key in keys:
+            try:
+                expires = self._expiry(self._path(key))  # the header only, not the value
+            except OSError as exc:
+                raise self._error(exc, "reading") from None
+            if expires is None or not self._live(expires):
+                out.append(key)
+        return out
+
     def list(self, prefix: str) -> list[str]:
         self._check_root()
         *parents, partial = prefix.split(":")
@@ -221,13 +239,12 @@ class FolderBackend:
         """Remove temporary files a crashed writer left, and expired keys; returns how many files went."""
         self._check_root()
         removed = 0
-        now = time.time()
         for folder, _dirs, files in os.walk(self.root):
             for name in files:
                 path = os.path.join(folder, name)
                 try:
                     if name.startswith(TEMP):
-                        if now - os.stat(path).st_mtime > older_than:
+                        if temp_files.is_leftover(path, older_than):
                             os.unlink(path)
                             removed += 1
                         continue

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..hub_url import redact
-from .base import HubError
+from .base import HubError, HubRefused
 
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
 USAGE = "redis://host:port/db, rediss://... for TLS, redis+cluster://host:port, unix:///path/to/socket"
@@ -27,6 +27,20 @@ _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) else return 0 end"
 
 T = TypeVar("T")
+
+
+# The commands the hub sends (our lease scripts call GET, DEL and EXPIRE themselves), for a team's ACL user.
+WRITER_COMMANDS = "+@connection +info +scan +get +exists +set +expire +persist +unlink +del +eval +multi +exec +discard"
+READER_COMMANDS = "+@connection +info +scan +get +exists"
+
+
+def acl_rule(user: str, password: str, namespace: str, read_only: bool = False) -> str:
+    """The Redis `ACL SETUSER` line for a team's user: NAMESPACE's keys (and those of the namespaces below it, e.g.
+    `NS/toolchain`) and nothing else; with `read_only`, reading them only (restores work; pushes and leases are
+    refused, and told once). Every key of a namespace starts with `jcc:{NAMESPACE/` (storage/hub.py)."""
+    keys = f"%R~jcc:{{{namespace}/*" if read_only else f"~jcc:{{{namespace}/*"
+    commands = READER_COMMANDS if read_only else WRITER_COMMANDS
+    return f"ACL SETUSER {user} reset on >{password} {keys} -@all {commands}"
 
 
 def redis_module() -> Any:
@@ -149,27 +163,66 @@ class RedisBackend:
             return client
         return client.get_node_from_key(key).redis_connection
 
-    def _call(self, fn: Callable[[], T]) -> T:
-        """Run a Redis operation; every failure becomes a HubError whose message never holds the password."""
+    @property
+    def user(self) -> str:
+        from urllib.parse import urlsplit
+
+        return urlsplit(_plain(self.url)).username or "default"
+
+    def _refusal(self, exc: Exception, action: str) -> HubRefused | None:
+        """The server's refusal, in words that name no key (an ACL's raw message quotes them); None when EXC is
+        no refusal. ACTION: what the call was doing, "read" or "write"."""
+        redis = redis_module()
+        errors = redis.exceptions
+        if isinstance(exc, redis.AuthenticationError):
+            return HubRefused(
+                f"hub {self.display_url}: the hub refused the login of user {self.user!r} (a wrong password, an "
+                "unknown or disabled user, or a hub that needs a user and password in its URL)",
+                "log in",
+            )
+        if isinstance(exc, getattr(errors, "NoPermissionError", ())) or str(exc).startswith("NOPERM"):
+            message = f"hub {self.display_url}: user {self.user!r} is not permitted to {action} here"
+            return HubRefused(message, action, denied=True)
+        if isinstance(exc, getattr(errors, "OutOfMemoryError", ())) or str(exc).startswith("OOM"):
+            return HubRefused(
+                f"hub {self.display_url}: the hub is full (Redis reached its maxmemory and evicts nothing): "
+                "nothing more can be written until space is freed (`hub gc`)",
+                "write",
+            )
+        if isinstance(exc, getattr(errors, "ReadOnlyError", ())):
+            return HubRefused(f"hub {self.display_url}: the server is a read-only replica", "write")
+        return None
+
+    def _call(self, fn: Callable[[], T], action: str = "read") -> T:
+        """Run a Redis operation; every failure becomes a HubError (a HubRefused when the server refused it) whose
+        message never holds the password or a key."""
         redis = redis_module()
         try:
             return fn()
         except HubError:
             raise
+        except redis.RedisError as exc:
+            refusal = self._refusal(exc, action)
+            if refusal is not None:
+                raise refusal from None
+            raise self._failure(exc) from None
         except AttributeError as exc:
             # redis-py reading a reply on a connection closed under it calls readline() on None (its own comment
             # in cluster.py says so): a connection error, never the user's cell's
             raise HubError(f"hub {self.display_url}: the connection closed under a reply ({exc})") from None
-        except (TimeoutError, redis.RedisError, OSError) as exc:
-            message = str(exc).replace(self.url, self.display_url)
-            if "password" in message.lower() and "invalid" not in message.lower():
-                message = type(exc).__name__
-            if "CERTIFICATE_VERIFY_FAILED" in message:
-                message = (
-                    f"the hub's TLS certificate is not trusted ({message}); pass the CA that signed it in the URL: "
-                    "rediss://host:port/0?ssl_ca_certs=/path/to/ca.pem"
-                )
-            raise HubError(f"hub {self.display_url}: {message or type(exc).__name__}") from None
+        except (TimeoutError, OSError) as exc:
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: Exception) -> HubError:
+        message = str(exc).replace(self.url, self.display_url)
+        if "password" in message.lower() and "invalid" not in message.lower():
+            message = type(exc).__name__
+        if "CERTIFICATE_VERIFY_FAILED" in message:
+            message = (
+                f"the hub's TLS certificate is not trusted ({message}); pass the CA that signed it in the URL: "
+                "rediss://host:port/0?ssl_ca_certs=/path/to/ca.pem"
+            )
+        return HubError(f"hub {self.display_url}: {message or type(exc).__name__}")
 
     # -- the protocol -------------------------------------------------------------------------------------------
     def ping(self) -> None:
@@ -179,13 +232,26 @@ class RedisBackend:
         if not keys:
             return []
 
-        def fetch() -> list[bytes | None]:
+        def fetch() -> list[Any]:
             pipe = self._node(keys[0]).pipeline(transaction=False)
             for key in keys:
                 pipe.get(key)
-            return pipe.execute()
+            return pipe.execute(raise_on_error=False)
 
-        return self._call(fetch)
+        replies = self._call(fetch)
+        values: list[bytes | None] = []
+        refusal = None
+        for reply in replies:
+            if isinstance(reply, Exception):
+                # an ACL may allow some of the keys and not others: the allowed ones' values travel with the refusal
+                refusal = self._refusal(reply, "read")
+                if refusal is None:
+                    raise self._failure(reply)
+                reply = None
+            values.append(reply)
+        if refusal is not None:
+            raise HubRefused(str(refusal), refusal.action, refusal.denied, values)
+        return values
 
     def put(self, items: Mapping[str, bytes], ttl: int | None = None) -> None:
         if not items:
@@ -197,7 +263,7 @@ class RedisBackend:
                 pipe.set(key, value, ex=ttl)
             pipe.execute()
 
-        self._call(send)
+        self._call(send, "write")
 
     def touch(self, keys: Sequence[str], ttl: int | None) -> None:
         if not keys:
@@ -209,11 +275,23 @@ class RedisBackend:
                 pipe.expire(key, ttl) if ttl else pipe.persist(key)
             pipe.execute()
 
-        self._call(send)
+        self._call(send, "write")
 
     def delete(self, keys: Sequence[str]) -> None:
         if keys:
-            self._call(lambda: self._node(keys[0]).unlink(*keys))
+            self._call(lambda: self._node(keys[0]).unlink(*keys), "write")
+
+    def missing(self, keys: Sequence[str]) -> list[str]:
+        if not keys:
+            return []
+
+        def check() -> list[int]:
+            pipe = self._node(keys[0]).pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            return pipe.execute()
+
+        return [key for key, there in zip(keys, self._call(check)) if not there]
 
     def list(self, prefix: str) -> list[str]:
         pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
@@ -232,7 +310,7 @@ class RedisBackend:
     def acquire(self, key: str, token: bytes, ttl: int) -> bytes | None:
         node = self._call(lambda: self._node(key))
         for _ in range(3):  # the holder's lease may expire between our SET and GET: then try again
-            if self._call(lambda: node.set(key, token, nx=True, ex=ttl)):
+            if self._call(lambda: node.set(key, token, nx=True, ex=ttl), "write"):
                 return None
             holder = self._call(lambda: node.get(key))
             if holder is not None:
@@ -240,10 +318,10 @@ class RedisBackend:
         return b""
 
     def renew(self, key: str, token: bytes, ttl: int) -> bool:
-        return bool(self._call(lambda: self._node(key).eval(_RENEW, 1, key, token, ttl)))
+        return bool(self._call(lambda: self._node(key).eval(_RENEW, 1, key, token, ttl), "write"))
 
     def release(self, key: str, token: bytes) -> None:
-        self._call(lambda: self._node(key).eval(_RELEASE, 1, key, token))
+        self._call(lambda: self._node(key).eval(_RELEASE, 1, key, token), "write")
 
     def sweep(self) -> int:
         return 0  # Redis expires keys itself

@@ -58,7 +58,8 @@ def test_cluster_node_stopped_mid_pull_is_a_bounded_error(tmp_path, redis_cluste
             hub.pull(listed, tempfile.TemporaryFile(), progress=stop_owner)
     finally:
         os.kill(owner.proc.pid, signal.SIGCONT)
-    assert stopped and time.time() - start < 5, time.time() - start  # about one timeout, not one per chunk
+    # about one timeout (1 s), not one per chunk (48): a wide margin for a loaded machine
+    assert stopped and time.time() - start < 15, time.time() - start
     assert "hub redis://127.0.0.1" in str(caught.value)
 
 
