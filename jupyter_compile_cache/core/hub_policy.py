@@ -123,12 +123,7 @@ class HubPolicy:
         waits for the next cell that would have used the hub. A refusal (HubRefused: the user may not, or the hub
         is full) costs no timeout: it is told once per hub and action, and the hub stays in use for the rest."""
         if isinstance(exc, HubRefused):
-            told = f"{hub.url} {exc.action}"
-            if told not in self._warned:
-                self._warned.add(told)
-                self._tell(HubRefusal(hub.display_url, str(exc), exc.action), report if not quiet else None)
-            elif report is not None:
-                report.warnings.append(str(exc))
+            self._refused(hub, exc, report, quiet)
             return
         self._down_until[hub.url] = time.time() + DOWN_SECONDS
         if quiet:
@@ -138,6 +133,22 @@ class HubPolicy:
             self._tell(HubUnavailable(hub.display_url, str(exc)), report)
         elif report is not None:
             report.warnings.append(str(exc))
+
+    def _refused(self, hub: HubSource, exc: HubRefused, report: CellReport | None, quiet: bool) -> None:
+        """Told once per hub, namespace and action; a user refused reading a namespace is not told again that it
+        may not write there either. A background thread's refusal (the CPU probe's bundle) is not told: a cell that
+        uses the hub meets the same rule and says it in its own terms."""
+        if quiet:
+            return
+        where = f"{hub.url} {hub.namespace}"
+        key = f"{where} {exc.action}"
+        implied = exc.action == "write" and exc.denied and f"{where} read" in self._warned  # no news after a read
+        if key in self._warned or implied:
+            if report is not None:
+                report.warnings.append(str(exc))
+            return
+        self._warned.add(key)
+        self._tell(HubRefusal(hub.display_url, str(exc), exc.action), report)
 
     def state(self, force: bool = False) -> HubState:
         """The session's hub: redacted URL, namespace, cluster or not, reachable or not, latency.

@@ -156,3 +156,42 @@ def test_torch_remote_points_torchs_own_redis_caches_at_the_hub(kernel_factory, 
     keys = {key.decode() for key in redis_server.client().keys("pt2:*")}
     assert any("fx-graph" in key for key in keys), keys  # torch's FX graph remote cache wrote to the hub
     assert redis_server.client().keys("jcc:*")  # and so did our bundle
+
+
+def test_team_users_under_acl_rules_restore_or_are_refused_in_their_terms(kernel_factory, tmp_path, acl_hub):
+    """Redis ACL users made by the documented rules: a read-only user restores with no misses and its own bundle
+    stays local (told once); another team's user gets nothing of team-a's (told once, no key names); a wrong
+    password is told once. Every cell computes what eager does."""
+    team = {"JUPYTER_COMPILE_CACHE_NAMESPACE": "team-a"}
+    alice = _collaborator(kernel_factory, tmp_path, "alice", acl_hub.url("team-a"), **team)
+    out = alice.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "to the local store and the hub" in out.stdout, out.output
+
+    reader = _collaborator(kernel_factory, tmp_path, "reader", acl_hub.url("team-a-ro"), **team)
+    out = reader.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "restored 'net' from the hub" in out.stdout, out.output
+    assert misses(reader.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    said = []
+    for name in ("mine", "mine2"):
+        reader.run("torch._dynamo.reset()").check()
+        out = reader.run(COMPILE.format(name=name, options="--force-save")).check()
+        assert "MATCHES_EAGER True" in out.stdout and "saved" in out.stdout, out.output
+        said.append(out.stderr)
+    refusal = "user 'team-a-ro' is not permitted to write 'team-a''s bundles; bundles stay in the local store"
+    assert refusal in said[0] and refusal not in said[1] and "jcc:" not in "".join(said), said
+    assert LocalStore(str(tmp_path / "store_reader")).versions("mine2")
+    listing = reader.run("%compile_cache list").check()
+    assert "did not answer" not in listing.output and "'net'" not in listing.stderr  # the hub still lists
+
+    bob = _collaborator(kernel_factory, tmp_path, "bob", acl_hub.url("team-b"), **team)
+    out = bob.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "restored" not in out.stdout
+    assert out.stderr.count("user 'team-b' is not permitted to read 'team-a''s bundles") == 1, out.stderr
+    assert "jcc:" not in out.output and "pw-of" not in out.output
+    wrong = acl_hub.url("team-b", password="not-the-pw-42")
+    for name in ("p1", "p2"):
+        bob.run("torch._dynamo.reset()").check()
+        out = bob.run(COMPILE.format(name=name, options=f"--hub {wrong} --force-save")).check()
+        assert "MATCHES_EAGER True" in out.stdout and "not-the-pw-42" not in out.output
+        told = "the hub refused the login of user 'team-b'" in out.stderr
+        assert told == (name == "p1"), out.stderr
