@@ -8,7 +8,7 @@ Redis Cluster keeps a bundle in one slot; a folder backend makes each `:`-separa
     jcc:{NS/NAME}:manifest:FP:V    the manifest (fingerprint, sizes, sha256 of every chunk, signature), written
                                    last: the commit point, so a reader never sees a half-written bundle
     jcc:{NS/NAME}:lease:FP         who is compiling NAME right now (atomic lease with expiry, renewed while it runs)
-    jcc:{NS/}:name:NAME            NAME has versions here (for `hub ls`; versions before 0.3 wrote jcc:{NS}:name:NAME,
+    jcc:{NS/}:name:NAME            NAME has versions here (for `hub ls`; earlier versions wrote jcc:{NS}:name:NAME,
                                    still read)
 
 So every key of namespace NS starts with `jcc:{NS/`: one access rule per team (docs/how_it_works.md gives the Redis
