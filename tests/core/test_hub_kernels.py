@@ -195,3 +195,6 @@ def test_team_users_under_acl_rules_restore_or_are_refused_in_their_terms(kernel
         assert "MATCHES_EAGER True" in out.stdout and "not-the-pw-42" not in out.output
         told = "the hub refused the login of user 'team-b'" in out.stderr
         assert told == (name == "p1"), out.stderr
+    # no password in anything the kernels wrote: stores, their runs and statistics, torch's cache dirs
+    written = [p for d in tmp_path.glob("*_*") if d.name.startswith(("store_", "cache_")) for p in d.rglob("*")]
+    assert written and not [p for p in written if p.is_file() and b"pw-of-" in p.read_bytes()]

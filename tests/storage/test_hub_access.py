@@ -108,3 +108,19 @@ def test_the_documented_rules_are_the_ones_tested():
     assert acl_rule("team-a-ro", "PASSWORD", "team-a", read_only=True) == (
         "ACL SETUSER team-a-ro reset on >PASSWORD %R~jcc:{team-a/* -@all +@connection +info +scan +get +exists"
     )
+
+
+def test_the_password_may_come_from_the_environment_and_the_urls_own_wins(acl_hub, monkeypatch):
+    """`redis://team-a@host/0` in a notebook, the password in JUPYTER_COMPILE_CACHE_HUB_PASSWORD: nothing secret in
+    the notebook, `%config` or any message."""
+    without = acl_hub.url("team-a").replace(":pw-of-team-a@", "@")
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB_PASSWORD", "pw-of-team-a")
+    assert hub_at(without, namespace="team-a").names() == []
+    assert hub_at(acl_hub.url("team-a"), namespace="team-a").names() == []  # the URL's own, right
+    with pytest.raises(HubRefused) as refused:  # the URL's own, wrong: it wins over the environment's
+        hub_at(acl_hub.url("team-a", password="wrong-pw-77"), namespace="team-a").names()
+    assert refused.value.action == "log in" and "wrong-pw-77" not in str(refused.value)
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB_PASSWORD", "wrong-pw-88")
+    with pytest.raises(HubRefused, match="refused the login of user 'team-a'") as refused:
+        hub_at(without, namespace="team-a").names()
+    assert "wrong-pw-88" not in str(refused.value)

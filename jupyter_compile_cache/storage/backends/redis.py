@@ -13,13 +13,18 @@ redis-py is imported when the hub is first used; missing, it is a HubError like 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from ..hub_url import redact
 from .base import HubError, HubRefused
 
 SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
+# The password for a URL that names no password (redis://USER@host/0): what a notebook cell or `%config` shows then
+# holds none. The URL's own password wins.
+PASSWORD_ENV = "JUPYTER_COMPILE_CACHE_HUB_PASSWORD"
 USAGE = "redis://host:port/db, rediss://... for TLS, redis+cluster://host:port, unix:///path/to/socket"
 SCAN_COUNT = 10_000  # keys the server looks at per SCAN round trip: few round trips on a large database
 
@@ -59,7 +64,7 @@ def check_url(url: str) -> None:
     importing it here would add 0.25 s to `%load_ext` (the variable is read at start-up); a URL it refuses is a
     HubError at first use anyway."""
     import sys
-    from urllib.parse import parse_qs, urlsplit
+    from urllib.parse import parse_qs
 
     parts = urlsplit(url)
     parts.port  # noqa: B018  (raises ValueError for a port that is not a number in range)
@@ -134,6 +139,9 @@ class RedisBackend:
             "socket_read_size": 16 << 20,
         }
         url = _plain(self.url)
+        password = os.environ.get(PASSWORD_ENV)
+        if password and urlsplit(url).password is None:  # kept out of the URL, so out of notebooks and `%config`
+            options["password"] = password
         single = dict(options)
         if url.startswith("rediss://") and hasattr(redis.connection.SSLConnection, "_wrap_socket_with_ssl"):
             single["connection_class"] = _handshake_bounded(redis)
@@ -165,8 +173,6 @@ class RedisBackend:
 
     @property
     def user(self) -> str:
-        from urllib.parse import urlsplit
-
         return urlsplit(_plain(self.url)).username or "default"
 
     def _refusal(self, exc: Exception, action: str) -> HubRefused | None:
