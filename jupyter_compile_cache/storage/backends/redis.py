@@ -234,70 +234,51 @@ class RedisBackend:
     def ping(self) -> None:
         self._call(lambda: self.client.ping())
 
-    def get(self, keys: Sequence[str]) -> list[bytes | None]:
-        if not keys:
-            return []
+    def _each(self, keys: Sequence[str], command: Callable[[Any, str], Any], transaction: bool = False) -> list[Any]:
+        """COMMAND(pipeline, key) for every key, in one round trip to the node that serves them; a reply that is an
+        error comes back in its place (the caller says what it means)."""
+        pipe = self._node(keys[0]).pipeline(transaction=transaction)
+        for key in keys:
+            command(pipe, key)
+        return pipe.execute(raise_on_error=False)
 
-        def fetch() -> list[Any]:
-            pipe = self._node(keys[0]).pipeline(transaction=False)
-            for key in keys:
-                pipe.get(key)
-            return pipe.execute(raise_on_error=False)
-
-        replies = self._call(fetch)
-        values: list[bytes | None] = []
+    def _replies(self, keys: Sequence[str], command: Callable[[Any, str], Any], action: str, **kw: Any) -> list[Any]:
+        """`_each`'s replies, an error raised as a HubError; a refusal (an ACL that allows some of the keys and not
+        others) as a HubRefused carrying the allowed ones' replies (None where refused)."""
+        replies = self._call(lambda: self._each(keys, command, **kw), action)
         refusal = None
-        for reply in replies:
+        for i, reply in enumerate(replies):
             if isinstance(reply, Exception):
-                # an ACL may allow some of the keys and not others: the allowed ones' values travel with the refusal
-                refusal = self._refusal(reply, "read")
+                refusal = self._refusal(reply, action)
                 if refusal is None:
                     raise self._failure(reply)
-                reply = None
-            values.append(reply)
+                replies[i] = None
         if refusal is not None:
-            raise HubRefused(str(refusal), refusal.action, refusal.denied, values)
-        return values
+            raise HubRefused(str(refusal), refusal.action, refusal.denied, replies)
+        return replies
+
+    def get(self, keys: Sequence[str]) -> list[bytes | None]:
+        return self._replies(keys, lambda pipe, key: pipe.get(key), "read") if keys else []
 
     def put(self, items: Mapping[str, bytes], ttl: int | None = None) -> None:
-        if not items:
-            return
-
-        def send() -> None:
-            pipe = self._node(next(iter(items))).pipeline(transaction=False)
-            for key, value in items.items():
-                pipe.set(key, value, ex=ttl)
-            pipe.execute()
-
-        self._call(send, "write")
+        if items:
+            self._replies(list(items), lambda pipe, key: pipe.set(key, items[key], ex=ttl), "write")
 
     def touch(self, keys: Sequence[str], ttl: int | None) -> None:
-        if not keys:
-            return
+        if keys:  # in one transaction: every chunk of a bundle kept, or none
 
-        def send() -> None:
-            pipe = self._node(keys[0]).pipeline(transaction=True)
-            for key in keys:
-                pipe.expire(key, ttl) if ttl else pipe.persist(key)
-            pipe.execute()
+            def expire(pipe: Any, key: str) -> Any:
+                return pipe.expire(key, ttl) if ttl else pipe.persist(key)
 
-        self._call(send, "write")
+            self._replies(keys, expire, "write", transaction=True)
 
     def delete(self, keys: Sequence[str]) -> None:
         if keys:
             self._call(lambda: self._node(keys[0]).unlink(*keys), "write")
 
     def missing(self, keys: Sequence[str]) -> list[str]:
-        if not keys:
-            return []
-
-        def check() -> list[int]:
-            pipe = self._node(keys[0]).pipeline(transaction=False)
-            for key in keys:
-                pipe.exists(key)
-            return pipe.execute()
-
-        return [key for key, there in zip(keys, self._call(check)) if not there]
+        there = self._replies(keys, lambda pipe, key: pipe.exists(key), "read") if keys else []
+        return [key for key, found in zip(keys, there) if not found]
 
     def list(self, prefix: str) -> list[str]:
         pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
