@@ -315,14 +315,14 @@ def main(argv: list[str]) -> int:
         finally:
             if set_here:
                 os.environ.pop(NVML_CHECK_ENV, None)
-    except BaseException as exc:
+        names = {n for n in reads.names | set(start_env) if n in reads.names or read_natively(n)}
+        selecting = {n: start_env.get(n) for n in sorted(names) if not per_launch(n) and n != NVML_CHECK_ENV}
+    except BaseException as exc:  # said in the failure file: the launcher tells the kernel's user why it started cold
         with contextlib.suppress(OSError), open(failure_path(directory, launch_key), "w", encoding="utf-8") as f:
             f.write(f"{type(exc).__name__}: {exc}")
         with contextlib.suppress(OSError):
             os.unlink(warming)
         return 1
-    names = {n for n in reads.names | set(start_env) if n in reads.names or read_natively(n)}
-    selecting = {n: start_env.get(n) for n in sorted(names) if not per_launch(n) and n != NVML_CHECK_ENV}
     name = f"{launch_key}-{os.getpid()}"
     info = TemplateInfo(
         pid=os.getpid(),

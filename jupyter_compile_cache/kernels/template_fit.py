@@ -160,9 +160,9 @@ class TemplateInfo:
 
 
 class EnvironReads:
-    """Records the names read through `os.environ` (`[]`, `.get`, `in`, `os.getenv`) by this thread while active.
-    A copy of the whole environment (`os.environ.copy()`, `dict(os.environ)`, `.items()`: what a subprocess call
-    does) is not a read of each variable: it is not recorded."""
+    """Records the names read through `os.environ` or `os.environb` (`[]`, `.get`, `in`, `os.getenv`) by this thread
+    while active, as text. A copy of the whole environment (`os.environ.copy()`, `dict(os.environ)`, `.items()`:
+    what a subprocess call does) is not a read of each variable: it is not recorded."""
 
     BULK = frozenset({"copy", "__iter__", "__eq__", "items", "values", "__len__"})
 
@@ -180,7 +180,8 @@ class EnvironReads:
             if threading.get_ident() == thread:
                 caller = sys._getframe(1)
                 if caller.f_code.co_name not in bulk and not _copies_environ(caller):
-                    names.add(key)
+                    # os.environb shares the class: a subprocess's PATH lookup reads b"PATH", a read of PATH
+                    names.add(os.fsdecode(key))
             return original(environ, key)
 
         self._original = original

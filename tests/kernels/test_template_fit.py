@@ -26,6 +26,18 @@ def test_the_recorder_keeps_each_variable_read_and_not_a_copy_of_the_whole_envir
     assert "JCC_AFTER" not in reads.names and type(os.environ).__getitem__ is not None
 
 
+def test_a_read_through_os_environb_is_recorded_as_the_variables_name():
+    """A subprocess started with the inherited environment looks PATH up as b"PATH" (os.get_exec_path): torch's C++
+    compiler search does it while a template warms up. It once made the template's names unsortable and killed it."""
+    import subprocess
+
+    with EnvironReads() as reads:
+        subprocess.run(["true"], check=True)
+        os.environb.get(b"JCC_READ_AS_BYTES")
+    assert {"PATH", "JCC_READ_AS_BYTES"} <= reads.names and all(isinstance(n, str) for n in reads.names)
+    assert sorted(reads.names)
+
+
 def _template(**selecting: str | None) -> TemplateInfo:
     return TemplateInfo(
         pid=1, python=sys.executable, stamp="s", launch_key="k", selecting=dict(selecting), socket="x.sock",
