@@ -19,6 +19,7 @@ kernel start.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -197,5 +198,12 @@ def _copies_environ(frame: Any) -> bool:
     reads a key itself names os.environ with a subscript or `.get`, not with `dict(`/`**`."""
     import linecache
 
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-    return "dict(os.environ" in line or "**os.environ" in line or "environ.copy()" in line
+    first = last = frame.f_lineno
+    with contextlib.suppress(AttributeError, IndexError, ValueError, TypeError):
+        # the whole expression the frame is running: a `{**os.environ, ...}` may span lines (torch's
+        # python_subprocess_env), and the frame's line is then its first, `env = {`
+        start, end, _, _ = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        if start and end and start <= frame.f_lineno <= end:
+            first, last = start, end
+    text = "".join(linecache.getline(frame.f_code.co_filename, n) for n in range(first, last + 1))
+    return "dict(os.environ" in text or "**os.environ" in text or "environ.copy()" in text
