@@ -33,7 +33,7 @@ test-oldest:
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
-	$(BIN)/python -m pytest --durations=12 $(NBVAL) tests $(NOTEBOOKS)
+	$(BIN)/python -m pytest --durations=25 $(NBVAL) tests $(NOTEBOOKS)
 
 # The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about a minute).
 demo:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import platform
 import shutil
 import sys
@@ -39,14 +40,18 @@ def main() -> None:
             alone = None
             for n in counts:
                 namespace = f"{scenario}-{n}-{time.time_ns()}"
+                chunks = 0
                 if scenario == "restore":  # the bundle everyone restores, pushed first
-                    store, manifest = local_bundle(__import__("pathlib").Path(work), size=size)
-                    hub_at(url, namespace=namespace, chunk_size=4 << 20).push(manifest, store.payload_path(manifest))
+                    store, manifest = local_bundle(pathlib.Path(work), size=size)
+                    hub = hub_at(url, namespace=namespace, chunk_size=4 << 20)
+                    chunks = len(hub.push(manifest, store.payload_path(manifest)).chunk_sha256 or [])
+                before = _gets(url)
                 run = hub_load.run(scenario, url, namespace, n, size, os.path.join(work, namespace))
                 summary = run.summary()
                 alone = alone or summary["median_wait_seconds"]
                 summary["median_wait_vs_alone"] = summary["median_wait_seconds"] / alone
-                summary["pulls"] = sum(r.get("source") == "hub" for r in run.results) if scenario == "restore" else None
+                # each process reads the manifest once; the chunks' reads say how many times the bundle was pulled
+                summary["pulls"] = (_gets(url) - before - n) / chunks if chunks else None
                 rows.append(summary)
                 print(_line(summary), flush=True)
     machine = f"{platform.node()} ({os.cpu_count()} CPUs), Python {platform.python_version()}"
@@ -55,6 +60,12 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"machine": machine, "size_mb": args.size_mb, "rows": rows}, f, indent=1)
+
+
+def _gets(url: str) -> int:
+    import redis
+
+    return redis.Redis.from_url(url).info("commandstats").get("cmdstat_get", {}).get("calls", 0)
 
 
 def _line(s: dict) -> str:
@@ -69,10 +80,11 @@ def _table(rows: list[dict]) -> str:
     head = "| scenario | processes | median wait (s) | vs one alone | slowest (s) | hub throughput (MB/s) | pulls |"
     lines = [head, "|---|--:|--:|--:|--:|--:|--:|"]
     for s in rows:
+        pulls = "-" if s["pulls"] is None else f"{s['pulls']:g}"
         lines.append(
             f"| {s['scenario']} | {s['processes']} | {s['median_wait_seconds']:.2f} | "
             f"{s['median_wait_vs_alone']:.1f}x | {s['max_wait_seconds']:.2f} | "
-            f"{s['hub_throughput_bytes_per_second'] / 1e6:.0f} | {'-' if s['pulls'] is None else s['pulls']} |"
+            f"{s['hub_throughput_bytes_per_second'] / 1e6:.0f} | {pulls} |"
         )
     return "\n".join(lines)
 
