@@ -25,3 +25,33 @@ def test_status_list_and_stats_give_the_store_one_size(tmp_path, monkeypatch):
         assert commands.status().store_bytes == listed == commands.stats().store_bytes
     finally:
         session.close()
+
+
+def test_a_hub_listing_leaves_out_what_the_user_may_not_read_and_says_how_many(tmp_path, monkeypatch, acl_hub):
+    """A user an admin opened only some of team-a's bundles to: `hub ls` and `list` show those, and each says how
+    many it left out, never an error."""
+    from helpers.hubs import hub_at, local_bundle
+
+    for name in ("open-net", "secret-net", "secret-cnn"):
+        store, manifest = local_bundle(tmp_path, size=100_000, name=name)
+        hub_at(acl_hub.url("team-a"), namespace="team-a").push(manifest, store.payload_path(manifest))
+    acl_hub.server.client().execute_command(
+        *"ACL SETUSER guest reset on >pw-of-guest %R~jcc:{team-a/}:* %R~jcc:{team-a/open-* -@all +@connection "
+        "+info +scan +get +exists".split()
+    )
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB", acl_hub.url("guest", "pw-of-guest"))
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_NAMESPACE", "team-a")
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    told = []
+    session.reporter = told.append
+    try:
+        commands = Commands(session)
+        hub = commands.hub(None, None, None)
+        assert [row.name for row in commands.hub_bundles(hub)] == ["open-net"]
+        assert [row.name for row in commands.bundles() if row.where == "hub"] == ["open-net"]
+        said = [event.text() for event in told]
+        assert said[0].startswith("2 bundles on the hub") and "not permitted to read them" in said[0], said
+        assert "secret-cnn, secret-net" in said[0] and "jcc:" not in " ".join(said)
+    finally:
+        session.close()
