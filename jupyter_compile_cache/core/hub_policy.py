@@ -121,7 +121,8 @@ class HubPolicy:
     def failed(self, hub: HubSource, exc: Exception, report: CellReport | None, quiet: bool = False) -> None:
         """One warning per hub and session, then a minute without it. `quiet` (a background thread): the warning
         waits for the next cell that would have used the hub. A refusal (HubRefused: the user may not, or the hub
-        is full) costs no timeout: it is told once per hub and action, and the hub stays in use for the rest."""
+        is full) costs no timeout: it is told once per hub, namespace and action, and the hub stays in use for the
+        rest."""
         if isinstance(exc, HubRefused):
             self._refused(hub, exc, report, quiet)
             return
