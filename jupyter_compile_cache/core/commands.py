@@ -123,7 +123,7 @@ class Commands:
         hub = policy.for_cell(CellOptions())
         if hub is not None:
             try:
-                remote = self._readable(hub)
+                remote = self._hub_versions(hub)
             except HubError as exc:
                 policy.failed(hub, exc, None)
         if not local and not remote:
@@ -285,7 +285,7 @@ class Commands:
         """The hub these options name, or the configured one; None when there is none."""
         return self.session.hub_policy.for_command(url, namespace, ttl)
 
-    def _readable(self, hub: HubSource) -> list[Manifest]:
+    def _hub_versions(self, hub: HubSource) -> list[Manifest]:
         """The hub's versions this user may read; the names it may not are said once, never an error."""
         manifests, refused = hub.hub.listing()
         if refused:
@@ -297,7 +297,7 @@ class Commands:
         return manifests
 
     def hub_bundles(self, hub: HubSource) -> list[BundleRow]:
-        manifests = self._readable(hub)
+        manifests = self._hub_versions(hub)
         now = fingerprint.current(with_gpu=any(m.uses_gpu for m in manifests))
         rows = [bundle_row(m, now, None, "hub") for m in manifests]
         for row, manifest in zip(rows, manifests):  # a version whose chunks were evicted cannot be pulled: say so

@@ -82,16 +82,7 @@ class LocalStore:
             bundles = os.path.join(self.root, "bundles")
             folders += [os.path.join(bundles, name) for name in os.listdir(bundles)]
         for folder in folders:
-            try:
-                names = os.listdir(folder)
-            except OSError:
-                continue
-            for fname in names:
-                path = os.path.join(folder, fname)
-                if fname.startswith(".tmp-") and temp_files.is_leftover(path):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
-                        removed.append(path)
+            removed += _remove_leftovers_in(folder)
         return removed
 
     # -- paths ------------------------------------------------------------------------------------------------
@@ -278,12 +269,7 @@ class LocalStore:
                 if per_fp[manifest.fingerprint_id] > self.max_versions:
                     self._delete_version(manifest.name, manifest.version)
                     removed.append(manifest.version)
-            directory = self._name_dir(name)
-            with contextlib.suppress(OSError):
-                for fname in os.listdir(directory):
-                    path = os.path.join(directory, fname)
-                    if fname.startswith(".tmp-") and temp_files.is_leftover(path):
-                        os.unlink(path)
+            _remove_leftovers_in(self._name_dir(name))
         return removed
 
     def _delete_version(self, name: str, version: str) -> None:
@@ -410,6 +396,22 @@ class LocalStore:
         """(bytes, versions, names) of the committed bundles."""
         stored = self.bundles()
         return sum(b.manifest.payload_bytes for b in stored), len(stored), len({b.manifest.name for b in stored})
+
+
+def _remove_leftovers_in(folder: str) -> list[str]:
+    """The temporary files in FOLDER that nobody writes any more (storage/temp_files.py), removed."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for fname in names:
+        path = os.path.join(folder, fname)
+        if fname.startswith(".tmp-") and temp_files.is_leftover(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                removed.append(path)
+    return removed
 
 
 def _write_json_atomic(path: str, data: Any, durable: bool = True) -> None:
