@@ -45,5 +45,12 @@ def human_bytes(n: float) -> str:
 
 
 def count(n: int, noun: str) -> str:
-    """'1 version', '2 versions': a number and its noun, in the right number."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    """'1 version', '2 versions', '1 miss', '3 misses', '1 entry', '2 entries': a number and its noun, in the right
+    number (the last word of NOUN takes the plural: '1 cache hit', '2 cache hits')."""
+    if n == 1:
+        return f"{n} {noun}"
+    if noun.endswith(("s", "sh", "ch", "x")):
+        return f"{n} {noun}es"
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "o", "u"):
+        return f"{n} {noun[:-1]}ies"
+    return f"{n} {noun}s"

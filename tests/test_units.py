@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_compile_cache.units import parse_age, parse_size
+from jupyter_compile_cache.units import count, parse_age, parse_size
 
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 MANY = settings(max_examples=400, deadline=None)
@@ -58,3 +58,20 @@ def test_parse_size():
     assert parse_size("1000") == 1000
     with pytest.raises(ValueError):
         parse_size("lots")
+
+
+@pytest.mark.parametrize(
+    ("n", "noun", "said"),
+    [
+        (1, "cache hit", "1 cache hit"),
+        (0, "cache hit", "0 cache hits"),
+        (1, "miss", "1 miss"),
+        (3, "miss", "3 misses"),
+        (1, "version", "1 version"),
+        (2, "entry", "2 entries"),
+        (2, "key", "2 keys"),
+        (1, "stale precompile entry", "1 stale precompile entry"),
+    ],
+)
+def test_count_says_a_number_with_its_noun_in_the_right_number(n, noun, said):
+    assert count(n, noun) == said

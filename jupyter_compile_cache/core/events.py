@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from ..units import human_bytes, speed
+from ..units import count, human_bytes, speed
 from .records import CellReport
 
 __all__ = [
@@ -116,7 +116,7 @@ class Restored(Event):
         rate = f" ({speed(self.bytes, self.seconds)})" if self.seconds >= 1 else ""
         pulled = f", pull {self.pull_seconds:.2f} s" if self.source == "hub" else ""
         return (
-            f"restored {self.name!r} from {self.where} ({self.files} files, {human_bytes(self.bytes)}) "
+            f"restored {self.name!r} from {self.where} ({count(self.files, 'file')}, {human_bytes(self.bytes)}) "
             f"in {self.seconds:.2f} s{rate}{pulled}"
         )
 

@@ -29,6 +29,7 @@ from ..storage.hub import HubError
 from ..storage.sources import LocalSource, Source, find
 from ..storage.store import LocalStore
 from ..torch_adapter import fingerprint
+from ..units import count as count_of
 from .hub_policy import HubPolicy
 from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan
 
@@ -166,7 +167,8 @@ def _cell_plan(session: Stores, cell: NotebookCell, found: list[tuple[str, Manif
             cell.name,
             False,
             source,
-            f"code it calls changed since the save: its last restore refused {refused} entries (they compile again)",
+            f"code it calls changed since the save: its last restore refused {count_of(refused, 'entry')} "
+            "(they compile again)",
         )
     return CellPlan(cell.index, cell.name, True, source, None)
 

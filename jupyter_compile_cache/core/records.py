@@ -15,7 +15,7 @@ from ..storage.bundle import Manifest, check_name
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
 from ..storage.hub_url import check_namespace
 from ..storage.store import Removal
-from ..units import human_bytes, speed
+from ..units import count, human_bytes, speed
 
 if TYPE_CHECKING:  # the launcher's record; the kernel machinery is imported only when a status is made
     from ..kernels.kernel_start import KernelStart
@@ -198,15 +198,17 @@ class CellReport:
         """The one line a cell ends with."""
         hits = sum(v["hits"] for v in self.layers.values())
         misses = sum(v["misses"] for v in self.layers.values())
-        parts = [f"{self.name!r} ran in {self.body_seconds:.2f} s, {hits} cache hits, {misses} misses"]
+        parts = [f"{self.name!r} ran in {self.body_seconds:.2f} s, {count(hits, 'cache hit')}, {count(misses, 'miss')}"]
         if self.miss_reasons and misses:
             parts[0] += f" ({'; '.join(line for _kind, line in self.miss_reasons)})"
         elif self.miss_reasons:  # Dynamo traced again, though every graph came from the caches
             parts.append("traced again from the caches: " + "; ".join(line for _kind, line in self.miss_reasons))
         if self.stale_rejected:
-            parts.append(f"{self.stale_rejected} stale precompile entries refused (code changed)")
+            parts.append(f"{count(self.stale_rejected, 'stale precompile entry')} refused (code changed)")
         if self.precompile_fallbacks:
-            parts.append(f"{self.precompile_fallbacks} functions fell back from precompile to plain torch.compile")
+            parts.append(
+                f"{count(self.precompile_fallbacks, 'function')} fell back from precompile to plain torch.compile"
+            )
         if self.staged_wait_seconds >= 0.5:
             parts.append(f"waited {self.staged_wait_seconds:.1f} s for its bundle, on its way from the hub")
         if self.waited_seconds >= 0.5:
@@ -220,7 +222,7 @@ class CellReport:
             )
             if self.pushed and self.push_seconds >= 1:
                 took += f" (push {self.push_seconds:.1f} s, {speed(self.saved_bytes, self.push_seconds)})"
-            parts.append(f"saved {self.saved_files} files ({human_bytes(self.saved_bytes)}) to {where}{took}")
+            parts.append(f"saved {count(self.saved_files, 'file')} ({human_bytes(self.saved_bytes)}) to {where}{took}")
         else:
             parts.append("nothing new to save")
         return "; ".join(parts)

@@ -23,6 +23,7 @@ from ..storage.store import LocalStore
 from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
 from ..torch_adapter.cell_snapshot import CellSnapshot
 from ..torch_adapter.precompile import PrecompileGuard, alternate_member, saved_functions
+from ..units import count
 from . import events
 from .events import Event, Reporter, Transfer
 from .hub_policy import HubPolicy
@@ -305,7 +306,9 @@ class CompileCacheSession:
             misses = sum(counts.get("misses", 0) for counts in delta.values())
             if report.miss_reasons == [] and misses and report.restore is not None and report.restore.restored:
                 # torch named no function (no precompile here, or a graph's files were missing): still, say so
-                report.miss_reasons = [["new_graph", f"{misses} graphs not in the bundle, no function named by torch"]]
+                report.miss_reasons = [
+                    ["new_graph", f"{count(misses, 'graph')} not in the bundle, no function named by torch"]
+                ]
             report.stale_rejected = before.stale_rejected()
             report.precompile_fallbacks = before.precompile_fallbacks()
             for reason in self.guard.new_bypass_reasons() if precompile else ():

@@ -1,14 +1,68 @@
-"""argparse types shared by the magics and the CLI: each refuses a bad value with a message that says the rule, and
-argparse puts the option's name in front of it ("argument --ttl: must be ...")."""
+"""argparse pieces shared by the magics and the CLI: a parser that takes no abbreviations and suggests the nearest
+option on a typo, and types that refuse a bad value with a message that says the rule (argparse puts the option's
+name in front of it: "argument --ttl: must be ...")."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
+import re
+from typing import Any, NoReturn
 
 from ..core.records import hub_url as check_hub_url
 from ..core.records import namespace as check_namespace
 from ..units import parse_age, parse_size
+
+USAGE_WIDTH = 100  # usage lines are wrapped here: they are quoted in every error
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse without abbreviations (`--no-restor` is a typo, not `--no-restore`), whose errors suggest the
+    nearest option or command ("did you mean --no-restore?") and whose usage wraps at USAGE_WIDTH."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(prog, width=USAGE_WIDTH))
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        super().error(with_suggestion(message, self))
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string of PARSER and of its sub-commands' parsers (unknown words reach the top parser)."""
+    out: list[str] = []
+    for action in parser._actions:
+        out += [o for o in action.option_strings if o.startswith("--")]
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                out += _options(sub)
+    return sorted(set(out))
+
+
+def with_suggestion(message: str, parser: argparse.ArgumentParser) -> str:
+    """argparse's MESSAGE, with the nearest option to an unknown one or the nearest command to an invalid choice."""
+    unknown = re.match(r"unrecognized arguments: (.*)", message)
+    if unknown:
+        options = _options(parser)
+        hints = []
+        for word in unknown.group(1).split():
+            typed = word.split("=")[0]
+            if typed[:1] != "-":
+                continue
+            close = [o for o in options if o.startswith(typed)] or difflib.get_close_matches(typed, options, 1, 0.6)
+            if close:
+                hints.append(f"{word}: did you mean {' or '.join(close[:3])}?")
+        return "; ".join([message, *hints])
+    invalid = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if invalid:
+        choices = re.findall(r"'([^']*)'|(\S+?)(?:,|$)", invalid.group(2))
+        names = [a or b for a, b in choices]
+        close = difflib.get_close_matches(invalid.group(1), names, n=1, cutoff=0.6)
+        if close:
+            return f"{message}; did you mean {close[0]}?"
+    return message
 
 
 def _checked(text: str, check: type | object) -> object:

@@ -16,18 +16,17 @@ from ..core.records import CellOptions, bundle_name
 from . import arguments
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (shown without a traceback) instead of exiting the kernel, and keeps its
-    usage on one line (it is quoted in every error)."""
+class Parser(arguments.Parser):
+    """The shared parser (no abbreviations, suggestions on a typo), raising UsageError (shown without a traceback)
+    instead of exiting the kernel; every error quotes the usage."""
 
     def __init__(self, *args: Any, usage_line: Callable[[], str] | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", lambda prog: argparse.HelpFormatter(prog, width=10_000))
         super().__init__(*args, add_help=False, **kwargs)
         self.usage_line = usage_line or (lambda: self.format_usage().strip().removeprefix("usage: "))
         self.subcommands: dict[str, Parser] = {}  # name -> its parser, filled by whoever adds sub-parsers
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message}\nusage: {self.usage_line()}")
+        raise UsageError(f"{arguments.with_suggestion(message, self)}\nusage: {self.usage_line()}")
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise UsageError(f"{message or ''}\nusage: {self.usage_line()}".strip())

@@ -23,13 +23,13 @@ from ..core.commands import COMMAND_ERRORS, Commands, version_named
 from ..core.events import NoTeamSecret
 from ..core.records import NotebookPlan, bundle_name, short_id
 from ..core.session import CompileCacheSession
-from ..units import human_bytes, speed
+from ..units import count, human_bytes, speed
 from . import arguments, store_commands, tables
 from .reporter import TextReporter, TransferBar
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jupyter-compile-cache", description="Inspect and manage compile-cache bundles.")
+    p = arguments.Parser(prog="jupyter-compile-cache", description="Inspect and manage compile-cache bundles.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     store_help = "local store directory (default: $JUPYTER_COMPILE_CACHE_DIR or the user cache)"
     p.add_argument("--store", dest="store_dir", metavar="DIR", help=store_help)
@@ -239,7 +239,7 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
         seconds = time.perf_counter() - bar.start
         print(
             f"pushed {args.name!r} version {pushed.version} ({human_bytes(pushed.payload_bytes)}, "
-            f"{len(pushed.chunk_sha256 or [])} chunks) to {hub.display_url} in {seconds:.2f} s "
+            f"{count(len(pushed.chunk_sha256 or []), 'chunk')}) to {hub.display_url} in {seconds:.2f} s "
             f"({speed(pushed.payload_bytes, seconds)})"
         )
     elif args.hub_command == "pull":

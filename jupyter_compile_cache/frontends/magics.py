@@ -55,9 +55,10 @@ def cell_usage() -> str:
 
 
 def line_usage() -> str:
-    """`%compile_cache status | list [--store DIR] | ...`, from the sub-parsers."""
-    commands = [sp.format_usage().strip().removeprefix("usage: %compile_cache ") for sp in _subcommands().values()]
-    return "%compile_cache " + " | ".join(commands)
+    """One sub-command a line (`%compile_cache status [--json]`, `%compile_cache list ...`), from the sub-parsers;
+    lines after the first are indented under the first, after `usage: `."""
+    commands = [sp.format_usage().strip().removeprefix("usage: ") for sp in _subcommands().values()]
+    return "\n       ".join(" ".join(c.split()) for c in commands)
 
 
 def _asks_help(words: list[str]) -> bool:

@@ -32,7 +32,7 @@ from ..core.records import (
     TimeSaved,
 )
 from ..core.session import CompileCacheSession
-from ..units import human_bytes
+from ..units import count, human_bytes
 from .tables import Explanation, age, hub_line, notebook_line, removal_lines
 
 
@@ -219,7 +219,7 @@ class Panel:
         cap = status.max_bytes
         precompile = (
             f"<div>precompile: {status.stale_rejected} stale entries refused, "
-            f"{status.precompile_fallbacks} functions fell back to plain torch.compile</div>"
+            f"{count(status.precompile_fallbacks, 'function')} fell back to plain torch.compile</div>"
         )
         notebook = ""
         if status.notebook is not None:
@@ -244,7 +244,7 @@ class Panel:
             key = (b.where, b.name, b.version)
             match = "matches" if b.compatible else "does NOT match"
             label = w.HTML(
-                f"{html.escape(b.name)} {b.short_id} [{b.where}] {human_bytes(b.bytes)}, {b.files} files, "
+                f"{html.escape(b.name)} {b.short_id} [{b.where}] {human_bytes(b.bytes)}, {count(b.files, 'file')}, "
                 f"made {age(b.created)} by {html.escape(b.writer)}, used {age(b.last_used)}; "
                 f"{match} this machine",
                 layout=w.Layout(width="560px"),
@@ -275,7 +275,7 @@ class Panel:
             if plan:
                 total = human_bytes(sum(r.bytes for r in plan))
                 yes = w.Button(
-                    description=f"remove {len(plan)} version(s), {total}?",
+                    description=f"remove {count(len(plan), 'version')}, {total}?",
                     button_style="danger",
                     layout=w.Layout(width="auto"),
                 )

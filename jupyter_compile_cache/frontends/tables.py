@@ -6,6 +6,9 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import os
+import shutil
+import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -32,10 +35,89 @@ def age(ts: float | None) -> str:
     return f"{seconds:.0f}s ago"
 
 
-def _text_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def terminal_width() -> int | None:
+    """The terminal's columns ($COLUMNS, else the size of the terminal stdout is); None where there is none (a
+    pipe, a file, a kernel): text for a program or a notebook is never cut."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return shutil.get_terminal_size().columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def wrapped(lines: Sequence[str], indent: str = "") -> list[str]:
+    """LINES wrapped at the terminal's width, between words (a path or a name is never broken)."""
+    width = terminal_width()
+    if width is None:
+        return list(lines)
+    return [
+        part
+        for line in lines
+        for part in textwrap.wrap(
+            line, width, initial_indent=indent, subsequent_indent=indent + "  ", break_long_words=False,
+            break_on_hyphens=False,
+        ) or [line]
+    ]  # fmt: skip
+
+
+def _floors(headers: Sequence[str], rows: Sequence[Sequence[Any]], whole: Sequence[int]) -> list[int]:
+    """How narrow each column may get: not below its header or 8, the first (what a row is: a name, a field) not
+    below 24, those in WHOLE not at all."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    return [
+        w if i in whole else min(w, max(len(str(h)), 24 if i == 0 else 8))
+        for i, (w, h) in enumerate(zip(widths, headers))
+    ]
+
+
+def _floor_width(headers: Sequence[str], rows: Sequence[Sequence[Any]], whole: Sequence[int], left: set[int]) -> int:
+    """The narrowest the table gets without the columns in LEFT."""
+    floors = [f for i, f in enumerate(_floors(headers, rows, whole)) if i not in left]
+    return sum(floors) + 2 * (len(floors) - 1)
+
+
+def _fitted(widths: list[int], floors: list[int], room: int) -> list[int]:
+    """WIDTHS narrowed, widest column first and none below its floor, until they and their gaps fit ROOM."""
+    widths = list(widths)
+    while sum(widths) + 2 * (len(widths) - 1) > room:
+        widest = max(range(len(widths)), key=lambda i: widths[i] - floors[i])
+        if widths[widest] <= floors[widest]:
+            break  # as narrow as it goes: the terminal wraps what is left
+        widths[widest] -= 1
+    return widths
+
+
+def _text_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    width: int | None = None,
+    whole: Sequence[int] = (),
+    optional: Sequence[int] = (),
+) -> str:
+    """Columns two spaces apart, fitted to WIDTH (the terminal's): the widest columns lose their middle ('…'), never
+    those numbered in WHOLE; where that is not enough, the OPTIONAL columns are left out, in that order."""
+    room = width or terminal_width()
+    if room is not None and optional:
+        dropped: set[int] = set()
+        for column in optional:
+            if _floor_width(headers, rows, whole, dropped) <= room:
+                break
+            dropped.add(column)
+        keep = [i for i in range(len(headers)) if i not in dropped]
+        whole = [keep.index(i) for i in whole if i in keep]
+        headers, rows = [headers[i] for i in keep], [[row[i] for i in keep] for row in rows]
+    floors = _floors(headers, rows, whole)
+    numeric = [bool(rows) and all(isinstance(row[i], (int, float)) for row in rows) for i in range(len(headers))]
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    if room is not None:
+        widths = _fitted(widths, floors, room)
+    cells = [[_elide(c, w) for c, w in zip(r, widths)] for r in cells]
+    lines = [
+        "  ".join(c.rjust(w) if right else c.ljust(w) for c, w, right in zip(r, widths, numeric)).rstrip()
+        for r in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -60,7 +142,7 @@ class _View:
         return []
 
     def __repr__(self) -> str:
-        return "\n".join([*self.preamble(), _text_table(self.headers, self.rows())])
+        return "\n".join([*wrapped(self.preamble()), _text_table(self.headers, self.rows())])
 
     def _repr_html_(self) -> str:
         pre = "".join(f"<div>{html.escape(line)}</div>" for line in self.preamble())
@@ -120,7 +202,13 @@ class StatusView(_View):
 
 
 class BundleTable(_View):
-    headers = ("name", "where", "version", "size", "files", "age", "last used", "writer", "matches this machine")
+    headers = ("name", "where", "version", "size", "files", "age", "used", "writer", "fits here")
+    optional = (4, 6, 5)  # in a narrow terminal: files, then used, then age
+
+    def __repr__(self) -> str:
+        lines = [self.total(), *self.postscript()]
+        table = _text_table(self.headers, self.rows(), optional=self.optional)
+        return "\n".join([*wrapped(self.preamble()), table, *wrapped([x for x in lines if x])])
 
     def rows(self) -> list[list[Any]]:
         return [
@@ -162,10 +250,6 @@ class BundleTable(_View):
                 parts.append(f"{where}: {count(len(rows), 'version')} of {count(names, 'bundle')}, {size}")
         return "; ".join(parts)
 
-    def __repr__(self) -> str:
-        lines = [self.total(), *self.postscript()]
-        return super().__repr__() + "".join(f"\n{line}" for line in lines if line)
-
     def _repr_html_(self) -> str:
         lines = [self.total(), *self.postscript()]
         return super()._repr_html_() + "".join(f"<div>{html.escape(line)}</div>" for line in lines if line)
@@ -202,7 +286,7 @@ class StatsView(_View):
             ["torch cache hits / misses", f"{int(n['hits'])} / {int(n['misses'])}", rate],
             ["compile time saved (estimate)", f"{n['seconds_saved']:.1f} s", "cold time in the bundle - restored run"],
             ["restored", human_bytes(int(n["restored_bytes"])), ""],
-            ["saved", human_bytes(int(n["saved_bytes"])), f"{int(n['saved_bundles'])} versions"],
+            ["saved", human_bytes(int(n["saved_bytes"])), count(int(n["saved_bundles"]), "version")],
             ["pushed to the hub", int(n["pushed"]), ""],
             ["stale entries refused", int(n["stale_rejected"]), "code changed since the bundle was saved"],
             [
@@ -230,7 +314,7 @@ class StatsView(_View):
         width = max(len(r[0]) for r in rows)
         value_width = max(len(str(r[1])) for r in rows)
         lines = [f"{r[0].ljust(width)}  {str(r[1]).rjust(value_width)}  {r[2]}".rstrip() for r in rows]
-        return "\n".join([*self.preamble(), *lines])
+        return "\n".join([*wrapped(self.preamble()), *lines])
 
     def _repr_html_(self) -> str:
         pre = "".join(f"<div>{html.escape(line)}</div>" for line in self.preamble())
@@ -243,10 +327,12 @@ class StatsView(_View):
 
 
 def _elide(value: Any, width: int = 60) -> str:
-    """A long fingerprint value (a build string, a list of ISAs) kept to `width` characters: its head and tail."""
+    """A long value (a build string, a list of ISAs, a path) kept to `width` characters: its head and tail."""
     text = str(value)
-    half = (width - 1) // 2
-    return text if len(text) <= width else f"{text[:half]}…{text[-half:]}"
+    if len(text) <= width:
+        return text
+    head = (width - 1) - (width - 1) // 2
+    return f"{text[:head]}…{text[len(text) - (width - 1 - head) :]}" if width > 1 else text[:width]
 
 
 class Explanation(_View):
@@ -273,11 +359,11 @@ class Explanation(_View):
                 verdict = f"fits this machine, but its entries are for other code than this kernel's ({names})"
             elif v.reason is None and refused:  # it fits this machine, but its last restore found code changed since
                 verdict = (
-                    f"fits this machine, but its last restore refused {refused} entries whose code had changed "
+                    f"fits this machine, but its last restore refused {count(refused, 'entry')} whose code had changed "
                     "(those compile again)"
                 )
             heading = (
-                f"version {v.short_id or v.version} ({human_bytes(v.bytes)}, {v.files} files, {created}, "
+                f"version {v.short_id or v.version} ({human_bytes(v.bytes)}, {count(v.files, 'file')}, {created}, "
                 f"by {v.writer}): {verdict}"
             )
             if v.functions:
@@ -287,7 +373,7 @@ class Explanation(_View):
                 if not f.relevant:
                     verdict = "not relevant (no such artifacts)"
                 elif not f.checked:
-                    verdict = "not known here (torch's compiler is not loaded)"
+                    verdict = "not known (compiler not loaded)"
                 elif f.saved == f.current:
                     verdict = "match"
                 else:
@@ -314,9 +400,12 @@ class Explanation(_View):
     def lines(self) -> list[str]:
         out = []
         for heading, headers, rows in self.blocks():
-            out.append(heading)
+            out.extend(wrapped([heading]))
             if headers:
-                out.extend("  " + line for line in _text_table(headers, rows).splitlines())
+                out.extend(
+                    "  " + line
+                    for line in _text_table(headers, rows, (terminal_width() or 10_000) - 2, whole=(0, 1)).splitlines()
+                )
         return out
 
     def __repr__(self) -> str:
@@ -374,7 +463,7 @@ def removal_lines(removals: Sequence[Removal], where: str, dry_run: bool) -> lis
     verb = "would remove" if dry_run else "removed"
     if not removals:
         return [f"nothing to remove from {where}"]
-    lines = [f"{verb} {len(removals)} version(s) from {where}, freeing {total}:"]
+    lines = [f"{verb} {count(len(removals), 'version')} from {where}, freeing {total}:"]
     lines += [f"  {r.name}  {short_id(r.version)}  {human_bytes(r.bytes)}" for r in removals]
     if dry_run:
         lines.append("(dry run: nothing was removed)")

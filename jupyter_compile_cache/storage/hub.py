@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ..units import count
 from . import chunks, file_copy
 from .backends import Backend, open_backend
 from .backends.base import HubError, HubRefused
@@ -280,8 +281,8 @@ class Hub:
         if gone:
             self.backend.delete(keys(len(hashes)))
             raise HubError(
-                f"hub {self.display_url}: {len(gone)} of the {len(hashes)} chunks of {name!r} were gone from the hub "
-                "before the push could commit (evicted under memory pressure?); nothing was published"
+                f"hub {self.display_url}: {len(gone)} of the {count(len(hashes), 'chunk')} of {name!r} were gone "
+                "from the hub before the push could commit (evicted under memory pressure?); nothing was published"
             )
         self.backend.put({self._manifest_key(name, fp, version): json.dumps(pushed.to_json()).encode()}, ttl)
         self.backend.put({self._name_key(name): b""}, ttl)

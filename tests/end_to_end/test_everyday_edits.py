@@ -76,7 +76,7 @@ def test_edits_around_the_model_restore_with_no_misses_and_what_torch_refuses_sa
     # it: the line and `explain` say why.
     module.write_text(MODULE.format(comment="scaled twice over"))
     out = _run(k, use_module, MODCELL)
-    line = [x for x in out.stdout.splitlines() if "cache hits" in x][-1]
+    line = [x for x in out.stdout.splitlines() if "cache hit" in x][-1]
     assert "torch refused the saved entry of `<lambda>` (Source code changes detected for blocks" in line, line
     explained = k.run("%compile_cache explain modnet").check()
     assert "compiled because: torch refused the saved entry" in explained.stdout + "\n".join(explained.results)
@@ -118,7 +118,7 @@ def test_a_variant_never_makes_the_originals_kernel_compile_through_the_hub(kern
         .replace("expected = model(x)", "expected = model(x[:5])\n    twice = torch.compile(lambda t: t * 2)(x)")
     ).check()
     assert "MATCHES_EAGER True" in out.stdout
-    line = [x for x in out.stdout.splitlines() if "cache hits" in x][-1]
+    line = [x for x in out.stdout.splitlines() if "cache hit" in x][-1]
     assert "a guard of its restored entry failed (tensor 'x' size mismatch at index 0" in line, line
     assert "no saved entry for `<lambda>`" in line, line
     stats = carol.run("%compile_cache stats").check()

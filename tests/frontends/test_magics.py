@@ -49,8 +49,40 @@ def test_usage_errors_show_the_usage_line(shell):
     for line in ("frobnicate", "enable nosuchlayer", "explain a/b", "gc --max-size lots", "hub http://x", "rm 'a"):
         with pytest.raises(UsageError) as caught:
             shell.run_line_magic("compile_cache", line)
-        usage = "usage: %compile_cache status [--json] | list [--store DIR] [--json] | explain"
+        usage = "usage: %compile_cache status [--json]\n       %compile_cache list [--store DIR] [--json]\n"
         assert usage in str(caught.value), line
+        # one sub-command a line, none of them wider than a terminal's 120 columns
+        assert max(len(line) for line in str(caught.value).split("usage: ")[1].splitlines()) <= 120
+
+
+def test_usage_line_wraps(shell):
+    shell.load()
+    with pytest.raises(UsageError) as caught:
+        shell.run_cell_magic("compile_cache", "", "pass")
+    usage = str(caught.value).split("usage: ")[1]
+    assert len(usage.splitlines()) > 1 and max(len(line) for line in usage.splitlines()) <= 100, usage
+
+
+@pytest.mark.parametrize(
+    ("magic", "line", "told"),
+    [
+        ("cell", "n --no-restor", "--no-restor: did you mean --no-restore?"),
+        ("cell", "n --quite", "--quite: did you mean --quiet?"),
+        ("line", "gc --dry-rn", "--dry-rn: did you mean --dry-run?"),
+        ("line", "lst", "did you mean list?"),
+    ],
+)
+def test_options_are_never_abbreviated_and_a_typo_gets_the_nearest(shell, magic, line, told):
+    """`--no-restor` was once taken silently for `--no-restore`: now it is an error that names the nearest option,
+    and the cell does not run."""
+    shell.load()
+    with pytest.raises(UsageError) as caught:
+        if magic == "cell":
+            shell.run_cell_magic("compile_cache", line, "ran = True")
+        else:
+            shell.run_line_magic("compile_cache", line)
+    assert told in str(caught.value), str(caught.value)
+    assert "ran" not in shell.user_ns
 
 
 def test_usage_and_help_are_generated_from_the_parsers(shell):
@@ -70,7 +102,7 @@ def test_usage_and_help_are_generated_from_the_parsers(shell):
 def test_help_prints_the_usage_and_runs_nothing(shell, capsys):
     shell.load()
     shell.run_line_magic("compile_cache", "--help")
-    assert "usage: %compile_cache status [--json] | list" in capsys.readouterr().out
+    assert "usage: %compile_cache status [--json]\n       %compile_cache list" in capsys.readouterr().out
     shell.run_line_magic("compile_cache", "rm -h")
     assert "usage: %compile_cache rm [--store DIR] [--version ID] [--dry-run] NAME" in capsys.readouterr().out
     shell.run_cell_magic("compile_cache", "--help", "print('THE CELL RAN')")
@@ -246,7 +278,7 @@ def test_gc_and_rm_say_what_they_remove_and_preview_with_dry_run(shell, capsys):
         make_bundle(store, name, size=20_000)
     shell.run_line_magic("compile_cache", "rm alpha --dry-run")
     out = capsys.readouterr().out
-    assert "would remove 1 version(s)" in out and "alpha" in out and "dry run: nothing was removed" in out
+    assert "would remove 1 version" in out and "alpha" in out and "dry run: nothing was removed" in out
     assert store.names() == ["alpha", "beta"]
     with pytest.raises(UsageError, match="this empties the store: nothing removed; add --yes"):
         shell.run_line_magic("compile_cache", "gc --max-size 0")
@@ -254,10 +286,10 @@ def test_gc_and_rm_say_what_they_remove_and_preview_with_dry_run(shell, capsys):
     with pytest.raises(UsageError, match="argument --max-size: not a size: ''"):
         shell.run_line_magic("compile_cache", "gc --max-size ''")
     shell.run_line_magic("compile_cache", "gc --max-size 0 --dry-run")
-    assert "would remove 2 version(s)" in capsys.readouterr().out and len(store.bundles()) == 2
+    assert "would remove 2 versions" in capsys.readouterr().out and len(store.bundles()) == 2
     shell.run_line_magic("compile_cache", "gc --max-size 0 --yes")
     out = capsys.readouterr().out
-    assert "removed 2 version(s)" in out and "freeing" in out and store.bundles() == []
+    assert "removed 2 versions" in out and "freeing" in out and store.bundles() == []
 
 
 _TOKENS = st.sampled_from(

@@ -105,13 +105,13 @@ def test_bundles_show_age_and_use_push_needs_a_hub_and_gc_previews_before_it_rem
     panel.free_button.click()  # everything here restores on this machine and is under the cap
     assert "nothing to remove" in panel.messages.outputs[-1]["text"] and panel._pending_gc is None
     panel.clear_button.click()
-    assert "would remove 1 version(s)" in panel.messages.outputs[-1]["text"]
+    assert "would remove 1 version" in panel.messages.outputs[-1]["text"]
     assert session.store().versions("panelgc")  # only a preview so far
     yes, _no = panel.confirm_buttons
-    assert yes.description.startswith("remove 1 version(s)")
+    assert yes.description.startswith("remove 1 version")
     yes.click()
     assert session.store().versions("panelgc") == []
-    assert "removed 1 version(s)" in panel.messages.outputs[-1]["text"]
+    assert "removed 1 version" in panel.messages.outputs[-1]["text"]
 
 
 def test_a_restore_from_the_panel_shows_its_progress_then_hides_it(session):

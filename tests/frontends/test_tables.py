@@ -48,3 +48,22 @@ def test_explain_does_not_promise_a_restore_whose_code_its_last_run_refused(tmp_
     text = repr(tables.Explanation(Commands(session).explain("net")))
     assert f"version {short_id(here.version)}" in text and "WOULD RESTORE" not in text
     assert "its last restore refused 2 entries whose code had changed" in text
+
+
+def test_tables_fit_the_terminal_and_elide_instead_of_wrapping(tmp_path, monkeypatch):
+    """In an 80-column terminal no line of `list` or `explain` runs past 80 columns: long values lose their middle
+    ('…'), headings wrap between words, numbers stay whole."""
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    long_writer = {**fingerprint.current(), "torch": "9.9"}
+    make_bundle(session.store(), "a-bundle-with-a-long-name", now=fingerprint.current())
+    make_bundle(session.store(), "a-bundle-with-a-long-name", now=long_writer)
+    for columns in (80, 100):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        listing = repr(tables.BundleTable(Commands(session).bundles()))
+        explained = repr(tables.Explanation(Commands(session).explain("a-bundle-with-a-long-name")))
+        for text in (listing, explained):
+            lines = [line for line in text.splitlines() if str(tmp_path) not in line]  # a path is never broken
+            assert max(len(line) for line in lines) <= columns, text
+        assert "…" in explained and "cpu_isa" in explained  # a long value elided, its field named whole
+    monkeypatch.setenv("COLUMNS", "300")
+    assert "…" not in repr(tables.BundleTable(Commands(session).bundles()))

@@ -492,15 +492,15 @@ def test_hub_rm_and_gc_say_what_they_remove_and_need_yes_to_empty_a_name(tmp_pat
 
     assert cli.main(base + ["rm", "net"]) == 1  # every version of the name: refused without --yes
     out = capsys.readouterr()
-    assert "would remove 2 version(s)" in out.out and "run again with --yes" in out.err
+    assert "would remove 2 versions" in out.out and "run again with --yes" in out.err
     assert cli.main(base + ["gc", "--keep", "1", "--dry-run"]) == 0
-    assert "would remove 1 version(s)" in capsys.readouterr().out and len(hub.versions("net")) == 2
+    assert "would remove 1 version" in capsys.readouterr().out and len(hub.versions("net")) == 2
     assert cli.main(base + ["gc", "--keep", "1"]) == 0
-    assert "removed 1 version(s)" in capsys.readouterr().out and len(hub.versions("net")) == 1
+    assert "removed 1 version" in capsys.readouterr().out and len(hub.versions("net")) == 1
     assert cli.main(base + ["rm", "net", "--dry-run"]) == 0 and len(hub.versions("net")) == 1
     assert cli.main(base + ["rm", "net", "--yes"]) == 0
     out = capsys.readouterr().out
-    assert "removed 1 version(s)" in out and "freeing" in out and hub.versions("net") == [] and hub.names() == []
+    assert "removed 1 version" in out and "freeing" in out and hub.versions("net") == [] and hub.names() == []
 
 
 # -- nothing left behind, nothing half there ------------------------------------------------------------------------
