@@ -9,6 +9,10 @@ Load the extension, then put a cell that compiles under ``%%compile_cache NAME``
     with torch.no_grad():
         y = model(x)
 
+``%load_ext`` comes first, once per kernel: before it, IPython knows no ``%%compile_cache`` and answers "Cell magic
+`%%compile_cache` not found". To have it in every kernel, add ``c.InteractiveShellApp.extensions =
+["jupyter_compile_cache"]`` to ipython_config.py.
+
 The first run compiles as usual and saves a *bundle* named ``mymodel``: the files in torch's cache directories
 that this cell compiled or used (FX graphs, AOTAutograd entries, C++ and Triton kernels, autotune results,
 Dynamo precompile entries, PGO state). After a kernel restart, or on another machine with the same store, the
