@@ -18,6 +18,7 @@ from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layer
 from ..torch_adapter.precompile import PrecompileGuard
 from ..units import count as count_of
 from . import notebook
+from .machine_fit import MachineFit
 from .records import (
     NOT_COMPILED,
     OTHER_CODE,
@@ -128,21 +129,20 @@ class Commands:
                 policy.failed(hub, exc, None)
         if not local and not remote:
             return []  # nothing to compare with this machine: torch is not imported (1.4 s)
-        # The GPU is only asked (importing torch, 1.5 s) when a bundle holds GPU kernels.
-        now = fingerprint.current(with_gpu=any(m.uses_gpu for m in [*(b.manifest for b in local), *remote]))
-        rows = [bundle_row(b.manifest, now, b.last_used, "local") for b in local]
-        return rows + [bundle_row(m, now, None, "hub") for m in remote]
+        fit = MachineFit()  # the GPU is only asked (importing torch, 1.5 s) when a bundle holds GPU kernels
+        rows = [bundle_row(b.manifest, fit, b.last_used, "local") for b in local]
+        return rows + [bundle_row(m, fit, None, "hub") for m in remote]
 
     def explain(self, name: str, store_dir: str | None = None) -> BundleExplanation:
         """Field by field why each version of NAME would or would not restore here, and the last run's layers."""
         check_name(name)
         store = self.session.store(store_dir)
         manifests = store.versions(name)
-        now = fingerprint.current(with_gpu=any(m.uses_gpu for m in manifests))
+        fit = MachineFit()
         versions = []
         compiled = self.session.compiled_code()
         for m in manifests:
-            checks = fingerprint.compare(m.fingerprint, now, m.uses_gpu, m.uses_cpu_kernels)
+            verdict = fit.of(m)
             versions.append(
                 VersionFit(
                     version=m.version,
@@ -150,8 +150,8 @@ class Commands:
                     files=len(m.members),
                     created=m.created,
                     writer=m.writer,
-                    reason=fingerprint.mismatch_reason(checks),
-                    fields=checks,
+                    reason=verdict.reason,
+                    fields=verdict.checks,
                     short_id=short_id(m.version),
                     functions=_functions_against(m, compiled),
                 )
@@ -258,8 +258,7 @@ class Commands:
             max_size = self.settings.max_bytes
         unusable = None
         if opts.incompatible:
-            now = fingerprint.current(with_gpu=True)
-            unusable = lambda m: fingerprint.incompatibility(m, now) is not None  # noqa: E731
+            unusable = lambda m, fit=MachineFit(): not fit.fits(m)  # noqa: E731
         plan = store.gc(max_size, dry_run=True, older_than=opts.older_than, unusable=unusable)
         if opts.dry_run or not plan:
             return Removed(store.root, plan, opts.dry_run)
@@ -298,8 +297,8 @@ class Commands:
 
     def hub_bundles(self, hub: HubSource) -> list[BundleRow]:
         manifests = self._hub_versions(hub)
-        now = fingerprint.current(with_gpu=any(m.uses_gpu for m in manifests))
-        rows = [bundle_row(m, now, None, "hub") for m in manifests]
+        fit = MachineFit()
+        rows = [bundle_row(m, fit, None, "hub") for m in manifests]
         for row, manifest in zip(rows, manifests):  # a version whose chunks were evicted cannot be pulled: say so
             row.missing_chunks = hub.hub.missing_chunks(manifest)
         return rows
@@ -318,14 +317,7 @@ class Commands:
         """The newest version of NAME on HUB that fits this machine, into the local store (verified): `manifest`
         (None: none), why others were skipped, how many were refused as signed with another secret, and the
         seconds the transfer itself took."""
-        now = fingerprint.current()
-        found = find(
-            check_name(name),
-            [hub],
-            self.session.store(),
-            lambda m: fingerprint.incompatibility(m, now),
-            progress=progress,
-        )
+        found = find(check_name(name), [hub], self.session.store(), MachineFit().why_not, progress=progress)
         for _source, exc in found.down:
             raise exc
         return found
@@ -382,7 +374,7 @@ class Commands:
         return f"{layer.title} {'on' if scope != 'off' else 'off'} in this kernel ({switch} = {layer.switch_value()})"
 
 
-def bundle_row(m: Manifest, now: dict, last_used: float | None, where: str) -> BundleRow:
+def bundle_row(m: Manifest, fit: MachineFit, last_used: float | None, where: str) -> BundleRow:
     return BundleRow(
         name=m.name,
         version=m.version,
@@ -393,7 +385,7 @@ def bundle_row(m: Manifest, now: dict, last_used: float | None, where: str) -> B
         last_used=last_used,
         writer=m.writer,
         where=where,
-        compatible=fingerprint.incompatibility(m, now) is None,
+        compatible=fit.fits(m),
         fingerprint_id=m.fingerprint_id,
     )
 

@@ -28,9 +28,9 @@ from ..storage.bundle import Manifest
 from ..storage.hub import HubError
 from ..storage.sources import LocalSource, Source, find
 from ..storage.store import LocalStore
-from ..torch_adapter import fingerprint
 from ..units import count as count_of
 from .hub_policy import HubPolicy
+from .machine_fit import MachineFit
 from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan
 
 
@@ -131,9 +131,8 @@ def plan(session: Stores, path: str, cells: list[NotebookCell], problems: list[s
                 session.hub_policy.failed(hub, exc, None, quiet=True)
                 problems.append(f"the hub {hub.display_url} did not answer ({exc}): only local bundles were looked at")
         versions[key] = found
-    with_gpu = any(m.uses_gpu for found in versions.values() for _where_, m in found)
-    now = fingerprint.current(with_gpu=with_gpu) if versions else {}
-    planned = [_cell_plan(session, cell, versions.get(_where(cell), []), now) for cell in cells]
+    fit = MachineFit()
+    planned = [_cell_plan(session, cell, versions.get(_where(cell), []), fit) for cell in cells]
     return NotebookPlan(path, planned, problems)
 
 
@@ -143,15 +142,15 @@ def _where(cell: NotebookCell) -> tuple[str, str, str | None]:
     return cell.name, opts.store_dir or "", hub
 
 
-def _cell_plan(session: Stores, cell: NotebookCell, found: list[tuple[str, Manifest]], now: dict[str, Any]) -> CellPlan:
+def _cell_plan(session: Stores, cell: NotebookCell, found: list[tuple[str, Manifest]], fit: MachineFit) -> CellPlan:
     if not cell.options.restore:
         return CellPlan(cell.index, cell.name, False, None, "--no-restore: it compiles cold by choice")
     if not found:
         return CellPlan(cell.index, cell.name, False, None, "no bundle saved yet: it compiles, then saves one")
-    fitting = [(source, m) for source, m in found if fingerprint.incompatibility(m, now) is None]
+    fitting = [(source, m) for source, m in found if fit.fits(m)]
     if not fitting:
         newest = max((m for _source, m in found), key=lambda m: m.created)
-        reason = fingerprint.incompatibility(newest, now)
+        reason = fit.why_not(newest)
         return CellPlan(cell.index, cell.name, False, None, f"its bundles were saved elsewhere ({reason})")
     source, manifest = max(fitting, key=lambda sm: sm[1].created)
     last_run = session.store(cell.options.store_dir).last_run(cell.name) or {}
@@ -265,9 +264,8 @@ class NotebookStage:
         hub = session.hub_policy.for_cell(cell.options)
         if hub is None:
             return  # local bundles are restored from where they are
-        now = fingerprint.current(with_gpu=True)
         sources: list[Source] = [LocalSource(store), hub]
-        found = find(cell.name, sources, store, lambda m: fingerprint.incompatibility(m, now))
+        found = find(cell.name, sources, store, MachineFit().why_not)
         for _source, exc in found.down:
             session.hub_policy.failed(hub, exc, None, quiet=True)
         if found.source is hub:

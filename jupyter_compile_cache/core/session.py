@@ -27,6 +27,7 @@ from ..units import count
 from . import events
 from .events import Event, Reporter, Transfer
 from .hub_policy import HubPolicy
+from .machine_fit import MachineFit
 from .notebook import NotebookStage
 from .records import CellOptions, CellReport, RestoreResult, writer
 from .settings import CompileCache
@@ -189,13 +190,13 @@ class CompileCacheSession:
                 if bar is not None:
                     bar.close()
 
-        now = fingerprint.current()
+        fit = MachineFit()
         pinned = opts.version
 
         def misfit(manifest: Manifest) -> str | None:
             if pinned is not None and not matching_versions([manifest.version], pinned):
                 return PASSED_OVER
-            return fingerprint.incompatibility(manifest, now)
+            return fit.why_not(manifest)
 
         found = find(name, sources, store, misfit, install, pull_bar)
         found.skipped = [line for line in found.skipped if PASSED_OVER not in line]
@@ -334,7 +335,7 @@ class CompileCacheSession:
         if not opts.restore or opts.version is not None:  # a pinned version is the only one
             return False
         tried = self._alternates.setdefault(name, set())  # installed beside it already in this kernel
-        now = fingerprint.current()
+        fit = MachineFit()
         roots = capture.cache_roots()
 
         def misfit(manifest: Manifest) -> str | None:
@@ -343,7 +344,7 @@ class CompileCacheSession:
                 return "not this code"
             if not any(isinstance(f, dict) and f.get("digest") == digest for f in functions.values()):
                 return "not this code"
-            return fingerprint.incompatibility(manifest, now)
+            return fit.why_not(manifest)
 
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
             paths = bundle.extract(payload, manifest, roots, None, lambda m: alternate_member(m, manifest.version))

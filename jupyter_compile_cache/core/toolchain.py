@@ -17,6 +17,7 @@ from ..storage.sources import LocalSource, Source, find
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, fingerprint
 from .hub_policy import HubPolicy
+from .machine_fit import MachineFit
 from .records import CellReport, writer
 
 
@@ -43,7 +44,7 @@ class Toolchain:
             fingerprint.digest(now),
             sources,
             store,
-            lambda m: fingerprint.incompatibility(m, now),
+            MachineFit().why_not,
             lambda m, p: bundle.extract(p, m, roots),
         )
         for source, exc in found.down:  # the next cell skips it instead of waiting for it again, and says so
