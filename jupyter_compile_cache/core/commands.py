@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import platform
 import tarfile
+import time
 from collections.abc import Callable
 
 from ..storage import bundle_file
 from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
 from ..storage.hub import HubError
-from ..storage.sources import Found, HubSource, LocalSource, Progress, Source, find
+from ..storage.sources import HubSource, LocalSource, Progress, Source, find
 from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
 from ..torch_adapter.precompile import PrecompileGuard
 from ..units import count as count_of
@@ -26,14 +27,20 @@ from .records import (
     BundleExplanation,
     BundleRow,
     CellOptions,
-    CellReport,
     CellSaving,
     DeviceSummary,
+    Exported,
     GcOptions,
+    HubListing,
     HubState,
     Imported,
     LayerState,
+    NoHub,
     NotebookPlan,
+    NotFound,
+    NothingFits,
+    Pulled,
+    Pushed,
     Removed,
     RemoveOptions,
     SessionStatus,
@@ -138,6 +145,8 @@ class Commands:
         check_name(name)
         store = self.session.store(store_dir)
         manifests = store.versions(name)
+        if not manifests:
+            raise NotFound(name, store.root)
         fit = MachineFit()
         versions = []
         compiled = self.session.compiled_code()
@@ -217,34 +226,39 @@ class Commands:
         return TimeSaved(per_layer, cells, sum(c.saved for c in cells))
 
     # -- changes --------------------------------------------------------------------------------------------------
-    def push(self, name: str, store_dir: str | None = None) -> str:
-        """Push the newest local version of NAME to the hub; returns what happened, in words."""
-        policy = self.session.hub_policy
-        hub = policy.for_cell(CellOptions(store_dir=store_dir))
+    def push(self, name: str, hub: HubSource | None = None, progress: Progress | None = None) -> Pushed:
+        """The newest local version of NAME onto HUB (default: the session's); NoHub, NotFound, or the HubError."""
+        hub = hub or self.session.hub_policy.for_cell(CellOptions())
         if hub is None:
-            return (
-                "no hub: none configured (CompileCache.hub, JUPYTER_COMPILE_CACHE_HUB or %compile_cache hub URL), "
-                "or it failed less than a minute ago"
-            )
-        store = self.session.store(store_dir)
+            raise NoHub()
+        store = self.session.store()
         versions = store.versions(check_name(name))
         if not versions:
-            return f"no local bundle named {name!r}"
-        report = CellReport(name)
-        policy.push(hub, store, versions[0], report)
-        return f"pushed {name!r} to {hub.display_url}" if report.pushed else f"push failed: {report.warnings[-1:]}"
+            raise NotFound(name, store.root)
+        start = time.perf_counter()
+        pushed = hub.push(versions[0], store, progress)
+        return Pushed(pushed, hub_where(hub), time.perf_counter() - start)
 
-    def remove(self, opts: RemoveOptions, where: str = "local") -> Removed:
-        """Delete NAME (one version, by an id or a prefix of one, or all) from the local store or the hub."""
+    def remove(self, opts: RemoveOptions, hub: HubSource | None = None, yes: bool = True) -> Removed:
+        """Delete NAME (one version, by an id or a prefix of one, or all) from the local store, or from HUB. On the
+        team's hub, removing every version of NAME needs `yes`: without it, `refused` says so and nothing goes."""
         check_name(opts.name)
-        if where == "hub":
-            hub = self.session.hub_policy.for_cell(CellOptions())
-            if hub is None:
-                return Removed("the hub (none configured)", [], opts.dry_run)
-            version = version_named(opts.name, [m.version for m in hub.versions(opts.name)], opts.version, hub.where)
-            return Removed(hub.where, hub.remove(opts.name, version, opts.dry_run), opts.dry_run)
+        if hub is not None:
+            where = hub_where(hub)
+            versions = [m.version for m in hub.versions(opts.name)]
+            if not versions:
+                raise NotFound(opts.name, where)
+            version = version_named(opts.name, versions, opts.version, where)
+            plan = hub.remove(opts.name, version, dry_run=True)
+            if not (opts.dry_run or yes) and len(plan) >= len(versions):
+                refused = f"this removes every version of {opts.name!r} from the team's hub"
+                return Removed(where, plan, dry_run=True, refused=refused)
+            return Removed(where, plan if opts.dry_run else hub.remove(opts.name, version), opts.dry_run)
         store = self.session.store(opts.store_dir)
-        version = version_named(opts.name, [m.version for m in store.versions(opts.name)], opts.version, store.root)
+        versions = [m.version for m in store.versions(opts.name)]
+        if not versions:
+            raise NotFound(opts.name, store.root)
+        version = version_named(opts.name, versions, opts.version, store.root)
         return Removed(store.root, LocalSource(store).remove(opts.name, version, opts.dry_run), opts.dry_run)
 
     def gc(self, opts: GcOptions) -> Removed:
@@ -266,14 +280,14 @@ class Commands:
             return Removed(store.root, plan, dry_run=True, refused="this empties the store")
         return Removed(store.root, store.gc(max_size, older_than=opts.older_than, unusable=unusable), dry_run=False)
 
-    def export(self, name: str, path: str, store_dir: str | None = None) -> Manifest | None:
-        """The newest local version of NAME written to one file (storage/bundle_file.py); None when there is none."""
+    def export(self, name: str, path: str, store_dir: str | None = None) -> Exported:
+        """The newest local version of NAME written to one file (storage/bundle_file.py)."""
         store = self.session.store(store_dir)
         versions = store.versions(check_name(name))
         if not versions:
-            return None
+            raise NotFound(name, store.root)
         bundle_file.export_bundle(store, versions[0], path)
-        return versions[0]
+        return Exported(versions[0], path)
 
     def import_file(self, path: str, store_dir: str | None = None) -> Imported:
         """The version in a file made by `export`, into the local store (every member verified)."""
@@ -295,32 +309,31 @@ class Commands:
             )
         return manifests
 
-    def hub_bundles(self, hub: HubSource) -> list[BundleRow]:
+    def hub_bundles(self, hub: HubSource) -> HubListing:
         manifests = self._hub_versions(hub)
         fit = MachineFit()
         rows = [bundle_row(m, fit, None, "hub") for m in manifests]
         for row, manifest in zip(rows, manifests):  # a version whose chunks were evicted cannot be pulled: say so
             row.missing_chunks = hub.hub.missing_chunks(manifest)
-        return rows
-
-    def hub_push(self, hub: HubSource, name: str, progress: Progress | None = None) -> Manifest | None:
-        """The newest local version of NAME onto HUB; None when there is none."""
-        store = self.session.store()
-        versions = store.versions(check_name(name))
-        if not versions:
-            return None
-        return hub.push(versions[0], store, progress)
+        return HubListing(hub_where(hub), rows)
 
     def hub_pull(
         self, hub: HubSource, name: str, progress: Callable[[Source, Manifest], Progress | None] | None = None
-    ) -> Found:
-        """The newest version of NAME on HUB that fits this machine, into the local store (verified): `manifest`
-        (None: none), why others were skipped, how many were refused as signed with another secret, and the
-        seconds the transfer itself took."""
-        found = find(check_name(name), [hub], self.session.store(), MachineFit().why_not, progress=progress)
+    ) -> Pulled:
+        """The newest version of NAME on HUB that fits this machine, into the local store (verified); NothingFits
+        (why each version was skipped, and whether they were signed with another secret) when there is none."""
+        store = self.session.store()
+        found = find(check_name(name), [hub], store, MachineFit().why_not, progress=progress)
         for _source, exc in found.down:
             raise exc
-        return found
+        if found.manifest is None:
+            raise NothingFits(name, hub_where(hub), found.skipped, bool(found.wrong_signatures))
+        # the speed of the transfer itself (find's fetch of this version), not of listing and checking first
+        return Pulled(found.manifest, store.root, found.fetch_seconds, found.skipped)
+
+    def hub_gc(self, hub: HubSource, keep: int, dry_run: bool = False) -> Removed:
+        """Keep the newest KEEP versions of each name and machine on HUB; delete the rest."""
+        return Removed(hub_where(hub), hub.gc(keep, dry_run=dry_run), dry_run)
 
     # -- layer switches -------------------------------------------------------------------------------------------
     def set_layer(self, layer_name: str, enabled: bool) -> layers.Layer:
@@ -372,6 +385,11 @@ class Commands:
             )
         switch = ".".join(layer.switch) if layer.switch else "always on"
         return f"{layer.title} {'on' if scope != 'off' else 'off'} in this kernel ({switch} = {layer.switch_value()})"
+
+
+def hub_where(hub: HubSource) -> str:
+    """The hub and namespace a command works on, as its lines name them."""
+    return f"the hub {hub.display_url} namespace {hub.namespace!r}"
 
 
 def bundle_row(m: Manifest, fit: MachineFit, last_used: float | None, where: str) -> BundleRow:

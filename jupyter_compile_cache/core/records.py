@@ -122,6 +122,72 @@ class Imported:
 
 
 @dataclass
+class Exported:
+    manifest: Manifest
+    path: str
+
+
+@dataclass
+class Pushed:
+    """A version put on the hub `where`, and how long the transfer took."""
+
+    manifest: Manifest
+    where: str
+    seconds: float
+
+
+@dataclass
+class Pulled:
+    """The newest version that fits this machine, pulled from the hub into the local store `store_dir` (`seconds`: the
+    transfer itself); `skipped`: why newer versions were not taken."""
+
+    manifest: Manifest
+    store_dir: str
+    seconds: float
+    skipped: list[str] = field(default_factory=list)
+
+
+class NotFound(LookupError):
+    """No bundle NAME (or no version of it) in WHERE: a command's answer that each front end tells as it tells errors
+    (a usage error in a notebook, exit status 1 in a shell), in these words."""
+
+    def __init__(self, name: str, where: str) -> None:
+        super().__init__(name, where)
+        self.name, self.where = name, where
+
+    def __str__(self) -> str:
+        return f"no bundle named {self.name!r} in {self.where}"
+
+
+class NothingFits(NotFound):
+    """NAME is in WHERE, but no version of it can be pulled here: each one's reason in `skipped`; `wrong_signatures`
+    when versions were refused as signed with another team's secret."""
+
+    def __init__(self, name: str, where: str, skipped: list[str], wrong_signatures: bool) -> None:
+        super().__init__(name, where)
+        self.skipped, self.wrong_signatures = skipped, wrong_signatures
+
+    def __str__(self) -> str:
+        lead = (
+            f"wrong signature (another team's secret?): no version of {self.name!r} in {self.where} is signed with "
+            "this JUPYTER_COMPILE_CACHE_SECRET"
+            if self.wrong_signatures
+            else f"no version of {self.name!r} in {self.where} fits this machine"
+        )
+        return lead + "".join(f"\n  {line}" for line in self.skipped)
+
+
+class NoHub(ValueError):
+    """A hub command with no hub: none configured, or the one configured failed a moment ago."""
+
+    def __str__(self) -> str:
+        return (
+            "no hub: pass --hub redis://host:port/0 (or file:///shared/folder), set JUPYTER_COMPILE_CACHE_HUB, or "
+            "%compile_cache hub URL in a notebook"
+        )
+
+
+@dataclass
 class RestoreResult:
     name: str
     source: str | None = None  # "local", "hub"; None when nothing was restored
@@ -325,6 +391,14 @@ class SessionStatus:
     notebook_path: str | None = None  # known, though its plan may still be in the making
     notebook_fetched: int = 0  # bundles pulled from the hub ahead of their cells
     notebook_error: str | None = None  # why the staging stopped early (its cells fetch their own bundles)
+
+
+@dataclass
+class HubListing:
+    """The hub's versions (`hub ls`), with where they are: the hub's URL and namespace."""
+
+    where: str
+    rows: list[BundleRow]
 
 
 @dataclass

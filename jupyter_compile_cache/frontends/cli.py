@@ -14,17 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from .._version import __version__
-from ..core.commands import COMMAND_ERRORS, Commands, version_named
+from ..core.commands import COMMAND_ERRORS, Commands
 from ..core.events import NoTeamSecret
-from ..core.records import NotebookPlan, bundle_name, short_id
+from ..core.records import NoHub, NotFound, RemoveOptions
 from ..core.session import CompileCacheSession
-from ..units import count, human_bytes, speed
-from . import arguments, store_commands, tables
+from . import arguments, render, store_commands
 from .reporter import TextReporter, TransferBar
 
 
@@ -131,56 +129,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             missing = store_commands.missing_store(commands, args)
             if missing:
                 print(f"note: {missing}", file=sys.stderr)
-            return _show(command, args, store_commands.run(commands, command, args))
+            return _show(store_commands.run(commands, command, args), getattr(args, "json", False))
         if args.command == "export":
-            exported = commands.export(args.name, args.file)
-            if exported is None:
-                print(f"no bundle named {args.name!r} in {session.store().root}", file=sys.stderr)
-                return 1
-            print(f"exported {args.name!r} version {exported.version} to {args.file}")
-        elif args.command == "import":
-            imported = commands.import_file(args.file)
-            m = imported.manifest
-            state = "imported" if imported.new else "already in the store:"
-            print(f"{state} {m.name!r} version {m.version} ({human_bytes(m.payload_bytes)})")
-        elif args.command == "hub":
+            return _show(commands.export(args.name, args.file))
+        if args.command == "import":
+            return _show(commands.import_file(args.file))
+        if args.command == "hub":
             return _hub_command(args, commands)
+    except NotFound as exc:  # nothing by that name: exit status 1, as grep's
+        print(exc, file=sys.stderr)
+        return 1
     except COMMAND_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
-def _show(command: str, args: argparse.Namespace, record: Any) -> int:
-    """A store command's record as text (or JSON with --json); 1 when NAME is not there or the removal needs --yes."""
-    if isinstance(record, NotebookPlan):
-        print(_json(store_commands.as_json(record)) if args.json else repr(tables.NotebookPlanView(record)))
-    elif command in ("list", "explain", "stats") and args.json and (command != "explain" or record.versions):
-        print(_json(store_commands.as_json(record)))
-    elif command == "list":
-        print(repr(tables.BundleTable(record)))
-    elif command == "stats":
-        print(repr(tables.StatsView(record)))
-    elif command == "explain":
-        if not record.versions:
-            print(f"no bundle named {args.name!r} in {record.store_dir}", file=sys.stderr)
-            return 1
-        print(repr(tables.Explanation(record)))
-    elif command == "rm" and not record.removals:
-        print(f"no bundle named {args.name!r} in {record.where}", file=sys.stderr)
+def _show(record: render.Record, as_json: bool = False) -> int:
+    """A command's record as text on stdout (JSON with --json); a change refused on purpose prints its plan, says
+    why on stderr, and is exit status 1."""
+    if as_json:
+        print(json.dumps(render.as_json(record), indent=1, default=str))
+        return 0
+    print(repr(render.view(record)))
+    refused = render.refusal(record)
+    if refused:
+        print(refused, file=sys.stderr)
         return 1
-    else:
-        lines = tables.removal_lines(record.removals, record.where, record.dry_run)
-        if record.refused:
-            print("\n".join(lines[:-1]))
-            print(f"{record.refused}: nothing removed; run again with --yes", file=sys.stderr)
-            return 1
-        print("\n".join(lines))
     return 0
-
-
-def _json(data: object) -> str:
-    return json.dumps(data, indent=1, default=str)
 
 
 def run() -> int:
@@ -211,83 +187,21 @@ def _install_kernel(args: argparse.Namespace) -> int:
 def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
     hub = commands.hub(args.hub_url, args.namespace, getattr(args, "ttl", None))
     if hub is None:
-        print(
-            "error: no hub: pass --hub redis://host:port/0 (or file:///shared/folder) or set JUPYTER_COMPILE_CACHE_HUB",
-            file=sys.stderr,
-        )
-        return 2
-    store = commands.session.store()
-    where = f"the hub {hub.display_url} namespace {hub.namespace!r}"
-    if args.hub_command in ("push", "pull", "rm"):
-        bundle_name(args.name)
+        raise NoHub()
     if args.hub_command == "ls":
-        rows = commands.hub_bundles(hub)
-        if args.json:
-            print(_json(store_commands.as_json(rows)))
-        else:
-            print(where.removeprefix("the "))
-            print(repr(tables.BundleTable(rows)))
-    elif args.hub_command == "push":
+        return _show(commands.hub_bundles(hub), args.json)
+    if args.hub_command == "push":
         bar = TransferBar(f"pushing {args.name!r}", stream=sys.stderr)
         try:
-            pushed = commands.hub_push(hub, args.name, bar)
+            return _show(commands.push(args.name, hub, bar))
         finally:
             bar.close()
-        if pushed is None:
-            print(f"no bundle named {args.name!r} in {store.root}", file=sys.stderr)
-            return 1
-        seconds = time.perf_counter() - bar.start
-        print(
-            f"pushed {args.name!r} version {pushed.version} ({human_bytes(pushed.payload_bytes)}, "
-            f"{count(len(pushed.chunk_sha256 or []), 'chunk')}) to {hub.display_url} in {seconds:.2f} s "
-            f"({speed(pushed.payload_bytes, seconds)})"
-        )
-    elif args.hub_command == "pull":
+    if args.hub_command == "pull":
         if hub.hub.config.secret is None:  # as kernels say it: what is pulled is not verified as the team's
             print(f"warning: {NoTeamSecret().text()}", file=sys.stderr)
-        found = commands.hub_pull(
-            hub, args.name, lambda _source, m: TransferBar(f"pulling {m.name!r}", stream=sys.stderr)
-        )
-        local = found.manifest
-        if local is None:
-            reasons = "".join(f"\n  {line}" for line in found.skipped)
-            lead = (
-                f"wrong signature (another team's secret?): no version of {args.name!r} on the hub is signed with "
-                "this JUPYTER_COMPILE_CACHE_SECRET"
-                if found.wrong_signatures
-                else f"no bundle named {args.name!r} on the hub matches this machine"
-            )
-            print(f"{lead}{reasons}", file=sys.stderr)
-            return 1
-        for line in found.skipped:
-            print(f"skipped {line}", file=sys.stderr)
-        # the speed of the transfer itself (find's fetch of this version), not of listing and checking first
-        seconds = found.fetch_seconds
-        print(
-            f"pulled {args.name!r} version {short_id(local.version)} ({human_bytes(local.payload_bytes)}) into "
-            f"{store.root} in {seconds:.2f} s ({speed(local.payload_bytes, seconds)})"
-        )
-    elif args.hub_command == "rm":
-        try:
-            version = version_named(args.name, [m.version for m in hub.versions(args.name)], args.version, where)
-        except ValueError as exc:
-            print(exc, file=sys.stderr)
-            return 1
-        plan = hub.remove(args.name, version, dry_run=True)
-        if not plan:
-            print(f"no bundle named {args.name!r} on {where}", file=sys.stderr)
-            return 1
-        everything = version is None or len(hub.versions(args.name)) <= len(plan)
-        if everything and not (args.dry_run or args.yes):
-            print("\n".join(tables.removal_lines(plan, where, dry_run=True)[:-1]))
-            print(
-                f"this removes every version of {args.name!r} from the team's hub: nothing removed; "
-                "run again with --yes",
-                file=sys.stderr,
-            )
-            return 1
-        done = plan if args.dry_run else hub.remove(args.name, version)
-        print("\n".join(tables.removal_lines(done, where, args.dry_run)))
-    elif args.hub_command == "gc":
-        print("\n".join(tables.removal_lines(hub.gc(args.keep, dry_run=args.dry_run), where, args.dry_run)))
-    return 0
+        bars = lambda _source, m: TransferBar(f"pulling {m.name!r}", stream=sys.stderr)  # noqa: E731
+        return _show(commands.hub_pull(hub, args.name, bars))
+    if args.hub_command == "rm":
+        options = RemoveOptions(args.name, args.version, args.dry_run)
+        return _show(commands.remove(options, hub, yes=args.yes))
+    return _show(commands.hub_gc(hub, args.keep, args.dry_run))

@@ -6,7 +6,6 @@ The usage lines and the magics' help (`%%compile_cache?`) are generated from the
 from __future__ import annotations
 
 import ast
-import dataclasses
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +16,9 @@ from traitlets import TraitError
 
 from ..core.commands import Commands
 from ..core.notebook import notebook_path
-from ..core.records import NotebookPlan, bundle_name
+from ..core.records import NotFound, bundle_name
 from ..core.session import CompileCacheSession
-from . import store_commands, tables
+from . import render, store_commands, tables
 from .cell_line import Parser, cell_parser, options_from
 
 
@@ -146,8 +145,7 @@ class CompileCacheMagics(Magics):
         session = self.session
         commands = Commands(session)
         if args.command in (None, "status"):
-            status = commands.status()
-            return dataclasses.asdict(status) if getattr(args, "json", False) else tables.StatusView(status)
+            return _show(commands.status(), getattr(args, "json", False))
         if args.command == "explain" and args.name is None and args.notebook is None:
             args.notebook = notebook_path(getattr(self.shell, "user_ns", None))  # this kernel's own, when known
         if args.command in store_commands.NAMES:
@@ -156,9 +154,11 @@ class CompileCacheMagics(Magics):
                 print(f"compile_cache: {missing}")
             try:
                 record = store_commands.run(commands, args.command, args)
+            except NotFound as exc:
+                raise UsageError(str(exc)) from None
             except ValueError as exc:  # a bad name or version: said with the usage
                 raise UsageError(f"{exc}\nusage: {line_usage()}") from None
-            return _show(args, record)
+            return _show(record, getattr(args, "json", False))
         if args.command in ("enable", "disable"):
             try:
                 layer = commands.set_layer(args.layer, args.command == "enable")
@@ -192,35 +192,22 @@ class CompileCacheMagics(Magics):
                 settings.hub = target
             except TraitError as exc:
                 raise UsageError(f"{exc}\nusage: {line_usage()}") from None
-        print(tables.hub_line(Commands(self.session).hub_state()))
+        return _show(Commands(self.session).hub_state(), False)
+
+
+def _show(record: render.Record, as_json: bool) -> Any:
+    """A command's record in a notebook: JSON-ready data with --json, else its table (the cell's output); lines are
+    printed, and a change refused on purpose is a usage error after its plan."""
+    if as_json:
+        return render.as_json(record)
+    shown = render.view(record)
+    refused = render.refusal(record)
+    if refused:
+        raise UsageError(f"{shown!r}\n{refused}")
+    if isinstance(shown, tables.Lines):
+        print(f"compile_cache: {shown!r}")
         return None
-
-
-def _show(args: Any, record: Any) -> Any:
-    """A store command's record in a notebook: a table (or JSON with --json), or the lines of a removal."""
-    if isinstance(record, NotebookPlan):
-        return store_commands.as_json(record) if args.json else tables.NotebookPlanView(record)
-    if args.command in ("list", "explain", "stats") and args.json:
-        return store_commands.as_json(record)
-    if args.command == "list":
-        return tables.BundleTable(record)
-    if args.command == "stats":
-        return tables.StatsView(record)
-    if args.command == "explain":
-        if not record.versions:
-            raise UsageError(f"no bundle named {args.name!r} in {record.store_dir}")
-        return tables.Explanation(record)
-    if args.command == "rm" and not record.removals:
-        raise UsageError(f"no bundle named {args.name!r} in {record.where}")
-    lines = tables.removal_lines(record.removals, record.where, record.dry_run)
-    if record.refused:
-        raise UsageError("\n".join([*lines[:-1], f"{record.refused}: nothing removed; add --yes to do it"]))
-    _say(lines)
-    return None
-
-
-def _say(lines: list[str]) -> None:
-    print("compile_cache: " + "\n".join(lines))
+    return shown
 
 
 def _valid(name: str, usage: Callable[[], str]) -> str:

@@ -23,6 +23,7 @@ from ..core.commands import Commands
 from ..core.events import CellFinished, Event
 from ..core.records import (
     BundleRow,
+    CellOptions,
     CellSaving,
     GcOptions,
     Removed,
@@ -33,6 +34,7 @@ from ..core.records import (
 )
 from ..core.session import CompileCacheSession
 from ..units import count, human_bytes
+from . import render
 from .tables import Explanation, age, hub_line, notebook_line, removal_lines
 
 
@@ -215,7 +217,7 @@ class Panel:
         else:
             device = f"CPU {html.escape(str(dev.name))}, ISA {html.escape(str(dev.isa))}"
         versions = f"torch {dev.torch}, Triton {dev.triton or '-'}, CUDA {dev.cuda or '-'}"
-        hub = html.escape(hub_line(status.hub).removeprefix("compile_cache: hub ") if status.hub.url else "none")
+        hub = html.escape(hub_line(status.hub))
         cap = status.max_bytes
         precompile = (
             f"<div>precompile: {status.stale_rejected} stale entries refused, "
@@ -304,7 +306,7 @@ class Panel:
         elif action == "delete":
             self._pending_delete = (b.name, b.version, b.where)  # confirm first
         elif action == "push":
-            self.say(self.commands.push(b.name))
+            self.say(repr(render.view(self.commands.push(b.name))))
         elif action == "explain":
             self.say(repr(Explanation(self.commands.explain(b.name))))
         self.refresh()
@@ -350,7 +352,8 @@ class Panel:
     def confirm_delete(self, yes: bool) -> None:
         pending, self._pending_delete = self._pending_delete, None
         if yes and pending:
-            removed = self.commands.remove(RemoveOptions(pending[0], pending[1]), where=pending[2])
+            hub = self.session.hub_policy.for_cell(CellOptions()) if pending[2] == "hub" else None
+            removed = self.commands.remove(RemoveOptions(pending[0], pending[1]), hub)
             self.say(f"deleted {len(removed.removals)} version of {pending[0]!r} from the {pending[2]} store")
         self.refresh()
 

@@ -1,19 +1,18 @@
 """The commands on the local store that the magic and the CLI share (`list`, `explain`, `rm`, `gc`, `stats`): each
 one's arguments are defined here once, and `run` turns them into the typed options core's `Commands` take and
 returns its record, so `%compile_cache gc ...` and `jupyter-compile-cache gc ...` take the same words and get the
-same records. Each front end adds `--store` its own way and renders the records (a notebook table, text, JSON)."""
+same records. Each front end adds `--store` its own way; frontends/render.py shows the records for both."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any
 
 from ..core.commands import Commands
-from ..core.records import GcOptions, RemoveOptions
+from ..core.records import BundleExplanation, BundleRow, GcOptions, NotebookPlan, RemoveOptions
 from . import arguments
+from .render import Record
 
 NAMES = ("list", "explain", "rm", "gc", "stats")
 
@@ -90,7 +89,7 @@ def missing_store(commands: Commands, args: argparse.Namespace) -> str | None:
     return None if os.path.isdir(root) else f"no store at {root} (nothing was saved there): an empty store"
 
 
-def _list(commands: Commands, store_dir: str | None) -> Any:
+def _list(commands: Commands, store_dir: str | None) -> list[BundleRow]:
     down = commands.session.hub_policy.down_url()  # before: a failure now is told by the listing itself
     rows = commands.bundles(store_dir)
     if down is not None:  # the hub failed a moment ago and is left alone: the rows are the local store's only
@@ -98,7 +97,7 @@ def _list(commands: Commands, store_dir: str | None) -> Any:
     return rows
 
 
-def _explain(commands: Commands, args: argparse.Namespace, store_dir: str | None) -> Any:
+def _explain(commands: Commands, args: argparse.Namespace, store_dir: str | None) -> BundleExplanation | NotebookPlan:
     if args.name is not None:
         if args.notebook is not None:
             raise ValueError("explain takes a NAME or --notebook PATH, not both")
@@ -113,7 +112,7 @@ def _explain(commands: Commands, args: argparse.Namespace, store_dir: str | None
     return commands.notebook_plan(args.notebook, parse_cell_line)
 
 
-_RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Any]] = {
+_RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Record]] = {
     "list": lambda commands, args, store_dir: _list(commands, store_dir),
     "explain": lambda commands, args, store_dir: _explain(commands, args, store_dir),
     "rm": lambda commands, args, store_dir: commands.remove(
@@ -126,13 +125,7 @@ _RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Any]] = {
 }
 
 
-def run(commands: Commands, command: str, args: argparse.Namespace) -> Any:
-    """COMMAND's record for the parsed ARGS: BundleRows, a BundleExplanation, Removed, or StoreStatistics."""
+def run(commands: Commands, command: str, args: argparse.Namespace) -> Record:
+    """COMMAND's record for the parsed ARGS (BundleRows, a BundleExplanation or NotebookPlan, Removed,
+    StoreStatistics), for frontends/render.py to show; NotFound when NAME is not there."""
     return _RUN[command](commands, args, getattr(args, "store_dir", None))
-
-
-def as_json(record: Any) -> Any:
-    """A read command's record as JSON-ready data (dicts and lists), the same in the notebook and on stdout."""
-    if hasattr(record, "to_json"):  # statistics flatten their counters
-        return record.to_json()
-    return [dataclasses.asdict(r) for r in record] if isinstance(record, list) else dataclasses.asdict(record)

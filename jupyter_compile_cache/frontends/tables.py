@@ -1,5 +1,6 @@
-"""Tables for `status`, `list`, `explain` and `stats`: plain text in a terminal, HTML in a notebook, the record
-they show in `.data`."""
+"""Views of the records commands return: tables for `status`, `list`, `explain` and `stats`, lines for the rest;
+plain text in a terminal (`repr`), HTML in a notebook (`_repr_html_`), the record they show in `.data`.
+frontends/render.py picks the view for a record."""
 
 from __future__ import annotations
 
@@ -156,7 +157,7 @@ class StatusView(_View):
         d: SessionStatus = self.data
         lines = [f"torch's cache dir: {d.cache_dir}", f"local store: {d.store_dir} ({human_bytes(d.store_bytes)})"]
         if d.hub.url:
-            lines.append(f"hub: {hub_line(d.hub).removeprefix('compile_cache: hub ')}")
+            lines.append(f"hub: {hub_line(d.hub)}")
         lines.append(f"kernel: {d.kernel_start.line()}")
         if d.torch_remote:
             lines.append(
@@ -228,7 +229,7 @@ class BundleTable(_View):
         ]
 
     def preamble(self) -> list[str]:
-        return [] if self.data else ["no bundles"]
+        return ([self.title] if self.title else []) + ([] if self.data else ["no bundles"])
 
     def postscript(self) -> list[str]:
         broken = [b for b in self.data if b.missing_chunks]
@@ -445,16 +446,33 @@ class NotebookPlanView(_View):
         ]
 
 
+NO_HUB_HINT = (
+    "%compile_cache hub redis://host:port/0 or file:///shared/folder, %config CompileCache.hub = ..., or "
+    "JUPYTER_COMPILE_CACHE_HUB"
+)
+
+
 def hub_line(hub: HubState) -> str:
+    """'redis://host:6379/0 namespace 'team': reachable (0.4 ms); ...', or 'none (how to set one)'."""
     if not hub.url:
-        return (
-            "compile_cache: no hub (%compile_cache hub redis://host:port/0 or file:///shared/folder, "
-            "%config CompileCache.hub = ..., or JUPYTER_COMPILE_CACHE_HUB)"
-        )
+        return f"none ({NO_HUB_HINT})"
     kind = {"redis cluster": "Redis Cluster, ", "folder": "shared folder, "}.get(hub.kind or "", "")
     state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"unreachable: {hub.error}"
     signed = "bundles signed with the team secret" if hub.signed else "no team secret: pulled bundles trusted"
-    return f"compile_cache: hub {hub.url} namespace {hub.namespace!r}: {state}; {signed}"
+    return f"{hub.url} namespace {hub.namespace!r}: {state}; {signed}"
+
+
+class Lines:
+    """What a change did (a removal, a push, a pull...), as lines: text, or one `<div>` each in a notebook."""
+
+    def __init__(self, lines: Sequence[str], data: Any = None) -> None:
+        self.lines, self.data = list(lines), data
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines)
+
+    def _repr_html_(self) -> str:
+        return "".join(f"<div>{html.escape(line)}</div>" for line in self.lines)
 
 
 def removal_lines(removals: Sequence[Removal], where: str, dry_run: bool) -> list[str]:

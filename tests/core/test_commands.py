@@ -48,7 +48,7 @@ def test_a_hub_listing_leaves_out_what_the_user_may_not_read_and_says_how_many(t
     try:
         commands = Commands(session)
         hub = commands.hub(None, None, None)
-        assert [row.name for row in commands.hub_bundles(hub)] == ["open-net"]
+        assert [row.name for row in commands.hub_bundles(hub).rows] == ["open-net"]
         assert [row.name for row in commands.bundles() if row.where == "hub"] == ["open-net"]
         said = [event.text() for event in told]
         assert said[0].startswith("2 bundles on the hub") and "not permitted to read them" in said[0], said

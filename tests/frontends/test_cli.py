@@ -223,7 +223,7 @@ def test_rm_takes_a_version_prefix_and_import_says_when_it_had_the_version(tmp_p
     env = {"JUPYTER_COMPILE_CACHE_HUB": ""}
 
     exported = _python([*cli, "export", "net", str(tmp_path / "net.jcc")], env)
-    assert exported.returncode == 0 and newer.version in exported.stdout, exported.stderr
+    assert exported.returncode == 0 and short_id(newer.version) in exported.stdout, exported.stderr
     again = _python([*cli, "import", str(tmp_path / "net.jcc")], env)
     assert again.returncode == 0 and again.stdout.startswith("already in the store: 'net'"), again.stdout
 

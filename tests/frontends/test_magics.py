@@ -280,7 +280,7 @@ def test_gc_and_rm_say_what_they_remove_and_preview_with_dry_run(shell, capsys):
     out = capsys.readouterr().out
     assert "would remove 1 version" in out and "alpha" in out and "dry run: nothing was removed" in out
     assert store.names() == ["alpha", "beta"]
-    with pytest.raises(UsageError, match="this empties the store: nothing removed; add --yes"):
+    with pytest.raises(UsageError, match="this empties the store: nothing removed; run again with --yes"):
         shell.run_line_magic("compile_cache", "gc --max-size 0")
     assert store.names() == ["alpha", "beta"]
     with pytest.raises(UsageError, match="argument --max-size: not a size: ''"):
@@ -344,3 +344,44 @@ def test_status_as_json_is_the_same_record_as_the_table(shell):
     assert {"hub", "layers", "store_dir", "store_bytes", "cache_dir"} <= set(data)
     assert {layer["layer"] for layer in data["layers"]} >= {"fx_graph", "aot_autograd"}
     json.dumps(data, default=str)  # it travels as JSON
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "list",
+        "stats",
+        "explain alpha",
+        "rm alpha --dry-run",
+        "gc --dry-run",
+        "gc --max-size 0",
+        "rm nosuch",
+        "list --json",
+    ],
+)
+def test_the_magic_and_the_cli_say_the_same_for_the_same_command(shell, capsys, line):
+    """One renderer per record: the magic's text (its table, its lines after `compile_cache: `, its usage error)
+    is what the CLI prints for the same words (on stdout, or on stderr for what is an error)."""
+    import json
+
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.frontends import cli
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    session = shell.load()
+    store = LocalStore(session.settings.store_dir)
+    for name in ("alpha", "beta"):
+        make_bundle(store, name, size=20_000)
+    capsys.readouterr()
+    try:
+        shown = shell.run_line_magic("compile_cache", line)
+        magic = json.dumps(shown, indent=1, default=str) if "--json" in line else (
+            repr(shown) if shown is not None else capsys.readouterr().out.removeprefix("compile_cache: ").rstrip()
+        )  # fmt: skip
+    except UsageError as exc:
+        magic = str(exc)
+    capsys.readouterr()
+    cli.main(["--store", store.root, *line.split()])
+    printed = capsys.readouterr()
+    assert magic == (printed.out + printed.err).rstrip(), (magic, printed)

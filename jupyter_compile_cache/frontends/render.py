@@ -1,0 +1,120 @@
+"""Every record a command returns, in words: one renderer per record type, shared by the magic (text and HTML), the
+CLI (text) and `--json` (the same data in both). A front end asks `view` for what to show, `refusal` for a change
+that did nothing and says why, `as_json` for `--json`, and tells a NotFound (`str(exc)`) as its errors."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from ..core.records import (
+    BundleExplanation,
+    BundleRow,
+    Exported,
+    HubListing,
+    HubState,
+    Imported,
+    NotebookPlan,
+    Pulled,
+    Pushed,
+    Removed,
+    SessionStatus,
+    StoreStatistics,
+    short_id,
+)
+from ..units import count, human_bytes, speed
+from . import tables
+
+# What a command returns: a table or a few lines.
+Record = (
+    SessionStatus | list[BundleRow] | HubListing | BundleExplanation | NotebookPlan | StoreStatistics | Removed
+    | Pushed | Pulled | Exported | Imported | HubState
+)  # fmt: skip
+
+
+def _removed(r: Removed) -> list[str]:
+    lines = tables.removal_lines(r.removals, r.where, r.dry_run)
+    return lines[:-1] if r.refused else lines  # refused: the plan, without "dry run" (refusal says it)
+
+
+def _pushed(r: Pushed) -> list[str]:
+    m = r.manifest
+    return [
+        f"pushed {m.name!r} version {short_id(m.version)} ({human_bytes(m.payload_bytes)}, "
+        f"{count(len(m.chunk_sha256 or []), 'chunk')}) to {r.where} in {r.seconds:.2f} s "
+        f"({speed(m.payload_bytes, r.seconds)})"
+    ]
+
+
+def _pulled(r: Pulled) -> list[str]:
+    m = r.manifest
+    return [f"skipped {line}" for line in r.skipped] + [
+        f"pulled {m.name!r} version {short_id(m.version)} ({human_bytes(m.payload_bytes)}) into {r.store_dir} in "
+        f"{r.seconds:.2f} s ({speed(m.payload_bytes, r.seconds)})"
+    ]
+
+
+def _imported(r: Imported) -> list[str]:
+    m = r.manifest
+    state = "imported" if r.new else "already in the store:"
+    return [f"{state} {m.name!r} version {short_id(m.version)} ({human_bytes(m.payload_bytes)})"]
+
+
+def _exported(r: Exported) -> list[str]:
+    return [f"exported {r.manifest.name!r} version {short_id(r.manifest.version)} to {r.path}"]
+
+
+def _hub_listing(r: HubListing) -> Any:
+    view = tables.BundleTable(r.rows)
+    view.title = r.where.removeprefix("the ")
+    return view
+
+
+_VIEWS: dict[type, Callable[[Any], Any]] = {
+    SessionStatus: tables.StatusView,
+    HubListing: _hub_listing,
+    BundleExplanation: tables.Explanation,
+    NotebookPlan: tables.NotebookPlanView,
+    StoreStatistics: tables.StatsView,
+}
+_LINES: dict[type, Callable[[Any], list[str]]] = {
+    Removed: _removed,
+    Pushed: _pushed,
+    Pulled: _pulled,
+    Imported: _imported,
+    Exported: _exported,
+    HubState: lambda h: [f"hub {tables.hub_line(h)}" if h.url else f"no hub ({tables.NO_HUB_HINT})"],
+}
+
+
+def view(record: Record) -> Any:
+    """What shows RECORD: a table view, or `tables.Lines` (both: text by `repr`, HTML by `_repr_html_`)."""
+    if isinstance(record, list):
+        return tables.BundleTable(record)
+    kind = type(record)
+    if kind in _VIEWS:
+        return _VIEWS[kind](record)
+    return tables.Lines(_LINES[kind](record), record)
+
+
+def refusal(record: Record) -> str | None:
+    """For a change that did nothing on purpose (a gc that would empty the store, a hub rm of every version without
+    --yes): why, and how to go on. The front end tells it as an error, after the plan `view` shows."""
+    if isinstance(record, Removed) and record.refused:
+        return f"{record.refused}: nothing removed; run again with --yes"
+    return None
+
+
+def as_json(record: Record) -> Any:
+    """RECORD as JSON-ready data (dicts and lists): what `--json` prints, and what the magic returns with it."""
+    if isinstance(record, list):
+        return [dataclasses.asdict(r) for r in record]
+    if isinstance(record, HubListing):
+        return [dataclasses.asdict(r) for r in record.rows]
+    if isinstance(record, StoreStatistics):  # statistics flatten their counters
+        return record.to_json()
+    data = dataclasses.asdict(record)
+    if isinstance(record, Removed):  # each removal as an object, not a bare list
+        data["removals"] = [r._asdict() for r in record.removals]
+    return data

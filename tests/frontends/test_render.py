@@ -1,0 +1,35 @@
+"""render.py: one renderer per record type, for the magic, the CLI and --json alike."""
+
+from __future__ import annotations
+
+import typing
+
+from helpers.store import make_bundle
+
+from jupyter_compile_cache.core.commands import Commands
+from jupyter_compile_cache.core.records import GcOptions, Removed, RemoveOptions
+from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.frontends import render, tables
+from jupyter_compile_cache.torch_adapter import fingerprint
+
+
+def test_every_record_a_command_returns_has_one_renderer():
+    kinds = [k for k in typing.get_args(render.Record) if typing.get_origin(k) is None]
+    assert kinds, render.Record
+    for kind in kinds:
+        assert (kind in render._VIEWS) != (kind in render._LINES), kind  # exactly one of the two
+
+
+def test_a_refused_change_shows_its_plan_and_says_why_once(tmp_path):
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    make_bundle(session.store(), "net", now=fingerprint.current())
+    commands = Commands(session)
+    refused = commands.gc(GcOptions(max_size=0))
+    assert isinstance(refused, Removed) and refused.refused
+    shown = repr(render.view(refused))
+    assert shown.startswith("would remove 1 version from") and "dry run" not in shown  # the refusal says that
+    assert render.refusal(refused) == "this empties the store: nothing removed; run again with --yes"
+    done = commands.remove(RemoveOptions("net"))
+    assert render.refusal(done) is None and isinstance(render.view(done), tables.Lines)
+    assert repr(render.view(done)).startswith("removed 1 version from")
+    assert render.as_json(done)["removals"][0]["name"] == "net"
