@@ -61,16 +61,20 @@ class Commands:
         self.settings = session.settings
 
     # -- views ----------------------------------------------------------------------------------------------------
-    def status(self, wait: bool = False) -> SessionStatus:
-        """Per-layer state: switch, env var, entries and bytes on disk, this kernel's hits / misses / bypasses.
-        While torch's compiler still loads in the background, it answers at once with what is on disk (`wait`:
-        for the whole picture); importing the compiler from two threads at once can break torch's imports."""
+    def status(self, wait: bool = False, ping_hub: bool = True) -> SessionStatus:
+        """Per-layer state: switch, env var, entries and bytes in torch's cache dir and in the local store, this
+        kernel's hits / misses / bypasses. While torch's compiler still loads in the background, it answers at once
+        with what is on disk (`wait`: for the whole picture); importing the compiler from two threads at once can
+        break torch's imports. `ping_hub` False: the hub's state as last known, nothing asked of it."""
         session = self.session
         loading = None if wait else session.prewarm.loading()
         if loading is None:
             session.prewarm.join()
         roots = capture.cache_roots()
         usage = layers.disk_usage(roots["inductor"])
+        store = session.store()
+        stored = store.bundles()
+        in_store = layers.bundle_usage([(m.name, m.size) for b in stored for m in b.manifest.members])
         totals = cell_snapshot.session_counts() if loading is None else {}
         layer_states = []
         for layer in layers.LAYERS:
@@ -90,23 +94,26 @@ class Commands:
                     place=layer.place,
                     entries=on_disk.get("entries", 0),
                     bytes=on_disk.get("bytes", 0),
+                    store_files=in_store[layer.name]["files"],
+                    store_bytes=in_store[layer.name]["bytes"],
                     hits=counts.get("hits", 0),
                     misses=counts.get("misses", 0),
                     bypasses=counts.get("bypasses", 0),
                 )
             )
-        store = session.store()
+        store_bytes = sum(b.manifest.payload_bytes for b in stored)  # as `list`, `stats` and the cap count them
         from ..kernels.kernel_start import this_kernel_start  # here: `list` and the CLI never need the kernels
 
         return SessionStatus(
-            hub=session.hub_policy.state(),
+            hub=session.hub_policy.state(ping=ping_hub),
             settings=self.settings.resolved(),
             kernel_start=this_kernel_start(),
             cache_dir=roots["inductor"],
             store_dir=store.root,
-            store_bytes=store.usage()[0],  # the bundles' bytes, as `list`, `stats` and the cap count them
+            store_bytes=store_bytes,
             max_bytes=self.settings.max_bytes,
             precompile_default=session.precompile_default,
+            store_other_bytes=store_bytes - sum(state.store_bytes for state in layer_states),
             torch_remote=session.hub_policy.torch_remote,
             stale_rejected=compiler.stale_count() if loading is None else 0,
             precompile_fallbacks=compiler.fallback_count() if loading is None else 0,
@@ -123,17 +130,17 @@ class Commands:
         """The hub, pinged now even if it failed a moment ago (`%compile_cache hub status`)."""
         return self.session.hub_policy.state(force=True)
 
-    def bundles(self, store_dir: str | None = None) -> list[BundleRow]:
-        """Local bundles, then the hub's (when one is configured and answers)."""
+    def bundles(self, store_dir: str | None = None, hub: bool = True) -> list[BundleRow]:
+        """Local bundles, then the hub's (when one is configured and answers; `hub` False: local ones only)."""
         local = list(self.session.store(store_dir).bundles())
         remote: list[Manifest] = []
         policy = self.session.hub_policy
-        hub = policy.for_cell(CellOptions())
-        if hub is not None:
+        hub_source = policy.for_cell(CellOptions()) if hub else None
+        if hub_source is not None:
             try:
-                remote = self._hub_versions(hub)
+                remote = self._hub_versions(hub_source)
             except HubError as exc:
-                policy.failed(hub, exc, None)
+                policy.failed(hub_source, exc, None)
         if not local and not remote:
             return []  # nothing to compare with this machine: torch is not imported (1.4 s)
         fit = MachineFit()  # the GPU is only asked (importing torch, 1.5 s) when a bundle holds GPU kernels
@@ -404,6 +411,7 @@ def bundle_row(m: Manifest, fit: MachineFit, last_used: float | None, where: str
         writer=m.writer,
         where=where,
         compatible=fit.fits(m),
+        reason=fit.why_not(m),
         fingerprint_id=m.fingerprint_id,
     )
 

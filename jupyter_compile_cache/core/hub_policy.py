@@ -151,11 +151,11 @@ class HubPolicy:
         self._warned.add(key)
         self._tell(HubRefusal(hub.display_url, str(exc), exc.action), report)
 
-    def state(self, force: bool = False) -> HubState:
+    def state(self, force: bool = False, ping: bool = True) -> HubState:
         """The session's hub: redacted URL, namespace, cluster or not, reachable or not, latency.
 
-        A hub found down in the last minute is not pinged again unless `force`d (`%compile_cache hub status`):
-        the panel refreshes after every cell and must not add a connect timeout to each.
+        A hub found down in the last minute is not pinged again unless `force`d (`%compile_cache hub status`).
+        `ping` False asks nothing of the hub (reachable None unless it failed a moment ago): the panel after a cell.
         """
         config = hub_config(self.settings)
         if config is None:
@@ -164,6 +164,8 @@ class HubPolicy:
         state = HubState(url=hub.display_url, namespace=config.namespace, signed=bool(config.secret))
         if not force and self._is_down(config.url):
             state.reachable, state.error = False, "unreachable a moment ago (not retried yet)"
+            return state
+        if not ping:
             return state
         try:
             state.latency_ms = hub.ping() * 1000

@@ -310,6 +310,8 @@ class LayerState:
     place: str
     entries: int = 0
     bytes: int = 0  # in torch's cache dir, this layer's folders
+    store_files: int = 0  # in the local store's bundles (every version), each file in one layer
+    store_bytes: int = 0
     hits: int = 0
     misses: int = 0
     bypasses: int = 0
@@ -379,6 +381,7 @@ class SessionStatus:
     store_bytes: int
     max_bytes: int
     precompile_default: bool
+    store_other_bytes: int  # the store's bytes no layer holds (archive headers, bookkeeping): layers + this = total
     torch_remote: str | None  # the hub torch's own Redis caches use since a --torch-remote cell
     stale_rejected: int
     precompile_fallbacks: int
@@ -416,6 +419,7 @@ class BundleRow:
     where: str
     compatible: bool  # restores on this machine (same torch, Python, GPU...)
     fingerprint_id: str
+    reason: str | None = None  # why it does not restore here (None: it does)
     missing_chunks: int = 0  # a hub version's chunks that are gone (evicted, expired): it cannot be pulled
 
 

@@ -1,31 +1,39 @@
-"""An ipywidgets panel over the session: per-layer cache state, toggles, bundles, and cold-vs-restored times.
+"""An ipywidgets panel over the session: the facts of this kernel, per-layer cache state with toggles, the bundles
+with their actions, and cold-vs-restored times.
 
 Standard ipywidgets 8 controls only (no custom JavaScript, nothing fetched from a CDN), so it renders offline in
-JupyterLab 4, Notebook 7 and VS Code. `%compile_cache panel` or `jupyter_compile_cache.Panel()` shows it. It
-refreshes after every `%%compile_cache` cell (a session listener) and on Refresh; errors raised in its callbacks
-are shown in the panel instead of vanishing. After a kernel restart, run the magic again for a live panel.
+JupyterLab 4, Notebook 7 and VS Code. `%compile_cache panel` or `jupyter_compile_cache.Panel()` shows it.
 
-Compile time saved is an estimate: for each restored cell, the cold time recorded in the bundle when it was
-saved minus this run's time (its restore included); per layer, that saving is split in proportion to the layer's
-hits in that cell. Per layer, "in cache dir" counts torch's cache dir, which holds more than the bundles (every
-cell's files, the layers sharing some), so it does not add up to the store's size.
+It is fed by the session's events: after each `%%compile_cache` cell it updates its counters, the local store's
+bundles and the chart from what the cell reported and what is on this machine's disk. The hub is asked only on
+Refresh (a cell may hold the hub's lease while it runs; the panel never adds a hub round trip to a cell). Errors
+raised in its callbacks are shown in the panel instead of vanishing. After a kernel restart, run the magic again
+for a live panel.
+
+Per layer, "in store" counts the files of the local store's bundles, each file in one layer, so the layers and
+the archive headers add up to the store's size. Compile time saved is an estimate: for each restored cell, the
+cold time recorded in the bundle when it was saved minus this run's time (its restore included); per layer, that
+saving is split in proportion to the layer's hits in that cell.
 """
 
 from __future__ import annotations
 
 import html
+import math
 import os
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..core.commands import Commands
+from ..core.commands import COMMAND_ERRORS, Commands
 from ..core.events import CellFinished, Event
 from ..core.records import (
     BundleRow,
     CellOptions,
     CellSaving,
     GcOptions,
+    NotFound,
     Removed,
     RemoveOptions,
     RestoreResult,
@@ -35,48 +43,87 @@ from ..core.records import (
 from ..core.session import CompileCacheSession
 from ..units import count, human_bytes
 from . import render
-from .tables import Explanation, age, hub_line, notebook_line, removal_lines
+from .tables import age, hub_line, notebook_line, removal_lines
+
+GREEN, RED, GREY = "#2e7d32", "#c62828", "#757575"
+ONE_LINE = "white-space: nowrap; overflow: hidden; text-overflow: ellipsis"
 
 
-def bar_chart_svg(cells: list[CellSaving], width: int = 520) -> str:
-    """Cold vs restored seconds per cell, as inline SVG (no plotting library, nothing to download). Each cell's whole
-    name stands on its own line above its bars, so no name is cut."""
+def _nice_step(top: float) -> float:
+    """A round tick step (1, 2 or 5 times a power of ten) that cuts 0..TOP into 3 to 6 parts."""
+    raw = top / 5 if top > 0 else 1.0
+    power = 10 ** math.floor(math.log10(raw))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+
+
+def bar_chart_svg(cells: list[CellSaving], width: int = 560) -> str:
+    """Cold vs restored seconds per cell, as inline SVG (no plotting library, nothing to download): a scale in
+    seconds with grid lines, each bar with its value. Each cell's whole name stands on its own line above its bars,
+    so no name is cut."""
     if not cells:
         return "<i>No restored %%compile_cache cell yet: run one twice (or after a restart) to compare.</i>"
     top = max(max(c.cold, c.restored) for c in cells) or 1.0
-    label, bar, gap = 14, 12, 10
+    step = _nice_step(top)
+    axis_top = step * math.ceil(top / step)
+    label, bar, gap, left = 14, 12, 10, 4
     row = label + 2 * (bar + 2) + gap
-    scale = (width - 70) / top
+    plot = width - left - 70  # room for the longest value label after the longest bar
+    scale = plot / axis_top
+    height = 20 + row * len(cells) + 18
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{row * len(cells) + 20}" '
-        'font-family="sans-serif" font-size="11">',
-        '<rect x="0" y="2" width="10" height="10" fill="#d9534f"/><text x="14" y="11">cold</text>'
-        '<rect x="60" y="2" width="10" height="10" fill="#5cb85c"/><text x="74" y="11">restored</text>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="11">',
+        f'<rect x="{left}" y="2" width="10" height="10" fill="{RED}"/><text x="{left + 14}" y="11">cold</text>'
+        f'<rect x="{left + 56}" y="2" width="10" height="10" fill="{GREEN}"/>'
+        f'<text x="{left + 70}" y="11">restored (its restore included)</text>',
     ]
+    axis_y = 20 + row * len(cells)
+    ticks = int(round(axis_top / step))
+    for i in range(ticks + 1):
+        x = left + i * step * scale
+        parts.append(
+            f'<line x1="{x:.1f}" y1="18" x2="{x:.1f}" y2="{axis_y}" stroke="#e0e0e0"/>'
+            f'<text x="{x:.1f}" y="{axis_y + 13}" text-anchor="middle" fill="{GREY}">{i * step:g} s</text>'
+        )
     for i, c in enumerate(cells):
         y = 20 + i * row
-        parts.append(f'<text x="0" y="{y + label - 3}">{html.escape(c.name)}</text>')
-        for j, (key, color) in enumerate((("cold", "#d9534f"), ("restored", "#5cb85c"))):
+        parts.append(f'<text x="{left}" y="{y + label - 3}">{html.escape(c.name)}</text>')
+        for j, (key, color) in enumerate((("cold", RED), ("restored", GREEN))):
             value = getattr(c, key)
             w = max(1.0, value * scale)
             top_y = y + label + j * (bar + 2)
             parts.append(
-                f'<rect x="0" y="{top_y}" width="{w:.1f}" height="{bar}" fill="{color}"/>'
-                f'<text x="{w + 4:.1f}" y="{top_y + bar - 2}">{value:.2f} s</text>'
+                f'<rect x="{left}" y="{top_y}" width="{w:.1f}" height="{bar}" fill="{color}"/>'
+                f'<text x="{left + w + 4:.1f}" y="{top_y + bar - 2}">{value:.2f} s</text>'
             )
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _wrapping(text: str) -> str:
-    # widget HTML does not wrap by itself: a long torch switch name would run out of its column
-    breakable = html.escape(text).replace(".", ".<wbr>")  # a dotted name breaks after a dot first
-    return f'<span style="white-space: normal; overflow-wrap: anywhere">{breakable}</span>'
-
-
-def _from_home(path: str) -> str:
+def _short_path(path: str, width: int = 48) -> str:
+    """PATH from ~, its middle left out past WIDTH characters (the whole path is the cell's hover text)."""
     home = os.path.expanduser("~")
-    return "~" + path[len(home) :] if home not in ("", "/") and path.startswith(home + os.sep) else path
+    if home not in ("", "/") and path.startswith(home + os.sep):
+        path = "~" + path[len(home) :]
+    if len(path) <= width:
+        return path
+    keep = width - 1
+    return f"{path[: keep // 3]}…{path[len(path) - (keep - keep // 3) :]}"
+
+
+def _cell(text: Any, title: str | None = None, align: str = "left", color: str | None = None, bold: bool = False,
+          data: dict[str, Any] | None = None) -> str:  # fmt: skip
+    """One table cell's HTML: one line, cut with an ellipsis (never wrapped), the whole text on hover."""
+    value = str(text)
+    style = f"{ONE_LINE}; text-align: {align}" + (f"; color: {color}" if color else "")
+    style += "; font-weight: bold" if bold else ""
+    attrs = "".join(f' data-{k}="{html.escape(str(v))}"' for k, v in (data or {}).items())
+    hover = html.escape(title if title is not None else value)
+    return f'<div class="jcc-cell" style="{style}" title="{hover}"{attrs}>{html.escape(value)}</div>'
+
+
+def _count_cell(n: int, color_if_any: str) -> str:
+    return _cell(n, align="right", color=color_if_any if n else GREY)
 
 
 class Panel:
@@ -97,50 +144,66 @@ class Panel:
         self.session = session
         self.commands = Commands(session)
         self._w = w
-        self.header = w.HTML()
-        # One grid, so every row's cells line up whatever their content (an HBox per row drifts).
-        self.layer_box = w.GridBox(
-            layout=w.Layout(
-                grid_template_columns=" ".join(width for _h, width in _LAYER_COLUMNS),
-                align_items="center",
-                width="100%",
-            )
-        )
-        self.bundle_box = w.VBox()
+        self.header = w.HTML(layout=w.Layout(width="100%"))
+        # One grid per table, so every row's cells line up whatever their content (an HBox per row drifts).
+        self.layer_box = w.GridBox(layout=self._grid(_LAYER_COLUMNS))
+        self.bundle_box = w.GridBox(layout=self._grid(_BUNDLE_COLUMNS))
+        self.bundle_note = w.HTML()
         # a restore's progress (pulled, then restored), shown while one runs
         self.progress = w.FloatProgress(
             min=0.0, max=1.0, style={"description_width": "initial"}, layout=w.Layout(display="none", width="560px")
         )
         self.chart = w.HTML()
         self.messages = w.Output(layout=w.Layout(max_height="160px", overflow="auto"))
-        self.refresh_button = w.Button(description="Refresh", icon="refresh")
+        self.refresh_button = w.Button(
+            description="Refresh", icon="refresh", tooltip="read everything again, the hub included"
+        )
         self.refresh_button.on_click(self._guarded(lambda _b: self.refresh()))
+        self.hub_asked = w.HTML()
         self.free_button = w.Button(
             description="free space…", tooltip="versions that cannot restore here, then over the cap"
         )
         self.free_button.on_click(self._guarded(lambda _b: self.preview_gc("free")))
         self.clear_button = w.Button(description="clear all…", tooltip="every version in the local store")
         self.clear_button.on_click(self._guarded(lambda _b: self.preview_gc("clear")))
+        self.confirm_box = w.HBox()
         self._pending_gc: str | None = None
-        self.toggles: dict[str, Any] = {}
-        self.bundle_buttons: dict[tuple[str, ...], Any] = {}  # (name, version, where, action)
         self._pending_delete: tuple[str, str, str] | None = None
+        self.toggles: dict[str, Any] = {}
+        self.bundle_buttons: dict[tuple[str, ...], Any] = {}  # (where, name, version, action)
+        self.confirm_buttons: tuple[Any, Any] | None = None
+        self._hub_rows: list[BundleRow] = []  # as the hub answered at the last Refresh
+        self._status: SessionStatus | None = None
         self.widget = w.VBox(
             [
-                w.HBox([w.HTML("<b>jupyter_compile_cache</b>"), self.refresh_button]),
+                w.HBox([w.HTML("<b>jupyter_compile_cache</b>"), self.refresh_button, self.hub_asked]),
                 self.header,
-                w.HTML("<b>Cache layers</b> (toggles flip torch's switch in this kernel)"),
+                w.HTML(
+                    "<b>Cache layers</b>: the local store's files per layer, this kernel's counts; the boxes flip "
+                    "torch's switch in this kernel"
+                ),  # fmt: skip
                 self.layer_box,
                 w.HBox([w.HTML("<b>Bundles</b>"), self.free_button, self.clear_button]),
                 self.progress,
                 self.bundle_box,
-                w.HTML("<b>Cold vs restored</b> (per %%compile_cache cell)"),
+                self.bundle_note,
+                self.confirm_box,
+                w.HTML("<b>Cold vs restored</b>, per restored %%compile_cache cell"),
                 self.chart,
                 self.messages,
-            ]
+            ],
+            layout=w.Layout(width="100%", max_width="1100px"),
         )
         session.listeners.append(self._on_event)
         self.refresh()
+
+    def _grid(self, columns: tuple[tuple[str, str], ...]) -> Any:
+        return self._w.Layout(
+            grid_template_columns=" ".join(width for _h, width in columns),
+            grid_gap="2px 10px",
+            align_items="center",
+            width="100%",
+        )
 
     # -- display ------------------------------------------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
@@ -152,11 +215,12 @@ class Panel:
         self.widget.close()
 
     def _on_event(self, event: Event) -> None:
-        """The session's events: a warning is said here too (a cell's output scrolls away), a cell's end refreshes."""
+        """The session's events: a warning is said here too (a cell's output scrolls away); a cell's end updates
+        the counters, the local bundles and the chart, without asking the hub."""
         if event.level == "warning":
             self.say(f"warning: {event.text()}")
         elif isinstance(event, CellFinished):
-            self.refresh()
+            self._guarded(self.update)()
 
     def _guarded(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Errors in widget callbacks vanish unless shown: put them in the panel."""
@@ -179,11 +243,78 @@ class Panel:
 
     # -- content --------------------------------------------------------------------------------------------------
     def refresh(self) -> None:
-        w = self._w
+        """Everything again, the hub included (its state and its bundles)."""
         status = self.commands.status(wait=True)  # the panel shows every layer's switch
+        self._hub_rows = [b for b in self.commands.bundles() if b.where == "hub"] if status.hub.url else []
+        self.hub_asked.value = (
+            f"<span style='color:{GREY}'>hub asked at {time.strftime('%H:%M:%S')}</span>" if status.hub.url else ""
+        )
+        self._show(status)
+
+    def update(self) -> None:
+        """What a cell changed: counters, the local store, time saved; the hub as it was at the last Refresh."""
+        status = self.commands.status(wait=True, ping_hub=False)
+        if self._status is not None and status.hub.reachable is None:
+            status.hub = self._status.hub  # as last asked (unless it failed since: then that is said)
+        self._show(status)
+
+    def _show(self, status: SessionStatus) -> None:
+        self._status = status
         saved = self.commands.time_saved()
         self.header.value = self._header_html(status, saved)
-        cells: list[Any] = [w.HTML(f"<b>{h}</b>") for h, _wd in _LAYER_COLUMNS]
+        self._layers(status, saved)
+        self._bundles(self.commands.bundles(hub=False) + self._hub_rows, hub=status.hub.url is not None)
+        self.chart.value = bar_chart_svg(saved.cells)
+
+    def _header_html(self, status: SessionStatus, saved: TimeSaved) -> str:
+        dev = self.commands.device()
+        if dev.kind == "gpu":
+            device = (
+                f"{dev.name} (compute {dev.capability}), memory {human_bytes(dev.memory_used)} / "
+                f"{human_bytes(dev.memory_total)}"
+            )
+        else:
+            device = f"CPU {dev.name}, ISA {dev.isa}"
+        versions = f"torch {dev.torch} · Triton {dev.triton or '-'} · CUDA {dev.cuda or '-'}"
+        cap = status.max_bytes
+        store = (
+            f"{human_bytes(status.store_bytes)} of the {human_bytes(cap)} cap "
+            f"({100 * status.store_bytes / max(cap, 1):.1f} %) in {_short_path(status.store_dir)}"
+        )
+        rows: list[tuple[str, str, str | None]] = [
+            ("device", device, None),
+            ("versions", versions, None),
+            ("local store", store, status.store_dir),
+            ("torch's cache", _short_path(status.cache_dir), status.cache_dir),
+            ("hub", hub_line(status.hub), None),
+            ("kernel", status.kernel_start.line(), None),
+            ("time saved", f"{saved.total:.1f} s of compiling this session (estimate)", None),
+        ]
+        if status.stale_rejected or status.precompile_fallbacks:
+            rows.append(
+                (
+                    "precompile",
+                    f"{count(status.stale_rejected, 'stale entry')} refused, "
+                    f"{count(status.precompile_fallbacks, 'function')} fell back to plain torch.compile",
+                    None,
+                )
+            )
+        if status.notebook is not None:
+            rows.append(("notebook", notebook_line(status.notebook, status.notebook_fetched), None))
+        elif status.notebook_error is not None:
+            rows.append(("notebook", f"its bundles were not fetched ahead: {status.notebook_error}", None))
+        elif status.notebook_path is not None:
+            rows.append(("notebook", "its bundles: still being fetched", None))
+        body = "".join(
+            f"<tr><td style='{ONE_LINE}; color: {GREY}; padding-right: 12px; width: 7.5em'>{html.escape(key)}</td>"
+            f"<td style='max-width: 0; {ONE_LINE}' title='{html.escape(full or value)}'>{html.escape(value)}</td></tr>"
+            for key, value, full in rows
+        )
+        return f"<table class='jcc-facts' style='table-layout: fixed; width: 100%; border-spacing: 0'>{body}</table>"
+
+    def _layers(self, status: SessionStatus, saved: TimeSaved) -> None:
+        w = self._w
+        cells: list[Any] = [w.HTML(_cell(h, bold=True, align=a)) for h, _wd, a in _LAYER_HEADERS]
         for row in status.layers:
             toggle = self.toggles.get(row.layer)
             if toggle is None:
@@ -193,102 +324,99 @@ class Panel:
             toggle.disabled = not row.supported or row.switch is None
             if toggle.value != bool(row.enabled):
                 toggle.value = bool(row.enabled)
-            values = [
-                row.title,
-                f"{row.entries} / {human_bytes(row.bytes)}",
-                row.hits,
-                row.misses,
-                row.bypasses,
-                f"{saved.per_layer.get(row.layer, 0.0):.1f} s",
-                row.switch or "always on",
+            switch = row.switch.rsplit(".", 1)[-1] if row.switch else "always on"
+            cells += [
+                toggle,
+                w.HTML(_cell(row.title, title=f"{row.title}: {row.scope}")),
+                w.HTML(_cell(row.store_files, align="right")),
+                w.HTML(_cell(human_bytes(row.store_bytes), align="right", data={"bytes": row.store_bytes})),
+                w.HTML(_count_cell(row.hits, GREEN)),
+                w.HTML(_count_cell(row.misses, RED)),
+                w.HTML(_count_cell(row.bypasses, RED)),
+                w.HTML(_cell(f"{saved.per_layer.get(row.layer, 0.0):.1f} s", align="right")),
+                w.HTML(_cell(switch, title=row.switch or "no switch: always on", color=GREY)),
             ]
-            cells += [toggle, *(w.HTML(_wrapping(str(v))) for v in values)]
+        other = status.store_other_bytes
+        total_hits = sum(r.hits for r in status.layers)
+        total_misses = sum(r.misses for r in status.layers)
+        for title, files, size, kind, hits, misses in (
+            ("archive headers, other", "", other, "other", None, None),
+            ("total: the local store", sum(r.store_files for r in status.layers), status.store_bytes, "total",
+             total_hits, total_misses),
+        ):  # fmt: skip
+            bold = kind == "total"
+            cells += [
+                w.HTML(""),
+                w.HTML(_cell(title, bold=bold)),
+                w.HTML(_cell(files, align="right", bold=bold)),
+                w.HTML(_cell(human_bytes(size), align="right", bold=bold, data={kind: size})),
+                w.HTML(_count_cell(hits, GREEN) if hits is not None else ""),
+                w.HTML(_count_cell(misses, RED) if misses is not None else ""),
+                w.HTML(""),
+                w.HTML(_cell(f"{saved.total:.1f} s", align="right", bold=True) if bold else ""),
+                w.HTML(""),
+            ]
         self.layer_box.children = cells
-        self._refresh_bundles(hub=status.hub.url is not None)
-        self.chart.value = bar_chart_svg(saved.cells)
 
-    def _header_html(self, status: SessionStatus, saved: TimeSaved) -> str:
-        dev = self.commands.device()
-        if dev.kind == "gpu":
-            device = (
-                f"{html.escape(str(dev.name))} (compute {dev.capability}), memory "
-                f"{human_bytes(dev.memory_used)} / {human_bytes(dev.memory_total)}"
-            )
-        else:
-            device = f"CPU {html.escape(str(dev.name))}, ISA {html.escape(str(dev.isa))}"
-        versions = f"torch {dev.torch}, Triton {dev.triton or '-'}, CUDA {dev.cuda or '-'}"
-        hub = html.escape(hub_line(status.hub))
-        cap = status.max_bytes
-        precompile = (
-            f"<div>precompile: {status.stale_rejected} stale entries refused, "
-            f"{count(status.precompile_fallbacks, 'function')} fell back to plain torch.compile</div>"
-        )
-        notebook = ""
-        if status.notebook is not None:
-            notebook = f"<div>{html.escape(notebook_line(status.notebook, status.notebook_fetched))}</div>"
-        elif status.notebook_error is not None:
-            notebook = f"<div>the notebook's bundles were not fetched ahead: {html.escape(status.notebook_error)}</div>"
-        elif status.notebook_path is not None:
-            notebook = "<div>the notebook's bundles: still being fetched</div>"
-        return (
-            f"<div>{device}</div><div>{versions}</div><div>kernel: {html.escape(status.kernel_start.line())}</div>"
-            f"<div>local store {html.escape(_from_home(status.store_dir))}: {human_bytes(status.store_bytes)} of the "
-            f"{human_bytes(cap)} cap ({100 * status.store_bytes / max(cap, 1):.1f} %); "
-            f"cache dir {html.escape(_from_home(status.cache_dir))}</div><div>hub: {hub}</div>"
-            f"<div>compile time saved this session (estimate): {saved.total:.1f} s</div>{precompile}{notebook}"
-        )
-
-    def _refresh_bundles(self, hub: bool) -> None:
+    def _bundles(self, rows: list[BundleRow], hub: bool) -> None:
         w = self._w
-        rows = []
+        cells: list[Any] = [w.HTML(_cell(h, bold=True, align=a)) for h, _wd, a in _BUNDLE_HEADERS]
         self.bundle_buttons = {}
-        for b in self.commands.bundles():
+        for b in rows:
             key = (b.where, b.name, b.version)
-            match = "matches" if b.compatible else "does NOT match"
-            label = w.HTML(
-                f"{html.escape(b.name)} {b.short_id} [{b.where}] {human_bytes(b.bytes)}, {count(b.files, 'file')}, "
-                f"made {age(b.created)} by {html.escape(b.writer)}, used {age(b.last_used)}; "
-                f"{match} this machine",
-                layout=w.Layout(width="560px"),
-            )
+            fits = "yes" if b.compatible else f"no: {b.reason}" if b.reason else "no"
+            if b.missing_chunks:
+                fits = f"no: {count(b.missing_chunks, 'chunk')} gone from the hub"
             buttons = []
-            for action in ("restore", "delete", "push", "explain"):
+            for action in ("restore", "delete", "explain", "push"):
                 if action == "push" and (b.where != "local" or not hub):
                     continue
-                if action == "explain" and b.compatible:
-                    continue
-                button = w.Button(description=action, layout=w.Layout(width="80px"))
+                button = w.Button(
+                    description=action,
+                    tooltip=f"{action} {b.name} {b.short_id} ({b.where})",
+                    layout=w.Layout(width="62px", height="24px", padding="0"),
+                )
                 button.on_click(self._guarded(lambda _b, a=action, bb=b: self._bundle_action(a, bb)))
                 self.bundle_buttons[(*key, action)] = button
                 buttons.append(button)
-            rows.append(w.HBox([label, *buttons]))
+            cells += [
+                w.HTML(_cell(b.name)),
+                w.HTML(_cell(b.where, color=GREY)),
+                w.HTML(_cell(b.short_id, title=b.version)),
+                w.HTML(_cell(human_bytes(b.bytes), align="right")),
+                w.HTML(_cell(age(b.created), title=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.created)))),
+                w.HTML(_cell(b.writer)),
+                w.HTML(_cell(fits, color=GREEN if b.compatible and not b.missing_chunks else RED)),
+                w.HBox(buttons, layout=w.Layout(overflow="hidden")),
+            ]
+        self.bundle_box.children = cells
+        self.bundle_note.value = "" if rows else "<i>no bundles yet</i>"
+        self._confirmations()
+
+    def _confirmations(self) -> None:
+        """The yes / cancel buttons of a pending delete or gc, under the bundles."""
+        w = self._w
+        self.confirm_buttons = None
+        question = None
         if self._pending_delete:
             name, _version, where = self._pending_delete
-            yes = w.Button(
-                description=f"delete {name} ({where})?", button_style="danger", layout=w.Layout(width="auto")
-            )
-            no = w.Button(description="cancel")
-            yes.on_click(self._guarded(lambda _b: self.confirm_delete(True)))
-            no.on_click(self._guarded(lambda _b: self.confirm_delete(False)))
-            self.confirm_buttons = (yes, no)
-            rows.append(w.HBox([yes, no]))
-        if self._pending_gc:
+            question, on_yes = f"delete {name} ({where})?", self.confirm_delete
+        elif self._pending_gc:
             plan = self._gc(dry_run=True).removals
             if plan:
                 total = human_bytes(sum(r.bytes for r in plan))
-                yes = w.Button(
-                    description=f"remove {count(len(plan), 'version')}, {total}?",
-                    button_style="danger",
-                    layout=w.Layout(width="auto"),
-                )
-                no = w.Button(description="cancel")
-                yes.on_click(self._guarded(lambda _b: self.confirm_gc(True)))
-                no.on_click(self._guarded(lambda _b: self.confirm_gc(False)))
-                self.confirm_buttons = (yes, no)
-                rows.append(w.HBox([yes, no]))
+                question, on_yes = f"remove {count(len(plan), 'version')}, {total}?", self.confirm_gc
             else:
                 self._pending_gc = None
-        self.bundle_box.children = rows or [w.HTML("<i>no bundles yet</i>")]
+        if question is None:
+            self.confirm_box.children = []
+            return
+        yes = w.Button(description=question, button_style="danger", layout=w.Layout(width="auto"))
+        no = w.Button(description="cancel")
+        yes.on_click(self._guarded(lambda _b: on_yes(True)))
+        no.on_click(self._guarded(lambda _b: on_yes(False)))
+        self.confirm_buttons = (yes, no)
+        self.confirm_box.children = [yes, no]
 
     # -- actions --------------------------------------------------------------------------------------------------
     def _toggled(self, layer_name: str, change: dict[str, Any]) -> None:
@@ -305,11 +433,20 @@ class Panel:
             )
         elif action == "delete":
             self._pending_delete = (b.name, b.version, b.where)  # confirm first
+            self._confirmations()
+            return
         elif action == "push":
-            self.say(repr(render.view(self.commands.push(b.name))))
+            try:
+                self.say(repr(render.view(self.commands.push(b.name))))
+            except (NotFound, *COMMAND_ERRORS) as exc:
+                self.say(f"not pushed: {exc}", error=True)
         elif action == "explain":
-            self.say(repr(Explanation(self.commands.explain(b.name))))
-        self.refresh()
+            try:
+                self.say(repr(render.view(self.commands.explain(b.name))))
+            except NotFound as exc:  # a hub-only bundle: nothing in the local store to explain yet
+                self.say(f"{exc} (pull or restore it first)")
+            return
+        self.update()
 
     def _restore_with_progress(self, name: str) -> RestoreResult:
         bar = self.progress
@@ -338,33 +475,51 @@ class Panel:
     def preview_gc(self, kind: str) -> None:
         """Say what would go, then ask (the confirm button under the bundles)."""
         self._pending_gc = kind
+        self._pending_delete = None
         plan = self._gc(dry_run=True)
         self.say("\n".join(removal_lines(plan.removals, plan.where, dry_run=True)))
-        self.refresh()
+        self._confirmations()
 
     def confirm_gc(self, yes: bool) -> None:
         if yes and self._pending_gc:
             removed = self._gc(dry_run=False)
             self.say("\n".join(removal_lines(removed.removals, removed.where, dry_run=False)))
         self._pending_gc = None
-        self.refresh()
+        self.update()
 
     def confirm_delete(self, yes: bool) -> None:
         pending, self._pending_delete = self._pending_delete, None
         if yes and pending:
             hub = self.session.hub_policy.for_cell(CellOptions()) if pending[2] == "hub" else None
             removed = self.commands.remove(RemoveOptions(pending[0], pending[1]), hub)
-            self.say(f"deleted {len(removed.removals)} version of {pending[0]!r} from the {pending[2]} store")
-        self.refresh()
+            self.say(f"deleted {count(len(removed.removals), 'version')} of {pending[0]!r} from {removed.where}")
+            if hub is not None:
+                self._hub_rows = [r for r in self._hub_rows if (r.name, r.version) != (pending[0], pending[1])]
+        self.update()
 
 
-_LAYER_COLUMNS = (
-    ("on", "30px"),
-    ("layer", "215px"),
-    ("entries / in cache dir", "160px"),
-    ("hits", "50px"),
-    ("misses", "60px"),
-    ("bypasses", "70px"),
-    ("saved (est.)", "90px"),
-    ("torch switch", "minmax(120px,1fr)"),  # the rest of the width; a long switch name wraps
+# (header, width, alignment): the toggle, then the layer's name, its files and bytes in the store, this kernel's
+# counts, the time saved and torch's switch (its last name; the whole name on hover).
+_LAYER_HEADERS = (
+    ("on", "28px", "left"),
+    ("layer", "minmax(150px, 1.6fr)", "left"),
+    ("files", "52px", "right"),
+    ("in store", "80px", "right"),
+    ("hits", "44px", "right"),
+    ("misses", "52px", "right"),
+    ("bypasses", "66px", "right"),
+    ("saved", "60px", "right"),
+    ("torch switch", "minmax(120px, 1fr)", "left"),
 )
+_LAYER_COLUMNS = tuple((h, wd) for h, wd, _a in _LAYER_HEADERS)
+_BUNDLE_HEADERS = (
+    ("name", "minmax(110px, 1.2fr)", "left"),
+    ("where", "44px", "left"),
+    ("version", "62px", "left"),
+    ("size", "72px", "right"),
+    ("age", "62px", "left"),
+    ("writer", "minmax(80px, 0.8fr)", "left"),
+    ("fits here", "minmax(90px, 1.2fr)", "left"),
+    ("", "270px", "left"),
+)
+_BUNDLE_COLUMNS = tuple((h, wd) for h, wd, _a in _BUNDLE_HEADERS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -62,6 +63,15 @@ def wrapped(lines: Sequence[str], indent: str = "") -> list[str]:
     ]  # fmt: skip
 
 
+_QUANTITY = re.compile(r"^-?[0-9.]+ ?(B|KB|MB|GB|TB|s|%)?$")
+
+
+def _numeric(column: Sequence[Any]) -> bool:
+    """A column of numbers and sizes (blanks allowed): right-aligned, so digits line up."""
+    filled = [c for c in column if c != ""]
+    return bool(filled) and all(isinstance(c, (int, float)) or bool(_QUANTITY.match(str(c))) for c in filled)
+
+
 def _floors(headers: Sequence[str], rows: Sequence[Sequence[Any]], whole: Sequence[int]) -> list[int]:
     """How narrow each column may get: not below its header or 8, the first (what a row is: a name, a field) not
     below 24, those in WHOLE not at all."""
@@ -109,7 +119,7 @@ def _text_table(
         whole = [keep.index(i) for i in whole if i in keep]
         headers, rows = [headers[i] for i in keep], [[row[i] for i in keep] for row in rows]
     floors = _floors(headers, rows, whole)
-    numeric = [bool(rows) and all(isinstance(row[i], (int, float)) for row in rows) for i in range(len(headers))]
+    numeric = [_numeric([row[i] for row in rows]) for i in range(len(headers))]
     cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     if room is not None:
@@ -151,7 +161,10 @@ class _View:
 
 
 class StatusView(_View):
-    headers = ("layer", "enabled", "entries", "on disk", "hits", "misses", "bypasses", "torch switch")
+    headers = (
+        "layer", "enabled", "store files", "in store", "cache dir entries", "cache dir", "hits", "misses", "bypasses",
+        "torch switch",
+    )  # fmt: skip
 
     def preamble(self) -> list[str]:
         d: SessionStatus = self.data
@@ -191,6 +204,8 @@ class StatusView(_View):
                 [
                     row.title,
                     enabled,
+                    row.store_files,
+                    human_bytes(row.store_bytes),
                     row.entries,
                     human_bytes(row.bytes),
                     row.hits,
@@ -199,6 +214,9 @@ class StatusView(_View):
                     row.switch or "(always on)",
                 ]
             )
+        d: SessionStatus = self.data
+        out.append(["other (archive headers)", "", "", human_bytes(d.store_other_bytes), "", "", "", "", "", ""])
+        out.append(["total: the local store", "", "", human_bytes(d.store_bytes), "", "", "", "", "", ""])
         return out
 
 

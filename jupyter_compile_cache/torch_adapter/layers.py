@@ -158,6 +158,26 @@ def layer_of(relpath: str) -> str | None:
     return "other"
 
 
+def member_layer(member: str) -> str:
+    """The layer a bundle member belongs to ('inductor/fxgraph/...', 'triton/...'): a layer's name, or 'other'
+    (bookkeeping files, anything no layer claims)."""
+    root, _, rel = member.partition("/")
+    if root == "triton":
+        return "kernels"
+    return layer_of(rel) or "other"
+
+
+def bundle_usage(members: list[tuple[str, int]]) -> dict[str, dict[str, int]]:
+    """Files and bytes per layer (and 'other') of bundle members given as (name, size): each member counted once, in
+    one layer, so the layers add up to the members' total."""
+    usage: dict[str, dict[str, int]] = {name: {"files": 0, "bytes": 0} for name in [*LAYERS_BY_NAME, "other"]}
+    for name, size in members:
+        layer = usage[member_layer(name)]
+        layer["files"] += 1
+        layer["bytes"] += size
+    return usage
+
+
 def counter_snapshot() -> dict[str, dict[str, int]]:
     """A copy of torch's counters (only the groups layers read)."""
     try:

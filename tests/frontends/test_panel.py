@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -13,16 +14,26 @@ from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.panel import Panel, bar_chart_svg
 
 
+def _grid_rows(grid):
+    """A GridBox's rows after its header, each cell's text (an HTML cell without its markup; a widget as itself)."""
+    width = len(re.findall(r"minmax\([^)]*\)|\S+", grid.layout.grid_template_columns))
+    cells = grid.children
+    assert len(cells) % width == 0  # a full grid: every column lines up
+    rows = [cells[i : i + width] for i in range(width, len(cells), width)]
+    return [[html.unescape(re.sub(r"<[^>]+>", "", c.value)) if hasattr(c, "value") and isinstance(c.value, str)
+             else c for c in row] for row in rows]  # fmt: skip
+
+
 def _row(panel, title):
-    width = len(panel.layer_box.layout.grid_template_columns.split())
-    cells = panel.layer_box.children
-    rows = [cells[i : i + width] for i in range(width, len(cells), width)]  # the first row is the header
-    assert all(len(row) == width for row in rows)  # a full grid: every column lines up
-    for row in rows:
-        texts = [re.sub(r"<[^>]+>", "", c.value) for c in row[1:]]  # the cell's text, without its wrapping markup
-        if texts[0] == title:
-            return texts
+    """A layer's row: [title, files, in store, hits, misses, bypasses, saved, switch]."""
+    for row in _grid_rows(panel.layer_box):
+        if row[1] == title:
+            return row[1:]
     raise AssertionError(title)
+
+
+def _bundle_names(panel):
+    return [row[0] for row in _grid_rows(panel.bundle_box)]
 
 
 @pytest.fixture
@@ -52,14 +63,19 @@ def test_toggle_flips_torchs_switch_and_says_so(session):
 
 def test_panel_refreshes_after_a_cell_and_delete_needs_confirmation(session):
     panel = Panel(session)
-    assert "no bundles yet" in panel.bundle_box.children[0].value
-    misses_before = _row(panel, "FX graph")[3]
+    assert "no bundles yet" in panel.bundle_note.value and _bundle_names(panel) == []
+    misses_before = _row(panel, "FX graph")[4]
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
     with session.cell("paneltest", CellOptions(quiet=True)), torch.no_grad():
         torch.compile(model)(torch.randn(4, 16))
-    # the session listener refreshed the panel: new counters and the new bundle
-    assert _row(panel, "FX graph")[3] != misses_before or _row(panel, "Dynamo precompile")[3] != "0"
-    assert any("paneltest" in row.children[0].value for row in panel.bundle_box.children)
+    # the session listener updated the panel: new counters and the new bundle
+    assert _row(panel, "FX graph")[4] != misses_before or _row(panel, "Dynamo precompile")[4] != "0"
+    assert _bundle_names(panel) == ["paneltest"] and "no bundles yet" not in panel.bundle_note.value
+    # the layers' files in the store add up to the store's size, with the archive headers
+    rows = {row[1]: row for row in _grid_rows(panel.layer_box)}
+    sizes = [int(re.search(r'data-(?:bytes|other|total)="(\d+)"', c.value).group(1))
+             for c in panel.layer_box.children if re.search(r'data-(?:bytes|other|total)="', str(c.value))]  # fmt: skip
+    assert sum(sizes[:-1]) == sizes[-1] == session.store().usage()[0] > 0, (sizes, rows)
     panel.bundle_buttons[("local", "paneltest", session.store().versions("paneltest")[0].version, "delete")].click()
     assert session.store().versions("paneltest")  # not yet: asks first
     yes, _no = panel.confirm_buttons
@@ -96,11 +112,12 @@ def test_bundles_show_age_and_use_push_needs_a_hub_and_gc_previews_before_it_rem
 
     panel = Panel(session)
     assert "of the 20.0 GB cap" in panel.header.value
-    (row,) = [r for r in panel.bundle_box.children if "panelgc" in r.children[0].value]
-    assert re.search(r"made \d+s ago by .*, used \d+s ago; matches this machine", row.children[0].value)
-    assert f"panelgc {short_id(again.saved_version or again.restore.version)} [local]" in row.children[0].value
+    (row,) = [r for r in _grid_rows(panel.bundle_box) if r[0] == "panelgc"]
+    name, where, version, _size, made, _writer, fits, _buttons = row
+    assert (where, version, fits) == ("local", short_id(again.saved_version or again.restore.version), "yes")
+    assert re.fullmatch(r"\d+s ago", made)
     actions = {key[-1] for key in panel.bundle_buttons}
-    assert "push" not in actions and {"restore", "delete"} <= actions  # no hub configured: nothing to push to
+    assert "push" not in actions and {"restore", "delete", "explain"} == actions  # no hub: nothing to push to
 
     panel.free_button.click()  # everything here restores on this machine and is under the cap
     assert "nothing to remove" in panel.messages.outputs[-1]["text"] and panel._pending_gc is None
@@ -130,20 +147,46 @@ def test_a_restore_from_the_panel_shows_its_progress_then_hides_it(session):
     assert panel.progress.layout.display == "none" and "big: 40.0 MB / 40.0 MB" in panel.progress.description
 
 
-def test_the_panel_takes_the_sessions_events_it_says_warnings_and_refreshes_after_a_cell(session):
+def test_the_panel_takes_the_sessions_events_it_says_warnings_and_updates_after_a_cell(session):
     panel = Panel(session)
     try:
-        refreshed = []
-        panel.refresh = lambda: refreshed.append(True)  # count refreshes; the real one is tested above
+        updated, refreshed = [], []
+        panel.update = lambda: updated.append(True)  # count them; the real ones are tested above and below
+        panel.refresh = lambda: refreshed.append(True)
         session.warn("could not save bundle 'net' to /s: disk full; the cell's result stands")
         assert panel.messages.outputs[-1]["text"] == (
             "warning: could not save bundle 'net' to /s: disk full; the cell's result stands\n"
         )
-        with session.cell("quiet_one", CellOptions(quiet=True, save=False)):  # a quiet cell refreshes it too
+        with session.cell("quiet_one", CellOptions(quiet=True, save=False)):  # a quiet cell updates it too
             pass
-        assert refreshed == [True]
+        assert updated == [True] and refreshed == []  # the hub is asked on Refresh only
     finally:
         session.listeners.remove(panel._on_event)  # (panel.close() needs a kernel's comms)
+
+
+def test_after_a_cell_the_panel_asks_the_hub_nothing_refresh_asks_it(tmp_path, monkeypatch, redis_server):
+    """A cell may hold the hub's lease while it runs: the panel's update after it reads this machine only. Counted
+    by the Redis server itself (INFO's commands processed; each INFO counts as one)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB", redis_server.url)
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    client = redis_server.client()
+
+    def commands_processed():
+        return int(client.info("stats")["total_commands_processed"])
+
+    try:
+        panel = Panel(session)
+        before = commands_processed()
+        panel.update()
+        assert commands_processed() - before == 1  # the INFO above, nothing from the panel
+        before = commands_processed()
+        panel.refresh()
+        assert commands_processed() - before > 1  # ping and listing
+        assert "hub asked at" in panel.hub_asked.value
+        session.listeners.remove(panel._on_event)
+    finally:
+        session.close()
 
 
 def test_the_panel_says_what_run_all_will_restore_in_the_kernels_notebook(session, tmp_path):
