@@ -16,7 +16,7 @@ OLDEST_TORCH ?= 2.9.1
 RESTORE_TESTS := tests/end_to_end/test_kernel_restore.py tests/torch_adapter/test_precompile_semantics.py \
 	tests/end_to_end/test_model_zoo.py
 
-.PHONY: setup test lint format bench notebooks demo setup-oldest test-oldest docs
+.PHONY: setup test lint format bench notebooks demo setup-oldest test-oldest docs screenshots
 
 setup:
 	VENV=$(VENV) bash .ci/setup
@@ -56,3 +56,12 @@ bench:
 docs:
 	$(BIN)/python example_notebooks/make_notebooks.py --execute
 	$(BIN)/python docs/figures.py
+	$(MAKE) screenshots
+
+# The README's panel screenshots, from the browser test: the CPU one from a live kernel (its store and caches under
+# ~/.jcc-panel-demo, removed after), the GPU one from 05_gpu_max_autotune.ipynb's saved widget state.
+screenshots:
+	rm -rf ~/.jcc-panel-demo
+	PANEL_DEMO_DIR=~/.jcc-panel-demo PANEL_SCREENSHOT=docs/panel.png PANEL_GPU_SCREENSHOT=docs/panel_gpu.png \
+		$(BIN)/python -m pytest -q -p no:cacheprovider tests/frontends/test_panel_browser.py
+	rm -rf ~/.jcc-panel-demo

@@ -381,7 +381,7 @@ class SessionStatus:
     store_bytes: int
     max_bytes: int
     precompile_default: bool
-    store_other_bytes: int  # the store's bytes no layer holds (archive headers, bookkeeping): layers + this = total
+    store_other_bytes: int  # the store's bytes no layer holds (bookkeeping files): layers + this = the total
     torch_remote: str | None  # the hub torch's own Redis caches use since a --torch-remote cell
     stale_rejected: int
     precompile_fallbacks: int

@@ -11,7 +11,7 @@ raised in its callbacks are shown in the panel instead of vanishing. After a ker
 for a live panel.
 
 Per layer, "in store" counts the files of the local store's bundles, each file in one layer, so the layers and
-the archive headers add up to the store's size. Compile time saved is an estimate: for each restored cell, the
+the files no layer claims add up to the store's size. Compile time saved is an estimate: for each restored cell, the
 cold time recorded in the bundle when it was saved minus this run's time (its restore included); per layer, that
 saving is split in proportion to the layer's hits in that cell.
 """
@@ -65,7 +65,7 @@ def bar_chart_svg(cells: list[CellSaving], width: int = 560) -> str:
     top = max(max(c.cold, c.restored) for c in cells) or 1.0
     step = _nice_step(top)
     axis_top = step * math.ceil(top / step)
-    label, bar, gap, left = 14, 12, 10, 4
+    label, bar, gap, left = 14, 12, 10, 12  # left: room for the "0 s" under the axis
     row = label + 2 * (bar + 2) + gap
     plot = width - left - 70  # room for the longest value label after the longest bar
     scale = plot / axis_top
@@ -281,13 +281,16 @@ class Panel:
             f"{human_bytes(status.store_bytes)} of the {human_bytes(cap)} cap "
             f"({100 * status.store_bytes / max(cap, 1):.1f} %) in {_short_path(status.store_dir)}"
         )
+        kernel = status.kernel_start.line()
+        hub = hub_line(status.hub) if status.hub.url else "none: %compile_cache hub URL sets one"
+        # (what, the line shown, the whole of it on hover): each fact on one line, its detail a hover away
         rows: list[tuple[str, str, str | None]] = [
             ("device", device, None),
             ("versions", versions, None),
             ("local store", store, status.store_dir),
             ("torch's cache", _short_path(status.cache_dir), status.cache_dir),
-            ("hub", hub_line(status.hub), None),
-            ("kernel", status.kernel_start.line(), None),
+            ("hub", hub, None if status.hub.url else hub_line(status.hub)),
+            ("kernel", kernel.split(";")[0].split(" (")[0], kernel),
             ("time saved", f"{saved.total:.1f} s of compiling this session (estimate)", None),
         ]
         if status.stale_rejected or status.precompile_fallbacks:
@@ -300,7 +303,8 @@ class Panel:
                 )
             )
         if status.notebook is not None:
-            rows.append(("notebook", notebook_line(status.notebook, status.notebook_fetched), None))
+            line = notebook_line(status.notebook, status.notebook_fetched)
+            rows.append(("notebook", line.split("; not ")[0], line))
         elif status.notebook_error is not None:
             rows.append(("notebook", f"its bundles were not fetched ahead: {status.notebook_error}", None))
         elif status.notebook_path is not None:
@@ -340,7 +344,7 @@ class Panel:
         total_hits = sum(r.hits for r in status.layers)
         total_misses = sum(r.misses for r in status.layers)
         for title, files, size, kind, hits, misses in (
-            ("archive headers, other", "", other, "other", None, None),
+            ("other files (no layer's)", "", other, "other", None, None),
             ("total: the local store", sum(r.store_files for r in status.layers), status.store_bytes, "total",
              total_hits, total_misses),
         ):  # fmt: skip
@@ -374,7 +378,7 @@ class Panel:
                 button = w.Button(
                     description=action,
                     tooltip=f"{action} {b.name} {b.short_id} ({b.where})",
-                    layout=w.Layout(width="62px", height="24px", padding="0"),
+                    layout=w.Layout(width="66px", padding="0"),
                 )
                 button.on_click(self._guarded(lambda _b, a=action, bb=b: self._bundle_action(a, bb)))
                 self.bundle_buttons[(*key, action)] = button
@@ -502,14 +506,14 @@ class Panel:
 # counts, the time saved and torch's switch (its last name; the whole name on hover).
 _LAYER_HEADERS = (
     ("on", "28px", "left"),
-    ("layer", "minmax(150px, 1.6fr)", "left"),
+    ("layer", "minmax(170px, 1fr)", "left"),
     ("files", "52px", "right"),
     ("in store", "80px", "right"),
     ("hits", "44px", "right"),
     ("misses", "52px", "right"),
     ("bypasses", "66px", "right"),
     ("saved", "60px", "right"),
-    ("torch switch", "minmax(120px, 1fr)", "left"),
+    ("torch switch", "minmax(200px, 1fr)", "left"),
 )
 _LAYER_COLUMNS = tuple((h, wd) for h, wd, _a in _LAYER_HEADERS)
 _BUNDLE_HEADERS = (
@@ -520,6 +524,6 @@ _BUNDLE_HEADERS = (
     ("age", "62px", "left"),
     ("writer", "minmax(80px, 0.8fr)", "left"),
     ("fits here", "minmax(90px, 1.2fr)", "left"),
-    ("", "270px", "left"),
+    ("", "284px", "left"),
 )
 _BUNDLE_COLUMNS = tuple((h, wd) for h, wd, _a in _BUNDLE_HEADERS)

@@ -215,7 +215,7 @@ class StatusView(_View):
                 ]
             )
         d: SessionStatus = self.data
-        out.append(["other (archive headers)", "", "", human_bytes(d.store_other_bytes), "", "", "", "", "", ""])
+        out.append(["other files (no layer's)", "", "", human_bytes(d.store_other_bytes), "", "", "", "", "", ""])
         out.append(["total: the local store", "", "", human_bytes(d.store_bytes), "", "", "", "", "", ""])
         return out
 

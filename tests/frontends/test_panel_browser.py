@@ -1,6 +1,8 @@
 """The panel in a real browser: JupyterLab on a loopback port, Debian's chromium driven by Playwright.
 
-1. A live kernel: the layer rows render and clicking a layer's toggle changes torch's config in the kernel.
+1. A live kernel: the layer rows render; no table row is taller than one line and no text is cut; the layers'
+   sizes add up to the store's; a cell run after the panel shows up in it (its bundle, its counts); clicking a
+   layer's toggle changes torch's config in the kernel.
 2. The GPU notebook (05, run on a GPU machine, outputs committed) opened without running it: the panel renders
    offline from the notebook's saved widget state, with the GPU header of that run.
 Set PANEL_SCREENSHOT=docs/panel.png and PANEL_GPU_SCREENSHOT=docs/panel_gpu.png to keep the README's screenshots.
@@ -31,6 +33,8 @@ CELLS = [
     # the same cell again: restored this time, so the panel's chart has cold vs restored bars
     "%%compile_cache browser-demo\nwith torch.no_grad():\n    torch.compile(model)(torch.randn(4, 16))",
     "%compile_cache panel",
+    # after the panel: it updates itself from the cell's report
+    "%%compile_cache browser-late\nwith torch.no_grad():\n    torch.compile(lambda t: (t * 2).relu())(torch.randn(8))",
     "import torch._inductor.config as inductor_config\nprint('FXCACHE', inductor_config.fx_graph_cache)",
 ]
 
@@ -39,13 +43,29 @@ CELLS = [
 # the output area it sits in.
 CLIPPED = """panel => {
     const boxes = '.widget-html-content, .widget-label, .widget-button, button, .widget-gridbox, .widget-hbox, '
-        + '.widget-vbox';
+        + '.widget-vbox, .jcc-cell, .jcc-facts td';
     const cut = [...panel.querySelectorAll(boxes)]
         .filter(e => e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1)
         .map(e => e.textContent.trim().slice(0, 60));
     const area = panel.closest('.jp-OutputArea-output') || panel.parentElement;
     if (panel.getBoundingClientRect().right > area.getBoundingClientRect().right + 1) cut.push('the panel itself');
     return cut;
+}"""
+
+
+# The rows of the panel's tables taller than one line of text (a button's height at most): [(text, height)].
+TALL_ROWS = """panel => {
+    const line = parseFloat(getComputedStyle(panel.querySelector('.jcc-cell')).lineHeight) || 17;
+    const limit = Math.max(1.6 * line, 30);
+    return [...panel.querySelectorAll('.widget-gridbox > *')]
+        .filter(e => e.getBoundingClientRect().height > limit)
+        .map(e => [e.textContent.trim().slice(0, 40), e.getBoundingClientRect().height]);
+}"""
+
+# The layers' bytes in the store, the archive headers', and the total the panel shows.
+SIZES = """panel => {
+    const read = name => [...panel.querySelectorAll(`[data-${name}]`)].map(e => Number(e.dataset[name]));
+    return {layers: read('bytes'), other: read('other'), total: read('total')};
 }"""
 
 
@@ -187,6 +207,14 @@ def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path)
                 expect(panel.get_by_text(title, exact=True)).to_be_visible()
             expect(panel.get_by_text("browser-demo", exact=False).first).to_be_visible()
             expect(page.get_by_text("FXCACHE True")).to_be_visible(timeout=60_000)
+            # the cell run after the panel is in it: updated by the cell's own report
+            expect(panel.get_by_text("browser-late", exact=True)).to_be_visible(timeout=30_000)
+
+            # one line per table row, and the sizes add up to the store's
+            assert panel.evaluate(TALL_ROWS) == []
+            sizes = panel.evaluate(SIZES)
+            assert len(sizes["layers"]) == 6 and len(sizes["other"]) == len(sizes["total"]) == 1, sizes
+            assert sum(sizes["layers"]) + sizes["other"][0] == sizes["total"][0] > 0, sizes
 
             # The layer table is one grid: every row's title starts at the same x (PGO's row once drifted).
             grid = panel.locator(".widget-gridbox").first
@@ -195,7 +223,8 @@ def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path)
             ]
             assert abs(titles[0] - titles[1]) < 1, titles
             # nothing is cut: no text runs out of its box, and the panel stays inside the notebook's output area
-            assert panel.evaluate(CLIPPED) == []
+            cut = panel.evaluate(CLIPPED)
+            assert cut == [], cut
             shot = os.environ.get("PANEL_SCREENSHOT") or str(tmp_path / "panel.png")
             panel.scroll_into_view_if_needed()
             panel.screenshot(path=shot)  # as the user first sees it, before the toggle below
