@@ -100,7 +100,7 @@ def bar_chart_svg(cells: list[CellSaving], width: int = 560) -> str:
     return "".join(parts)
 
 
-def _short_path(path: str, width: int = 48) -> str:
+def _short_path(path: str, width: int = 72) -> str:
     """PATH from ~, its middle left out past WIDTH characters (the whole path is the cell's hover text)."""
     home = os.path.expanduser("~")
     if home not in ("", "/") and path.startswith(home + os.sep):
@@ -196,6 +196,11 @@ class Panel:
         )
         session.listeners.append(self._on_event)
         self.refresh()
+
+    def _html(self, value: str) -> Any:
+        """A table cell: it may shrink below its text (min-width 0), so a long text ends in '…' inside its column
+        instead of running over the next one."""
+        return self._w.HTML(value, layout=self._w.Layout(min_width="0", overflow="hidden"))
 
     def _grid(self, columns: tuple[tuple[str, str], ...]) -> Any:
         return self._w.Layout(
@@ -318,7 +323,7 @@ class Panel:
 
     def _layers(self, status: SessionStatus, saved: TimeSaved) -> None:
         w = self._w
-        cells: list[Any] = [w.HTML(_cell(h, bold=True, align=a)) for h, _wd, a in _LAYER_HEADERS]
+        cells: list[Any] = [self._html(_cell(h, bold=True, align=a)) for h, _wd, a in _LAYER_HEADERS]
         for row in status.layers:
             toggle = self.toggles.get(row.layer)
             if toggle is None:
@@ -331,14 +336,14 @@ class Panel:
             switch = row.switch.rsplit(".", 1)[-1] if row.switch else "always on"
             cells += [
                 toggle,
-                w.HTML(_cell(row.title, title=f"{row.title}: {row.scope}")),
-                w.HTML(_cell(row.store_files, align="right")),
-                w.HTML(_cell(human_bytes(row.store_bytes), align="right", data={"bytes": row.store_bytes})),
-                w.HTML(_count_cell(row.hits, GREEN)),
-                w.HTML(_count_cell(row.misses, RED)),
-                w.HTML(_count_cell(row.bypasses, RED)),
-                w.HTML(_cell(f"{saved.per_layer.get(row.layer, 0.0):.1f} s", align="right")),
-                w.HTML(_cell(switch, title=row.switch or "no switch: always on", color=GREY)),
+                self._html(_cell(row.title, title=f"{row.title}: {row.scope}")),
+                self._html(_cell(row.store_files, align="right")),
+                self._html(_cell(human_bytes(row.store_bytes), align="right", data={"bytes": row.store_bytes})),
+                self._html(_count_cell(row.hits, GREEN)),
+                self._html(_count_cell(row.misses, RED)),
+                self._html(_count_cell(row.bypasses, RED)),
+                self._html(_cell(f"{saved.per_layer.get(row.layer, 0.0):.1f} s", align="right")),
+                self._html(_cell(switch, title=row.switch or "no switch: always on", color=GREY)),
             ]
         other = status.store_other_bytes
         total_hits = sum(r.hits for r in status.layers)
@@ -351,20 +356,20 @@ class Panel:
             bold = kind == "total"
             cells += [
                 w.HTML(""),
-                w.HTML(_cell(title, bold=bold)),
-                w.HTML(_cell(files, align="right", bold=bold)),
-                w.HTML(_cell(human_bytes(size), align="right", bold=bold, data={kind: size})),
-                w.HTML(_count_cell(hits, GREEN) if hits is not None else ""),
-                w.HTML(_count_cell(misses, RED) if misses is not None else ""),
+                self._html(_cell(title, bold=bold)),
+                self._html(_cell(files, align="right", bold=bold)),
+                self._html(_cell(human_bytes(size), align="right", bold=bold, data={kind: size})),
+                self._html(_count_cell(hits, GREEN) if hits is not None else ""),
+                self._html(_count_cell(misses, RED) if misses is not None else ""),
                 w.HTML(""),
-                w.HTML(_cell(f"{saved.total:.1f} s", align="right", bold=True) if bold else ""),
+                self._html(_cell(f"{saved.total:.1f} s", align="right", bold=True) if bold else ""),
                 w.HTML(""),
             ]
         self.layer_box.children = cells
 
     def _bundles(self, rows: list[BundleRow], hub: bool) -> None:
         w = self._w
-        cells: list[Any] = [w.HTML(_cell(h, bold=True, align=a)) for h, _wd, a in _BUNDLE_HEADERS]
+        cells: list[Any] = [self._html(_cell(h, bold=True, align=a)) for h, _wd, a in _BUNDLE_HEADERS]
         self.bundle_buttons = {}
         for b in rows:
             key = (b.where, b.name, b.version)
@@ -384,13 +389,13 @@ class Panel:
                 self.bundle_buttons[(*key, action)] = button
                 buttons.append(button)
             cells += [
-                w.HTML(_cell(b.name)),
-                w.HTML(_cell(b.where, color=GREY)),
-                w.HTML(_cell(b.short_id, title=b.version)),
-                w.HTML(_cell(human_bytes(b.bytes), align="right")),
-                w.HTML(_cell(age(b.created), title=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.created)))),
-                w.HTML(_cell(b.writer)),
-                w.HTML(_cell(fits, color=GREEN if b.compatible and not b.missing_chunks else RED)),
+                self._html(_cell(b.name)),
+                self._html(_cell(b.where, color=GREY)),
+                self._html(_cell(b.short_id, title=b.version)),
+                self._html(_cell(human_bytes(b.bytes), align="right")),
+                self._html(_cell(age(b.created), title=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.created)))),
+                self._html(_cell(b.writer)),
+                self._html(_cell(fits, color=GREEN if b.compatible and not b.missing_chunks else RED)),
                 w.HBox(buttons, layout=w.Layout(overflow="hidden")),
             ]
         self.bundle_box.children = cells
@@ -505,25 +510,25 @@ class Panel:
 # (header, width, alignment): the toggle, then the layer's name, its files and bytes in the store, this kernel's
 # counts, the time saved and torch's switch (its last name; the whole name on hover).
 _LAYER_HEADERS = (
-    ("on", "28px", "left"),
+    ("on", "max-content", "left"),
     ("layer", "minmax(170px, 1fr)", "left"),
-    ("files", "52px", "right"),
-    ("in store", "80px", "right"),
-    ("hits", "44px", "right"),
-    ("misses", "52px", "right"),
-    ("bypasses", "66px", "right"),
-    ("saved", "60px", "right"),
+    ("files", "max-content", "right"),
+    ("in store", "max-content", "right"),
+    ("hits", "max-content", "right"),
+    ("misses", "max-content", "right"),
+    ("bypasses", "max-content", "right"),
+    ("saved", "max-content", "right"),
     ("torch switch", "minmax(200px, 1fr)", "left"),
 )
 _LAYER_COLUMNS = tuple((h, wd) for h, wd, _a in _LAYER_HEADERS)
-_BUNDLE_HEADERS = (
-    ("name", "minmax(110px, 1.2fr)", "left"),
-    ("where", "44px", "left"),
-    ("version", "62px", "left"),
-    ("size", "72px", "right"),
-    ("age", "62px", "left"),
-    ("writer", "minmax(80px, 0.8fr)", "left"),
-    ("fits here", "minmax(90px, 1.2fr)", "left"),
-    ("", "284px", "left"),
+_BUNDLE_HEADERS = (  # the text columns as wide as their longest text, up to a share of the room left
+    ("name", "minmax(110px, max-content)", "left"),
+    ("where", "max-content", "left"),
+    ("version", "max-content", "left"),
+    ("size", "max-content", "right"),
+    ("age", "max-content", "left"),
+    ("writer", "minmax(80px, max-content)", "left"),
+    ("fits here", "minmax(90px, 1fr)", "left"),
+    ("", "max-content", "left"),
 )
 _BUNDLE_COLUMNS = tuple((h, wd) for h, wd, _a in _BUNDLE_HEADERS)

@@ -47,6 +47,12 @@ CLIPPED = """panel => {
     const cut = [...panel.querySelectorAll(boxes)]
         .filter(e => e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1)
         .map(e => e.textContent.trim().slice(0, 60));
+    // a table cell whose text is wider than the cell itself (clipped by the cell, or drawn over the next one)
+    for (const cell of panel.querySelectorAll('.widget-gridbox > *')) {
+        const text = cell.querySelector('.jcc-cell');
+        if (text && text.getBoundingClientRect().right > cell.getBoundingClientRect().right + 1)
+            cut.push(text.textContent.trim().slice(0, 60));
+    }
     const area = panel.closest('.jp-OutputArea-output') || panel.parentElement;
     if (panel.getBoundingClientRect().right > area.getBoundingClientRect().right + 1) cut.push('the panel itself');
     return cut;
@@ -60,6 +66,23 @@ TALL_ROWS = """panel => {
     return [...panel.querySelectorAll('.widget-gridbox > *')]
         .filter(e => e.getBoundingClientRect().height > limit)
         .map(e => [e.textContent.trim().slice(0, 40), e.getBoundingClientRect().height]);
+}"""
+
+# Cells of the panel's tables whose text runs over the next cell of their row: [(text, next cell's text)].
+OVERLAPS = """panel => {
+    const out = [];
+    for (const grid of panel.querySelectorAll('.widget-gridbox')) {
+        const cells = [...grid.children];
+        for (let i = 0; i + 1 < cells.length; i++) {
+            const a = cells[i], b = cells[i + 1];
+            const ra = a.getBoundingClientRect(), rb = b.getBoundingClientRect();
+            if (Math.abs(ra.top - rb.top) > 2) continue;  // b starts the next row
+            const text = a.querySelector('.jcc-cell');  // its box may be wider than its grid cell
+            const right = Math.max(ra.right, text ? text.getBoundingClientRect().right : 0);
+            if (right > rb.left + 1) out.push([a.textContent.trim().slice(0, 40), b.textContent.trim().slice(0, 40)]);
+        }
+    }
+    return out;
 }"""
 
 # The layers' bytes in the store, the archive headers', and the total the panel shows.
@@ -210,8 +233,9 @@ def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path)
             # the cell run after the panel is in it: updated by the cell's own report
             expect(panel.get_by_text("browser-late", exact=True)).to_be_visible(timeout=30_000)
 
-            # one line per table row, and the sizes add up to the store's
+            # one line per table row, no cell over the next, and the sizes add up to the store's
             assert panel.evaluate(TALL_ROWS) == []
+            assert panel.evaluate(OVERLAPS) == []
             sizes = panel.evaluate(SIZES)
             assert len(sizes["layers"]) == 6 and len(sizes["other"]) == len(sizes["total"]) == 1, sizes
             assert sum(sizes["layers"]) + sizes["other"][0] == sizes["total"][0] > 0, sizes
@@ -248,13 +272,14 @@ def test_panel_renders_and_its_toggle_changes_torch_config(jupyterlab, tmp_path)
 
 
 def _gpu_run_header() -> str:
-    """The first output of the committed GPU notebook: '<GPU name> | torch <version>'."""
+    """The line of the committed GPU notebook's first cell that names the GPU: '<GPU name> | torch <version>'."""
     with open(GPU_NOTEBOOK) as f:
         nb = json.load(f)
     for cell in nb["cells"]:
         for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                return "".join(output["text"]).strip()
+            for line in "".join(output.get("text", "")).splitlines():
+                if " | torch " in line:
+                    return line.strip()
     raise AssertionError("05_gpu_max_autotune.ipynb has no outputs: run it on a GPU machine (see its first cell)")
 
 
@@ -279,6 +304,7 @@ def test_gpu_notebook_panel_renders_offline_from_saved_state(jupyterlab, tmp_pat
             # saved widgets have no kernel behind them; drop the "disconnected" marks (they widen each button)
             page.add_style_tag(content=".jupyter-widgets-disconnected::before { display: none !important; }")
             assert panel.evaluate(CLIPPED) == []
+            assert panel.evaluate(TALL_ROWS) == [] and panel.evaluate(OVERLAPS) == []
             shot = os.environ.get("PANEL_GPU_SCREENSHOT") or str(tmp_path / "panel_gpu.png")
             panel.scroll_into_view_if_needed()
             panel.screenshot(path=shot)
