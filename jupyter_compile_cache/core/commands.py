@@ -18,7 +18,7 @@ from ..storage.sources import HubSource, LocalSource, Progress, Source, find
 from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
 from ..torch_adapter.precompile import PrecompileGuard
 from ..units import count as count_of
-from . import notebook
+from . import events, notebook
 from .machine_fit import MachineFit
 from .records import (
     NOT_COMPILED,
@@ -27,7 +27,6 @@ from .records import (
     BundleExplanation,
     BundleRow,
     CellOptions,
-    CellSaving,
     DeviceSummary,
     Exported,
     GcOptions,
@@ -219,12 +218,11 @@ class Commands:
         per_layer = {layer.name: 0.0 for layer in layers.LAYERS}
         cells = []
         for report in self.session.history:
-            restore = report.restore
-            if not (report.ok and restore and restore.restored) or restore.cold_seconds is None:
+            saving = report.saving()
+            if saving is None:
                 continue
-            restored = report.body_seconds + restore.seconds + restore.pull_seconds  # the restore is part of the wait
-            saved = max(0.0, restore.cold_seconds - restored)
-            cells.append(CellSaving(report.name, restore.cold_seconds, restored, saved))
+            cells.append(saving)
+            saved = saving.saved
             hits = {name: counts.get("hits", 0) for name, counts in report.layers.items()}
             total_hits = sum(hits.values())
             for name, count in hits.items():
@@ -334,9 +332,10 @@ class Commands:
         for _source, exc in found.down:
             raise exc
         if found.manifest is None:
-            raise NothingFits(name, hub_where(hub), found.skipped, bool(found.wrong_signatures))
+            skipped = [events.skip_line(skip) for skip in found.skipped]
+            raise NothingFits(name, hub_where(hub), skipped, bool(found.wrong_signatures))
         # the speed of the transfer itself (find's fetch of this version), not of listing and checking first
-        return Pulled(found.manifest, store.root, found.fetch_seconds, found.skipped)
+        return Pulled(found.manifest, store.root, found.fetch_seconds, [events.skip_line(s) for s in found.skipped])
 
     def hub_gc(self, hub: HubSource, keep: int, dry_run: bool = False) -> Removed:
         """Keep the newest KEEP versions of each name and machine on HUB; delete the rest."""

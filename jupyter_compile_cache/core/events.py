@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, WRONG_SIGNATURE, Skip
 from ..units import count, human_bytes, speed
 from .records import CellReport
 
@@ -128,6 +129,25 @@ class NotRestored(Event):
 
     def text(self) -> str:
         return f"{self.name!r} not restored: " + "; ".join(self.reasons)
+
+
+def skip_line(skip: Skip) -> str:
+    """Why a version was passed over, in one line: 'hub version V: incompatible (torch: ...)'."""
+    if skip.kind == INCOMPATIBLE:
+        return f"{skip.label}: incompatible ({skip.detail})"
+    moved = f"; moved to {skip.moved_to}" if skip.moved_to else ""
+    return f"{skip.label}: {skip.kind}: {skip.detail}{moved}"
+
+
+def skip_warning(name: str, skip: Skip) -> str:
+    """A skip worth telling even when a later version restored, as a warning line."""
+    if skip.kind == WRONG_SIGNATURE:
+        return f"{skip.detail}; refused"
+    if skip.kind == TRANSFER_FAILED:
+        return f"could not pull {name!r} {skip.detail}"
+    if skip.kind == NOT_INSTALLED:
+        return f"could not restore bundle {name!r}: {skip.detail}"
+    return f"bundle {name!r} {skip_line(skip)}"
 
 
 @dataclass(frozen=True)

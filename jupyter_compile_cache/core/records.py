@@ -234,14 +234,22 @@ class CellReport:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def saving(self) -> CellSaving | None:
+        """A restored cell's compile time saved: the cold time recorded in its bundle against this run, the restore
+        (and its pull) included; None when the cell restored nothing, failed, or its bundle recorded no cold time."""
+        restore = self.restore
+        if not (self.ok and restore and restore.restored) or restore.cold_seconds is None:
+            return None
+        restored = self.body_seconds + restore.seconds + restore.pull_seconds
+        return CellSaving(self.name, restore.cold_seconds, restored, max(0.0, restore.cold_seconds - restored))
+
     def stats_outcome(self) -> dict[str, float]:
         """What one cell adds (the cold time of a restored bundle comes with its restore record)."""
         restore = self.restore if self.ok and self.restore is not None and self.restore.restored else None
         hits = sum(counts.get("hits", 0) for counts in self.layers.values())
         misses = sum(counts.get("misses", 0) for counts in self.layers.values())
-        saved = 0.0
-        if restore is not None and restore.cold_seconds is not None:  # the restore is part of the restored run's wait
-            saved = max(0.0, restore.cold_seconds - self.body_seconds - restore.seconds - restore.pull_seconds)
+        saving = self.saving()
+        saved = saving.saved if saving is not None else 0.0
         return {
             "cells": 1,
             "cells_failed": 0 if self.ok else 1,

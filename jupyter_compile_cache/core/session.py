@@ -199,13 +199,13 @@ class CompileCacheSession:
             return fit.why_not(manifest)
 
         found = find(name, sources, store, misfit, install, pull_bar)
-        found.skipped = [line for line in found.skipped if PASSED_OVER not in line]
+        found.skipped = [skip for skip in found.skipped if skip.detail != PASSED_OVER]
         if pinned is not None and found.manifest is None and not found.skipped:
             found.problems.append(f"no version {pinned!r} of {name!r} (`%compile_cache list {name}` shows its ids)")
         for source, exc in found.down:
             if hub is not None and source is hub:
                 self.hub_policy.failed(hub, exc, report)
-        result.skipped = found.skipped
+        result.skipped = [events.skip_line(skip) for skip in found.skipped]
         from_hub = hub if hub is not None and found.source is hub else None
         if found.manifest is not None and found.source is not None:
             manifest = found.manifest
@@ -221,7 +221,8 @@ class CompileCacheSession:
         result.hub_signed_elsewhere = found.wrong_signatures > 0 and from_hub is None
         result.seconds = time.perf_counter() - start
         if result.restored:  # what went wrong on the way is worth telling: a wrong secret, a damaged version
-            for message in found.problems + found.warnings:
+            telling = [events.skip_warning(name, skip) for skip in found.skipped if skip.worth_telling]
+            for message in found.problems + telling:
                 self.warn(message, report)
             where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
             if result.source == "local" and name in self.notebook.fetched:

@@ -26,7 +26,9 @@ class Source(Protocol):
 
     def names(self) -> list[str]: ...
 
-    def versions(self, name: str) -> list[Manifest]: ...
+    def versions(self, name: str, problems: list[str] | None = None) -> list[Manifest]:
+        """NAME's versions, newest first; what could not be read is added to PROBLEMS (and left out)."""
+        ...
 
     def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
         """Delete NAME (one version or all); returns what went (or would go)."""
@@ -51,8 +53,8 @@ class LocalSource:
     def names(self) -> list[str]:
         return self.store.names()
 
-    def versions(self, name: str) -> list[Manifest]:
-        return self.store.versions(name)
+    def versions(self, name: str, problems: list[str] | None = None) -> list[Manifest]:
+        return self.store.versions(name, problems)  # an unreadable manifest is quarantined and said
 
     def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
         return self.store.remove(name, version, dry_run)
@@ -81,8 +83,8 @@ class HubSource:
     def names(self) -> list[str]:
         return self.hub.names()
 
-    def versions(self, name: str) -> list[Manifest]:
-        return self.hub.versions(name)
+    def versions(self, name: str, problems: list[str] | None = None) -> list[Manifest]:
+        return self.hub.versions(name)  # an unreadable hub manifest is skipped by the hub itself
 
     def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
         return self.hub.remove(name, version, dry_run)
@@ -105,18 +107,45 @@ class HubSource:
         return self.hub.push(manifest, store.payload_path(manifest), progress)
 
 
+# Why `find` passed over a version (Skip.kind).
+INCOMPATIBLE = "incompatible"  # it cannot restore on this machine (the detail: which field differs)
+WRONG_SIGNATURE = "wrong signature"  # signed with another team's secret, or not signed
+TRANSFER_FAILED = "transfer failed"  # the hub failed while sending it (the walk stops there)
+UNUSABLE = "unusable"  # its payload could not be read or verified
+DAMAGED = "damaged"  # installing it found a damaged member (the local copy is quarantined)
+UNSAFE = "refused (unsafe)"  # a member would land outside the cache dirs (quarantined)
+NOT_INSTALLED = "not installed"  # the cache dir could not take it (the walk stops there)
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A version `find` passed over: its id and source (`label`: 'version V' or 'hub version V'), why (`kind`, one
+    of the names above), the cause in its own words (`detail`: a field mismatch, an error's message), and where a
+    quarantined copy went. Core words it for the user (core/events.py); a test reads its fields."""
+
+    label: str
+    kind: str
+    detail: str
+    moved_to: str | None = None
+
+    @property
+    def worth_telling(self) -> bool:
+        """Whether a user should hear of it even when a later version restored (a wrong secret, a damaged bundle);
+        a version made for another machine is no news."""
+        return self.kind != INCOMPATIBLE
+
+
 @dataclass
 class Found:
-    """What `find` ended with: the stored manifest (None: nothing usable), where it came from, and why others were
-    skipped (one line per version). `warnings` say the same of skipped versions in words worth telling even when a
-    later version was used; `problems`, what went wrong besides a version (a manifest the store could not read)."""
+    """What `find` ended with: the stored manifest (None: nothing usable), where it came from, and the versions it
+    passed over (`skipped`, with why); `problems`, what went wrong besides a version (a manifest the store could
+    not read)."""
 
     manifest: Manifest | None = None
     source: Source | None = None
     installed: Any = None
     fetch_seconds: float = 0.0
-    skipped: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     down: list[tuple[Source, HubError]] = field(default_factory=list)  # sources that did not answer
     wrong_signatures: int = 0  # hub versions refused as not signed with this team's secret
@@ -139,11 +168,8 @@ def find(
     """
     found = Found()
     for source in sources:
-        try:  # the local store also says which manifests it could not read (now quarantined)
-            if isinstance(source, LocalSource):
-                versions = source.store.versions(name, found.problems)
-            else:
-                versions = source.versions(name)
+        try:
+            versions = source.versions(name, found.problems)
         except HubError as exc:
             found.down.append((source, exc))
             continue
@@ -152,26 +178,23 @@ def find(
             tag = f"{label}version {manifest.version}"
             reason = misfit(manifest)
             if reason:
-                found.skipped.append(f"{tag}: incompatible ({reason})")
+                found.skipped.append(Skip(tag, INCOMPATIBLE, reason))
                 continue
             start = time.perf_counter()
             bar = progress(source, manifest) if progress else None
             try:
                 local = source.fetch(manifest, store, bar)
             except SignatureError as exc:
-                found.skipped.append(f"{tag}: {exc}")
-                found.warnings.append(f"{exc}; refused")
+                found.skipped.append(Skip(tag, WRONG_SIGNATURE, str(exc)))
                 found.wrong_signatures += 1
                 continue
             except HubError as exc:  # the transfer failed: the hub is the problem, not this version
-                found.skipped.append(f"{tag}: {exc}")
-                found.warnings.append(f"could not pull {name!r} from {source.where}: {exc}")
+                found.skipped.append(Skip(tag, TRANSFER_FAILED, f"from {source.where}: {exc}"))
                 break
             except FileNotFoundError:  # pruned by another kernel between listing and reading
                 continue
             except (BundleError, OSError) as exc:
-                found.skipped.append(f"{tag}: unusable: {exc}")
-                found.warnings.append(f"bundle {name!r} {tag} from {source.where} is unusable: {exc}")
+                found.skipped.append(Skip(tag, UNUSABLE, f"from {source.where}: {exc}"))
                 continue
             finally:
                 close = getattr(bar, "close", None)
@@ -185,14 +208,13 @@ def find(
                 except FileNotFoundError:
                     continue
                 except BundleError as exc:
-                    kind = "refused (unsafe)" if isinstance(exc, UnsafeBundle) else "damaged"
                     moved = store.quarantine(local, str(exc))
-                    found.skipped.append(f"{tag}: {kind}: {exc}; moved to {moved}")
-                    found.warnings.append(f"bundle {name!r} {tag} is {kind}: {exc}; moved to {moved}")
+                    found.skipped.append(
+                        Skip(tag, UNSAFE if isinstance(exc, UnsafeBundle) else DAMAGED, str(exc), moved)
+                    )
                     continue
                 except OSError as exc:
-                    found.skipped.append(f"{tag}: {exc}")
-                    found.warnings.append(f"could not restore bundle {name!r}: {exc}")
+                    found.skipped.append(Skip(tag, NOT_INSTALLED, str(exc)))
                     return found
             store.touch(local)
             found.manifest, found.source, found.fetch_seconds = local, source, fetch_seconds

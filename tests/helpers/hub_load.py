@@ -53,7 +53,7 @@ if scenario == "restore":
     result["version"] = found.manifest.version if found.manifest else None
     result["source"] = found.source.kind if found.source else None
     result["files"] = len(found.installed or [])
-    result["problems"] = found.skipped + found.warnings
+    result["problems"] = [f"{skip.label}: {skip.kind}: {skip.detail}" for skip in found.skipped]
 else:
     lease = hub.lease(name, manifest.fingerprint_id, f"writer{index}")
     result["lease"] = lease.acquire() is None

@@ -13,7 +13,7 @@ from helpers.hubs import hub_at, local_bundle
 
 from jupyter_compile_cache.storage import chunks
 from jupyter_compile_cache.storage.hub import MAX_MANIFEST_BYTES
-from jupyter_compile_cache.storage.sources import HubSource, find
+from jupyter_compile_cache.storage.sources import UNSAFE, WRONG_SIGNATURE, HubSource, find
 from jupyter_compile_cache.storage.store import LocalStore
 
 SECRET = b"team-a-secret"
@@ -49,7 +49,7 @@ def test_a_valid_looking_but_different_bundle_is_refused_with_a_team_secret(tmp_
 
     mine, found = _find(hub, tmp_path)
     assert found.manifest is None and found.wrong_signatures == 1
-    assert "wrong signature" in found.skipped[0]
+    assert found.skipped[0].kind == WRONG_SIGNATURE and "wrong signature" in found.skipped[0].detail
     assert mine.versions("net") == []
 
 
@@ -76,7 +76,7 @@ def test_sizes_that_would_fill_the_disk_are_refused_before_a_byte_is_written(tmp
     }
     hub.backend.put({_manifest_key(hub, pushed): json.dumps(forged).encode()})
     mine, found = _find(hub, tmp_path)
-    assert found.manifest is None and "free where the local store is: not fetched" in found.skipped[0]
+    assert found.manifest is None and "free where the local store is: not fetched" in found.skipped[0].detail
     assert mine.versions("net") == []
     assert [f for _, _, files in os.walk(mine.root) for f in files if f.startswith(".tmp-")] == []
 
@@ -115,6 +115,6 @@ def test_a_pulled_bundle_with_unsafe_paths_is_quarantined_before_anything_is_wri
         return bundle.extract(payload, m, {"inductor": str(cache)})
 
     found = find("net", [HubSource(hub)], mine, lambda m: None, install=install)
-    assert found.manifest is None and "refused (unsafe)" in found.skipped[0]
+    assert found.manifest is None and found.skipped[0].kind == UNSAFE
     assert not (tmp_path / "escape").exists() and os.listdir(cache) == []
     assert mine.versions("net") == [] and os.listdir(os.path.join(mine.root, "quarantine", "net"))

@@ -7,7 +7,7 @@ import os
 
 from helpers.store import make_bundle, restored_whole
 
-from jupyter_compile_cache.storage import bundle
+from jupyter_compile_cache.storage import bundle, sources
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.sources import HubSource, LocalSource, find
 from jupyter_compile_cache.storage.store import LocalStore
@@ -30,7 +30,8 @@ def test_the_newest_version_that_fits_wins_and_the_others_say_why(tmp_path):
     cache = str(tmp_path / "cache")
     found = find("net", [LocalSource(store)], store, _misfit, _install_into(cache))
     assert found.manifest is not None and found.manifest.version == fits.version and found.source.kind == "local"
-    assert len(found.skipped) == 1 and "incompatible (another torch)" in found.skipped[0]
+    (skip,) = found.skipped
+    assert (skip.kind, skip.detail, skip.worth_telling) == (sources.INCOMPATIBLE, "another torch", False)
     assert restored_whole(found.installed)
 
 
@@ -45,7 +46,9 @@ def test_a_damaged_local_version_is_quarantined_and_the_next_one_used(tmp_path):
         f.write(bytes([byte[0] ^ 0xFF]))
     found = find("net", [LocalSource(store)], store, _misfit, _install_into(str(tmp_path / "cache")))
     assert found.manifest.version == older.version
-    assert any("damaged" in line for line in found.skipped) and any("moved to" in w for w in found.warnings)
+    (skip,) = found.skipped
+    assert skip.kind == sources.DAMAGED and skip.worth_telling and skip.label == f"version {newer.version}"
+    assert skip.moved_to is not None and os.path.exists(skip.moved_to)
     assert [m.version for m in store.versions("net")] == [older.version]
 
 
@@ -63,7 +66,8 @@ def test_the_hub_after_the_local_store_signatures_checked_and_a_hub_that_is_down
     stranger = HubSource(Hub(HubConfig(url=redis_server.url, secret=b"not the team's")))
     other = LocalStore(str(tmp_path / "other"))
     refused = find("net", [stranger], other, _misfit)
-    assert refused.manifest is None and refused.wrong_signatures == 1 and "wrong signature" in refused.skipped[0]
+    assert refused.manifest is None and refused.wrong_signatures == 1
+    assert refused.skipped[0].kind == sources.WRONG_SIGNATURE and "wrong signature" in refused.skipped[0].detail
     down = HubSource(Hub(HubConfig(url=f"redis://127.0.0.1:{free_port}/0", connect_timeout=0.5)))
     nothing = find("net", [LocalSource(other), down], other, _misfit)
     assert nothing.manifest is None and [source for source, _exc in nothing.down] == [down]
