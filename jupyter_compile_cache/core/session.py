@@ -18,6 +18,7 @@ from typing import IO, Any
 from ..kernels.prewarm import Prewarm
 from ..storage import bundle
 from ..storage.bundle import Manifest, check_name, matching_versions
+from ..storage.hub import Lease
 from ..storage.sources import HubSource, LocalSource, Progress, Source, find
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
@@ -253,32 +254,11 @@ class CompileCacheSession:
         previous_precompile = self._set_precompile(precompile)
         hub = self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use the same hub
         try:
-            if opts.restore:
-                report.staged_wait_seconds = self.notebook.wait_for(name)  # only while NAME itself is being fetched
-                report.restore = self._restore(name, opts, report, hub)
-            fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
-            lease = self.hub_policy.single_flight(
-                hub, name, fingerprint_id, writer(), opts, report, lambda: self._restore(name, opts, report, hub)
-            )
-            self._wait_for_prewarm(report.restore)
-            # this cell's wait, the part in IPython's pre-run hook included
-            report.waited_seconds = self.prewarm.take_waited()
-            prewarm_error = self.prewarm.take_error()
-            if prewarm_error is not None:
-                self.warn(f"preparing torch's compiler in the background stopped ({prewarm_error}); cells run as they "
-                          "would without it", report)  # fmt: skip
-            if opts.torch_remote and hub is not None:
-                self.hub_policy.point_torch_at(hub)
+            lease = self._restore_step(name, opts, report, hub)
             roots = capture.cache_roots()
             watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
             before = CellSnapshot.take(self.guard if precompile else None)
-            self.guard.take_miss_reasons()  # what happened outside this cell is not its to tell
-            installed = report.restore.version if report.restore is not None else None
-            if installed is not None:  # nothing fitted at all: no other version of NAME will
-                self.guard.find_elsewhere = lambda digest: self._install_version_with(
-                    name, digest, installed, opts, watcher
-                )
-            self._refresh_loaded()  # after the snapshot: what it loads is this cell's hit
+            self._before_body(name, opts, report, watcher)
             watcher.start()
             start = time.perf_counter()
             try:
@@ -293,29 +273,8 @@ class CompileCacheSession:
                 raise
             report.body_seconds = time.perf_counter() - start
             self.guard.find_elsewhere = None
-            if report.restore is not None and report.restore.restored:  # a cold cell's misses need no reason
-                report.miss_reasons = [list(reason) for reason in self.guard.take_miss_reasons()]
-            precompile_keys = before.save_precompile_entries()
-            digest_files = self.guard.write_digests(precompile_keys) if precompile else []
-            if opts.whole_cache:
-                precompile_keys |= capture.all_precompile_keys(roots)
-                digest_files += capture.all_files(roots)
-            cell_files = watcher.collect(precompile_keys if precompile else None, digest_files)
-            delta = before.layer_counts()
-            for layer_name, counts in delta.items():
-                counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
-            report.layers = delta
-            misses = sum(counts.get("misses", 0) for counts in delta.values())
-            if report.miss_reasons == [] and misses and report.restore is not None and report.restore.restored:
-                # torch named no function (no precompile here, or a graph's files were missing): still, say so
-                report.miss_reasons = [
-                    ["new_graph", f"{count(misses, 'graph')} not in the bundle, no function named by torch"]
-                ]
-            report.stale_rejected = before.stale_rejected()
-            report.precompile_fallbacks = before.precompile_fallbacks()
-            for reason in self.guard.new_bypass_reasons() if precompile else ():
-                self.tell(events.PrecompileBypassed(reason), report, opts.quiet)
-            if opts.save and cell_files.files and (cell_files.compiled_new(delta) or opts.force_save):
+            cell_files, precompile_keys = self._record_step(report, opts, before, watcher, roots, precompile)
+            if opts.save and cell_files.files and (cell_files.compiled_new(report.layers) or opts.force_save):
                 functions = saved_functions(precompile_keys) if precompile else {}
                 self._save(name, cell_files, report, opts, hub, functions)
             self._finish(report, opts.store_dir)
@@ -325,6 +284,71 @@ class CompileCacheSession:
             self._set_precompile(previous_precompile)
             if lease is not None:
                 lease.release()
+
+    def _restore_step(self, name: str, opts: CellOptions, report: CellReport, hub: HubSource | None) -> Lease | None:
+        """Before the body: NAME restored (local store, then the hub), or the hub's lease taken (or a collaborator's
+        bundle waited for); torch's compiler loaded. Returns the lease the cell holds until it ends."""
+        if opts.restore:
+            report.staged_wait_seconds = self.notebook.wait_for(name)  # only while NAME itself is being fetched
+            report.restore = self._restore(name, opts, report, hub)
+        fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
+        lease = self.hub_policy.single_flight(
+            hub, name, fingerprint_id, writer(), opts, report, lambda: self._restore(name, opts, report, hub)
+        )
+        self._wait_for_prewarm(report.restore)
+        report.waited_seconds = self.prewarm.take_waited()  # this cell's wait, IPython's pre-run hook's part included
+        prewarm_error = self.prewarm.take_error()
+        if prewarm_error is not None:
+            self.warn(f"preparing torch's compiler in the background stopped ({prewarm_error}); cells run as they "
+                      "would without it", report)  # fmt: skip
+        if opts.torch_remote and hub is not None:
+            self.hub_policy.point_torch_at(hub)
+        return lease
+
+    def _before_body(self, name: str, opts: CellOptions, report: CellReport, watcher: capture.CellCapture) -> None:
+        """Right before the body, after the counters' snapshot: the guard set to find another version of NAME for a
+        function whose code the restored one does not hold, and what was restored loaded (this cell's hits)."""
+        self.guard.take_miss_reasons()  # what happened outside this cell is not its to tell
+        installed = report.restore.version if report.restore is not None else None
+        if installed is not None:  # nothing fitted at all: no other version of NAME will
+            self.guard.find_elsewhere = lambda digest: self._install_version_with(
+                name, digest, installed, opts, watcher
+            )
+        self._refresh_loaded()
+
+    def _record_step(
+        self,
+        report: CellReport,
+        opts: CellOptions,
+        before: CellSnapshot,
+        watcher: capture.CellCapture,
+        roots: dict[str, str],
+        precompile: bool,
+    ) -> tuple[capture.CellFiles, set[str]]:
+        """After the body: the report's counts per layer, why it compiled after a restore, and the files the cell
+        wrote or used (what a save bundles), with its precompile entries' keys."""
+        if report.restore is not None and report.restore.restored:  # a cold cell's misses need no reason
+            report.miss_reasons = [list(reason) for reason in self.guard.take_miss_reasons()]
+        precompile_keys = before.save_precompile_entries()
+        digest_files = self.guard.write_digests(precompile_keys) if precompile else []
+        if opts.whole_cache:
+            precompile_keys |= capture.all_precompile_keys(roots)
+            digest_files += capture.all_files(roots)
+        cell_files = watcher.collect(precompile_keys if precompile else None, digest_files)
+        delta = before.layer_counts()
+        for layer_name, counts in delta.items():
+            counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
+        report.layers = delta
+        misses = sum(counts.get("misses", 0) for counts in delta.values())
+        if report.miss_reasons == [] and misses and report.restore is not None and report.restore.restored:
+            # torch named no function (no precompile here, or a graph's files were missing): still, say so
+            graphs = count(misses, "graph")
+            report.miss_reasons = [["new_graph", f"{graphs} not in the bundle, no function named by torch"]]
+        report.stale_rejected = before.stale_rejected()
+        report.precompile_fallbacks = before.precompile_fallbacks()
+        for reason in self.guard.new_bypass_reasons() if precompile else ():
+            self.tell(events.PrecompileBypassed(reason), report, opts.quiet)
+        return cell_files, precompile_keys
 
     def _install_version_with(
         self, name: str, digest: str, installed: str, opts: CellOptions, watcher: capture.CellCapture

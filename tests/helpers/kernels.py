@@ -91,7 +91,7 @@ class Kernel:
         result.status = reply["content"]["status"]
         # Every miss after a restore says why, in the cell's closing line: held for every cell the tests run.
         if "compile_cache: restored" in result.stdout:
-            unexplained = re.search(r"cache hits?, [1-9][0-9]* miss(es)?(?! \()", result.stdout)
+            unexplained = re.search(r"cache hits?, [1-9][0-9]* (?:misses|miss)\b(?! \()", result.stdout)
             assert unexplained is None, f"a restored cell missed without saying why:\n{result.output}"
         return result
 
