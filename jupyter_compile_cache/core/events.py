@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, WRONG_SIGNATURE, Skip
+from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, UNUSABLE, WRONG_SIGNATURE, Skip
 from ..units import count, human_bytes, speed
 from .records import CellReport
 
@@ -135,6 +135,8 @@ def skip_line(skip: Skip) -> str:
     """Why a version was passed over, in one line: 'hub version V: incompatible (torch: ...)'."""
     if skip.kind == INCOMPATIBLE:
         return f"{skip.label}: incompatible ({skip.detail})"
+    if skip.kind in (WRONG_SIGNATURE, TRANSFER_FAILED, NOT_INSTALLED):  # the error's own words say what it is
+        return f"{skip.label}: {skip.detail}"
     moved = f"; moved to {skip.moved_to}" if skip.moved_to else ""
     return f"{skip.label}: {skip.kind}: {skip.detail}{moved}"
 
@@ -144,10 +146,12 @@ def skip_warning(name: str, skip: Skip) -> str:
     if skip.kind == WRONG_SIGNATURE:
         return f"{skip.detail}; refused"
     if skip.kind == TRANSFER_FAILED:
-        return f"could not pull {name!r} {skip.detail}"
+        return f"could not pull {name!r} from {skip.where}: {skip.detail}"
     if skip.kind == NOT_INSTALLED:
         return f"could not restore bundle {name!r}: {skip.detail}"
-    return f"bundle {name!r} {skip_line(skip)}"
+    if skip.kind == UNUSABLE:
+        return f"bundle {name!r} {skip.label} from {skip.where} is unusable: {skip.detail}"
+    return f"bundle {name!r} {skip.label} is {skip.kind}: {skip.detail}; moved to {skip.moved_to}"
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,7 @@ class Skip:
     kind: str
     detail: str
     moved_to: str | None = None
+    where: str = ""  # the source it came from ("the hub redis://..."), for a transfer that failed
 
     @property
     def worth_telling(self) -> bool:
@@ -189,12 +190,12 @@ def find(
                 found.wrong_signatures += 1
                 continue
             except HubError as exc:  # the transfer failed: the hub is the problem, not this version
-                found.skipped.append(Skip(tag, TRANSFER_FAILED, f"from {source.where}: {exc}"))
+                found.skipped.append(Skip(tag, TRANSFER_FAILED, str(exc), where=source.where))
                 break
             except FileNotFoundError:  # pruned by another kernel between listing and reading
                 continue
             except (BundleError, OSError) as exc:
-                found.skipped.append(Skip(tag, UNUSABLE, f"from {source.where}: {exc}"))
+                found.skipped.append(Skip(tag, UNUSABLE, str(exc), where=source.where))
                 continue
             finally:
                 close = getattr(bar, "close", None)

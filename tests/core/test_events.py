@@ -51,3 +51,24 @@ def test_a_session_without_a_front_end_logs_warnings_as_warnings(caplog):
         (logging.INFO, ALL[3].text()),
     ]
     assert reporter.transfer("saving") is events.NO_TRANSFER
+
+
+def test_a_skipped_version_is_worded_once_each_kind_in_its_own_words():
+    """Storage hands over typed skips; the line a user reads names the cause once (a wrong signature's own message
+    already says "wrong signature")."""
+    from jupyter_compile_cache.core.events import skip_line, skip_warning
+    from jupyter_compile_cache.storage import sources
+
+    signed = sources.Skip("hub version V", sources.WRONG_SIGNATURE, "bundle 'net' version V has a wrong signature")
+    assert skip_line(signed).count("wrong signature") == 1 and skip_warning("net", signed).endswith("; refused")
+    other = sources.Skip("version V", sources.INCOMPATIBLE, "torch: bundle '9.9' vs this kernel '2.15'")
+    assert skip_line(other) == "version V: incompatible (torch: bundle '9.9' vs this kernel '2.15')"
+    assert not other.worth_telling and signed.worth_telling
+    damaged = sources.Skip("version V", sources.DAMAGED, "member k0.so: sha256 differs", "/q/net/V")
+    assert skip_line(damaged) == "version V: damaged: member k0.so: sha256 differs; moved to /q/net/V"
+    assert (
+        skip_warning("net", damaged)
+        == "bundle 'net' version V is damaged: member k0.so: sha256 differs; moved to /q/net/V"
+    )
+    pulled = sources.Skip("hub version V", sources.TRANSFER_FAILED, "timed out", where="the hub redis://h:1/0")
+    assert skip_warning("net", pulled) == "could not pull 'net' from the hub redis://h:1/0: timed out"
