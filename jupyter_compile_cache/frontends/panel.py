@@ -43,7 +43,7 @@ from ..core.records import (
 from ..core.session import CompileCacheSession
 from ..units import count, human_bytes
 from . import render
-from .tables import age, hub_line, notebook_line, removal_lines
+from .tables import age, elide, hub_line, notebook_line, removal_lines
 
 GREEN, RED, GREY = "#2e7d32", "#c62828", "#757575"
 ONE_LINE = "white-space: nowrap; overflow: hidden; text-overflow: ellipsis"
@@ -105,10 +105,7 @@ def _short_path(path: str, width: int = 72) -> str:
     home = os.path.expanduser("~")
     if home not in ("", "/") and path.startswith(home + os.sep):
         path = "~" + path[len(home) :]
-    if len(path) <= width:
-        return path
-    keep = width - 1
-    return f"{path[: keep // 3]}…{path[len(path) - (keep - keep // 3) :]}"
+    return elide(path, width)
 
 
 def _cell(text: Any, title: str | None = None, align: str = "left", color: str | None = None, bold: bool = False,

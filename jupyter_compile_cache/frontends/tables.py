@@ -124,7 +124,7 @@ def _text_table(
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     if room is not None:
         widths = _fitted(widths, floors, room)
-    cells = [[_elide(c, w) for c, w in zip(r, widths)] for r in cells]
+    cells = [[elide(c, w) for c, w in zip(r, widths)] for r in cells]
     lines = [
         "  ".join(c.rjust(w) if right else c.ljust(w) for c, w, right in zip(r, widths, numeric)).rstrip()
         for r in cells
@@ -345,7 +345,7 @@ class StatsView(_View):
         return f"{pre}<table>{body}</table>"
 
 
-def _elide(value: Any, width: int = 60) -> str:
+def elide(value: Any, width: int = 60) -> str:
     """A long value (a build string, a list of ISAs, a path) kept to `width` characters: its head and tail."""
     text = str(value)
     if len(text) <= width:
@@ -397,8 +397,8 @@ class Explanation(_View):
                     verdict = "match"
                 else:
                     verdict = "MISMATCH (blocks)" if f.blocking else "differs (reported only)"
-                current = "(same)" if f.saved == f.current else _elide(f.current) if f.checked else "-"
-                rows.append([f.field, verdict, _elide(f.saved), current])
+                current = "(same)" if f.saved == f.current else elide(f.current) if f.checked else "-"
+                rows.append([f.field, verdict, elide(f.saved), current])
             out.append((heading, self.headers, rows))
         run = d.last_run
         if run:
