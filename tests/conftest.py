@@ -66,7 +66,7 @@ def tls_redis(tmp_path):
 
 @pytest.fixture(params=hubs.KINDS)
 def any_hub(request, tmp_path):
-    """The same test on every hub backend: a redis-server, a Redis Cluster, Redis over TLS and a shared folder."""
+    """The same test on every hub backend: a redis-server, a Redis Cluster, Redis over TLS, S3 and a shared folder."""
     workdir = tmp_path / f"hub-{request.param}"
     workdir.mkdir()
     hub = hubs.start(request.param, workdir)

@@ -79,6 +79,21 @@ class HubUnavailable(Event):
 
 
 @dataclass(frozen=True)
+class NoTorchRemote(Event):
+    """`--torch-remote` on a hub torch's own remote caches cannot use: they speak to one Redis server only."""
+
+    hub: str  # redacted URL
+    kind: str  # the hub's backend: "s3", "folder", "redis cluster"
+    level: ClassVar[str] = "warning"
+
+    def text(self) -> str:
+        return (
+            f"--torch-remote: torch's own remote caches speak to a single Redis server, and the hub {self.hub} is "
+            f"{self.kind!s} storage; torch's caches stay on this machine (our bundles still use the hub)"
+        )
+
+
+@dataclass(frozen=True)
 class HubRefusal(Event):
     """The hub answered and refused (the user's permissions, a wrong password, a full hub): what still works is
     said, and the hub is not left alone as one that is down."""

@@ -11,10 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ..storage.backends import Backend, open_backend
+from ..storage.backends import Backend, open_backend, redact
 from ..storage.bundle import Manifest
 from ..storage.hub import Hub, HubConfig, HubError, HubRefused, Lease
-from ..storage.hub_url import redact
 from ..storage.sources import HubSource
 from ..storage.store import LocalStore
 from ..torch_adapter.compiler import RemoteCaches
@@ -26,6 +25,7 @@ from .events import (
     HubUnavailable,
     NoBundleArrived,
     NoTeamSecret,
+    NoTorchRemote,
     Transfer,
 )
 from .records import CellOptions, CellReport, HubState, RestoreResult
@@ -60,6 +60,7 @@ class HubPolicy:
         self._warned: set[str] = set()
         self._untold: dict[str, str] = {}  # failures found in the background, told by the next cell
         self._trust_warned = False
+        self._no_torch_remote_told: set[str] = set()
         # One backend (and so one connection pool) per URL, shared by the session's hubs: a cell talks to the hub up
         # to three times (pull on a miss, lease, push) and should connect (and AUTH) once, not each time.
         self._backends: dict[tuple[str, float, float], Backend] = {}
@@ -244,10 +245,21 @@ class HubPolicy:
         return None
 
     # -- torch's own Redis caches -------------------------------------------------------------------------------
-    def point_torch_at(self, hub: HubSource) -> None:
+    def point_torch_at(self, hub: HubSource, report: CellReport | None) -> None:
         """`--torch-remote`: torch's FX graph, AOTAutograd and autotune caches use the hub too (they then share
-        graphs compiled outside our cells). `close()` puts back what was there."""
-        self.remote_caches.point_at(hub.url)
+        graphs compiled outside our cells), where the hub is a Redis torch can open; else that is said once.
+        `close()` puts back what was there."""
+        try:
+            url = hub.hub.backend.torch_redis_url
+        except HubError as exc:
+            self.failed(hub, exc, report)
+            return
+        if url is None:
+            if hub.url not in self._no_torch_remote_told:
+                self._no_torch_remote_told.add(hub.url)
+                self._tell(NoTorchRemote(hub.display_url, hub.hub.backend.kind), report)
+            return
+        self.remote_caches.point_at(url)
 
     @property
     def torch_remote(self) -> str | None:

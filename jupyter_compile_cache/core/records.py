@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..storage.backends import check_url
 from ..storage.bundle import Manifest, check_name
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
-from ..storage.hub_url import check_namespace
+from ..storage.namespace import check_namespace
 from ..storage.store import Removal
 from ..units import count, human_bytes, speed
 

@@ -302,7 +302,7 @@ class CompileCacheSession:
             self.warn(f"preparing torch's compiler in the background stopped ({prewarm_error}); cells run as they "
                       "would without it", report)  # fmt: skip
         if opts.torch_remote and hub is not None:
-            self.hub_policy.point_torch_at(hub)
+            self.hub_policy.point_torch_at(hub, report)
         return lease
 
     def _before_body(self, name: str, opts: CellOptions, report: CellReport, watcher: capture.CellCapture) -> None:

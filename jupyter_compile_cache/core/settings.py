@@ -33,7 +33,7 @@ from traitlets.config import Configurable
 
 from ..storage.backends import check_url
 from ..storage.chunks import MAX_CHUNK, MIN_CHUNK
-from ..storage.hub_url import check_namespace
+from ..storage.namespace import check_namespace
 from ..storage.store import STORE_DIR_ENV, default_store_dir
 from ..units import parse_size
 

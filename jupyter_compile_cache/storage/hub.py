@@ -1,18 +1,18 @@
 """The shared hub: bundles in a team's store of blobs, reached through one `Backend` (storage/backends: Redis, a
-single server or a Cluster, in the clear or over TLS; or a shared folder, `file://`).
+single server or a Cluster, in the clear or over TLS; S3 or an S3-compatible store; or a shared folder, `file://`).
 
-Keys, for namespace NS, bundle NAME, fingerprint id FP and version V (every key of one NAME shares a hash tag, so a
-Redis Cluster keeps a bundle in one slot; a folder backend makes each `:`-separated part a folder):
+Keys, for namespace NS, bundle NAME, fingerprint id FP and version V (the second part is the key's group: every key
+of one backend call shares it, storage/backends/keys.py):
 
-    jcc:{NS/NAME}:chunk:FP:V:<i>   slices of the payload, a few MB each, each zstd-compressed when that helps
-    jcc:{NS/NAME}:manifest:FP:V    the manifest (fingerprint, sizes, sha256 of every chunk, signature), written
-                                   last: the commit point, so a reader never sees a half-written bundle
-    jcc:{NS/NAME}:lease:FP         who is compiling NAME right now (atomic lease with expiry, renewed while it runs)
-    jcc:{NS/}:name:NAME            NAME has versions here (for `hub ls`; earlier versions wrote jcc:{NS}:name:NAME,
-                                   still read)
+    jcc:NS/NAME:chunk:FP:V:<i>   slices of the payload, a few MB each, each zstd-compressed when that helps
+    jcc:NS/NAME:manifest:FP:V    the manifest (fingerprint, sizes, sha256 of every chunk, signature), written
+                                 last: the commit point, so a reader never sees a half-written bundle
+    jcc:NS/NAME:lease:FP         who is compiling NAME right now (atomic lease with expiry, renewed while it runs)
+    jcc:NS/:name:NAME            NAME has versions here (for `hub ls`; earlier versions wrote jcc:NS:name:NAME,
+                                 still read)
 
-So every key of namespace NS starts with `jcc:{NS/`: one access rule per team (docs/how_it_works.md gives the Redis
-ACL lines). A namespace below it (`NS/toolchain`, ...) falls under the same rule.
+So every key of namespace NS lies under `jcc:NS/`: one access rule per team (docs/how_it_works.md gives the Redis ACL
+lines and an S3 bucket policy). A namespace below it (`NS/toolchain`, ...) falls under the same rule.
 
 Chunks are written with a short expiry (`orphan_ttl`) that the push renews while it runs and the commit clears (or
 sets to --ttl): a writer killed mid-push leaves nothing behind for more than a few minutes. Before the manifest is
@@ -39,16 +39,14 @@ from typing import IO, Any
 
 from ..units import count
 from . import chunks, file_copy
-from .backends import Backend, open_backend
+from .backends import Backend, open_backend, redact
 from .backends.base import HubError, HubRefused
 from .bundle import DamagedBundle, Manifest
-from .hub_url import redact
 from .signing import SignatureError, check_signature, sign
 from .store import Removal
 
 __all__ = ["Hub", "HubConfig", "HubError", "HubRefused", "Lease", "SignatureError", "check_signature"]
 
-PIPELINE_CHUNKS = 2  # chunks per round trip (more makes redis-py's reply buffer copy more)
 AHEAD = 4  # chunks being compressed or checked on worker threads at once
 ORPHAN_TTL = 300  # seconds an uncommitted chunk lives (renewed while its push runs)
 MAX_MANIFEST_BYTES = 16 << 20  # a 1 GB bundle's manifest is about 100 KB; a larger one is hostile
@@ -90,13 +88,13 @@ class Hub:
 
     # -- keys -----------------------------------------------------------------------------------------------
     def _prefix(self, name: str) -> str:
-        return f"jcc:{{{self.config.namespace}/{name}}}"
+        return f"jcc:{self.config.namespace}/{name}"
 
     def _name_key(self, name: str) -> str:
-        return f"jcc:{{{self.config.namespace}/}}:name:{name}"
+        return f"jcc:{self.config.namespace}/:name:{name}"
 
     def _old_name_key(self, name: str) -> str:
-        return f"jcc:{{{self.config.namespace}}}:name:{name}"
+        return f"jcc:{self.config.namespace}:name:{name}"
 
     def _refused(self, exc: HubRefused, action: str) -> HubRefused:
         """A refusal in the user's terms: which team's bundles this user may not read or write (the server's own
@@ -204,8 +202,9 @@ class Hub:
         name, fp, version = manifest.name, manifest.fingerprint_id, manifest.version
 
         def received() -> Iterator[tuple[int, bytes | None]]:
-            for start in range(0, len(hashes), PIPELINE_CHUNKS):
-                indices = range(start, min(start + PIPELINE_CHUNKS, len(hashes)))
+            step = self.backend.keys_per_call
+            for start in range(0, len(hashes), step):
+                indices = range(start, min(start + step, len(hashes)))
                 yield from zip(indices, self.backend.get([self._chunk_key(name, fp, version, i) for i in indices]))
 
         def place(item: tuple[int, bytes | None]) -> int:
@@ -263,7 +262,7 @@ class Hub:
                 hashes.append(digest)
                 flags.append(compressed)
                 done += raw_bytes
-                if len(batch) >= PIPELINE_CHUNKS:
+                if len(batch) >= self.backend.keys_per_call:
                     send(batch)
                     batch = {}
             if batch:
@@ -275,7 +274,7 @@ class Hub:
         ttl = self.config.ttl
         # The commit: chunks kept for good (or the bundle's ttl), checked to be all there still (a Redis that evicts
         # under memory pressure may have dropped some), then the manifest, the one key readers look for. The name's
-        # key has another hash tag than the bundle's keys: it goes in a call of its own.
+        # key has another group than the bundle's keys: it goes in a call of its own.
         self.backend.touch(keys(len(hashes)), ttl)
         gone = self.backend.missing(keys(len(hashes)))
         if gone:
@@ -318,7 +317,7 @@ class Hub:
         return removed
 
     def _forget(self, name: str) -> None:
-        # one call per key: the two have other hash tags
+        # one call per key: the two have other groups
         self.backend.delete([self._name_key(name)])
         self.backend.delete([self._old_name_key(name)])
 

@@ -1,5 +1,5 @@
 """settings.py's own rules for what it reads from the environment (yes/no), property-based; sizes are tested in
-test_units.py and hub URLs and namespaces in test_hub_urls.py."""
+test_units.py and hub URLs in storage/backends/test_url.py and namespaces in storage/test_namespace.py."""
 
 from __future__ import annotations
 

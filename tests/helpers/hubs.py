@@ -1,21 +1,27 @@
 """One hub of each backend for the parametrized hub suite: a real redis-server, a real 3-master Redis Cluster, a
-real TLS redis-server, and a shared folder (file://). Each says how to look at a key's expiry and how to cut the
-hub off in the middle of a transfer, the way that backend fails in life."""
+real TLS redis-server, a real S3 protocol server (moto's, one per test session, a new bucket per test), and a shared
+folder (file://). Each says how to look at a key's expiry and how to cut the hub off in the middle of a transfer, the
+way that backend fails in life."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import struct
 import tempfile
 import time
 
+from helpers import s3_server
 from helpers.redis_server import RedisClusterServers, RedisServer, TlsRedisServer
+from helpers.s3_server import S3Server
+from helpers.tcp_proxy import HoldingProxy
+from jupyter_compile_cache.storage.backends.keys import braced
 from jupyter_compile_cache.storage.bundle import Manifest
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.store import LocalStore
 
-KINDS = ("redis", "redis-cluster", "rediss", "file")
+KINDS = ("redis", "redis-cluster", "rediss", "s3", "file")
 
 
 def local_bundle(tmp_path, size=3 << 20, name="net", fp="f" * 12):
@@ -89,7 +95,7 @@ class RedisHubUnderTest(HubUnderTest):
         return self.server.client()
 
     def seconds_left(self, key: str) -> float | None:
-        ttl = self.client().ttl(key)
+        ttl = self.client().ttl(braced(key))  # the key as Redis holds it
         assert ttl != -2, f"{key} is not there"
         return None if ttl == -1 else float(ttl)
 
@@ -173,10 +179,52 @@ class FolderHubUnderTest(HubUnderTest):
         shutil.rmtree(self.folder + ".unmounted", ignore_errors=True)
 
 
+class S3HubUnderTest(HubUnderTest):
+    """A bucket of its own on the session's moto server, reached through a proxy of its own (`cut` is the network
+    gone; the server and what it holds stay). The AWS variables are set in this process while it lives."""
+
+    kind = "s3"
+    shared: S3Server | None = None
+
+    def __init__(self, workdir) -> None:
+        super().__init__(workdir)
+        if S3HubUnderTest.shared is None or S3HubUnderTest.shared.proc is None:
+            S3HubUnderTest.shared = S3Server(tempfile.mkdtemp(prefix="moto-"))
+            atexit.register(S3HubUnderTest.shared.stop)
+        self.server = S3HubUnderTest.shared
+        self.bucket = self.server.new_bucket()
+        self.proxy = HoldingProxy(self.server.port)
+        environ = self.server.environ()
+        environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{self.proxy.port}"
+        self._before = s3_server.use(environ)
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/team-hub"
+
+    def seconds_left(self, key: str) -> float | None:
+        from jupyter_compile_cache.storage.backends.s3 import EXPIRES, S3Backend
+
+        name = S3Backend(self.url)._object(key)
+        expires = float(self.server.client().head_object(Bucket=self.bucket, Key=name)["Metadata"][EXPIRES])
+        return None if expires == 0 else expires - time.time()
+
+    def cut(self) -> None:
+        self.proxy.cut()
+
+    def restore(self) -> None:
+        self.proxy.restore()
+
+    def stop(self) -> None:
+        self.proxy.cut()
+        s3_server.put_back(self._before)
+
+
 def start(kind: str, workdir) -> HubUnderTest:
     return {
         "redis": RedisHubUnderTest,
         "redis-cluster": ClusterHubUnderTest,
         "rediss": TlsHubUnderTest,
+        "s3": S3HubUnderTest,
         "file": FolderHubUnderTest,
     }[kind](workdir)

@@ -1,5 +1,5 @@
-"""A TCP forwarder between a client and a real server that can hold back chosen requests: a slow network that
-opens the window a race needs, deterministically."""
+"""A TCP forwarder between a client and a real server that can hold back chosen requests (a slow network that
+opens the window a race needs, deterministically) or cut every connection and refuse new ones (the network gone)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,32 @@ class HoldingProxy:
         self.hold: Callable[[bytes], bool] = lambda _data: False
         self.held = threading.Event()
         self._go = threading.Event()
+        self.port = 0
+        self._sockets: list[socket.socket] = []
+        self._listen()
+
+    def _listen(self) -> None:
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(16)
+        self._listener.bind(("127.0.0.1", self.port))
+        self._listener.listen(64)
         self.port = self._listener.getsockname()[1]
-        self._sockets: list[socket.socket] = [self._listener]
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._sockets.append(self._listener)
+        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        """Every connection reset, new ones refused (the server's host gone from the network)."""
+        sockets, self._sockets = self._sockets, []
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def restore(self) -> None:
+        """The network is back: the same port takes connections again."""
+        self._listen()
 
     @property
     def url(self) -> str:
@@ -32,13 +51,17 @@ class HoldingProxy:
     def let_go(self) -> None:
         self._go.set()
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the server itself is gone: the client sees its connection close
+                client.close()
+                continue
             self._sockets += [client, server]
             threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()

@@ -19,7 +19,7 @@ def _consistent(hub) -> list:
     """Every committed version complete, and no lease held: the hub's keys after the load."""
     versions = [m for name in hub.names() for m in hub.versions(name)]
     assert versions and all(hub.missing_chunks(m) == 0 for m in versions)
-    assert hub.backend.list("jcc:{default/") == [k for k in hub.backend.list("jcc:{default/") if ":lease:" not in k]
+    assert hub.backend.list("jcc:default/") == [k for k in hub.backend.list("jcc:default/") if ":lease:" not in k]
     return versions
 
 

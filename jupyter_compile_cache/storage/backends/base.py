@@ -1,8 +1,9 @@
 """What a hub backend must do: a store of blobs by key, with expiry and an atomic lease. Nothing else.
 
-Keys are text made of `:`-separated parts (the hub's layout, storage/hub.py). Every key of one call to `get`, `put`,
-`touch` or `delete` belongs to one bundle, so a backend that shards (a Redis Cluster) can serve the call from one
-place. Chunking, compression, digests and signatures sit above this protocol and are written once for every backend.
+Keys are text made of `:`-separated parts (the hub's layout, storage/hub.py; storage/backends/keys.py). Every key of
+one call to `get`, `put`, `touch` or `delete` belongs to one bundle, so a backend that shards (a Redis Cluster) can
+serve the call from one place. Chunking, compression, digests and signatures sit above this protocol and are written
+once for every backend.
 
 Any failure of the place the blobs live (down, slow, full, refusing) is a `HubError`, with a message that never
 holds a password: the caller treats it as a miss and carries on.
@@ -11,7 +12,7 @@ holds a password: the caller treats it as a miss and carries on.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 
 class HubError(Exception):
@@ -35,8 +36,21 @@ class HubRefused(HubError):
 
 
 class Backend(Protocol):
+    SCHEMES: ClassVar[tuple[str, ...]]  # the URL schemes it serves
+    USAGE: ClassVar[str]  # what its URLs look like, for messages
     display_url: str  # the URL with any password hidden, for messages
-    kind: str  # "redis", "redis cluster", "folder": for `status` and the panel
+    kind: str  # "redis", "redis cluster", "s3", "folder": for `status` and the panel
+    keys_per_call: int  # chunks the hub asks for (or sends) in one call: what keeps this backend's wire busy
+
+    @staticmethod
+    def check_url(url: str) -> None:
+        """Raise ValueError, in words, for a URL of its schemes that it cannot open (no connection is made)."""
+        ...
+
+    @property
+    def torch_redis_url(self) -> str | None:
+        """The Redis URL torch's own remote caches can use for this hub (`--torch-remote`), None where there is none."""
+        ...
 
     def ping(self) -> None:
         """Raise HubError unless the backend answers."""
@@ -64,7 +78,8 @@ class Backend(Protocol):
         ...
 
     def list(self, prefix: str) -> list[str]:
-        """Every live key that starts with PREFIX (a whole `:`-separated part or more), in no order."""
+        """Every key that starts with PREFIX, in no order. A backend whose listing carries no expiry (an object
+        store) may list expired keys too: `get` gives None for them, and `sweep` removes them."""
         ...
 
     def acquire(self, key: str, token: bytes, ttl: int) -> bytes | None:
@@ -86,3 +101,14 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class BackendClass(Protocol):
+    """A backend's class, as the registry holds it (storage/backends/__init__.py)."""
+
+    SCHEMES: ClassVar[tuple[str, ...]]
+    USAGE: ClassVar[str]
+
+    def check_url(self, url: str) -> None: ...
+
+    def __call__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> Backend: ...

@@ -2,7 +2,8 @@
 several kernels of one machine see).
 
 Each key is one file: its `:`-separated parts are folders, each part percent-quoted (so a namespace's `/` never
-makes a folder of its own). A file starts with a 12-byte header (magic, expiry time or 0) and holds the value.
+makes a folder of its own), the group part in braces as earlier versions wrote it (storage/backends/keys.py). A file
+starts with a 12-byte header (magic, expiry time or 0) and holds the value.
 
 Many writers are safe: a value is written under a temporary name (`#tmp-...`, a name no key quotes to) in the same
 folder, flushed to disk, then renamed into place, so a reader sees a whole old value, a whole new one, or none, and a
@@ -27,9 +28,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 from .. import temp_files
 from .base import HubError, HubRefused
+from .keys import braced, unbraced
 
-SCHEMES = ("file",)
-USAGE = "file:///path/to/a/shared/folder"
 MAGIC = b"JCC1"
 HEADER = struct.Struct("<4sd")  # magic, expiry (seconds since the epoch; 0: never)
 TEMP = "#"  # prefix of temporary and broken-lease files: quote() never yields it
@@ -43,12 +43,17 @@ def folder_of(url: str) -> str:
     return unquote(parts.path).rstrip("/") or "/"
 
 
-def check_url(url: str) -> None:
+def _check_url(url: str) -> None:
     folder_of(url)
 
 
 class FolderBackend:
+    SCHEMES = ("file",)
+    USAGE = "file:///path/to/a/shared/folder"
     kind = "folder"
+    keys_per_call = 2
+    torch_redis_url = None
+    check_url = staticmethod(_check_url)
 
     def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
         self.url = url
@@ -57,6 +62,9 @@ class FolderBackend:
 
     # -- paths --------------------------------------------------------------------------------------------------
     def _path(self, key: str) -> str:
+        return self._braced_path(braced(key))
+
+    def _braced_path(self, key: str) -> str:
         return os.path.join(self.root, *(quote(part, safe="{}._-") for part in key.split(":")))
 
     def _error(self, exc: OSError, doing: str) -> HubError:
@@ -201,8 +209,8 @@ class FolderBackend:
 
     def list(self, prefix: str) -> list[str]:
         self._check_root()
-        *parents, partial = prefix.split(":")
-        folder = self._path(":".join(parents)) if parents else self.root
+        *parents, partial = braced(prefix).split(":")
+        folder = self._braced_path(":".join(parents)) if parents else self.root
         try:
             entries = list(os.scandir(folder))
         except (FileNotFoundError, NotADirectoryError):
@@ -220,7 +228,7 @@ class FolderBackend:
             for key, path in self._walk(base + part, entry.path, entry.is_dir()):
                 expires = self._expiry(path)
                 if expires is not None and self._live(expires):
-                    keys.append(key)
+                    keys.append(unbraced(key))
         return keys
 
     def _walk(self, key: str, path: str, is_dir: bool) -> Iterator[tuple[str, str]]:

@@ -1,11 +1,12 @@
 """The Redis backend: `redis://`, `rediss://` (TLS), `unix://`, and `redis+cluster://` (a Redis Cluster named
 outright; a `redis://` URL that names a cluster node works too: the node is asked once).
 
-Every key of one bundle carries the same hash tag (`{namespace/name}`), so on a cluster one bundle lives in one
-slot: a call's keys go to the one node that serves them, as a plain client, so pipelines work as on a single server
-and a hung node costs one timeout per round trip. Listing is `SCAN MATCH`, on that node when the prefix names a
-whole tag, else on every primary. Leases are `SET NX EX`, renewed and released by compare-and-act scripts (Redis's
-documented lock pattern: an old holder never extends or deletes a collaborator's lease).
+Every key is written with its group (storage/backends/keys.py: one bundle, `namespace/name`) as its hash tag,
+`jcc:{namespace/name}:...`, so on a cluster one bundle lives in one slot: a call's keys go to the one node that
+serves them, as a plain client, so pipelines work as on a single server and a hung node costs one timeout per round
+trip. Listing is `SCAN MATCH`, on that node when the prefix names a whole tag, else on every primary. Leases are
+`SET NX EX`, renewed and released by compare-and-act scripts (Redis's documented lock pattern: an old holder never
+extends or deletes a collaborator's lease).
 
 redis-py is imported when the hub is first used; missing, it is a HubError like any other hub failure, so a cell,
 `list` or the CLI say which extra to install and carry on with the local store.
@@ -18,14 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ..hub_url import redact
 from .base import HubError, HubRefused
+from .keys import braced, unbraced
+from .url import redact
 
-SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
 # The password for a URL that names no password (redis://USER@host/0): what a notebook cell or `%config` shows then
 # holds none. The URL's own password wins.
 PASSWORD_ENV = "JUPYTER_COMPILE_CACHE_HUB_PASSWORD"
-USAGE = "redis://host:port/db, rediss://... for TLS, redis+cluster://host:port, unix:///path/to/socket"
 SCAN_COUNT = 10_000  # keys the server looks at per SCAN round trip: few round trips on a large database
 
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
@@ -42,7 +42,8 @@ READER_COMMANDS = "+@connection +info +scan +get +exists"
 def acl_rule(user: str, password: str, namespace: str, read_only: bool = False) -> str:
     """The Redis `ACL SETUSER` line for a team's user: NAMESPACE's keys (and those of the namespaces below it, e.g.
     `NS/toolchain`) and nothing else; with `read_only`, reading them only (restores work; pushes and leases are
-    refused, and told once). Every key of a namespace starts with `jcc:{NAMESPACE/` (storage/hub.py)."""
+    refused, and told once). Every key of a namespace starts with `jcc:{NAMESPACE/` here (storage/hub.py's layout,
+    the group in braces)."""
     keys = f"%R~jcc:{{{namespace}/*" if read_only else f"~jcc:{{{namespace}/*"
     commands = READER_COMMANDS if read_only else WRITER_COMMANDS
     return f"ACL SETUSER {user} reset on >{password} {keys} -@all {commands}"
@@ -58,7 +59,7 @@ def redis_module() -> Any:
     return redis
 
 
-def check_url(url: str) -> None:
+def _check_url(url: str) -> None:
     """A URL redis-py can open: redis://[user:password@]host[:port][/db], rediss://..., unix:///path,
     redis+cluster://host:port. redis-py's own rules for the rest (query options) apply when it is loaded already:
     importing it here would add 0.25 s to `%load_ext` (the variable is read at start-up); a URL it refuses is a
@@ -106,6 +107,11 @@ def _handshake_bounded(redis: Any) -> type:
 
 
 class RedisBackend:
+    SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
+    USAGE = "redis://host:port/db, rediss://... for TLS, redis+cluster://host:port, unix:///path/to/socket"
+    keys_per_call = 2  # chunks per pipeline: more makes redis-py's reply buffer copy more
+    check_url = staticmethod(_check_url)
+
     def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
         self.url = url
         self.display_url = redact(url)
@@ -170,6 +176,13 @@ class RedisBackend:
         if not self.is_cluster:
             return client
         return client.get_node_from_key(key).redis_connection
+
+    @property
+    def torch_redis_url(self) -> str | None:
+        """torch's remote caches open `redis.Redis.from_url(URL)`: a single server, its password in the URL."""
+        if self.is_cluster or (os.environ.get(PASSWORD_ENV) and urlsplit(_plain(self.url)).password is None):
+            return None
+        return _plain(self.url)
 
     @property
     def user(self) -> str:
@@ -258,13 +271,16 @@ class RedisBackend:
         return replies
 
     def get(self, keys: Sequence[str]) -> list[bytes | None]:
+        keys = [braced(key) for key in keys]
         return self._replies(keys, lambda pipe, key: pipe.get(key), "read") if keys else []
 
     def put(self, items: Mapping[str, bytes], ttl: int | None = None) -> None:
-        if items:
-            self._replies(list(items), lambda pipe, key: pipe.set(key, items[key], ex=ttl), "write")
+        values = {braced(key): value for key, value in items.items()}
+        if values:
+            self._replies(list(values), lambda pipe, key: pipe.set(key, values[key], ex=ttl), "write")
 
     def touch(self, keys: Sequence[str], ttl: int | None) -> None:
+        keys = [braced(key) for key in keys]
         if keys:  # in one transaction: every chunk of a bundle kept, or none
 
             def expire(pipe: Any, key: str) -> Any:
@@ -273,14 +289,16 @@ class RedisBackend:
             self._replies(keys, expire, "write", transaction=True)
 
     def delete(self, keys: Sequence[str]) -> None:
+        keys = [braced(key) for key in keys]
         if keys:
             self._call(lambda: self._node(keys[0]).unlink(*keys), "write")
 
     def missing(self, keys: Sequence[str]) -> list[str]:
-        there = self._replies(keys, lambda pipe, key: pipe.exists(key), "read") if keys else []
+        there = self._replies([braced(k) for k in keys], lambda pipe, key: pipe.exists(key), "read") if keys else []
         return [key for key, found in zip(keys, there) if not found]
 
     def list(self, prefix: str) -> list[str]:
+        prefix = braced(prefix)
         pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
 
         def scan() -> list[str]:
@@ -290,11 +308,12 @@ class RedisBackend:
                 nodes = [self._node(prefix)]
             else:
                 nodes = [node.redis_connection for node in self.client.get_primaries()]
-            return [k.decode() for node in nodes for k in node.scan_iter(match=pattern, count=SCAN_COUNT)]
+            return [unbraced(k.decode()) for node in nodes for k in node.scan_iter(match=pattern, count=SCAN_COUNT)]
 
         return self._call(scan)
 
     def acquire(self, key: str, token: bytes, ttl: int) -> bytes | None:
+        key = braced(key)
         node = self._call(lambda: self._node(key))
         for _ in range(3):  # the holder's lease may expire between our SET and GET: then try again
             if self._call(lambda: node.set(key, token, nx=True, ex=ttl), "write"):
@@ -305,9 +324,11 @@ class RedisBackend:
         return b""
 
     def renew(self, key: str, token: bytes, ttl: int) -> bool:
+        key = braced(key)
         return bool(self._call(lambda: self._node(key).eval(_RENEW, 1, key, token, ttl), "write"))
 
     def release(self, key: str, token: bytes) -> None:
+        key = braced(key)
         self._call(lambda: self._node(key).eval(_RELEASE, 1, key, token), "write")
 
     def sweep(self) -> int:

@@ -1,4 +1,4 @@
-"""The hub's URL and namespace rules (storage/hub_url.py, storage/backends), property-based: any text is either
+"""Hub URLs (storage/backends: the registry's `check_url`, url.py's `redact`), property-based: any text is either
 taken or refused with a ValueError that names the rule and never a password."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jupyter_compile_cache.storage.backends import check_url
+from jupyter_compile_cache.storage.backends import check_url, redact
 from jupyter_compile_cache.storage.backends.folder import folder_of
-from jupyter_compile_cache.storage.hub_url import check_namespace, redact
 
 MANY = settings(max_examples=400, deadline=None)
 
@@ -47,16 +46,3 @@ def test_any_hub_url_opens_in_redis_py_or_is_a_clear_error_without_the_password(
 def test_redact_hides_any_password_even_in_text_that_is_no_url(scheme, user, host):
     url = f"{scheme}://{user.replace('@', '')}:s3cr3t-pw@{host.replace('/', '')}"
     assert "s3cr3t-pw" not in redact(url) and "s3cr3t-pw" not in redact(url.split("://", 1)[1])
-
-
-@given(st.text(max_size=140) | st.sampled_from(["team/proj", "a//b", "/a", "a/", "{x}", "ok.name-1_2", "a b"]))
-@MANY
-def test_a_namespace_is_taken_only_as_slash_joined_safe_parts(namespace):
-    try:
-        checked = check_namespace(namespace)
-    except ValueError as exc:
-        assert "invalid namespace" in str(exc)
-        return
-    assert checked == namespace and len(namespace) <= 128
-    assert not set(namespace) & set("{} \t\n:*?") and "//" not in namespace  # one hash slot, one key shape
-    assert not namespace.startswith("/") and not namespace.endswith("/")

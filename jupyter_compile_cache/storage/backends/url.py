@@ -1,0 +1,18 @@
+"""Hub URLs with their password hidden, for every message, `status` and the panel."""
+
+from __future__ import annotations
+
+
+def redact(url: str | None) -> str:
+    """The URL with any password replaced, for messages, status and the panel. Works on text that is no valid
+    URL too (a typo must not print the password): whatever stands between the scheme and the last '@' is taken
+    for user[:password], erring on the side of hiding."""
+    if not url:
+        return ""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"

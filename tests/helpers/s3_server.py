@@ -1,0 +1,111 @@
+"""A real S3 protocol server for tests: moto's standalone server (`moto[server]`) on a free loopback port, reached
+through a TCP proxy that can cut the network. The client side is configured the AWS way, through environment
+variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), as a user's would be."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+from helpers.redis_server import free_port
+from helpers.tcp_proxy import HoldingProxy
+
+REGION = "us-east-1"
+
+
+class S3Server:
+    """moto's server in its own process. With `auth`, it checks signatures and IAM policies after the first
+    `free_requests` requests (moto's INITIAL_NO_AUTH_ACTION_COUNT), which the fixture spends creating users."""
+
+    def __init__(self, workdir, auth: bool = False, free_requests: int = 0) -> None:
+        self.workdir = workdir
+        self.auth, self.free_requests = auth, free_requests
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.start()
+        self.proxy = HoldingProxy(self.port)
+
+    @property
+    def endpoint(self) -> str:
+        """What clients use: the proxy in front of the server."""
+        return f"http://127.0.0.1:{self.proxy.port}"
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        if self.auth:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(self.free_requests)
+        log = open(os.path.join(str(self.workdir), f"moto-{self.port}.log"), "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/moto-api/data.json", timeout=1).read()
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"moto's server exited with {self.proc.returncode}") from None
+                time.sleep(0.1)
+        raise RuntimeError("moto's server did not answer within 30 s")
+
+    def kill(self) -> None:
+        """The server process dies (what it held is gone with it: moto keeps objects in memory)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def stop(self) -> None:
+        self.proxy.cut()
+        self.kill()
+
+    def client(self, key: str = "test", secret: str = "test"):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=key,
+            aws_secret_access_key=secret,
+            region_name=REGION,
+        )
+
+    def new_bucket(self) -> str:
+        bucket = f"hub-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=bucket)
+        return bucket
+
+    def environ(self, key: str = "test", secret: str = "test") -> dict[str, str]:
+        """What a user sets to reach this server: the AWS variables, nothing in the hub URL."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": key,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+
+def use(environ: dict[str, str]) -> dict[str, str | None]:
+    """Set ENVIRON in this process (and so in its children); returns what to put back with `put_back`."""
+    before = {name: os.environ.get(name) for name in environ}
+    os.environ.update(environ)
+    return before
+
+
+def put_back(before: dict[str, str | None]) -> None:
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
