@@ -77,6 +77,37 @@ def any_hub(request, tmp_path):
 
 
 @pytest.fixture
+def s3_server(tmp_path):
+    """moto's S3 server of this test alone (it may be killed), its AWS variables set in this process."""
+    from helpers import s3_server as s3
+
+    workdir = tmp_path / "s3"
+    workdir.mkdir()
+    server = s3.S3Server(workdir)
+    before = s3.use(server.environ())
+    try:
+        yield server
+    finally:
+        s3.put_back(before)
+        server.stop()
+
+
+@pytest.fixture
+def s3_team(tmp_path):
+    """moto's S3 server checking signatures and IAM policies, with a bucket and two users made the AWS way: a
+    writer (every S3 action on the bucket) and a reader (GetObject and ListBucket only)."""
+    from helpers.s3_server import S3Team
+
+    workdir = tmp_path / "s3-team"
+    workdir.mkdir()
+    team = S3Team(workdir)
+    try:
+        yield team
+    finally:
+        team.stop()
+
+
+@pytest.fixture
 def free_port():
     return _free_port()
 

@@ -109,3 +109,51 @@ def put_back(before: dict[str, str | None]) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+class S3Team:
+    """An S3 server that checks credentials, a bucket `team-hub`, and IAM users `writer` and `reader` with their
+    access keys (`keys[user]`), made in the requests the server lets pass before it checks."""
+
+    BUCKET = "team-hub"
+    POLICIES = {"writer": ["s3:*"], "reader": ["s3:GetObject", "s3:ListBucket"]}
+
+    def __init__(self, workdir) -> None:
+        import json
+
+        import boto3
+
+        self.server = S3Server(workdir, auth=True, free_requests=1 + 3 * len(self.POLICIES))
+        self.server.client().create_bucket(Bucket=self.BUCKET)
+        iam = boto3.client(
+            "iam", endpoint_url=self.server.endpoint, aws_access_key_id="test", aws_secret_access_key="test",
+            region_name=REGION,
+        )  # fmt: skip
+        self.keys: dict[str, tuple[str, str]] = {}
+        resources = [f"arn:aws:s3:::{self.BUCKET}", f"arn:aws:s3:::{self.BUCKET}/*"]
+        for user, actions in self.POLICIES.items():
+            iam.create_user(UserName=user)
+            key = iam.create_access_key(UserName=user)["AccessKey"]
+            self.keys[user] = (key["AccessKeyId"], key["SecretAccessKey"])
+            statement = {"Effect": "Allow", "Action": actions, "Resource": resources}
+            document = json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+            iam.put_user_policy(UserName=user, PolicyName=f"{user}-hub", PolicyDocument=document)
+        self._before: dict[str, str | None] = {}
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.BUCKET}/hub"
+
+    def environ(self, user: str, secret: str | None = None) -> dict[str, str]:
+        key, real_secret = self.keys[user]
+        return self.server.environ(key, secret or real_secret)
+
+    def be(self, user: str, secret: str | None = None) -> None:
+        """This process uses USER's credentials from now on (a backend opened after this reads them)."""
+        before = use(self.environ(user, secret))
+        for name, value in before.items():
+            self._before.setdefault(name, value)
+
+    def stop(self) -> None:
+        put_back(self._before)
+        self.server.stop()

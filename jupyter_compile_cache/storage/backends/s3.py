@@ -70,6 +70,7 @@ class S3Backend:
     USAGE = "s3://bucket/prefix (credentials and endpoint from AWS_PROFILE, AWS_ENDPOINT_URL, ...)"
     kind = "s3"
     keys_per_call = CONCURRENCY
+    page_size = 1000  # objects per listing request: S3's most
     torch_redis_url = None
     check_url = staticmethod(_check_url)
 
@@ -102,7 +103,8 @@ class S3Backend:
             retries={"max_attempts": 2, "mode": "standard"},  # one retry: a store that is down costs two timeouts
             max_pool_connections=CONCURRENCY * 2,
             # S3-compatible stores (older MinIO, R2, Ceph) refuse the CRC checksums boto3 sends by default since 1.36
-            **_checksums_when_required(),
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
         )
         try:
             return session.client("s3", region_name=session.region_name or "us-east-1", config=config)
@@ -265,7 +267,9 @@ class S3Backend:
         return [key for key, absent in zip(keys, self._each(keys, gone, "read")) if absent]
 
     def _objects(self, prefix: str) -> Iterator[str]:
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._object(prefix))
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self._object(prefix), PaginationConfig={"PageSize": self.page_size}
+        )
         for page in pages:
             for entry in page.get("Contents", []):
                 yield entry["Key"]
@@ -371,15 +375,6 @@ def _code(exc: Exception) -> str:
 def _words(exc: Exception) -> str:
     """botocore's message without the request's details (its messages name the operation, never a secret)."""
     return str(exc) or type(exc).__name__
-
-
-def _checksums_when_required() -> dict[str, str]:
-    from botocore.config import Config
-
-    fields = getattr(Config, "OPTION_DEFAULTS", {})
-    if "request_checksum_calculation" not in fields:  # botocore before 1.36 sends none anyway
-        return {}
-    return {"request_checksum_calculation": "when_required", "response_checksum_validation": "when_required"}
 
 
 def _expires(ttl: float | None) -> float:
