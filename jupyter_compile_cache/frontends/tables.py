@@ -465,7 +465,8 @@ class NotebookPlanView(_View):
 
 
 NO_HUB_HINT = (
-    "%compile_cache hub redis://host:port/0 or file:///shared/folder, %config CompileCache.hub = ..., or "
+    "%compile_cache hub redis://host:port/0, s3://bucket/prefix or file:///shared/folder, "
+    "%config CompileCache.hub = ..., or "
     "JUPYTER_COMPILE_CACHE_HUB"
 )
 
@@ -474,7 +475,7 @@ def hub_line(hub: HubState) -> str:
     """'redis://host:6379/0 namespace 'team': reachable (0.4 ms); ...', or 'none (how to set one)'."""
     if not hub.url:
         return f"none ({NO_HUB_HINT})"
-    kind = {"redis cluster": "Redis Cluster, ", "folder": "shared folder, "}.get(hub.kind or "", "")
+    kind = {"redis cluster": "Redis Cluster, ", "folder": "shared folder, ", "s3": "S3, "}.get(hub.kind or "", "")
     state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"unreachable: {hub.error}"
     signed = "bundles signed with the team secret" if hub.signed else "no team secret: pulled bundles trusted"
     return f"{hub.url} namespace {hub.namespace!r}: {state}; {signed}"

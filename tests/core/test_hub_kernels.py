@@ -1,5 +1,5 @@
-"""Two collaborators in real kernels sharing one hub (a real redis-server, a Redis Cluster, a shared folder): separate
-stores, separate cache dirs."""
+"""Two collaborators in real kernels sharing one hub (a real redis-server, a Redis Cluster, S3, a shared folder):
+separate stores, separate cache dirs."""
 
 from __future__ import annotations
 
@@ -198,3 +198,48 @@ def test_team_users_under_acl_rules_restore_or_are_refused_in_their_terms(kernel
     # no password in anything the kernels wrote: stores, their runs and statistics, torch's cache dirs
     written = [p for d in tmp_path.glob("*_*") if d.name.startswith(("store_", "cache_")) for p in d.rglob("*")]
     assert written and not [p for p in written if p.is_file() and b"pw-of-" in p.read_bytes()]
+
+
+def test_colleague_restores_from_an_s3_hub_with_no_misses(kernel_factory, tmp_path, s3_team):
+    """s3://: each kernel's credentials from its AWS variables (an IAM writer's and a reader's keys), moto's server;
+    the reader restores with no misses, and her own bundle's push is refused in one line, kept in her store."""
+    secret = {"JUPYTER_COMPILE_CACHE_SECRET": "team-secret"}
+    alice = _collaborator(kernel_factory, tmp_path, "alice", s3_team.url, **secret, **s3_team.environ("writer"))
+    out = alice.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "to the local store and the hub" in out.stdout
+    assert "warning" not in out.stderr
+    bob = _collaborator(kernel_factory, tmp_path, "bob", s3_team.url, **secret, **s3_team.environ("reader"))
+    out = bob.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
+    assert f"restored 'net' from the hub {s3_team.url}" in out.stdout
+    assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    assert "reachable (S3, " in bob.run("%compile_cache hub status").check().stdout
+    bob.run("torch._dynamo.reset()").check()  # so the next cell compiles and has something to save
+    out = bob.run(COMPILE.format(name="bobs", options="--force-save")).check()
+    assert "MATCHES_EAGER True" in out.stdout
+    assert out.stderr.count("is not permitted to write") == 1, out.stderr
+    assert LocalStore(str(tmp_path / "store_bob")).versions("bobs")
+    assert secret["JUPYTER_COMPILE_CACHE_SECRET"] not in out.output
+    assert s3_team.keys["reader"][1] not in out.output and s3_team.keys["writer"][1] not in out.output
+
+
+def test_s3_hub_faults_each_leave_the_cell_right_and_the_local_store_whole(kernel_factory, tmp_path, s3_server):
+    """--torch-remote on an S3 hub (torch's caches speak Redis only), a bucket that is not there, then the server
+    killed: each cell right, each one line, every bundle in the local store."""
+    url = f"s3://{s3_server.new_bucket()}/hub"
+    k = _collaborator(kernel_factory, tmp_path, "carol", url, **s3_server.environ())
+    out = k.run(COMPILE.format(name="net", options="--torch-remote")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "saved" in out.stdout
+    assert out.stderr.count("torch's caches stay on this machine") == 1, out.stderr
+    assert k.value("__import__('os').environ.get('TORCHINDUCTOR_REDIS_URL')") is None
+    for name, hub in (("missing", "s3://no-such-bucket/hub"), ("killed", f"s3://{s3_server.new_bucket()}/hub")):
+        if name == "killed":
+            s3_server.kill()
+        k.run("torch._dynamo.reset()").check()  # so the cell compiles and has something to save
+        out = k.run(COMPILE.format(name=name, options=f"--force-save --hub {hub}")).check()
+        assert "MATCHES_EAGER True" in out.stdout and "saved" in out.stdout
+        assert out.stderr.count("carrying on without the hub") == 1, out.stderr
+        if name == "missing":
+            assert "the bucket 'no-such-bucket' does not exist" in out.stderr
+    store = LocalStore(str(tmp_path / "store_carol"))
+    assert all(store.versions(name) for name in ("net", "missing", "killed"))

@@ -18,8 +18,8 @@ from helpers.hubs import hub_at, local_bundle, pull_bytes
 from helpers.redis_server import RedisServer
 
 from jupyter_compile_cache.storage import bundle
-from jupyter_compile_cache.storage.backends.keys import braced
 from jupyter_compile_cache.storage.backends import redact
+from jupyter_compile_cache.storage.backends.keys import braced
 from jupyter_compile_cache.storage.bundle import Manifest, short_id
 from jupyter_compile_cache.storage.hub import HubError, HubRefused, Lease, SignatureError, check_signature
 from jupyter_compile_cache.storage.store import LocalStore

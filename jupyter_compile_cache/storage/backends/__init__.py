@@ -8,7 +8,7 @@ first used, so importing them here costs nothing.
 
 from __future__ import annotations
 
-from .base import Backend, BackendClass, HubError, HubRefused
+from .base import Backend, HubError, HubRefused
 from .folder import FolderBackend
 from .redis import RedisBackend
 from .s3 import S3Backend
@@ -16,10 +16,10 @@ from .url import redact
 
 __all__ = ["Backend", "HubError", "HubRefused", "check_url", "open_backend", "redact", "schemes", "usage"]
 
-KINDS: tuple[BackendClass, ...] = (RedisBackend, S3Backend, FolderBackend)
+KINDS: tuple[type[Backend], ...] = (RedisBackend, S3Backend, FolderBackend)
 
 
-def schemes() -> dict[str, BackendClass]:
+def schemes() -> dict[str, type[Backend]]:
     """scheme -> the backend that serves it."""
     return {scheme: kind for kind in KINDS for scheme in kind.SCHEMES}
 

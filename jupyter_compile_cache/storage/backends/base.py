@@ -39,12 +39,20 @@ class Backend(Protocol):
     SCHEMES: ClassVar[tuple[str, ...]]  # the URL schemes it serves
     USAGE: ClassVar[str]  # what its URLs look like, for messages
     display_url: str  # the URL with any password hidden, for messages
-    kind: str  # "redis", "redis cluster", "s3", "folder": for `status` and the panel
     keys_per_call: int  # chunks the hub asks for (or sends) in one call: what keeps this backend's wire busy
+
+    def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
+        """Nothing is connected yet: the first call connects (and its failure is that call's HubError)."""
+        ...
 
     @staticmethod
     def check_url(url: str) -> None:
         """Raise ValueError, in words, for a URL of its schemes that it cannot open (no connection is made)."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """ "redis", "redis cluster", "s3", "folder": for `status` and the panel."""
         ...
 
     @property
@@ -101,14 +109,3 @@ class Backend(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class BackendClass(Protocol):
-    """A backend's class, as the registry holds it (storage/backends/__init__.py)."""
-
-    SCHEMES: ClassVar[tuple[str, ...]]
-    USAGE: ClassVar[str]
-
-    def check_url(self, url: str) -> None: ...
-
-    def __call__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> Backend: ...

@@ -24,6 +24,7 @@ import struct
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from typing import ClassVar
 from urllib.parse import quote, unquote, urlsplit
 
 from .. import temp_files
@@ -48,8 +49,8 @@ def _check_url(url: str) -> None:
 
 
 class FolderBackend:
-    SCHEMES = ("file",)
-    USAGE = "file:///path/to/a/shared/folder"
+    SCHEMES: ClassVar[tuple[str, ...]] = ("file",)
+    USAGE: ClassVar[str] = "file:///path/to/a/shared/folder"
     kind = "folder"
     keys_per_call = 2
     torch_redis_url = None

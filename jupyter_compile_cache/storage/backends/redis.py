@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 from .base import HubError, HubRefused
@@ -107,8 +107,10 @@ def _handshake_bounded(redis: Any) -> type:
 
 
 class RedisBackend:
-    SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
-    USAGE = "redis://host:port/db, rediss://... for TLS, redis+cluster://host:port, unix:///path/to/socket"
+    SCHEMES: ClassVar[tuple[str, ...]] = ("redis", "rediss", "unix", "redis+cluster")
+    USAGE: ClassVar[str] = (
+        "redis://host:port/db, rediss://... for TLS, redis+cluster://host:port, unix:///path/to/socket"
+    )
     keys_per_call = 2  # chunks per pipeline: more makes redis-py's reply buffer copy more
     check_url = staticmethod(_check_url)
 

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
 from .base import HubError, HubRefused
@@ -66,8 +66,8 @@ def boto3_module() -> Any:
 
 
 class S3Backend:
-    SCHEMES = ("s3",)
-    USAGE = "s3://bucket/prefix (credentials and endpoint from AWS_PROFILE, AWS_ENDPOINT_URL, ...)"
+    SCHEMES: ClassVar[tuple[str, ...]] = ("s3",)
+    USAGE: ClassVar[str] = "s3://bucket/prefix (credentials and endpoint from AWS_PROFILE, AWS_ENDPOINT_URL, ...)"
     kind = "s3"
     keys_per_call = CONCURRENCY
     page_size = 1000  # objects per listing request: S3's most
