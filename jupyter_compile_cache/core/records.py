@@ -182,8 +182,8 @@ class NoHub(ValueError):
 
     def __str__(self) -> str:
         return (
-            "no hub: pass --hub redis://host:port/0 (or file:///shared/folder), set JUPYTER_COMPILE_CACHE_HUB, or "
-            "%compile_cache hub URL in a notebook"
+            "no hub: pass --hub redis://host:port/0 (or s3://bucket/prefix, file:///shared/folder), set "
+            "JUPYTER_COMPILE_CACHE_HUB, or %compile_cache hub URL in a notebook"
         )
 
 

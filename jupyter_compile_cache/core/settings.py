@@ -80,8 +80,8 @@ class CompileCache(Configurable):
         config=True
     )
     hub = Unicode(
-        help="Shared hub: redis://[user:password@]host:port/db, rediss://... for TLS, or file:///shared/folder; "
-        "'' for none [$JUPYTER_COMPILE_CACHE_HUB]"
+        help="Shared hub: redis://[user:password@]host:port/db, rediss://... for TLS, s3://bucket/prefix, or "
+        "file:///shared/folder; '' for none [$JUPYTER_COMPILE_CACHE_HUB]"
     ).tag(config=True)
     namespace = Unicode(help="Namespace on the hub (teams, projects) [$JUPYTER_COMPILE_CACHE_NAMESPACE]").tag(
         config=True

@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--user", action="store_true", help="for this user only")
     where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (sys.prefix)")
     where.add_argument("--prefix", metavar="DIR", default=None, help="under DIR/share/jupyter/kernels")
-    hub = command("hub", help="the shared hub (Redis or a folder): ls | push NAME | pull NAME | rm NAME | gc")
+    hub = command("hub", help="the shared hub (Redis, S3 or a folder): ls | push NAME | pull NAME | rm NAME | gc")
 
     def hub_options(parser: argparse.ArgumentParser, default: Any) -> None:
         parser.add_argument(
@@ -66,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
             dest="hub_url",
             type=arguments.hub_url,
             default=default,
-            help="redis://[user:password@]host:port/db or file:///shared/folder (default: $JUPYTER_COMPILE_CACHE_HUB)",
+            help="redis://[user:password@]host:port/db, s3://bucket/prefix or file:///shared/folder "
+            "(default: $JUPYTER_COMPILE_CACHE_HUB)",
         )
         parser.add_argument(
             "--namespace",
