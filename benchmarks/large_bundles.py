@@ -185,6 +185,30 @@ def floors(src: str, nbytes: int, work: str, url: str | None) -> dict:
     return out
 
 
+def save_push_pull_restore(name: str, cache: str, run_dir: str, url: str, base: dict, between=None) -> dict:
+    """The four steps a user runs, each in a fresh process: save from CACHE into one store, push it, pull it into
+    another store, restore from there into an empty cache dir. `between(empty_cache)` runs after the pull."""
+    store_a, store_b = os.path.join(run_dir, "store_a"), os.path.join(run_dir, "store_b")
+    run: dict = {}
+    run["save"] = step(
+        name, "save", {**base, "TORCHINDUCTOR_CACHE_DIR": cache, "JUPYTER_COMPILE_CACHE_DIR": store_a}, ""
+    )
+    run["push"] = step(
+        name, "push", {**base, "TORCHINDUCTOR_CACHE_DIR": cache, "JUPYTER_COMPILE_CACHE_DIR": store_a}, url
+    )
+    empty = os.path.join(run_dir, "cache_pull")
+    run["pull"] = step(
+        name, "pull", {**base, "TORCHINDUCTOR_CACHE_DIR": empty, "JUPYTER_COMPILE_CACHE_DIR": store_b}, url
+    )
+    if between is not None:
+        between(empty)
+    restored = os.path.join(run_dir, "cache_restored")
+    run["restore"] = step(
+        name, "restore", {**base, "TORCHINDUCTOR_CACHE_DIR": restored, "JUPYTER_COMPILE_CACHE_DIR": store_b}, ""
+    )
+    return run
+
+
 def run_case(total_mb: int, compressible: bool, url: str, work: str, repeat: int, pulls_at_once: int = 0) -> dict:
     import redis
 
@@ -198,26 +222,16 @@ def run_case(total_mb: int, compressible: bool, url: str, work: str, repeat: int
     for i in range(repeat):
         redis.Redis.from_url(url).flushall()
         run_dir = os.path.join(case_dir, f"run{i}")
-        store_a, store_b = os.path.join(run_dir, "store_a"), os.path.join(run_dir, "store_b")
-        run: dict = {}
-        run["save"] = step(
-            name, "save", {**base, "TORCHINDUCTOR_CACHE_DIR": cache, "JUPYTER_COMPILE_CACHE_DIR": store_a}, ""
-        )
-        run["push"] = step(
-            name, "push", {**base, "TORCHINDUCTOR_CACHE_DIR": cache, "JUPYTER_COMPILE_CACHE_DIR": store_a}, url
-        )
-        empty = os.path.join(run_dir, "cache_pull")
-        run["pull"] = step(
-            name, "pull", {**base, "TORCHINDUCTOR_CACHE_DIR": empty, "JUPYTER_COMPILE_CACHE_DIR": store_b}, url
-        )
+        store_a = os.path.join(run_dir, "store_a")
+        between = None
         if pulls_at_once and i == 0:
-            row["concurrent_pulls"] = concurrent_pulls(
-                name, pulls_at_once, run_dir, {**base, "TORCHINDUCTOR_CACHE_DIR": empty}, url
-            )
-        restored = os.path.join(run_dir, "cache_restored")
-        run["restore"] = step(
-            name, "restore", {**base, "TORCHINDUCTOR_CACHE_DIR": restored, "JUPYTER_COMPILE_CACHE_DIR": store_b}, ""
-        )
+
+            def between(empty: str, run_dir: str = run_dir) -> None:
+                row["concurrent_pulls"] = concurrent_pulls(
+                    name, pulls_at_once, run_dir, {**base, "TORCHINDUCTOR_CACHE_DIR": empty}, url
+                )
+
+        run = save_push_pull_restore(name, cache, run_dir, url, base, between)
         with contextlib.suppress(OSError):
             run["stored_bytes"] = sum(
                 os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(store_a) for f in fs if f.endswith(".pack")

@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-from large_bundles import floors, make_cache, step  # noqa: E402
+from large_bundles import floors, make_cache, save_push_pull_restore  # noqa: E402
 
 CHUNK = 4 << 20
 CONCURRENCY = 8
@@ -132,26 +132,11 @@ def ours(size: int, work: str, url: str, bucket: str) -> dict:
     cache = os.path.join(work, "cache")
     nbytes = make_cache(cache, size, compressible=False)
     base = {"JUPYTER_COMPILE_CACHE_SECRET": "s3-benchmark", "JUPYTER_COMPILE_CACHE_PREWARM": "0"}
-    store_a, store_b = os.path.join(work, "store_a"), os.path.join(work, "store_b")
     name = f"big-{size}mb"
-    row: dict = {"size_mb": size, "bytes": nbytes}
-    row["save"] = step(
-        name, "save", {**base, "TORCHINDUCTOR_CACHE_DIR": cache, "JUPYTER_COMPILE_CACHE_DIR": store_a}, ""
-    )
-    row["push"] = step(
-        name, "push", {**base, "TORCHINDUCTOR_CACHE_DIR": cache, "JUPYTER_COMPILE_CACHE_DIR": store_a}, url
-    )
-    empty = os.path.join(work, "cache_pull")
-    row["pull"] = step(
-        name, "pull", {**base, "TORCHINDUCTOR_CACHE_DIR": empty, "JUPYTER_COMPILE_CACHE_DIR": store_b}, url
-    )
-    restored = os.path.join(work, "cache_restored")
-    row["restore"] = step(
-        name, "restore", {**base, "TORCHINDUCTOR_CACHE_DIR": restored, "JUPYTER_COMPILE_CACHE_DIR": store_b}, ""
-    )
+    row: dict = {"size_mb": size, "bytes": nbytes, **save_push_pull_restore(name, cache, work, url, base)}
     row["floors"] = floors(cache, nbytes, work, None)
     pack = next(
-        os.path.join(d, f) for d, _, fs in os.walk(store_a) for f in fs if f.endswith(".pack")
+        os.path.join(d, f) for d, _, fs in os.walk(os.path.join(work, "store_a")) for f in fs if f.endswith(".pack")
     )  # the payload's bytes, as the push sends them
     row["raw_chunks"] = transfer("boto3", "chunks", pack, bucket, f"raw/{size}")
     row["raw_object"] = transfer("boto3", "object", pack, bucket, f"raw-object/{size}")
@@ -247,21 +232,25 @@ def main() -> None:
         server = None
         if "AWS_ENDPOINT_URL" not in os.environ:
             server = s3_server.S3Server(work)
-            s3_server.use(server.environ())
+            # the server's own port: the tests' proxy (which can cut the network) would be one more hop here
+            s3_server.use({**server.environ(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.port}"})
         try:
             import boto3
 
             bucket = f"bench-{time.time_ns()}"
             boto3.client("s3").create_bucket(Bucket=bucket)
             url = f"s3://{bucket}/hub"
+            listed = listing(url)
+            remove(bucket, "hub-listing/")
             client_rows = clients([int(s) for s in args.sizes.split(",")], work, bucket)
             big = ours(args.bundle, os.path.join(work, "ours"), url, bucket)
-            listed = listing(url)
         finally:
             if server is not None:
                 server.stop()
     meta = {
         "time": time.ctime(),
+        "command": "python benchmarks/s3_hub.py",
+        "cpus": os.cpu_count(),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.machine()}",
         "server": "moto (loopback)" if server is not None else os.environ["AWS_ENDPOINT_URL"],
         "python": sys.version.split()[0],

@@ -149,7 +149,16 @@ def _where(files: list[str], runs: list[dict]) -> str:
     return "<sub>Produced by " + ". ".join(said) + ". Rendered by `make docs`.</sub>\n"
 
 
-KINDS = ("warm_restart", "real_work", "first_magics", "torch_versions", "hub_backends", "large_bundles", "kernel_start")
+KINDS = (
+    "warm_restart",
+    "real_work",
+    "first_magics",
+    "torch_versions",
+    "hub_backends",
+    "large_bundles",
+    "kernel_start",
+    "s3_hub",
+)
 
 
 def _kind_of(name: str) -> str:
@@ -168,6 +177,7 @@ COMMANDS = {
     "hub_backends": "python benchmarks/hub_backends.py --sizes 10 100",
     "large_bundles": "python benchmarks/large_bundles.py",
     "kernel_start": "python benchmarks/kernel_start.py",
+    "s3_hub": "python benchmarks/s3_hub.py",
 }
 
 
@@ -357,6 +367,49 @@ def render_large_bundles(files: list[str], runs: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + _where(files, runs)
 
 
+def render_s3_hub(files: list[str], runs: list[dict]) -> str:
+    """benchmarks/s3_hub.py: the two clients side by side, then ours against the floors of the same run."""
+    lines = [
+        "| bytes | client | as | put | get | peak memory over imports |",
+        "|---|---|---|---|---|---|",
+    ]
+    for data in runs:
+        for r in data["clients"]:
+            shape = "one object (the client's multipart)" if r["mode"] == "object" else "4 MB objects, 8 at once"
+            if "error" in r:
+                lines.append(f"| {r['size_mb']} MB | {r['client']} | {shape} | failed | failed | |")
+                continue
+            lines.append(
+                f"| {r['size_mb']} MB | {r['client']} | {shape} | {r['put_s']:.2f} s | {r['get_s']:.2f} s "
+                f"| {r['peak_over_imports_mb']:.0f} MB |"
+            )
+    lines += ["", "| step, 1 GB bundle | ours | floor (same run) | ratio | peak memory over imports |"]
+    lines.append("|---|---|---|---|---|")
+    for data in runs:
+        big, floors, chunk_mb = data["bundle"], data["bundle"]["floors"], data["meta"].get("chunk_mb", 4)
+        disk = max(floors["dd_fsync_s"], floors["sha256_read_s"])
+        raw = big["raw_chunks"]
+        rows = (
+            ("save", big["save"].get("seconds"), disk, "dd+fsync or sha256 of the bytes, the slower"),
+            ("push", big["push"].get("seconds"), raw.get("put_s"), "boto3's put of the same 4 MB objects"),
+            ("pull", big["pull"].get("seconds"), raw.get("get_s"), "boto3's get of them"),
+            ("restore", big["restore"].get("restore_s"), disk, "dd+fsync or sha256, the slower"),
+        )
+        for step, ours, floor, what in rows:
+            if ours is None or not floor:
+                lines.append(f"| {step} | failed | {what} | | |")
+                continue
+            over = big[step]["peak_rss_mb"] - big[step]["imports_rss_mb"]
+            lines.append(
+                f"| {step} | {ours:.2f} s | {what}: {floor:.2f} s | {ours / floor:.2f}x "
+                f"| {over:.0f} MB ({over / chunk_mb:.0f} chunks) |"
+            )
+        listed = data["listing"]
+        lines.append("")
+        lines.append(f"Listing {listed['objects']:,} objects by prefix: {listed['list_s']:.2f} s.")
+    return "\n".join(lines) + "\n\n" + _where(files, runs)
+
+
 RENDERERS: dict[str, Callable[[list[str], list[dict]], str]] = {
     "quickstart": render_quickstart,
     "real-work": render_real_work,
@@ -366,6 +419,7 @@ RENDERERS: dict[str, Callable[[list[str], list[dict]], str]] = {
     "torch-versions": render_torch_versions,
     "hub-backends": render_hub_backends,
     "large-bundles": render_large_bundles,
+    "s3-hub": render_s3_hub,
 }
 
 

@@ -8,6 +8,7 @@ of one backend call shares it, storage/backends/keys.py):
     jcc:NS/NAME:manifest:FP:V    the manifest (fingerprint, sizes, sha256 of every chunk, signature), written
                                  last: the commit point, so a reader never sees a half-written bundle
     jcc:NS/NAME:lease:FP         who is compiling NAME right now (atomic lease with expiry, renewed while it runs)
+    jcc:NS/NAME:pushing:FP:V     a push of version V is at work (S3 only: see below)
     jcc:NS/:name:NAME            NAME has versions here (for `hub ls`; earlier versions wrote jcc:NS:name:NAME,
                                  still read)
 
@@ -15,9 +16,12 @@ So every key of namespace NS lies under `jcc:NS/`: one access rule per team (doc
 lines and an S3 bucket policy). A namespace below it (`NS/toolchain`, ...) falls under the same rule.
 
 Chunks are written with a short expiry (`orphan_ttl`) that the push renews while it runs and the commit clears (or
-sets to --ttl): a writer killed mid-push leaves nothing behind for more than a few minutes. Before the manifest is
-written the push checks that every chunk is still there (a Redis with an eviction policy may have dropped some),
-so no reader ever finds a manifest whose chunks were gone when it landed.
+sets to --ttl): a writer killed mid-push leaves nothing behind for more than a few minutes. Where rewriting an
+expiry costs a copy of the object (S3), chunks get the bundle's own expiry when written, and a small `pushing` key,
+renewed while the push runs and deleted after the commit, claims them instead: `hub gc` deletes chunks that no
+manifest and no live `pushing` key claims. Before the manifest is written the push checks that every chunk is still
+there (a Redis with an eviction policy may have dropped some), so no reader ever finds a manifest whose chunks were
+gone when it landed.
 
 With a team secret every manifest carries an HMAC-SHA256 (storage/signing.py) that covers every chunk's hash; a
 pulled bundle without a valid signature is refused. Every pulled chunk is hashed before it is decompressed
@@ -115,6 +119,9 @@ class Hub:
 
     def _chunk_key(self, name: str, fp: str, version: str, index: int) -> str:
         return f"{self._prefix(name)}:chunk:{fp}:{version}:{index}"
+
+    def _pushing_key(self, name: str, fp: str, version: str) -> str:
+        return f"{self._prefix(name)}:pushing:{fp}:{version}"
 
     def _lease_key(self, name: str, fp: str) -> str:
         return f"{self._prefix(name)}:lease:{fp}"
@@ -240,12 +247,22 @@ class Hub:
         flags: list[bool] = []
         done = 0
         renewed = time.monotonic()
+        ttl = self.config.ttl
+        # Where an expiry is rewritten in place (Redis, a folder), chunks carry a short one until the commit. Where it
+        # costs a copy of the object (S3), chunks get the bundle's own expiry at once, and one small key says a push
+        # is at work on them; gc removes chunks that neither a manifest nor a live marker claims.
+        marker = None if self.backend.expiry_in_place else self._pushing_key(name, fp, version)
+        if marker is not None:
+            self.backend.put({marker: b""}, ttl=orphan_ttl)
 
         def send(batch: dict[str, bytes]) -> None:
             nonlocal renewed
-            self.backend.put(batch, ttl=orphan_ttl)
+            self.backend.put(batch, ttl=orphan_ttl if marker is None else ttl)
             if time.monotonic() - renewed > orphan_ttl / 3:  # a long push keeps its first chunks alive
-                self.backend.touch(keys(len(hashes)), orphan_ttl)
+                if marker is None:
+                    self.backend.touch(keys(len(hashes)), orphan_ttl)
+                else:
+                    self.backend.put({marker: b""}, ttl=orphan_ttl)
                 renewed = time.monotonic()
             if progress:
                 progress(done, manifest.payload_bytes)
@@ -271,20 +288,22 @@ class Hub:
         pushed.chunk_size, pushed.chunk_sha256 = size, hashes
         pushed.chunk_compressed = flags if compress else None
         pushed.signature = sign(pushed, self.config.secret) if self.config.secret else None
-        ttl = self.config.ttl
         # The commit: chunks kept for good (or the bundle's ttl), checked to be all there still (a Redis that evicts
         # under memory pressure may have dropped some), then the manifest, the one key readers look for. The name's
         # key has another group than the bundle's keys: it goes in a call of its own.
-        self.backend.touch(keys(len(hashes)), ttl)
+        if marker is None:
+            self.backend.touch(keys(len(hashes)), ttl)
         gone = self.backend.missing(keys(len(hashes)))
         if gone:
-            self.backend.delete(keys(len(hashes)))
+            self.backend.delete(keys(len(hashes)) + ([marker] if marker is not None else []))
             raise HubError(
                 f"hub {self.display_url}: {len(gone)} of the {count(len(hashes), 'chunk')} of {name!r} were gone "
                 "from the hub before the push could commit (evicted under memory pressure?); nothing was published"
             )
         self.backend.put({self._manifest_key(name, fp, version): json.dumps(pushed.to_json()).encode()}, ttl)
         self.backend.put({self._name_key(name): b""}, ttl)
+        if marker is not None:
+            self.backend.delete([marker])
         return pushed
 
     def missing_chunks(self, manifest: Manifest) -> int:
@@ -356,8 +375,33 @@ class Hub:
             if not dry_run and not left:
                 self._forget(name)
         if not dry_run:
+            if not self.backend.expiry_in_place:
+                self._remove_unclaimed_chunks()
             self.backend.sweep()
         return removed
+
+    def _remove_unclaimed_chunks(self) -> None:
+        """Delete the chunks of versions that neither a manifest nor a live push marker claims: what a push killed
+        midway left, where chunks carry no short expiry of their own (`_push`)."""
+        chunks: dict[tuple[str, str, str], list[str]] = {}
+        claims: list[tuple[tuple[str, str, str], str]] = []
+        namespace = self.config.namespace
+        for key in self.backend.list(f"jcc:{namespace}/"):
+            parts = key.split(":")
+            name = parts[1][len(namespace) + 1 :]
+            if len(parts) < 5 or not name or "/" in name:  # the list of names, or a namespace below this one
+                continue
+            version = (name, parts[3], parts[4])
+            if parts[2] == "chunk":
+                chunks.setdefault(version, []).append(key)
+            elif parts[2] in ("manifest", "pushing"):
+                claims.append((version, key))
+        listed = [key for version, key in claims if version in chunks]
+        live = set(listed) - set(self.backend.missing(listed)) if listed else set()
+        claimed = {version for version, key in claims if key in live}
+        for version, keys in chunks.items():
+            if version not in claimed:
+                self.backend.delete(keys)
 
     # -- single flight ------------------------------------------------------------------------------------------
     def lease(self, name: str, fp: str, holder: str) -> Lease:

@@ -40,6 +40,9 @@ class Backend(Protocol):
     USAGE: ClassVar[str]  # what its URLs look like, for messages
     display_url: str  # the URL with any password hidden, for messages
     keys_per_call: int  # chunks the hub asks for (or sends) in one call: what keeps this backend's wire busy
+    # True where `touch` rewrites only the expiry (Redis, a folder); False where it rewrites the whole value (S3: a
+    # copy of each object), so the hub writes chunks with their final expiry at once (storage/hub.py `_push`)
+    expiry_in_place: bool
 
     def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
         """Nothing is connected yet: the first call connects (and its failure is that call's HubError)."""

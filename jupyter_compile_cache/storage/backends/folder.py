@@ -54,6 +54,7 @@ class FolderBackend:
     kind = "folder"
     keys_per_call = 2
     torch_redis_url = None
+    expiry_in_place = True
     check_url = staticmethod(_check_url)
 
     def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:

@@ -112,6 +112,7 @@ class RedisBackend:
         "redis://host:port/db, rediss://... for TLS, redis+cluster://host:port, unix:///path/to/socket"
     )
     keys_per_call = 2  # chunks per pipeline: more makes redis-py's reply buffer copy more
+    expiry_in_place = True
     check_url = staticmethod(_check_url)
 
     def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:

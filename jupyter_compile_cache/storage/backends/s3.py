@@ -22,6 +22,7 @@ so a cell, `list` or the CLI say which extra to install and carry on with the lo
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -72,6 +73,7 @@ class S3Backend:
     keys_per_call = CONCURRENCY
     page_size = 1000  # objects per listing request: S3's most
     torch_redis_url = None
+    expiry_in_place = False
     check_url = staticmethod(_check_url)
 
     def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
@@ -373,8 +375,9 @@ def _code(exc: Exception) -> str:
 
 
 def _words(exc: Exception) -> str:
-    """botocore's message without the request's details (its messages name the operation, never a secret)."""
-    return str(exc) or type(exc).__name__
+    """botocore's message with each URL cut to its endpoint (the rest names an object, which says nothing to the
+    user); botocore never puts a secret in a message."""
+    return re.sub(r"(https?://[^/\s\"']+)[^\s\"']*", r"\1", str(exc)) or type(exc).__name__
 
 
 def _expires(ttl: float | None) -> float:

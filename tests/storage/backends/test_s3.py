@@ -179,3 +179,20 @@ def test_the_server_killed_mid_push_publishes_nothing_and_the_local_store_keeps_
     hub_at(f"s3://{bucket}/hub").push(manifest, store.payload_path(manifest))
     [listed] = hub_at(f"s3://{bucket}/hub").versions("net")
     assert pull_bytes(hub_at(f"s3://{bucket}/hub"), listed) == _payload(store, manifest)
+
+
+def test_gc_during_a_push_leaves_its_chunks_and_a_later_push_of_a_killed_one_completes(s3_server, tmp_path):
+    """Chunks on S3 carry no short expiry (rewriting one copies the object): a push's `pushing` key claims them.
+    A gc while a push runs removes nothing of it, and the bundle it commits pulls back whole."""
+    store, manifest = local_bundle(tmp_path, size=4 << 20)
+    url = f"s3://{s3_server.new_bucket()}/hub"
+    collected = []
+
+    def gc_midway(done, total):
+        if not collected:
+            collected.append(hub_at(url).gc())
+
+    hub_at(url).push(manifest, store.payload_path(manifest), progress=gc_midway)
+    [listed] = hub_at(url).versions("net")
+    assert collected == [[]] and pull_bytes(hub_at(url), listed) == _payload(store, manifest)
+    assert not [key for key in hub_at(url).backend.list("jcc:") if ":pushing:" in key]  # gone with the commit
