@@ -245,7 +245,7 @@ class HubPolicy:
         return None
 
     # -- torch's own Redis caches -------------------------------------------------------------------------------
-    def point_torch_at(self, hub: HubSource, report: CellReport | None) -> None:
+    def point_torch_at(self, hub: HubSource, report: CellReport | None = None) -> None:
         """`--torch-remote`: torch's FX graph, AOTAutograd and autotune caches use the hub too (they then share
         graphs compiled outside our cells), where the hub is a Redis torch can open; else that is said once.
         `close()` puts back what was there."""

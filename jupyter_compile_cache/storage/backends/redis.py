@@ -182,8 +182,10 @@ class RedisBackend:
 
     @property
     def torch_redis_url(self) -> str | None:
-        """torch's remote caches open `redis.Redis.from_url(URL)`: a single server, its password in the URL."""
-        if self.is_cluster or (os.environ.get(PASSWORD_ENV) and urlsplit(_plain(self.url)).password is None):
+        """torch's remote caches open `redis.Redis.from_url(URL)`: a single server, its password in the URL. A hub
+        not connected yet is taken for what its URL says (torch finds a server that is down on its own)."""
+        cluster = self.url.startswith("redis+cluster://") or (self._client is not None and self.is_cluster)
+        if cluster or (os.environ.get(PASSWORD_ENV) and urlsplit(_plain(self.url)).password is None):
             return None
         return _plain(self.url)
 
