@@ -551,10 +551,20 @@ def test_a_pusher_killed_midway_leaves_no_chunk_after_a_few_seconds_not_an_hour(
         assert [f for _, _, files in os.walk(any_hub.folder) for f in files] == []
 
 
-def test_a_push_longer_than_the_orphan_ttl_keeps_its_first_chunks_alive(tmp_path, redis_server):
+def test_a_push_longer_than_the_orphan_ttl_keeps_its_first_chunks_alive(tmp_path, any_hub):
+    """A push twice as long as `orphan_ttl`, and a collaborator's gc once that has passed: the push renews what
+    keeps its chunks (their expiry, or on S3 its `pushing` key) as it sends, so it commits whole."""
     store, manifest = local_bundle(tmp_path, size=3 << 20)
-    hub = hub_at(redis_server.url, orphan_ttl=3)
-    hub.push(manifest, store.payload_path(manifest), progress=lambda done, total: time.sleep(1.0))  # 6 s in all
+    hub = any_hub.hub(orphan_ttl=2, chunk_size=64 << 10)
+    batches = -(-48 // hub.backend.keys_per_call)  # 3 MB in chunks of 64 KB, sent keys_per_call at a time
+    start = time.monotonic()
+
+    def slowly(done, total):
+        time.sleep(4.5 / batches)
+        if time.monotonic() - start > 2.5:  # the chunks sent first are older than orphan_ttl by now
+            any_hub.hub().gc()
+
+    hub.push(manifest, store.payload_path(manifest), progress=slowly)
     [listed] = hub.versions("net")
     assert pull_bytes(hub, listed) == _payload(store, manifest)
 
