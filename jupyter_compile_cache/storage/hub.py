@@ -396,8 +396,11 @@ class Hub:
                 chunks.setdefault(version, []).append(key)
             elif parts[2] in ("manifest", "pushing"):
                 claims.append((version, key))
-        listed = [key for version, key in claims if version in chunks]
-        live = set(listed) - set(self.backend.missing(listed)) if listed else set()
+        listed: dict[str, list[str]] = {}  # per name: one backend call holds one group's keys
+        for version, key in claims:
+            if version in chunks:
+                listed.setdefault(version[0], []).append(key)
+        live = {key for keys in listed.values() for key in set(keys) - set(self.backend.missing(keys))}
         claimed = {version for version, key in claims if key in live}
         for version, keys in chunks.items():
             if version not in claimed:
