@@ -64,6 +64,7 @@ class CellOptions:
     wait: float = 0.0  # seconds to wait for a collaborator who is compiling the same NAME
     torch_remote: bool = False  # also point torch's own Redis caches (FX graph, AOTAutograd, autotune) at the hub
     source_digest: str | None = None  # the cell body's identity (notebook.source_digest), kept with the bundle
+    body: str | None = None  # the cell's source, when a magic runs it: one that does not look like it compiles
     version: str | None = None  # restore this version of NAME only (an id, a prefix of one, or a short id)
 
     def __post_init__(self) -> None:

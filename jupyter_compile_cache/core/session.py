@@ -244,6 +244,10 @@ class CompileCacheSession:
         """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts."""
         opts = options or CellOptions()
         check_name(name)
+        if self._compiles_nothing(name, opts):
+            with self._cell_without_compiler(name, opts) as report:
+                yield report
+            return
         self.prewarm.join()  # before touching torch's compiler: importing it from two threads at once deadlocks
         if self._cache_load_patches is None:
             self._cache_load_patches = kernel_load_fixes.cache_load_patches()
@@ -284,6 +288,39 @@ class CompileCacheSession:
             self._set_precompile(previous_precompile)
             if lease is not None:
                 lease.release()
+
+    def _compiles_nothing(self, name: str, opts: CellOptions) -> bool:
+        """A magic's cell while torch's compiler is still loading, whose body does not look like it compiles, with
+        nothing to restore: no bundle NAME in the local store and no hub for it. Waiting for the compiler gains it
+        nothing (what does not compile has nothing to save)."""
+        if opts.body is None or compiler.may_compile(opts.body) or self.prewarm.loading() is None:
+            return False
+        if opts.restore and name in self.store(opts.store_dir).names():
+            return False
+        return self.hub_policy.for_cell(opts) is None
+
+    @contextlib.contextmanager
+    def _cell_without_compiler(self, name: str, opts: CellOptions) -> Iterator[CellReport]:
+        """The body at once, without the cache around it: no snapshot of torch's counters, no save. Should it
+        compile after all (through code out of the cell's sight), that is said; plain torch.compile ran it."""
+        report = CellReport(name, source_digest=opts.source_digest)
+        frames = compiler.frames_compiled()
+        start = time.perf_counter()
+        try:
+            yield report
+        except BaseException:
+            report.ok = False
+            raise
+        finally:
+            report.body_seconds = time.perf_counter() - start
+            if compiler.frames_compiled() > frames:
+                self.warn(
+                    f"{name!r} compiled while torch's compiler was still loading in the background, so it ran without "
+                    "the cache this time (nothing saved); a cell that says `torch.compile` waits for the compiler",
+                    report,
+                )
+            self._finish(report, opts.store_dir)
+            self.tell(events.CellFinished(report), None, opts.quiet)
 
     def _restore_step(self, name: str, opts: CellOptions, report: CellReport, hub: HubSource | None) -> Lease | None:
         """Before the body: NAME restored (local store, then the hub), or the hub's lease taken (or a collaborator's

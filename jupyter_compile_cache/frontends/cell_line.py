@@ -90,8 +90,9 @@ def parse_cell_line(line: str) -> tuple[str, CellOptions]:
 
 def options_from(args: argparse.Namespace, body: str | None = None) -> CellOptions:
     """The parsed line as CellOptions (the parser's destinations are named after its fields); with the cell's BODY,
-    its identity too (kept with the bundle, for the notebook's plan)."""
+    the body and its identity too (kept with the bundle, for the notebook's plan)."""
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(CellOptions) if f.name in args}
     if body is not None:
         fields["source_digest"] = source_digest(body)
+        fields["body"] = body
     return CellOptions(**fields)

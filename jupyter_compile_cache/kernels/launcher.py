@@ -9,8 +9,9 @@ run it. The launcher:
 - or, with none that fits or answers, starts the kernel cold in a child process, and starts a template for the
   launches that follow (detached: no kernel's child; at most one being made per environment);
 - either way stands in for the kernel: it forwards SIGINT (the front end's interrupt), SIGTERM and SIGHUP to it,
-  exits with the kernel's exit code as soon as the kernel's exit handlers ran, and if the front end kills the
-  launcher, the kernel's process group is killed with it (kernel_process.py);
+  exits with the kernel's exit code as soon as the kernel's exit handlers ran (an `os._exit(N)` or a signal that
+  skipped them is told by the kernel's parent: the template, or this launcher for a cold kernel), and if the front
+  end kills the launcher, the kernel's process group is killed with it (kernel_process.py);
 - writes how the kernel started next to its connection file (kernel_start.py).
 
 JUPYTER_COMPILE_CACHE_TEMPLATE=0 in the kernel's environment makes the launcher become a plain ipykernel (`exec`,
@@ -304,9 +305,11 @@ def stand_in(conn: socket.socket, forwarder: SignalForwarder, child: subprocess.
             break
         received += chunk
     word, _, code = received.decode(errors="replace").strip().partition(" ")
-    if word == "exit" and code.lstrip("-").isdigit():
+    if word == "exit" and code.lstrip("-").isdigit():  # said by the kernel, or by its template after `os._exit`
         return int(code)
     died_of = forwarder.termination  # the kernel died of the signal we passed on, or of what its exit says
+    if word == "signal" and code.isdigit():  # its template saw it killed
+        died_of = int(code)
     if child is not None:
         status = child.wait()
         if status >= 0:

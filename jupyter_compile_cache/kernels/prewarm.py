@@ -4,8 +4,10 @@ Importing Dynamo and Inductor, hashing torch's and Triton's files and probing th
 work that no cache can hold (measured in docs/how_it_works.md). `%load_ext` starts them in a background thread.
 
 Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
-looks like it compiles (and every `%%compile_cache` cell) first waits for the imports to finish, and a cell on a
-GPU machine also for the hashes its Triton kernels' keys need. The ISA probe goes on in the background: a GPU model
+looks like it compiles (and every `%%compile_cache` cell with something to restore or a body that looks like it
+compiles) first waits for the imports to finish, and a cell on a GPU machine also for the hashes its Triton
+kernels' keys need. A `%%compile_cache` cell that has nothing to restore and does not look like it compiles runs at
+once, without the cache around it. The ISA probe goes on in the background: a GPU model
 never needs it, and a CPU compile that asks first simply computes it. In a kernel forked from a warm template all
 of it was done before the kernel started: nothing is left to wait for.
 `CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
@@ -116,5 +118,5 @@ class Prewarm:
         if self.thread is None or not self.thread.is_alive():
             return
         source = getattr(info, "raw_cell", "") or ""
-        if compiler.may_compile(source):
-            self.join()
+        if compiler.may_compile(source) and not source.lstrip().startswith("%%compile_cache"):
+            self.join()  # a %%compile_cache cell waits in the session, only if its body may compile

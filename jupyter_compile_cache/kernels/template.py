@@ -147,6 +147,9 @@ class Template:
         self.holders = set(info.holders)
         self.last_used = time.monotonic()
         self.holders_gone_at: float | None = None
+        # A forked kernel's pid -> its launcher's connection, and a descriptor that becomes readable when it exits:
+        # the template is the kernel's parent, the only process that can learn how it ended and tell the launcher.
+        self.kernels: dict[int, tuple[socket.socket, int | None]] = {}
         self.stamp_checked = time.monotonic()
         self.retired: str | None = None
         ours = (__package__ or "jupyter_compile_cache").partition(".")[0]  # forgotten by a child: imported anew
@@ -169,11 +172,12 @@ class Template:
             self.retired = self._retire_reason()
             if self.retired is not None:
                 break
+            exits = [fd for _, fd in self.kernels.values() if fd is not None]
             try:
-                readable, _, _ = select.select([self.listener], [], [], 1.0)
+                readable, _, _ = select.select([self.listener, *exits], [], [], 1.0)
             except InterruptedError:
                 continue
-            if not readable:
+            if self.listener not in readable:
                 continue
             try:
                 conn, _ = self.listener.accept()
@@ -198,8 +202,9 @@ class Template:
                 refusal = f"fork failed ({exc})"
             else:
                 if pid == 0:
-                    self.listener.close()
+                    self._forget_for_child()
                     return conn, request, stdio, self.path0
+                self.kernels[pid] = (conn, _exit_descriptor(pid))
                 self.last_used = time.monotonic()
                 self.holders.add(request.holder)
                 with contextlib.suppress(OSError):
@@ -209,8 +214,19 @@ class Template:
                 reply(conn, {"refused": refusal})
         for fd in stdio:
             os.close(fd)
-        conn.close()
+        if refusal is not None:
+            conn.close()
         return None
+
+    def _forget_for_child(self) -> None:
+        """In a forked child: the listener and the other kernels' connections are not the kernel's to hold (a
+        launcher sees its kernel's end only when every copy of its connection is closed)."""
+        self.listener.close()
+        for conn, exit_fd in self.kernels.values():
+            conn.close()
+            if exit_fd is not None:
+                os.close(exit_fd)
+        self.kernels.clear()
 
     def _fork_problem(self, request: KernelRequest) -> str | None:
         """Why a child of this process would not be a fresh kernel of that launch (or would hang), or None."""
@@ -272,22 +288,46 @@ class Template:
         return None
 
     def _reap(self) -> None:
+        """Collect the kernels that ended and tell each one's launcher how (a kernel that says its exit code itself
+        has its launcher gone by then; one that ended by `os._exit` or a signal has not)."""
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            conn, exit_fd = self.kernels.pop(pid, (None, None))
+            if exit_fd is not None:
+                os.close(exit_fd)
+            if conn is not None:
+                code = os.waitstatus_to_exitcode(status)
+                with contextlib.suppress(OSError):
+                    conn.setblocking(False)
+                    conn.send((f"exit {code}" if code >= 0 else f"signal {-code}").encode() + b"\n")
+                conn.close()
 
     def close(self) -> None:
         for path in (self.info.socket, self.info_path):  # first: no launcher connects to a closing listener
             with contextlib.suppress(OSError):
                 os.unlink(path)
         self.listener.close()
+        for conn, exit_fd in self.kernels.values():
+            conn.close()
+            if exit_fd is not None:
+                os.close(exit_fd)
         if self.retired is not None:  # the next launch that finds no template says why this one went
             with contextlib.suppress(OSError), open(retired_path(self.directory, self.info.launch_key), "w") as f:
                 f.write(self.retired)
+
+
+def _exit_descriptor(pid: int) -> int | None:
+    """A pidfd of the child (Linux 5.3+): readable once it exits, which wakes the template to tell its launcher at
+    once. Without one, the template tells within its one-second poll."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def _stop(signum: int, frame: Any) -> None:

@@ -50,6 +50,16 @@ def may_compile(source: str) -> bool:
     return COMPILE_HINT.search(source) is not None
 
 
+def frames_compiled() -> int:
+    """Frames Dynamo has tried to compile in this process, read without importing anything: 0 before Dynamo loads
+    (its counters may be read while another thread still imports it)."""
+    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
+    try:
+        return int(counters.get("frames", {}).get("total", 0)) if counters is not None else 0
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
 def cuda_available() -> bool:
     import torch
 

@@ -40,6 +40,27 @@ def test_restoring_then_running_the_cell_passes_over_the_bundle_once(tmp_path, m
     session.close()
 
 
+def test_a_cell_run_without_the_compiler_that_compiled_after_all_says_so_and_saves_nothing(tmp_path, monkeypatch):
+    """The path a cell takes while the compiler loads, when its body does not look like it compiles and nothing is
+    stored for it (tests/kernels/test_prewarm.py runs it in a kernel): a compile out of the cell's sight is told."""
+    import io
+
+    import torch
+
+    from jupyter_compile_cache.frontends.reporter import TextReporter
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    err = io.StringIO()
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"), reporter=TextReporter(io.StringIO(), err))
+    helper = torch.compile(lambda x: x.cos() + 1)
+    with session._cell_without_compiler("sneaky", CellOptions(body="y = helper(x)")) as report:
+        y = helper(torch.ones(3))
+    assert torch.equal(y, torch.ones(3).cos() + 1) and report.ok
+    assert "'sneaky' compiled while torch's compiler was still loading" in err.getvalue(), err.getvalue()
+    assert session.store().names() == [] and [r.name for r in session.history] == ["sneaky"]
+    session.close()
+
+
 def test_a_view_that_fails_is_told_once_and_the_cell_stands(tmp_path, monkeypatch):
     import io
 

@@ -134,6 +134,16 @@ def test_signals_and_exit_codes_pass_through_the_launcher(warm):
 
     fe.launch(cwd=warm.folder)  # a shutdown request: exit code 0, the launcher gone at once
     assert fe.shutdown() == 0
+
+    # Ends that skip the kernel's exit handlers: its parent, the template, tells the launcher, which ends as a plain
+    # kernel's process would (with that code, or of that signal), at once, while a kernel forked after it lives on.
+    for code, expected in (("os._exit(3)", 3), ("os.kill(os.getpid(), signal.SIGKILL)", -signal.SIGKILL)):
+        fe.launch(cwd=warm.folder)
+        later = warm.launch()
+        assert fe.start_record()["template_pid"] == later.start_record()["template_pid"] == template.pid
+        fe.client.execute(f"import os, signal; {code}")
+        assert fe.proc.wait(10) == expected, code
+        assert later.value("1 + 1") == 2 and later.shutdown() == 0
     assert process_alive(template.pid)  # kernels come and go; the template stays
 
 

@@ -41,9 +41,10 @@ def test_the_next_cell_tells_it_once_and_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_the_first_magics_answer_while_the_compiler_loads_and_a_compiling_cell_waits(tmp_path):
-    """In a fresh kernel the compiler loads in the background for a second or more: `status`, `list`, `explain`
-    and a usage error answer meanwhile without touching it (status says what is still loading); a
-    `%%compile_cache` cell waits for it and runs."""
+    """In a fresh kernel the compiler loads in the background for a second or more: a `%%compile_cache` cell that
+    compiles nothing and has nothing to restore, `status`, `list`, `explain` and a usage error answer meanwhile
+    without touching it (status says what is still loading); a `%%compile_cache` cell that compiles waits for it
+    and runs."""
     from helpers.kernels import Kernel
 
     kernel = Kernel(
@@ -52,6 +53,11 @@ def test_the_first_magics_answer_while_the_compiler_loads_and_a_compiling_cell_w
     try:
         kernel.run("import torch\n%load_ext jupyter_compile_cache").check()
         prewarm = "__import__('jupyter_compile_cache').get_session().prewarm"
+        # A new user's first cell, right after %load_ext (the compiler takes seconds to load on any machine)
+        hello = kernel.run(f"%%compile_cache hello\n_during = {prewarm}.imported.is_set()\nprint('hi')").check()
+        assert kernel.value("_during") is False
+        assert "hi" in hello.output and "'hello' ran in" in hello.output, hello.output
+        assert "waited" not in hello.output and kernel.value(f"{prewarm}.waited") == 0.0, hello.output
         # Whether the import still ran before and after `status`, read in the same cell: a fast machine may finish
         # it before the cell, so the test asserts what status said against the state it saw, never the clock.
         kernel.run(
