@@ -60,6 +60,11 @@ if TYPE_CHECKING:
     from .core.session import CompileCacheSession
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """`jupyter server extension enable jupyter_compile_cache`: warm templates start with the Jupyter server."""
+    return [{"module": "jupyter_compile_cache.kernels.server_extension"}]
+
+
 def get_session() -> CompileCacheSession:
     """The kernel's one session (created on first use, saying what happens as the magic does)."""
     from .core.session import get_session

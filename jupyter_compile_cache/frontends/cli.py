@@ -182,6 +182,8 @@ def _install_kernel(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"installed kernel spec {args.name or DEFAULT_KERNEL_NAME!r} in {path}")
+    print("its first start warms up a template; to have one ready when the Jupyter server starts:")
+    print("  jupyter server extension enable jupyter_compile_cache")
     return 0
 
 

@@ -47,6 +47,7 @@ FORWARDED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIG
 ANSWER_TIMEOUT = 10.0  # seconds a template has to fork and the child to answer; then the next, or a cold start
 COLD_START_TIMEOUT = 60.0  # seconds a cold kernel's process has to start Python and answer; then a plain exec
 RETRY_FAILED_AFTER = 600.0  # a template that could not warm up is tried again this much later
+TEMPLATE_ONLY = "--template-only"  # start a template for this environment, no kernel (server_extension.py)
 
 
 class SignalForwarder:
@@ -94,8 +95,10 @@ def templates_enabled(env: dict[str, str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
-    forwarder = SignalForwarder()
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == [TEMPLATE_ONLY]:
+        return prepare_template()
+    forwarder = SignalForwarder()
     connection_file = _connection_file(args)
     env = dict(os.environ)
     off = templates_enabled(env)
@@ -132,6 +135,21 @@ def main(argv: list[str] | None = None) -> int:
         return subprocess.call(command)
     os.execv(sys.executable, command)
     return 0  # not reached
+
+
+def prepare_template() -> int:
+    """`--template-only` (the Jupyter server extension, at server start): a template for this environment, started
+    unless one fits or is warming up already; no kernel. The caller (the server) is its holder."""
+    env = dict(os.environ)
+    off = templates_enabled(env)
+    directory = runtime_dir(env) if off is None else None
+    if directory is None:
+        return 0
+    stamp = install_stamp()
+    if any(info.mismatch(sys.executable, env, stamp) is None for info in templates(directory)):
+        return 0
+    _start_template_if_needed(directory, env, stamp, "no template")
+    return 0
 
 
 Kernel = tuple[socket.socket, int, "subprocess.Popen | None", "int | None"]  # connection, pid, our child, template

@@ -14,7 +14,8 @@ torch upgraded), or a template that died, means a cold start, never a failed one
 `%compile_cache status` says how the kernel started. Cost: one template per environment, idle, holding what
 torch's import holds (its pages shared with the kernels forked from it); it exits after an idle hour
 (JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE seconds) and with the front ends that used it. JUPYTER_COMPILE_CACHE_TEMPLATE=0
-in the kernel's environment turns it off.
+in the kernel's environment turns it off. `jupyter server extension enable jupyter_compile_cache` has the Jupyter
+server start the templates as it starts, so the first kernel is forked too (server_extension.py).
 
 This module runs inside the Jupyter server: it must not import torch.
 """
