@@ -42,8 +42,7 @@ def first_magic(code_dir: str, magic: str, work: str) -> float:
         JUPYTER_COMPILE_CACHE_DIR=os.path.join(work, "store"),
         TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "cache"),
     )
-    km = KernelManager(kernel_name="python3")
-    km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    km = KernelManager(kernel_name="python3")  # this Python's ipykernel
     km.start_kernel(env=env)
     kc = km.client()
     kc.start_channels()

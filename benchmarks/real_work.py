@@ -15,11 +15,13 @@ GPU; `--size tiny`: the same code at tiny width, for the CPU):
 Cases: eager (no compile; for generate, the dynamic cache), cold (plain torch.compile, empty cache dir), torch_warm
 (plain, a new kernel on cold's cache dir), mega (torch's mega-cache from the cold kernel, loaded into an empty dir
 before the cell; the load is timed apart), ours_cold (`%%compile_cache`, empty dir and store), ours (`%%compile_cache`
-restoring from that store into an empty dir), ours_hub (a colleague: an empty store and dir, the bundle on a
-shared-folder hub that ours_cold pushed to, pulled by the cell), ours_staged (the same colleague whose kernel knows
-its notebook, JPY_SESSION_NAME, as under a Jupyter server: %load_ext fetches the bundle while the model is built).
-Each time is the whole cell, as a user sees it; the model is built in an earlier cell, not timed. What each of our
-cells said (restores, fallbacks, misses) is kept in the JSON.
+restoring from that store into an empty dir), ours_warm (the same, in a kernel of the warm kernel spec: forked
+from a template that has torch and its compiler loaded; the template is made before the first of these kernels,
+and its cache dir emptied before each, since the template is kept per cache dir), ours_hub (a colleague: an empty
+store and dir, the bundle on a shared-folder hub that ours_cold pushed to, pulled by the cell), ours_staged (the
+same colleague whose kernel knows its notebook, JPY_SESSION_NAME, as under a Jupyter server: %load_ext fetches
+the bundle while the model is built). Each time is the whole cell, as a user sees it; the model is built in an
+earlier cell, not timed. What each of our cells said (restores, fallbacks, misses) is kept in the JSON.
 
   python benchmarks/real_work.py --size tiny --out benchmarks/results/real_work_cpu.json
   python benchmarks/real_work.py --size real --device cuda --out benchmarks/results/real_work_h100.json
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -37,8 +40,9 @@ import time
 
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
-CASES = ("eager", "cold", "torch_warm", "mega", "ours_cold", "ours", "ours_hub", "ours_staged")
-REPEATED = ("eager", "torch_warm", "ours", "ours_hub", "ours_staged")  # the others make the caches these read
+CASES = ("eager", "cold", "torch_warm", "mega", "ours_cold", "ours", "ours_warm", "ours_hub", "ours_staged")
+# the others make the caches these read
+REPEATED = ("eager", "torch_warm", "ours", "ours_warm", "ours_hub", "ours_staged")
 
 SIZES = {
     "tiny": dict(hidden=32, layers=1, heads=2, kv=1, inter=64, vocab=96, prompt=6, new=8, vit=None, batch=2),
@@ -275,7 +279,17 @@ def run_workload(
             env["JUPYTER_COMPILE_CACHE_DIR"] = os.path.join(work, name, f"store_{case}{again}")
         if case == "ours_staged":
             env["JPY_SESSION_NAME"] = _notebook(work, name, size, device, build, cell)
-        k = KernelRunner(env, case_timeout)
+        kernel_cmd = None
+        if case == "ours_warm":
+            cache_dir = env["TORCHINDUCTOR_CACHE_DIR"] = dirs[case]  # one dir for all: it selects the template
+            env["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"] = _runtime(work)
+            kernel_cmd = WARM_KERNEL_CMD
+            if i == 0:
+                row["ours_warm_template_s"] = _template_for(env, case_timeout)
+            shutil.rmtree(cache_dir, ignore_errors=True)  # as ours: the bundle restores into an empty dir
+        k = KernelRunner(env, case_timeout, kernel_cmd)
+        if kernel_cmd is not None:
+            row.setdefault(f"{case}_started", []).append(_start_record(k))
         try:
             # A notebook loads the extension in its first cell; the compiler imports it starts overlap the build.
             row[f"{case}_load_ext"] = k.run("%load_ext jupyter_compile_cache")[0] if case.startswith("ours") else 0.0
@@ -335,6 +349,45 @@ def run_workload(
     if name == "decode" and per_call_kernels:
         row.update(per_call_pairs(size, device, work, case_timeout, per_call_kernels))
     return row
+
+
+WARM_KERNEL_CMD = [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher", "-f", "{connection_file}"]
+
+
+def _runtime(work: str) -> str:
+    """The warm kernel's private runtime folder for this run (its templates)."""
+    folder = os.path.join(work, "runtime")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return folder
+
+
+def _template_for(env: dict[str, str], timeout: float) -> float:
+    """A warm template that fits `env`, made by a first kernel of the warm spec (cold, untimed) if none fits; the
+    seconds until it was ready."""
+    from jupyter_compile_cache.kernels.launcher import templates
+    from jupyter_compile_cache.kernels.template_fit import install_stamp
+
+    full = {**os.environ, "PYTHONWARNINGS": "ignore", **env}
+    start = time.perf_counter()
+    KernelRunner(env, timeout, WARM_KERNEL_CMD).close()
+    while time.perf_counter() - start < 600:
+        if any(t.mismatch(sys.executable, full, install_stamp()) is None for t in templates(_runtime_of(env))):
+            return time.perf_counter() - start
+        time.sleep(0.2)
+    raise TimeoutError("the warm template did not get ready in 600 s")
+
+
+def _runtime_of(env: dict[str, str]) -> str:
+    return env["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"]
+
+
+def _start_record(k: KernelRunner) -> dict:
+    """How the warm kernel started (forked or cold, and why), as the launcher wrote it beside the connection file."""
+    try:
+        with open(k.km.connection_file[: -len(".json")] + "-start.json") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 def _notebook(work: str, name: str, size: str, device: str, build: str, cell: str) -> str:
@@ -402,24 +455,30 @@ def _x(a: float | None, b: float | None, digits: int = 2) -> str:
 def table(rows: list[dict], hub: str = "a shared-folder hub") -> str:
     head = (
         "| workload | eager | torch cold | torch warm | mega (+load) | ours cold | **ours restored** | /eager "
-        "| /torch warm | /cold |"
+        "| /torch warm | /cold | ours restored, warm kernel | /torch warm |"
     )
-    lines = [head, "|" + "---|" * 10]
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
-        ours = r.get("ours")
+        ours, warm = r.get("ours"), r.get("ours_warm")
         lines.append(
             f"| {r['workload']} | {_c(r, 'eager')} | {_c(r, 'cold')} | {_c(r, 'torch_warm')} | "
             f"{_c(r, 'mega')} (+{_c(r, 'mega_load_s')}) | {_c(r, 'ours_cold')} | **{_c(r, 'ours')}** | "
-            f"{_x(ours, r.get('eager'))} | {_x(ours, r.get('torch_warm'))} | {_x(ours, r.get('cold'), 3)} |"
+            f"{_x(ours, r.get('eager'))} | {_x(ours, r.get('torch_warm'))} | {_x(ours, r.get('cold'), 3)} | "
+            f"{_c(r, 'ours_warm')} | {_x(warm, r.get('torch_warm'))} |"
         )
     lines += ["", "From a new kernel to the cell's answer (%load_ext + build cell + compiled cell), seconds:", ""]
-    lines += ["| workload | eager | torch cold | torch warm | ours restored | /eager | /torch warm |", "|" + "---|" * 7]
+    lines += [
+        "| workload | eager | torch cold | torch warm | ours restored | /eager | /torch warm | ours, warm kernel "
+        "| /torch warm |",
+        "|" + "---|" * 9,
+    ]
     for r in rows:
-        t = {case: total(r, case) for case in ("eager", "cold", "torch_warm", "ours")}
+        t = {case: total(r, case) for case in ("eager", "cold", "torch_warm", "ours", "ours_warm")}
         t.update({key: value for key, value in r.items() if key.endswith("_error")})
         lines.append(
             f"| {r['workload']} | {_c(t, 'eager')} | {_c(t, 'cold')} | {_c(t, 'torch_warm')} | **{_c(t, 'ours')}** | "
-            f"{_x(t['ours'], t['eager'])} | {_x(t['ours'], t['torch_warm'])} |"
+            f"{_x(t['ours'], t['eager'])} | {_x(t['ours'], t['torch_warm'])} | {_c(t, 'ours_warm')} | "
+            f"{_x(t['ours_warm'], t['torch_warm'])} |"
         )
     if any(r.get("ours_hub") is not None or r.get("ours_staged") is not None for r in rows):
         lines += ["", f"A colleague's new kernel, the bundle on {hub} (compiled cell, seconds):", ""]
@@ -490,7 +549,10 @@ def main() -> None:
     p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
     args = p.parse_args()
     cases = tuple(c for c in CASES if c in args.cases.split(","))
-    needing = (("torch_warm", "cold"), ("mega", "cold"), ("ours", "ours_cold"), ("ours_hub", "ours_cold"))
+    needing = (
+        ("torch_warm", "cold"), ("mega", "cold"), ("ours", "ours_cold"), ("ours_warm", "ours_cold"),
+        ("ours_hub", "ours_cold"),
+    )  # fmt: skip
     for case, needs in (*needing, ("ours_staged", "ours_cold")):
         if case in cases and needs not in cases:
             p.error(f"--cases: {case} needs {needs}, which makes its caches")

@@ -101,18 +101,26 @@ def reply(conn: socket.socket, message: dict[str, Any]) -> None:
     conn.sendall(json.dumps(message).encode() + b"\n")
 
 
-def become_kernel(conn: socket.socket, request: KernelRequest, stdio: list[int], forked_from: str | None = None) -> int:
+def become_kernel(
+    conn: socket.socket,
+    request: KernelRequest,
+    stdio: list[int],
+    forked_from: str | None = None,
+    kernel_sets: dict[str, str] | None = None,
+) -> int:
     """Be the launcher's kernel in this process; returns the kernel's exit code (the caller returns it from main,
     so that the interpreter finalizes as a kernel's does). `forked_from`: the template's `sys.path[0]`, which a
-    fresh kernel has as its working directory instead."""
+    fresh kernel has as its working directory instead; `kernel_sets`: the environment variables the kernel's
+    imports set in the template, which a fresh kernel's set at its start."""
     _as_launched(request, stdio, forked_from)
+    os.environ.update(kernel_sets or {})
     reply(conn, {"pid": os.getpid()})
     conn.settimeout(None)
     exiting = threading.Event()
     threading.Thread(target=_die_with_launcher, args=(conn, exiting), name="jcc-launcher-tie", daemon=True).start()
     code = 0
     try:
-        _run_kernel(request.args)
+        _run_kernel(request.args, forked=forked_from is not None)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
 
@@ -190,9 +198,10 @@ def _fresh_random_states() -> None:
             torch.default_generator.seed()
 
 
-def _run_kernel(args: list[str]) -> None:
+def _run_kernel(args: list[str], forked: bool = False) -> None:
     """`python -m ipykernel_launcher ARGS` here. Our own modules go first, so the kernel starts without them, as a
     fresh one would (the user's `%load_ext jupyter_compile_cache` imports them again)."""
+    import importlib
     import runpy
 
     from ipykernel.ipkernel import IPythonKernel
@@ -202,6 +211,13 @@ def _run_kernel(args: list[str]) -> None:
     ours = (__package__ or "jupyter_compile_cache").partition(".")[0]
     for name in [n for n in sys.modules if n == ours or n.startswith(f"{ours}.")]:
         del sys.modules[name]
+    if forked and "ipykernel.kernelapp" in sys.modules:
+        # The one module the template imports that reads a launch's own variables when imported: IPKernelApp's
+        # defaults take JPY_PARENT_PID (the front end's pid) and JPY_INTERRUPT_EVENT. Imported in the template, before
+        # any launch, a forked kernel took itself for one started by hand (the "Ctrl-C will not work" banner in the
+        # server's log). Imported again here, it reads this launch's, as a fresh kernel does.
+        del sys.modules["ipykernel.kernelapp"]
+        importlib.import_module("ipykernel.kernelapp")
     sys.argv = [KERNEL_MODULE, *args]
     stop_compile_workers_on_shutdown(IPythonKernel)
     runpy.run_module(KERNEL_MODULE, run_name="__main__", alter_sys=True)

@@ -3,6 +3,7 @@ benchmarks, which must measure what a notebook user waits for, not an in-process
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import sys
@@ -11,16 +12,29 @@ import time
 
 
 class KernelRunner:
-    """A new python3 kernel with `env` added to this process's environment; `run` returns (seconds, output)."""
+    """A new python3 kernel with `env` added to this process's environment; `run` returns (seconds, output).
+    `kernel_cmd`: another argv to start it with (the warm kernel's launcher), `{connection_file}` in it."""
 
-    def __init__(self, env: dict[str, str], timeout: float = 600.0) -> None:
+    def __init__(self, env: dict[str, str], timeout: float = 600.0, kernel_cmd: list[str] | None = None) -> None:
+        from jupyter_client.kernelspec import KernelSpecManager
         from jupyter_client.manager import KernelManager
 
         self.timeout = timeout  # seconds one cell may take
         # IPC sockets in a private folder: nothing listens on the network (and the kernel prints no TCP warning).
         self.sockets = tempfile.TemporaryDirectory(prefix="jcc-kernel-")
-        self.km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(self.sockets.name, "kernel"))
-        self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # type: ignore[assignment]  # noqa: E501
+        # The kernel's argv as a spec of its own in that folder (jupyter_client 8 starts kernels from specs only).
+        spec_dir = os.path.join(self.sockets.name, "kernels", "runner")
+        os.makedirs(spec_dir)
+        argv = kernel_cmd or [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        with open(os.path.join(spec_dir, "kernel.json"), "w", encoding="utf-8") as f:
+            json.dump({"argv": argv, "display_name": "runner", "language": "python"}, f)
+        specs = KernelSpecManager(kernel_dirs=[os.path.dirname(spec_dir)])
+        self.km = KernelManager(
+            kernel_name="runner",
+            kernel_spec_manager=specs,
+            transport="ipc",
+            ip=os.path.join(self.sockets.name, "kernel"),
+        )
         self.km.start_kernel(env={**os.environ, "PYTHONWARNINGS": "ignore", **env})
         self.kc = self.km.client()
         self.kc.start_channels()

@@ -15,10 +15,12 @@ environment (less its per-launch variables) and this user's private runtime fold
    (a `pip install -U`), a file in the launch's folder that would shadow a module it imported. The first three
    retire it; each refusal is answered, and the launcher starts that kernel cold.
 
-It exits when it has not forked for JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE seconds (default 3600), when none of the
+It retires when it has not forked for JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE seconds (default 3600), when none of the
 processes that launched kernels from it (the Jupyter server, VS Code) is alive any more, when a newer template
-replaces it (at most JUPYTER_COMPILE_CACHE_TEMPLATES per user, default 3), and at SIGTERM. Kernels forked from it
-live on without it. A warm-up that fails leaves its reason in the folder; the next launch prints it once.
+replaces it (at most JUPYTER_COMPILE_CACHE_TEMPLATES per user, default 3), and at SIGTERM: it forks no more, and
+exits once the kernels it forked have ended (it is their parent: it tells their launchers how each ended). A second
+SIGTERM, or SIGKILL, ends it at once. A warm-up that fails leaves its reason in the folder; the next launch prints
+it once.
 
 The hash seed of `str` is the one thing a child keeps from its template that a fresh process would draw anew: it
 is fixed at interpreter start. Set PYTHONHASHSEED in the kernel's environment where hashes must differ between
@@ -50,10 +52,14 @@ HOLDER_GRACE = 30.0  # seconds a template outlives the last process that launche
 SETTLE_SECONDS = 10.0  # a helper thread that the warm-up started may take this long to end
 STAMP_EVERY = 3.0  # seconds between two looks at the installed files (every fork looks too)
 
-# What a starting ipykernel imports beyond ipykernel.kernelapp (its debugger, history database, completer).
+# What a starting ipykernel imports beyond ipykernel.kernelapp (its debugger, history database, completer, the
+# interface lookup behind its connection file). debugpy alone is 0.09 s of a forked kernel's start on the CPU machine.
 KERNEL_IMPORTS = (
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
+    "ipykernel.debugger",
+    "jupyter_client.localinterfaces",
+    "psutil",
     "IPython.core.debugger",
     "IPython.core.completerlib",
     "IPython.extensions.storemagic",
@@ -78,14 +84,20 @@ def native_threads() -> set[str]:
         return set()
 
 
-def warm_up() -> set[str]:
+def warm_up() -> tuple[set[str], dict[str, str]]:
     """Import and compute what a kernel's start and its first compiled cell would, without CUDA and without a torch
     operation. Returns the OS threads once it is done: any thread beyond them at a fork was started by something
-    that must not be forked (fails if the warm-up itself left one running beyond those of torch's import)."""
+    that must not be forked (fails if the warm-up itself left one running beyond those of torch's import); and the
+    environment variables the kernel's imports set (debugpy sets PYDEVD_USE_FRAME_EVAL), which a fresh kernel has
+    from its start: a forked one gets them on top of its launch's environment."""
     import importlib
 
+    before = dict(os.environ)
+    importlib.import_module("ipykernel.kernelapp")
     for module in KERNEL_IMPORTS:
-        importlib.import_module(module)
+        with contextlib.suppress(ImportError):  # optional ones (psutil, debugpy): the kernel does without them too
+            importlib.import_module(module)
+    kernel_sets = {name: value for name, value in os.environ.items() if before.get(name) != value}
     import torch  # noqa: F401
 
     threads = native_threads()
@@ -100,7 +112,7 @@ def warm_up() -> set[str]:
     lingering = settled_threads(threads)
     if lingering:
         raise RuntimeError(f"threads started while warming up did not end: {lingering}")
-    return native_threads()
+    return native_threads(), kernel_sets
 
 
 def settled_threads(baseline: set[str], timeout: float = SETTLE_SECONDS) -> str | None:
@@ -287,16 +299,16 @@ class Template:
                 return "installed packages changed"
         return None
 
-    def _reap(self) -> None:
+    def _reap(self) -> bool:
         """Collect the kernels that ended and tell each one's launcher how (a kernel that says its exit code itself
-        has its launcher gone by then; one that ended by `os._exit` or a signal has not)."""
+        has its launcher gone by then; one that ended by `os._exit` or a signal has not). Whether any child is left."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                return False
             if pid == 0:
-                return
+                return True
             conn, exit_fd = self.kernels.pop(pid, (None, None))
             if exit_fd is not None:
                 os.close(exit_fd)
@@ -312,13 +324,27 @@ class Template:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         self.listener.close()
+        if self.retired is not None:  # the next launch that finds no template says why this one went
+            with contextlib.suppress(OSError), open(retired_path(self.directory, self.info.launch_key), "w") as f:
+                f.write(self.retired)
+
+    def linger(self) -> None:
+        """After `close`: the kernels it forked are its children, so it stays (listening to nobody) until they have
+        ended, to tell each one's launcher how. Were it to go first, they would be re-parented, which ipykernel's
+        parent poller may take for their front end's end."""
+        while self.kernels:
+            exits = [fd for _, fd in self.kernels.values() if fd is not None]
+            try:
+                select.select(exits, [], [], 1.0)
+            except InterruptedError:
+                pass
+            if not self._reap():
+                break
         for conn, exit_fd in self.kernels.values():
             conn.close()
             if exit_fd is not None:
                 os.close(exit_fd)
-        if self.retired is not None:  # the next launch that finds no template says why this one went
-            with contextlib.suppress(OSError), open(retired_path(self.directory, self.info.launch_key), "w") as f:
-                f.write(self.retired)
+        self.kernels.clear()
 
 
 def _exit_descriptor(pid: int) -> int | None:
@@ -351,7 +377,7 @@ def main(argv: list[str]) -> int:
         os.environ.setdefault(NVML_CHECK_ENV, "1")
         try:
             with EnvironReads() as reads:
-                baseline = warm_up()
+                baseline, kernel_sets = warm_up()
         finally:
             if set_here:
                 os.environ.pop(NVML_CHECK_ENV, None)
@@ -383,16 +409,18 @@ def main(argv: list[str]) -> int:
         template.publish()
         with contextlib.suppress(OSError):
             os.unlink(warming)
-        child = template.serve()
+        with contextlib.suppress(SystemExit):  # SIGTERM: no more kernels from it
+            child = template.serve()
     finally:
         if child is None:
             template.close()
             with contextlib.suppress(OSError):
                 os.unlink(warming)
     if child is None:
+        template.linger()  # a second SIGTERM ends it at once
         return 0
     conn, request, stdio, path0 = child
-    return become_kernel(conn, request, stdio, forked_from=path0)
+    return become_kernel(conn, request, stdio, forked_from=path0, kernel_sets=kernel_sets)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,22 @@ import os
 import queue
 import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
 import psutil
+from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
+
+# JCC_TEST_KERNELS=warm: the tests' plain kernels are kernels of the warm kernel spec instead, forked from a template,
+# so that any suite can check that a forked kernel answers as a fresh one; each start's record (forked, or cold and
+# why) is appended to the file JCC_TEST_KERNELS_LOG names.
+WARM_KERNELS = os.environ.get("JCC_TEST_KERNELS") == "warm"
+LAUNCHER_CMD = [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher", "-f", "{connection_file}"]
+PLAIN_CMD = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # this Python's ipykernel
+_spec_folders: dict[str, str] = {}
+_template_ready = False
 
 COUNTERS_CODE = (
     "import json as _json\n"
@@ -54,13 +65,22 @@ class Kernel:
         self._start()
 
     def _start(self) -> None:
-        self.km = KernelManager(kernel_name=self.kernel_name or "python3")
+        global _template_ready
+        warm = WARM_KERNELS and self.kernel_name is None
+        if warm:
+            self.env = _warm_env(self.env)
+            if not _template_ready:
+                _template_ready = _make_template(self.env)
         if self.kernel_name is None:
-            self.km.kernel_cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+            self.km = KernelManager(kernel_name="argv", kernel_spec_manager=_specs(LAUNCHER_CMD if warm else PLAIN_CMD))
+        else:
+            self.km = KernelManager(kernel_name=self.kernel_name)
         self.km.start_kernel(env=self.env)
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=120)
+        if warm:
+            _log_start(self.km.connection_file)
 
     def run(self, code: str, timeout: float = 600) -> CellResult:
         msg_id = self.kc.execute(code)
@@ -110,6 +130,8 @@ class Kernel:
         `same_process_env`, the same kernel manager restarts it with them (jupyter_client's restart arguments)."""
         if same_process_env is not None:
             self.env.update(same_process_env)
+            if WARM_KERNELS and self.kernel_name is None:
+                self.env = _warm_env(self.env)
             self.km.restart_kernel(now=True, env=self.env)
             self.kc.wait_for_ready(timeout=120)
         elif env is not None:
@@ -124,6 +146,72 @@ class Kernel:
         """Stop the kernel; `now=False`: ask it to shut down, as a frontend does (killed only if it does not exit)."""
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=now)
+
+
+def _specs(argv: list[str]) -> KernelSpecManager:
+    """A spec manager whose one spec, "argv", runs `argv` (jupyter_client 8 starts kernels from specs only)."""
+    key = json.dumps(argv)
+    if key not in _spec_folders:
+        folder = tempfile.mkdtemp(prefix="jcc-test-spec-")
+        os.makedirs(os.path.join(folder, "argv"))
+        with open(os.path.join(folder, "argv", "kernel.json"), "w") as f:
+            json.dump({"argv": argv, "display_name": "argv", "language": "python"}, f)
+        _spec_folders[key] = folder
+    return KernelSpecManager(kernel_dirs=[_spec_folders[key]])
+
+
+def _warm_env(env: dict[str, str]) -> dict[str, str]:
+    """A template is kept per TORCHINDUCTOR_CACHE_DIR, and each test has its own: every warm kernel gets one path
+    instead, a symlink pointed at the test's dir before each start (a test's kernels run one after another)."""
+    base = os.path.join(tempfile.gettempdir(), f"jcc-warm-test-kernels-{os.getuid()}")
+    runtime = os.path.join(base, "runtime")
+    os.makedirs(runtime, mode=0o700, exist_ok=True)
+    env = {**env, "JUPYTER_COMPILE_CACHE_RUNTIME_DIR": runtime}
+    target = env.get("TORCHINDUCTOR_CACHE_DIR")
+    link = os.path.join(base, "torch-cache")
+    if target and target != link:
+        fresh = f"{link}.{os.getpid()}"
+        os.symlink(os.path.realpath(target), fresh)
+        os.replace(fresh, link)
+        env["TORCHINDUCTOR_CACHE_DIR"] = link
+    return env
+
+
+def _make_template(env: dict[str, str]) -> bool:
+    """A template that fits these kernels: started by a first kernel (cold) if none fits, then waited for."""
+    from jupyter_compile_cache.kernels.launcher import templates
+    from jupyter_compile_cache.kernels.template_fit import install_stamp
+
+    def fitting() -> bool:
+        folder = env["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"]
+        return any(t.mismatch(sys.executable, env, install_stamp()) is None for t in templates(folder))
+
+    if not fitting():
+        km = KernelManager(kernel_name="argv", kernel_spec_manager=_specs(LAUNCHER_CMD))
+        km.start_kernel(env=env)
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=120)  # its launcher has started the template by then
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    deadline = time.time() + 300
+    while not fitting():
+        assert time.time() < deadline, "no warm template got ready for the tests' kernels"
+        time.sleep(0.2)
+    return True
+
+
+def _log_start(connection_file: str) -> None:
+    try:
+        with open(connection_file[: -len(".json")] + "-start.json") as f:
+            record = json.load(f)
+    except (OSError, ValueError) as exc:
+        record = {"how": "unknown", "why": str(exc)}
+    log = os.environ.get("JCC_TEST_KERNELS_LOG")
+    if log:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "")
+        with open(log, "a") as f:
+            f.write(json.dumps({"test": test, **record}) + "\n")
 
 
 def misses(counters: dict[str, dict[str, int]]) -> dict[str, int]:

@@ -27,7 +27,8 @@ OBSERVED = (
     " 'cuda': torch.cuda.is_initialized(), 'counters': {k: dict(v) for k, v in counters.items()},"
     " 'random': random.random(), 'numpy': float(numpy.random.rand()), 'torch_seed': torch.initial_seed(),"
     " 'torch_rand': torch.rand(1).item(), 'extension': 'jupyter_compile_cache' in sys.modules,"
-    " 'compiler': 'torch._inductor.compile_fx' in sys.modules, 'user': 'state' in globals()}"
+    " 'compiler': 'torch._inductor.compile_fx' in sys.modules, 'user': 'state' in globals(),"
+    " 'parent_handle': __import__('ipykernel.kernelapp').kernelapp.IPKernelApp.instance().parent_handle}"
 )
 # A cold kernel imports what the template imported before it is looked at: what imports do (sys.path entries
 # setuptools adds) is no difference.

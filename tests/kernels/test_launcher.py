@@ -72,7 +72,8 @@ def warm(warm_env, tmp_path_factory):
 
 def test_the_first_start_is_cold_then_every_start_is_forked_and_is_a_fresh_kernel(warm):
     end_templates(warm.directory)  # a first start: no template yet
-    fe = warm.launch(MY_SETTING="launch-env")
+    front_end = {"JPY_PARENT_PID": str(os.getpid())}  # as jupyter_client sets it: ipykernel reads it when imported
+    fe = warm.launch(MY_SETTING="launch-env", **front_end)
     record = fe.start_record()
     assert record["how"] == "cold" and "one is warming up for the next kernel" in record["why"], record
     fe.run("state = 41")
@@ -81,10 +82,11 @@ def test_the_first_start_is_cold_then_every_start_is_forked_and_is_a_fresh_kerne
     assert "MY_SETTING" not in template.selecting and "TORCHINDUCTOR_CACHE_DIR" in template.selecting
 
     assert fe.shutdown(restart=True) == 0
-    fe.launch(cwd=warm.folder)
+    fe.launch(cwd=warm.folder, **front_end)
     record = fe.start_record()
     assert record["how"] == "forked" and record["template_pid"] == template.pid and record["seconds"] < 2, record
     forked = fe.observe()
+    assert forked["parent_handle"] == os.getpid()
     other = warm.launch(MY_SETTING="launch-env").observe()  # a second kernel at the same time
 
     assert forked["compiler"] and forked["pid"] not in (template.pid, cold["pid"], other["pid"])
@@ -226,6 +228,26 @@ def test_another_user_cannot_reach_a_template(warm):
         assert subprocess.run(run, capture_output=True, text=True, timeout=60).stdout.strip() == "closed"
     fe = warm.launch()
     assert fe.start_record()["template_pid"] == template.pid and fe.shutdown() == 0
+
+
+def test_a_retired_template_stays_for_its_kernels_and_tells_how_they_end(warm):
+    template = warm.template()
+    fe = warm.launch()
+    assert fe.start_record()["template_pid"] == template.pid
+    os.kill(template.pid, signal.SIGTERM)  # retired, as when a newer one replaces it: it forks no more...
+    deadline = time.time() + 10
+    while any(info.pid == template.pid for info in templates(warm.directory)):
+        assert time.time() < deadline, "the retired template still offers itself"
+        time.sleep(0.1)
+    assert process_alive(template.pid) and fe.value("6 * 7") == 42  # ...but stays, the parent of its kernel
+    kernel = fe.kernel_pid()
+    fe.client.execute("import os; os._exit(7)")
+    assert fe.proc.wait(10) == 7  # told by the retired template
+    with open(f"/proc/{template.pid}/task/{template.pid}/children") as f:
+        others = [int(pid) for pid in f.read().split() if int(pid) != kernel]  # earlier tests' kernels, still up
+    for pid in others:
+        os.kill(pid, signal.SIGKILL)
+    assert process_gone(template.pid, timeout=10)  # once its kernels are gone, it goes
 
 
 def test_a_template_killed_while_asked_or_between_starts_means_a_cold_start(warm):
