@@ -56,6 +56,13 @@ def cache_roots() -> dict[str, str]:
     return roots
 
 
+def _torch_named_roots() -> set[str]:
+    """The cache roots as torch names them (its variables, absolute, symlinks not resolved)."""
+    inductor = os.path.abspath(_inductor_cache_dir())
+    triton = os.environ.get("TRITON_CACHE_DIR")
+    return {inductor, os.path.abspath(triton) if triton else os.path.join(inductor, "triton", "0")}
+
+
 def member_name(path: str, roots: dict[str, str]) -> str | None:
     """'inductor/<rel>' or 'triton/<rel>' for a path inside a root, else None."""
     real = os.path.realpath(path)
@@ -234,7 +241,10 @@ class CellCapture:
             self._before.update(_listing(root))
         self._libs_before = _mapped_libraries()
         self._opened = set()
-        self._recorder.prefixes = tuple(r + os.sep for r in self._root_dirs())
+        # torch opens its files under the cache dir as its variable names it, which may be a symlink to the real
+        # root (a cache dir on a scratch disk): both spellings are watched, and what is opened is resolved in collect.
+        as_torch_names = _torch_named_roots()
+        self._recorder.prefixes = tuple(r + os.sep for r in {*self._root_dirs(), *as_torch_names})
         self._recorder.active = self._opened
 
     def stop(self) -> None:
@@ -243,6 +253,7 @@ class CellCapture:
     def collect(self, dynamo_keys: set[str] | None = None, extra_paths: Iterable[str] = ()) -> CellFiles:
         """Files for the bundle. `dynamo_keys`: the precompile entries this cell owns (others are left out)."""
         self.stop()
+        opened = {os.path.realpath(p) for p in self._opened}
         after: dict[str, tuple[int, int]] = {}
         for root in self._root_dirs():
             after.update(_listing(root))
@@ -250,8 +261,8 @@ class CellCapture:
         libs = {p for p in _mapped_libraries() - self._libs_before if p in after}
         # Restored keyed entries (graphs, precompile entries) are always read through Python when used, so an
         # unopened one is provably stale (e.g. the graph of code since edited) and is not carried forward.
-        carried = {p for p in self.restored if p in after and (p in self._opened or not _is_keyed(p, self.roots))}
-        wanted = changed | {p for p in self._opened if p in after} | libs | carried
+        carried = {p for p in self.restored if p in after and (p in opened or not _is_keyed(p, self.roots))}
+        wanted = changed | {p for p in opened if p in after} | libs | carried
         wanted |= {p for p in extra_paths if p in after}
         wanted -= _isa_probe_programs(wanted)
         result = CellFiles()

@@ -47,6 +47,27 @@ def test_a_cell_takes_what_it_wrote_and_what_it_read_and_nothing_else(tmp_path):
     assert files.layer_bytes() == {"aot_autograd": 3, "fx_graph": 3, "kernels": 10}
 
 
+def test_a_file_read_through_a_symlinked_cache_dir_is_taken(tmp_path, monkeypatch):
+    """TORCHINDUCTOR_CACHE_DIR a symlink to the real folder (a scratch disk): torch opens its files by the link's
+    name, the roots are resolved; a cache hit read that way is the cell's all the same (it used to be missed, and a
+    cell that only hit torch's caches saved nothing even with --force-save)."""
+    real = tmp_path / "scratch"
+    real.mkdir()
+    link = tmp_path / "cache-link"
+    link.symlink_to(real)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(link))
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    roots = capture.cache_roots()
+    assert roots["inductor"] == os.path.realpath(real)
+    graph = _write(str(real), "fxgraph/aa/graph", b"graph")
+    watcher = capture.CellCapture(roots)
+    watcher.start()
+    with open(os.path.join(link, "fxgraph", "aa", "graph"), "rb") as f:
+        f.read()
+    files = watcher.collect()
+    assert files.files == {"inductor/fxgraph/aa/graph": os.path.realpath(graph)}
+
+
 def test_only_the_cells_own_precompile_entries_are_taken(tmp_path):
     roots = _roots(tmp_path)
     watcher = capture.CellCapture(roots)
