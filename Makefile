@@ -16,7 +16,7 @@ OLDEST_TORCH ?= 2.9.1
 RESTORE_TESTS := tests/end_to_end/test_kernel_restore.py tests/torch_adapter/test_precompile_semantics.py \
 	tests/end_to_end/test_model_zoo.py
 
-.PHONY: setup test lint format bench notebooks demo setup-oldest test-oldest docs screenshots
+.PHONY: setup test lint format bench notebooks demo setup-oldest test-oldest test-forked docs screenshots
 
 setup:
 	VENV=$(VENV) bash .ci/setup
@@ -27,6 +27,12 @@ setup-oldest:
 
 test-oldest:
 	JCC_TEST_ZOO=gpt2,bert,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest --durations=5 $(RESTORE_TESTS)
+
+# The restore suites and the everyday edits again, every kernel forked from a warm template (the warm kernel spec),
+# each start's record in forked_starts.jsonl: forked kernels must answer as fresh ones (JCC_TEST_DEVICE=cuda on a GPU).
+test-forked:
+	JCC_TEST_KERNELS=warm JCC_TEST_KERNELS_LOG=forked_starts.jsonl $(BIN)/python -m pytest $(RESTORE_TESTS) \
+		tests/end_to_end/test_everyday_edits.py
 
 # Lint and type-check, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
 # printed a UsageError, which nbval alone lets pass: nbval#147).

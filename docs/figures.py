@@ -240,6 +240,38 @@ def render_real_work(files: list[str], runs: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + _where(files, runs)
 
 
+def render_warm_kernel_cells(files: list[str], runs: list[dict]) -> str:
+    """real_work.py's ours_warm case: the restored cell in a kernel of the warm spec beside torch's warm cache and
+    the plain kernel, the cell alone and from a new kernel to the cell's answer (%load_ext + build + the cell)."""
+
+    def seconds(row: dict, case: str, whole: bool) -> float | None:
+        if row.get(case) is None:
+            return None
+        return row[case] + (row.get(f"{case}_load_ext", 0.0) + row.get(f"{case}_build", 0.0) if whole else 0.0)
+
+    def shown(value: float | None, base: float | None) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.2f} s" + (f" ({value / base:.2f}x)" if base else "")
+
+    lines = [
+        "| workload | | torch warm cache | `%%compile_cache`, plain kernel | `%%compile_cache`, warm kernel | misses |",
+        "|---|---|---|---|---|---|",
+    ]
+    for data in runs:
+        for row in data["rows"]:
+            for whole, what in ((False, "the compiled cell"), (True, "new kernel to its answer")):
+                warm = seconds(row, "torch_warm", whole)
+                said = " ".join(row.get("ours_warm_said") or [])
+                misses = re.search(r"(\d+) miss", said)
+                lines.append(
+                    f"| {_workload(row, data.get('meta', {}))} | {what} | {shown(warm, None)} | "
+                    f"{shown(seconds(row, 'ours', whole), warm)} | **{shown(seconds(row, 'ours_warm', whole), warm)}** "
+                    f"| {misses[1] if misses and not whole else ''} |"
+                )
+    return "\n".join(lines) + "\n\n" + _where(files, runs)
+
+
 WARM_VARIANTS = (
     ("plain_eager", "plain kernel, eager"),
     ("torch_warm", "plain kernel, torch warm cache"),
@@ -414,6 +446,7 @@ RENDERERS: dict[str, Callable[[list[str], list[dict]], str]] = {
     "quickstart": render_quickstart,
     "real-work": render_real_work,
     "warm-restart": render_warm_restart,
+    "warm-kernel-cells": render_warm_kernel_cells,
     "first-magics": render_first_magics,
     "kernel-start": render_kernel_start,
     "torch-versions": render_torch_versions,
