@@ -552,19 +552,31 @@ def test_a_pusher_killed_midway_leaves_no_chunk_after_a_few_seconds_not_an_hour(
 
 
 def test_a_push_longer_than_the_orphan_ttl_keeps_its_first_chunks_alive(tmp_path, any_hub):
-    """A push twice as long as `orphan_ttl`, and a collaborator's gc once that has passed: the push renews what
-    keeps its chunks (their expiry, or on S3 its `pushing` key) as it sends, so it commits whole."""
+    """A push twice as long as `orphan_ttl`, and a collaborator's gc, again and again in a process of its own, once
+    that has passed: the push renews what keeps its chunks (their expiry, or on S3 its `pushing` key) as it sends,
+    so it commits whole. (The gc runs beside the push, as a colleague's does: run inside the push's progress
+    callback it held the push, and its renewals, for as long as it took on a busy machine.)"""
     store, manifest = local_bundle(tmp_path, size=3 << 20)
     hub = any_hub.hub(orphan_ttl=2, chunk_size=64 << 10)
     batches = -(-48 // hub.backend.keys_per_call)  # 3 MB in chunks of 64 KB, sent keys_per_call at a time
-    start = time.monotonic()
+    pushed = threading.Event()
+    collected: list[int] = []
 
-    def slowly(done, total):
-        time.sleep(4.5 / batches)
-        if time.monotonic() - start > 2.5:  # the chunks sent first are older than orphan_ttl by now
-            any_hub.hub().gc()
+    def collaborator() -> None:
+        if not pushed.wait(2.5):  # the chunks sent first are older than orphan_ttl by now
+            while not pushed.is_set():
+                any_hub.hub().gc()
+                collected.append(1)
+                pushed.wait(0.3)
 
-    hub.push(manifest, store.payload_path(manifest), progress=slowly)
+    gc_runs = threading.Thread(target=collaborator)
+    gc_runs.start()
+    try:
+        hub.push(manifest, store.payload_path(manifest), progress=lambda done, total: time.sleep(4.5 / batches))
+    finally:
+        pushed.set()
+        gc_runs.join()
+    assert collected  # the collaborator's gc ran while the push went on
     [listed] = hub.versions("net")
     assert pull_bytes(hub, listed) == _payload(store, manifest)
 
