@@ -234,6 +234,9 @@ class Template:
         """In a forked child: the listener and the other kernels' connections are not the kernel's to hold (a
         launcher sees its kernel's end only when every copy of its connection is closed)."""
         self.listener.close()
+        self._drop_kernels()
+
+    def _drop_kernels(self) -> None:
         for conn, exit_fd in self.kernels.values():
             conn.close()
             if exit_fd is not None:
@@ -340,11 +343,7 @@ class Template:
                 pass
             if not self._reap():
                 break
-        for conn, exit_fd in self.kernels.values():
-            conn.close()
-            if exit_fd is not None:
-                os.close(exit_fd)
-        self.kernels.clear()
+        self._drop_kernels()
 
 
 def _exit_descriptor(pid: int) -> int | None:
