@@ -127,10 +127,14 @@ class Restored(Event):
     bytes: int
     seconds: float
     pull_seconds: float = 0.0
+    retries: int = 0  # connections to the hub that broke and were opened again on the way
 
     def text(self) -> str:
         rate = f" ({speed(self.bytes, self.seconds)})" if self.seconds >= 1 else ""
         pulled = f", pull {self.pull_seconds:.2f} s" if self.source == "hub" else ""
+        if self.retries:
+            broke = "once" if self.retries == 1 else count(self.retries, "time")
+            pulled += f" (the hub's connection broke {broke}: pulled again on a fresh one)"
         return (
             f"restored {self.name!r} from {self.where} ({count(self.files, 'file')}, {human_bytes(self.bytes)}) "
             f"in {self.seconds:.2f} s{rate}{pulled}"
@@ -151,7 +155,8 @@ def skip_line(skip: Skip) -> str:
     if skip.kind == INCOMPATIBLE:
         return f"{skip.label}: incompatible ({skip.detail})"
     if skip.kind in (WRONG_SIGNATURE, TRANSFER_FAILED, NOT_INSTALLED):  # the error's own words say what it is
-        return f"{skip.label}: {skip.detail}"
+        tried = f" (tried {skip.tries} times, each on a fresh connection)" if skip.tries > 1 else ""
+        return f"{skip.label}: {skip.detail}{tried}"
     moved = f"; moved to {skip.moved_to}" if skip.moved_to else ""
     return f"{skip.label}: {skip.kind}: {skip.detail}{moved}"
 
@@ -161,7 +166,8 @@ def skip_warning(name: str, skip: Skip) -> str:
     if skip.kind == WRONG_SIGNATURE:
         return f"{skip.detail}; refused"
     if skip.kind == TRANSFER_FAILED:
-        return f"could not pull {name!r} from {skip.where}: {skip.detail}"
+        tried = f" (tried {skip.tries} times, each on a fresh connection)" if skip.tries > 1 else ""
+        return f"could not pull {name!r} from {skip.where}: {skip.detail}{tried}"
     if skip.kind == NOT_INSTALLED:
         return f"could not restore bundle {name!r}: {skip.detail}"
     if skip.kind == UNUSABLE:

@@ -202,6 +202,7 @@ class RestoreResult:
     pull_seconds: float = 0.0
     cold_seconds: float | None = None  # the cold run's time, recorded in the restored version
     hub_signed_elsewhere: bool = False  # every hub version seen was refused as signed with another secret
+    retries: int = 0  # hub connections that broke on the way and were opened again (the restore went on)
 
     @property
     def restored(self) -> bool:

@@ -220,6 +220,7 @@ class CompileCacheSession:
                 self.hub_policy.trust(from_hub, report)
                 result.hub_url, result.pull_seconds = from_hub.display_url, found.fetch_seconds
         result.hub_signed_elsewhere = found.wrong_signatures > 0 and from_hub is None
+        result.retries = len(found.retries)
         result.seconds = time.perf_counter() - start
         if result.restored:  # what went wrong on the way is worth telling: a wrong secret, a damaged version
             telling = [events.skip_warning(name, skip) for skip in found.skipped if skip.worth_telling]
@@ -231,7 +232,14 @@ class CompileCacheSession:
                 if hub is not None:
                     self.hub_policy.trust(hub, report)
             restored = events.Restored(
-                name, result.source or "", where, result.files, result.bytes, result.seconds, result.pull_seconds
+                name,
+                result.source or "",
+                where,
+                result.files,
+                result.bytes,
+                result.seconds,
+                result.pull_seconds,
+                result.retries,
             )
             self.tell(restored, report, opts.quiet)
         elif result.skipped or found.problems:  # one line says it all, each reason once

@@ -13,6 +13,12 @@ MIN_CHUNK = 256 << 10
 MAX_CHUNK = 64 << 20  # a manifest asking for bigger chunks is refused: what one chunk may hold in memory
 _SAMPLE = 64 << 10
 
+
+class DamagedChunk(HubError):
+    """A pulled chunk is missing, fails its sha256, or does not decompress to its size: that version is bad, the hub
+    may hold others that are whole."""
+
+
 Encoded = tuple[bytes, bool, str, int]  # (stored bytes, compressed?, their sha256, raw length)
 
 
@@ -37,13 +43,13 @@ def decode(data: bytes | None, sha256: str, compressed: bool, expected: int, wha
     """The chunk's bytes, checked: present, the sha256 its manifest lists (before decompressing), and exactly the
     size the manifest implies (a zstd bomb is refused before it is expanded)."""
     if data is None:
-        raise HubError(f"{what} is missing on the hub (evicted or removed?)")
+        raise DamagedChunk(f"{what} is missing on the hub (evicted or removed?)")
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise HubError(f"{what} fails its sha256 check")
+        raise DamagedChunk(f"{what} fails its sha256 check")
     if compressed:
         return _decompress(data, expected, what)
     if len(data) != expected:
-        raise HubError(f"{what} is not the size its manifest implies")
+        raise DamagedChunk(f"{what} is not the size its manifest implies")
     return memoryview(data)
 
 
@@ -54,13 +60,13 @@ def _decompress(data: bytes, expected: int, what: str) -> memoryview:
     buf = file_copy.buffer(expected)
     try:  # the frame's declared size is checked first: a hostile chunk cannot make us write past `expected`
         if zstandard.frame_content_size(data) != expected:
-            raise HubError(f"{what} does not decompress to the size its manifest implies")
+            raise DamagedChunk(f"{what} does not decompress to the size its manifest implies")
         reader = zstandard.ZstdDecompressor().stream_reader(data)
         done = 0
         while done < expected and (n := reader.readinto(buf[done:expected])):
             done += n
         if done != expected or reader.read(1):
-            raise HubError(f"{what} does not decompress to the size its manifest implies")
+            raise DamagedChunk(f"{what} does not decompress to the size its manifest implies")
     except zstandard.ZstdError as exc:
-        raise HubError(f"{what} fails to decompress: {exc}") from None
+        raise DamagedChunk(f"{what} fails to decompress: {exc}") from None
     return buf[:expected]

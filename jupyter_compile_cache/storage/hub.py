@@ -200,10 +200,12 @@ class Hub:
         flags = manifest.chunk_compressed or [False] * len(hashes)
         size = manifest.chunk_size or 0
         if not hashes:
-            raise HubError(f"bundle {manifest.name!r} version {manifest.version} lists no chunks")
+            raise chunks.DamagedChunk(f"bundle {manifest.name!r} version {manifest.version} lists no chunks")
         fits = (len(hashes) - 1) * size < manifest.payload_bytes <= len(hashes) * size
         if len(flags) != len(hashes) or not 0 < size <= chunks.MAX_CHUNK or not fits:
-            raise HubError(f"bundle {manifest.name!r} version {manifest.version} has an inconsistent chunk list")
+            raise chunks.DamagedChunk(
+                f"bundle {manifest.name!r} version {manifest.version} has an inconsistent chunk list"
+            )
         sink.flush()
         fd = sink.fileno()
         name, fp, version = manifest.name, manifest.fingerprint_id, manifest.version

@@ -11,13 +11,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar
 
+from .backends.base import HubConnectionLost
 from .bundle import BundleError, Manifest, UnsafeBundle
+from .chunks import DamagedChunk
 from .hub import Hub, HubError, SignatureError, check_signature
 from .store import LocalStore, Removal
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
+T = TypeVar("T")
+
+# A connection that broke under a listing or a pull is tried again on a fresh one this many times (a server that is
+# down refuses at once, so the bound costs little); a timeout or a refusal is not retried.
+RETRIES = 2
 
 
 class Source(Protocol):
@@ -40,6 +47,10 @@ class Source(Protocol):
 
     def push(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:
         """Copy a version of `store` here; returns the manifest as this source keeps it."""
+        ...
+
+    def reconnect(self) -> None:
+        """After a HubConnectionLost: the next call goes over a fresh connection."""
         ...
 
 
@@ -68,6 +79,9 @@ class LocalSource:
     def push(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:
         with store.open_payload(manifest) as payload:
             return self.store.adopt(manifest, payload)
+
+    def reconnect(self) -> None:
+        pass
 
 
 class HubSource:
@@ -106,12 +120,15 @@ class HubSource:
     def push(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:
         return self.hub.push(manifest, store.payload_path(manifest), progress)
 
+    def reconnect(self) -> None:
+        self.hub.backend.reconnect()
+
 
 # Why `find` passed over a version (Skip.kind).
 INCOMPATIBLE = "incompatible"  # it cannot restore on this machine (the detail: which field differs)
 WRONG_SIGNATURE = "wrong signature"  # signed with another team's secret, or not signed
-TRANSFER_FAILED = "transfer failed"  # the hub failed while sending it (the walk stops there)
-UNUSABLE = "unusable"  # its payload could not be read or verified
+TRANSFER_FAILED = "transfer failed"  # the hub failed while sending it, retries included (the walk leaves that source)
+UNUSABLE = "unusable"  # its payload could not be read or verified (a chunk damaged or gone: older versions are tried)
 DAMAGED = "damaged"  # installing it found a damaged member (the local copy is quarantined)
 UNSAFE = "refused (unsafe)"  # a member would land outside the cache dirs (quarantined)
 NOT_INSTALLED = "not installed"  # the cache dir could not take it (the walk stops there)
@@ -128,6 +145,7 @@ class Skip:
     detail: str
     moved_to: str | None = None
     where: str = ""  # the source it came from ("the hub redis://..."), for a transfer that failed
+    tries: int = 1  # how many times the transfer was tried (a lost connection is retried on a fresh one)
 
     @property
     def worth_telling(self) -> bool:
@@ -150,6 +168,21 @@ class Found:
     problems: list[str] = field(default_factory=list)
     down: list[tuple[Source, HubError]] = field(default_factory=list)  # sources that did not answer
     wrong_signatures: int = 0  # hub versions refused as not signed with this team's secret
+    retries: list[str] = field(default_factory=list)  # connections lost and tried again: each error's words
+
+
+def _retrying(call: Callable[[], T], source: Source, found: Found) -> T:
+    """CALL, tried again on a fresh connection when the connection broke under it, at most RETRIES times."""
+    for attempt in range(RETRIES + 1):
+        try:
+            return call()
+        except HubConnectionLost as exc:
+            if attempt == RETRIES:
+                raise
+            found.retries.append(str(exc))
+            source.reconnect()
+            time.sleep(0.05 * (attempt + 1))  # a server restarting, a proxy re-routing: a moment is enough
+    raise AssertionError("unreachable")
 
 
 def find(
@@ -170,7 +203,7 @@ def find(
     found = Found()
     for source in sources:
         try:
-            versions = source.versions(name, found.problems)
+            versions = _retrying(lambda: source.versions(name, found.problems), source, found)  # noqa: B023
         except HubError as exc:
             found.down.append((source, exc))
             continue
@@ -184,13 +217,17 @@ def find(
             start = time.perf_counter()
             bar = progress(source, manifest) if progress else None
             try:
-                local = source.fetch(manifest, store, bar)
+                local = _retrying(lambda: source.fetch(manifest, store, bar), source, found)  # noqa: B023
             except SignatureError as exc:
                 found.skipped.append(Skip(tag, WRONG_SIGNATURE, str(exc)))
                 found.wrong_signatures += 1
                 continue
-            except HubError as exc:  # the transfer failed: the hub is the problem, not this version
-                found.skipped.append(Skip(tag, TRANSFER_FAILED, str(exc), where=source.where))
+            except DamagedChunk as exc:  # this version is bad, not the hub: an older one may be whole
+                found.skipped.append(Skip(tag, UNUSABLE, str(exc), where=source.where))
+                continue
+            except HubError as exc:  # the transfer failed, retried: the hub is the problem, not this version
+                tries = RETRIES + 1 if isinstance(exc, HubConnectionLost) else 1
+                found.skipped.append(Skip(tag, TRANSFER_FAILED, str(exc), where=source.where, tries=tries))
                 break
             except FileNotFoundError:  # pruned by another kernel between listing and reading
                 continue

@@ -15,6 +15,9 @@ class HoldingProxy:
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.hold: Callable[[bytes], bool] = lambda _data: False
+        # While `drop` returns True for a request's bytes, its connection is closed instead (a load balancer or NAT
+        # that drops a connection under a reply); new connections are still taken.
+        self.drop: Callable[[bytes], bool] = lambda _data: False
         self.held = threading.Event()
         self._go = threading.Event()
         self.port = 0
@@ -69,6 +72,8 @@ class HoldingProxy:
     def _pump(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
         try:
             while data := src.recv(65536):
+                if requests and self.drop(data):
+                    return
                 if requests and self.hold(data):
                     self.held.set()
                     self._go.wait(30)

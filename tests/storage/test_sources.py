@@ -71,3 +71,66 @@ def test_the_hub_after_the_local_store_signatures_checked_and_a_hub_that_is_down
     down = HubSource(Hub(HubConfig(url=f"redis://127.0.0.1:{free_port}/0", connect_timeout=0.5)))
     nothing = find("net", [LocalSource(other), down], other, _misfit)
     assert nothing.manifest is None and [source for source, _exc in nothing.down] == [down]
+
+
+def _proxied_team(tmp_path, redis_server, **bundle):
+    """A bundle on a real redis-server, and a reader who reaches it through a TCP proxy the test controls."""
+    from helpers.tcp_proxy import HoldingProxy
+
+    author = LocalStore(str(tmp_path / "author"))
+    manifest = make_bundle(author, "net", fp="a" * 12, **bundle)
+    HubSource(Hub(HubConfig(url=redis_server.url, chunk_size=256 << 10))).push(manifest, author)
+    proxy = HoldingProxy(redis_server.port)
+    reader = HubSource(Hub(HubConfig(url=proxy.url, chunk_size=256 << 10, timeout=5.0)))
+    return manifest, proxy, reader
+
+
+def test_a_connection_dropped_under_a_pull_is_retried_on_a_fresh_one_and_said(tmp_path, redis_server):
+    manifest, proxy, reader = _proxied_team(tmp_path, redis_server, size=1 << 20)
+    drops = []
+
+    def drop(request: bytes) -> bool:  # the first two tries of a chunk's GET (redis-py's pipeline retries none)
+        if b":chunk:" in request and b"GET" in request and len(drops) < 2:
+            drops.append(request)
+            return True
+        return False
+
+    proxy.drop = drop
+    mine = LocalStore(str(tmp_path / "mine"))
+    found = find("net", [LocalSource(mine), reader], mine, _misfit, _install_into(str(tmp_path / "cache")))
+    assert len(drops) == 2
+    assert found.source is reader and found.manifest.version == manifest.version
+    assert restored_whole(found.installed)
+    assert len(found.retries) == 2 and "closed" in found.retries[0].lower()
+    from jupyter_compile_cache.core import events
+
+    line = events.Restored("net", "hub", "the hub", 3, 1 << 20, 0.5, 0.4, len(found.retries)).text()
+    assert "connection broke 2 times: pulled again on a fresh one" in line
+
+
+def test_a_connection_that_keeps_dropping_gives_up_after_the_retries(tmp_path, redis_server):
+    _manifest, proxy, reader = _proxied_team(tmp_path, redis_server)
+    proxy.drop = lambda request: b":chunk:" in request
+    mine = LocalStore(str(tmp_path / "mine"))
+    found = find("net", [LocalSource(mine), reader], mine, _misfit)
+    assert found.manifest is None and len(found.retries) == sources.RETRIES
+    [skip] = found.skipped
+    assert skip.kind == sources.TRANSFER_FAILED and skip.tries == sources.RETRIES + 1
+
+
+def test_a_damaged_hub_version_does_not_hide_an_older_whole_one(tmp_path, redis_server):
+    # A chunk that failed its sha256 was taken for a hub that failed: the walk stopped, and the older good version
+    # was never tried.
+    author = LocalStore(str(tmp_path / "author"))
+    team = HubSource(Hub(HubConfig(url=redis_server.url, chunk_size=256 << 10)))
+    older = make_bundle(author, "net", fp="a" * 12, size=600_000)
+    team.push(older, author)
+    newer = make_bundle(author, "net", fp="a" * 12, size=600_000)
+    team.push(newer, author)
+    redis_server.client().set(f"jcc:{{default/net}}:chunk:{'a' * 12}:{newer.version}:1", b"tampered")
+    mine = LocalStore(str(tmp_path / "mine"))
+    found = find("net", [LocalSource(mine), team], mine, _misfit, _install_into(str(tmp_path / "cache")))
+    assert found.manifest is not None and found.manifest.version == older.version
+    assert restored_whole(found.installed)
+    [skip] = found.skipped
+    assert skip.kind == sources.UNUSABLE and newer.version in skip.label and "sha256" in skip.detail

@@ -19,6 +19,11 @@ class HubError(Exception):
     """The hub failed (down, timed out, full, hostile data); the caller treats it as a miss and carries on."""
 
 
+class HubConnectionLost(HubError):
+    """The connection broke under a call (reset, closed, refused): unlike a timeout or a refusal, a call on a fresh
+    connection may well succeed, so a pull is retried (storage/sources.py `find`)."""
+
+
 class HubRefused(HubError):
     """The hub answered and refused: this user may not do it (an ACL, a read-only credential, a folder's
     permissions, a wrong password) or it is full. Unlike a hub that is down, it costs no timeout, and what the user
@@ -109,6 +114,10 @@ class Backend(Protocol):
     def sweep(self) -> int:
         """Remove what expired or a crashed writer left, where the backend does not do that itself; returns how
         many keys or files went."""
+        ...
+
+    def reconnect(self) -> None:
+        """After a HubConnectionLost: the next call uses a fresh connection (a no-op where there is none)."""
         ...
 
     def close(self) -> None: ...

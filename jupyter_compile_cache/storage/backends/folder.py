@@ -329,5 +329,8 @@ class FolderBackend:
         except OSError as exc:
             raise self._error(exc, "releasing the lease") from None
 
+    def reconnect(self) -> None:
+        pass  # no connection: each call opens its files
+
     def close(self) -> None:
         pass

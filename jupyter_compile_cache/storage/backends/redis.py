@@ -15,11 +15,13 @@ redis-py is imported when the hub is first used; missing, it is a HubError like 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
-from .base import HubError, HubRefused
+from . import after_fork
+from .base import HubConnectionLost, HubError, HubRefused
 from .keys import braced, unbraced
 from .url import redact
 
@@ -120,13 +122,33 @@ class RedisBackend:
         self.display_url = redact(url)
         self.connect_timeout, self.timeout = connect_timeout, timeout
         self._client: Any = None
+        self._lock = threading.Lock()
+        after_fork.track(self)
 
     # -- connection ---------------------------------------------------------------------------------------------
     @property
     def client(self) -> Any:
-        if self._client is None:
-            self._client = self._call(self._connect)
-        return self._client
+        """One client for every thread of the process (its pool lends each command a connection of its own). Made
+        under a lock: two threads that each made one left one of them unreferenced, and collecting a redis-py client
+        closes its pool, connections in use included: another thread's reply was cut off."""
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._call(self._connect)
+                client = self._client
+        return client
+
+    def forget_connections(self) -> Any:
+        client, self._client, self._lock = self._client, None, threading.Lock()
+        return client
+
+    def reconnect(self) -> None:
+        """After a lost connection: the idle connections are dropped, so the next call opens a fresh one; those
+        other threads are using stay theirs."""
+        client = self._client
+        if client is not None and not self.is_cluster:
+            client.connection_pool.disconnect(inuse_connections=False)
 
     @property
     def is_cluster(self) -> bool:
@@ -229,15 +251,19 @@ class RedisBackend:
             refusal = self._refusal(exc, action)
             if refusal is not None:
                 raise refusal from None
-            raise self._failure(exc) from None
-        except AttributeError as exc:
-            # redis-py reading a reply on a connection closed under it calls readline() on None (its own comment
-            # in cluster.py says so): a connection error, never the user's cell's
-            raise HubError(f"hub {self.display_url}: the connection closed under a reply ({exc})") from None
+            # broken under a call, not refused at connect (a server that is down: redis-py has retried that already)
+            lost = isinstance(exc, redis.ConnectionError) and "connecting to" not in str(exc)
+            raise self._failure(exc, lost) from None
+        except (AttributeError, ValueError) as exc:
+            # redis-py reading a reply on a connection closed under it calls readline() on None, or reads a closed
+            # buffer (its own comment in cluster.py says so): a connection error, never the user's cell's
+            raise HubConnectionLost(f"hub {self.display_url}: the connection closed under a reply ({exc})") from None
         except (TimeoutError, OSError) as exc:
             raise self._failure(exc) from None
 
-    def _failure(self, exc: Exception) -> HubError:
+    def _failure(self, exc: Exception, lost: bool = False) -> HubError:
+        """EXC in words without the password; `lost`: a connection that broke (reset, closed), which a retry on a
+        fresh one may get past, unlike a timeout or a refusal."""
         message = str(exc).replace(self.url, self.display_url)
         if "password" in message.lower() and "invalid" not in message.lower():
             message = type(exc).__name__
@@ -246,7 +272,8 @@ class RedisBackend:
                 f"the hub's TLS certificate is not trusted ({message}); pass the CA that signed it in the URL: "
                 "rediss://host:port/0?ssl_ca_certs=/path/to/ca.pem"
             )
-        return HubError(f"hub {self.display_url}: {message or type(exc).__name__}")
+        kind = HubConnectionLost if lost else HubError
+        return kind(f"hub {self.display_url}: {message or type(exc).__name__}")
 
     # -- the protocol -------------------------------------------------------------------------------------------
     def ping(self) -> None:

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
+from . import after_fork
 from .base import HubError, HubRefused
 
 T = TypeVar("T")
@@ -85,6 +86,7 @@ class S3Backend:
         self._client: Any = None
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        after_fork.track(self)
 
     # -- connection ---------------------------------------------------------------------------------------------
     @property
@@ -344,6 +346,15 @@ class S3Backend:
                     "which single flight needs"
                 ) from None
             raise self._error(exc, "write") from None
+
+    def forget_connections(self) -> Any:
+        # the worker threads did not come along through the fork: a new pool too
+        dropped = (self._client, self._pool)
+        self._client, self._pool, self._lock = None, None, threading.Lock()
+        return dropped
+
+    def reconnect(self) -> None:
+        pass  # botocore retries a broken connection on a fresh one itself
 
     def close(self) -> None:
         if self._pool is not None:
