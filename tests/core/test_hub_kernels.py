@@ -243,3 +243,27 @@ def test_s3_hub_faults_each_leave_the_cell_right_and_the_local_store_whole(kerne
             assert "the bucket 'no-such-bucket' does not exist" in out.stderr
     store = LocalStore(str(tmp_path / "store_carol"))
     assert all(store.versions(name) for name in ("net", "missing", "killed"))
+
+
+def test_colleagues_with_a_notebook_on_a_tls_hub_each_restore(kernel_factory, tmp_path, tls_redis):
+    """A kernel that knows its notebook fetches its bundles in a staging thread while the prewarm fetches the CPU
+    probe's and the cell restores its own: three threads of one kernel first using the hub's one backend at once.
+    Each colleague restores (before, 2 of 7 compiled cold: 'the connection closed under a reply')."""
+    import json
+
+    notebook = tmp_path / "team.ipynb"
+    cells = [{"cell_type": "code", "source": COMPILE.format(name="net", options=""), "metadata": {}, "outputs": []}]
+    notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    secret = {"JUPYTER_COMPILE_CACHE_SECRET": "team-secret"}
+    alice = _collaborator(kernel_factory, tmp_path, "alice", tls_redis.url, **secret)
+    assert "the hub" in alice.run(COMPILE.format(name="net", options="")).check().stdout
+    for who in ("bob", "carol"):
+        colleague = _collaborator(
+            kernel_factory, tmp_path, who, tls_redis.url, JPY_SESSION_NAME=str(notebook), **secret
+        )
+        out = colleague.run(COMPILE.format(name="net", options="")).check()
+        assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr, out.stderr
+        assert "restored 'net' from the local store, pulled from the hub when the kernel started" in out.stdout or (
+            f"restored 'net' from the hub {tls_redis.url}" in out.stdout
+        )
+        assert misses(colleague.counters())["fxgraph_cache_miss"] == 0

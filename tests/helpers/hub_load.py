@@ -5,6 +5,10 @@ benchmarks/hub_load.py (more, with figures).
 Scenarios:
   restore      every process restores the same bundle into ONE local store (one machine's kernels): the walk a
                cell does (local store, then the hub), then the bundle installed (every member's hash checked)
+  restore-staged
+               the same, while a second thread of each process (a kernel's notebook staging) fetches the same
+               bundle through the same backend, both starting on a connection not made yet; a process whose cell
+               did not restore compiles and saves, as a kernel would: it pushes a version of its own (a duplicate)
   save-names   every process saves a bundle of its own name: lease, push, release (a cell that compiled)
   save-same    every process saves a bundle of the same name: the lease goes to one, all push their version
 """
@@ -19,10 +23,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-SCENARIOS = ("restore", "save-names", "save-same")
+SCENARIOS = ("restore", "restore-staged", "save-names", "save-same")
 
 WORKER = r"""
-import json, os, sys, time
+import json, os, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 from helpers.hubs import local_bundle
 from jupyter_compile_cache.storage import bundle
@@ -35,7 +39,7 @@ scenario, url, namespace, index, work, size, go = sys.argv[2:9]
 index, size, work = int(index), int(size), pathlib.Path(work)
 hub = Hub(HubConfig(url=url, namespace=namespace, chunk_size=1 << 20))
 result = {"index": index, "pulled": False}
-if scenario != "restore":
+if not scenario.startswith("restore"):
     name = "net" if scenario == "save-same" else f"net{index}"
     (work / f"w{index}").mkdir()
     store, manifest = local_bundle(work / f"w{index}", size=size, name=name, fp="f" * 12)
@@ -45,15 +49,37 @@ print("READY", flush=True)
 while not os.path.exists(go):
     time.sleep(0.005)
 start = time.perf_counter()
-if scenario == "restore":
+if scenario.startswith("restore"):
     store = LocalStore(str(work / "machine"))
     cache = work / f"cache{index}"
     installed = lambda m, payload: bundle.extract(payload, m, {"inductor": str(cache)})
-    found = find("net", [LocalSource(store), HubSource(hub)], store, lambda m: None, install=installed)
+    staged = {}
+
+    def restore(install=None):
+        try:
+            return find("net", [LocalSource(store), HubSource(hub)], store, lambda m: None, install=install)
+        except Exception as exc:  # escaped the walk: the kernel's cell would have failed (counted as lost)
+            result.setdefault("errors", []).append(repr(exc))
+            return None
+
+    if scenario == "restore-staged":
+        stage = threading.Thread(target=lambda: staged.update(found=restore()))
+        stage.start()
+    found = restore(installed) or type("Nothing", (), {"manifest": None, "source": None, "installed": None,
+                                                      "skipped": [], "down": [], "retries": []})()
     result["version"] = found.manifest.version if found.manifest else None
     result["source"] = found.source.kind if found.source else None
     result["files"] = len(found.installed or [])
     result["problems"] = [f"{skip.label}: {skip.kind}: {skip.detail}" for skip in found.skipped]
+    result["problems"] += [str(exc) for _source, exc in found.down]
+    result["retries"] = len(getattr(found, "retries", []))  # none before retries existed
+    if scenario == "restore-staged":
+        stage.join()
+        result["staging_lost"] = staged["found"] is None or staged["found"].manifest is None
+        if found.manifest is None:  # the cell compiles, then saves and pushes what it compiled
+            (work / f"w{index}").mkdir()
+            mine, manifest = local_bundle(work / f"w{index}", size=size, name="net", fp="f" * 12)
+            result["pushed"] = hub.push(manifest, mine.payload_path(manifest)).version
 else:
     lease = hub.lease(name, manifest.fingerprint_id, f"writer{index}")
     result["lease"] = lease.acquire() is None
@@ -90,6 +116,11 @@ class LoadRun:
             "median_wait_seconds": statistics.median(self.seconds),
             "max_wait_seconds": max(self.seconds),
             "hub_throughput_bytes_per_second": self.throughput,
+            # a restore scenario's cells that found nothing (each would compile cold), retries on a fresh connection,
+            # and the versions the losers pushed (duplicates of the one that was there)
+            "restores_lost": sum(r.get("version") is None for r in self.results) if "restore" in self.scenario else 0,
+            "retries": sum(r.get("retries", 0) for r in self.results),
+            "duplicates_pushed": sum("pushed" in r for r in self.results),
         }
 
 
