@@ -52,3 +52,19 @@ def test_eight_kernels_saving_at_once_leave_every_version_whole_and_no_lease(tmp
         assert sum(r["lease"] for r in run.results) >= 1  # one held it; the others pushed without waiting
     else:
         assert all(r["lease"] for r in run.results)
+
+
+@pytest.mark.parametrize("kind", ["redis", "rediss"])
+def test_eight_kernels_each_restoring_in_the_cell_and_the_staging_thread_lose_none(tmp_path, request, kind):
+    """Each process's cell and its notebook staging thread first use one backend together (the race that lost one
+    restore in four): every cell restores, none pushes a duplicate."""
+    server = request.getfixturevalue("redis_server" if kind == "redis" else "tls_redis")
+    store, manifest = local_bundle(tmp_path, size=SIZE)
+    hub_at(server.url, chunk_size=256 << 10).push(manifest, store.payload_path(manifest))
+
+    run = hub_load.run("restore-staged", server.url, "default", N, SIZE, tmp_path / "load")
+
+    summary = run.summary()
+    assert (summary["restores_lost"], summary["duplicates_pushed"]) == (0, 0), run.results
+    assert {r["version"] for r in run.results} == {manifest.version}
+    assert not any(r["staging_lost"] for r in run.results)
