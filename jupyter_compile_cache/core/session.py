@@ -280,7 +280,7 @@ class CompileCacheSession:
                 self.guard.find_elsewhere = None
                 report.ok = False
                 report.body_seconds = time.perf_counter() - start
-                self._finish(report)
+                self._finish(report, opts.store_dir)
                 self.tell(events.CellFinished(report), None, opts.quiet)
                 raise
             report.body_seconds = time.perf_counter() - start

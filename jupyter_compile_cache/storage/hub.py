@@ -52,6 +52,10 @@ from .store import Removal
 __all__ = ["Hub", "HubConfig", "HubError", "HubRefused", "Lease", "SignatureError", "check_signature"]
 
 AHEAD = 4  # chunks being compressed or checked on worker threads at once
+# Backend calls in flight at once during a push or a pull: while one call's slowest request finishes, the next call's
+# are already on the wire (one call at a time left the wire idle at every call's end: S3's push took 1.43x the
+# client's own floor). Memory in flight stays fixed: CALLS_AHEAD x keys_per_call chunks plus AHEAD.
+CALLS_AHEAD = 2
 ORPHAN_TTL = 300  # seconds an uncommitted chunk lives (renewed while its push runs)
 MAX_MANIFEST_BYTES = 16 << 20  # a 1 GB bundle's manifest is about 100 KB; a larger one is hostile
 LEASE_TTL = 30
@@ -210,11 +214,14 @@ class Hub:
         fd = sink.fileno()
         name, fp, version = manifest.name, manifest.fingerprint_id, manifest.version
 
+        def fetch(indices: range) -> list[tuple[int, bytes | None]]:
+            return list(zip(indices, self.backend.get([self._chunk_key(name, fp, version, i) for i in indices])))
+
         def received() -> Iterator[tuple[int, bytes | None]]:
             step = self.backend.keys_per_call
-            for start in range(0, len(hashes), step):
-                indices = range(start, min(start + step, len(hashes)))
-                yield from zip(indices, self.backend.get([self._chunk_key(name, fp, version, i) for i in indices]))
+            calls = (range(start, min(start + step, len(hashes))) for start in range(0, len(hashes), step))
+            for fetched in file_copy.in_order(fetch, calls, CALLS_AHEAD):
+                yield from fetched
 
         def place(item: tuple[int, bytes | None]) -> int:
             i, data = item
@@ -247,9 +254,9 @@ class Hub:
         compress = manifest.format >= 2
         hashes: list[str] = []
         flags: list[bool] = []
-        done = 0
-        renewed = time.monotonic()
+        sizes: list[int] = []  # each chunk's raw bytes
         ttl = self.config.ttl
+        started = time.monotonic()
         # Where an expiry is rewritten in place (Redis, a folder), chunks carry a short one until the commit. Where it
         # costs a copy of the object (S3), chunks get the bundle's own expiry at once, and one small key says a push
         # is at work on them; gc removes chunks that neither a manifest nor a live marker claims.
@@ -257,35 +264,41 @@ class Hub:
         if marker is not None:
             self.backend.put({marker: b""}, ttl=orphan_ttl)
 
-        def send(batch: dict[str, bytes]) -> None:
-            nonlocal renewed
-            self.backend.put(batch, ttl=orphan_ttl if marker is None else ttl)
-            if time.monotonic() - renewed > orphan_ttl / 3:  # a long push keeps its first chunks alive
-                if marker is None:
-                    self.backend.touch(keys(len(hashes)), orphan_ttl)
-                else:
-                    self.backend.put({marker: b""}, ttl=orphan_ttl)
-                renewed = time.monotonic()
-            if progress:
-                progress(done, manifest.payload_bytes)
-
         def keys(count: int) -> list[str]:
             return [self._chunk_key(name, fp, version, i) for i in range(count)]
 
-        with open(payload_path, "rb") as f:
-            pieces = iter(lambda: f.read(size), b"")
+        def calls(encoded: Iterator[chunks.Encoded]) -> Iterator[dict[str, bytes]]:
             batch: dict[str, bytes] = {}
-            encoded = file_copy.in_order(chunks.encode if compress else chunks.as_is, pieces, AHEAD)
             for data, compressed, digest, raw_bytes in encoded:
                 batch[self._chunk_key(name, fp, version, len(hashes))] = data
                 hashes.append(digest)
                 flags.append(compressed)
-                done += raw_bytes
+                sizes.append(raw_bytes)
                 if len(batch) >= self.backend.keys_per_call:
-                    send(batch)
+                    yield batch
                     batch = {}
             if batch:
-                send(batch)
+                yield batch
+
+        def send(batch: dict[str, bytes]) -> int:
+            self.backend.put(batch, ttl=orphan_ttl if marker is None else ttl)
+            return len(batch)
+
+        sent, done, renewed = 0, 0, time.monotonic()
+        with open(payload_path, "rb") as f:
+            pieces = iter(lambda: f.read(size), b"")
+            encoded = file_copy.in_order(chunks.encode if compress else chunks.as_is, pieces, AHEAD)
+            for count_sent in file_copy.in_order(send, calls(encoded), CALLS_AHEAD):
+                done += sum(sizes[sent : sent + count_sent])
+                sent += count_sent
+                if time.monotonic() - renewed > orphan_ttl / 3:  # a long push keeps its first chunks alive
+                    if marker is None:
+                        self.backend.touch(keys(sent), orphan_ttl)
+                    else:
+                        self.backend.put({marker: b""}, ttl=orphan_ttl)
+                    renewed = time.monotonic()
+                if progress:
+                    progress(done, manifest.payload_bytes)
         pushed = Manifest.from_json(manifest.to_json())
         pushed.chunk_size, pushed.chunk_sha256 = size, hashes
         pushed.chunk_compressed = flags if compress else None
@@ -293,11 +306,18 @@ class Hub:
         # The commit: chunks kept for good (or the bundle's ttl), checked to be all there still (a Redis that evicts
         # under memory pressure may have dropped some), then the manifest, the one key readers look for. The name's
         # key has another group than the bundle's keys: it goes in a call of its own.
+        written = keys(len(hashes))
         if marker is None:
-            self.backend.touch(keys(len(hashes)), ttl)
-        gone = self.backend.missing(keys(len(hashes)))
+            self.backend.touch(written, ttl)
+        # Where chunks were written with their final expiry (S3) and none of it has come yet, one listing says which
+        # are there: a 1 GB push spent 0.57 s on 250 HEADs, one per chunk, where a listing is one request a thousand.
+        if marker is not None and (ttl is None or time.monotonic() - started < ttl):
+            present = set(self.backend.list(f"{self._prefix(name)}:chunk:{fp}:{version}:"))
+            gone = [key for key in written if key not in present]
+        else:
+            gone = self.backend.missing(written)
         if gone:
-            self.backend.delete(keys(len(hashes)) + ([marker] if marker is not None else []))
+            self.backend.delete(written + ([marker] if marker is not None else []))
             raise HubError(
                 f"hub {self.display_url}: {len(gone)} of the {count(len(hashes), 'chunk')} of {name!r} were gone "
                 "from the hub before the push could commit (evicted under memory pressure?); nothing was published"

@@ -227,3 +227,20 @@ def test_a_pinned_version_is_the_one_restored_and_an_unknown_one_is_said(tmp_pat
     assert not missing.restored
     assert any("no version 'zzzzzzz' of 'pinned'" in line for line in told), told
     session.close()
+
+
+def test_a_failed_cell_counts_in_the_store_it_names(tmp_path, monkeypatch):
+    # A cell that raised added its statistics to the default store, not to its own `--store DIR`.
+    import pytest
+
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    session = CompileCacheSession(store_dir=str(tmp_path / "default"))
+    mine = str(tmp_path / "mine")
+    with pytest.raises(ZeroDivisionError):
+        with session.cell("broken", CellOptions(quiet=True, store_dir=mine)):
+            raise ZeroDivisionError("the body failed")
+    assert LocalStore(mine).read_stats().counts["cells"] == 1
+    assert LocalStore(str(tmp_path / "default")).read_stats().counts["cells"] == 0
+    session.close()
