@@ -7,6 +7,12 @@ against one alone; the hub's throughput) and writes the figures as JSON.
 
   python benchmarks/hub_load.py --processes 1 8 32 --backends redis rediss s3 file --size-mb 16 \
       --out benchmarks/results/hub_load_cpu.json
+
+With `--kernels N`, real Jupyter kernels instead: an author's kernel compiles and pushes the test model's cell, then
+N kernels of one machine (one local store, a cache dir each) run the same cell at once. Single flight holds when
+every kernel restores, none compiles, and the bundle was pulled once (Redis counts the chunk reads).
+
+  python benchmarks/hub_load.py --kernels 6 --backends redis rediss
 """
 
 from __future__ import annotations
@@ -32,8 +38,16 @@ def main() -> None:
     parser.add_argument("--backends", nargs="+", default=["redis"], choices=["redis", "rediss", "s3", "file"])
     parser.add_argument("--scenarios", nargs="+", default=list(hub_load.SCENARIOS), choices=hub_load.SCENARIOS)
     parser.add_argument("--size-mb", type=int, default=16)
+    parser.add_argument("--kernels", type=int, help="real kernels restoring one bundle at once, instead")
     parser.add_argument("--out", help="JSON file for the figures")
     args = parser.parse_args()
+    if args.kernels:
+        rows = [kernels_at_once(backend, args.kernels) for backend in args.backends]
+        print("\n" + _kernel_table(rows))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"machine": f"{platform.node()} ({os.cpu_count()} CPUs)", "rows": rows}, f, indent=1)
+        return
     size = args.size_mb << 20
     counts = sorted(set([1, *args.processes]))
     rows = []
@@ -74,9 +88,88 @@ def main() -> None:
             json.dump({"machine": machine, "size_mb": args.size_mb, "rows": rows}, f, indent=1)
 
 
+def kernels_at_once(backend: str, n: int) -> dict:
+    """An author's kernel pushes the cell's bundle; N kernels of one machine then run the cell at once."""
+    import statistics
+    import threading
+
+    from helpers.cells import COMPILE, DEFINE
+    from helpers.kernels import Kernel, misses
+
+    with tempfile.TemporaryDirectory(prefix="hub-kernels-") as work:
+        root = pathlib.Path(work)
+        (root / "hub").mkdir()
+        server = hubs.start(backend, root / "hub")
+        kernels: list = []
+        try:
+            base = {"JUPYTER_COMPILE_CACHE_HUB": server.url, "JUPYTER_COMPILE_CACHE_SECRET": "bench"}
+            author = Kernel(
+                {**base, "TORCHINDUCTOR_CACHE_DIR": str(root / "a"), "JUPYTER_COMPILE_CACHE_DIR": str(root / "sa")}
+            )
+            kernels.append(author)
+            author.run("%load_ext jupyter_compile_cache").check()
+            author.run(DEFINE).check()
+            assert "the hub" in author.run(COMPILE.format(name="net", options="")).check().stdout
+            machine = str(root / "machine")  # one local store: the kernels of one machine
+            for i in range(n):
+                k = Kernel(
+                    {**base, "TORCHINDUCTOR_CACHE_DIR": str(root / f"c{i}"), "JUPYTER_COMPILE_CACHE_DIR": machine}
+                )
+                k.run("%load_ext jupyter_compile_cache").check()
+                k.run(DEFINE).check()
+                kernels.append(k)
+            before = _gets(server)
+            results: dict[int, tuple[float, str, dict]] = {}
+
+            def cell(i: int) -> None:
+                start = time.perf_counter()
+                out = kernels[i + 1].run(COMPILE.format(name="net", options="")).check()
+                results[i] = (time.perf_counter() - start, out.stdout, misses(kernels[i + 1].counters()))
+
+            threads = [threading.Thread(target=cell, args=(i,)) for i in range(n)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            after = _gets(server)
+            seconds = [results[i][0] for i in range(n)]
+            restored = sum("compile_cache: restored 'net'" in results[i][1] for i in range(n))
+            compiled = sum(results[i][2]["fxgraph_cache_miss"] > 0 for i in range(n))
+            row = {
+                "backend": backend,
+                "kernels": n,
+                "restored": restored,
+                "compiled": compiled,
+                "chunk_reads": None if before is None or after is None else after - before,
+                "median_cell_seconds": statistics.median(seconds),
+                "slowest_cell_seconds": max(seconds),
+                "lines": [results[i][1].strip().splitlines()[0] for i in range(n)],
+            }
+            print(row, flush=True)
+            return row
+        finally:
+            for k in kernels:
+                k.shutdown()
+            server.stop()
+
+
+def _kernel_table(rows: list[dict]) -> str:
+    lines = [
+        "| backend | kernels | restored | compiled | GETs at the hub | median cell (s) | slowest cell (s) |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in rows:
+        reads = "-" if r["chunk_reads"] is None else str(r["chunk_reads"])
+        lines.append(
+            f"| {r['backend']} | {r['kernels']} | {r['restored']} | {r['compiled']} | {reads} | "
+            f"{r['median_cell_seconds']:.2f} | {r['slowest_cell_seconds']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def _gets(server) -> int | None:
     """GETs the Redis server has answered (None for the other backends)."""
-    if server.kind != "redis":
+    if server.kind not in ("redis", "rediss"):
         return None
     return server.client().info("commandstats").get("cmdstat_get", {}).get("calls", 0)
 

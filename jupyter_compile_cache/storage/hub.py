@@ -52,10 +52,6 @@ from .store import Removal
 __all__ = ["Hub", "HubConfig", "HubError", "HubRefused", "Lease", "SignatureError", "check_signature"]
 
 AHEAD = 4  # chunks being compressed or checked on worker threads at once
-# Backend calls in flight at once during a push or a pull: while one call's slowest request finishes, the next call's
-# are already on the wire (one call at a time left the wire idle at every call's end: S3's push took 1.43x the
-# client's own floor). Memory in flight stays fixed: CALLS_AHEAD x keys_per_call chunks plus AHEAD.
-CALLS_AHEAD = 2
 ORPHAN_TTL = 300  # seconds an uncommitted chunk lives (renewed while its push runs)
 MAX_MANIFEST_BYTES = 16 << 20  # a 1 GB bundle's manifest is about 100 KB; a larger one is hostile
 LEASE_TTL = 30
@@ -220,7 +216,7 @@ class Hub:
         def received() -> Iterator[tuple[int, bytes | None]]:
             step = self.backend.keys_per_call
             calls = (range(start, min(start + step, len(hashes))) for start in range(0, len(hashes), step))
-            for fetched in file_copy.in_order(fetch, calls, CALLS_AHEAD):
+            for fetched in file_copy.in_order(fetch, calls, self.backend.pull_calls_in_flight):
                 yield from fetched
 
         def place(item: tuple[int, bytes | None]) -> int:
@@ -288,7 +284,7 @@ class Hub:
         with open(payload_path, "rb") as f:
             pieces = iter(lambda: f.read(size), b"")
             encoded = file_copy.in_order(chunks.encode if compress else chunks.as_is, pieces, AHEAD)
-            for count_sent in file_copy.in_order(send, calls(encoded), CALLS_AHEAD):
+            for count_sent in file_copy.in_order(send, calls(encoded), self.backend.push_calls_in_flight):
                 done += sum(sizes[sent : sent + count_sent])
                 sent += count_sent
                 if time.monotonic() - renewed > orphan_ttl / 3:  # a long push keeps its first chunks alive

@@ -45,6 +45,11 @@ class Backend(Protocol):
     USAGE: ClassVar[str]  # what its URLs look like, for messages
     display_url: str  # the URL with any password hidden, for messages
     keys_per_call: int  # chunks the hub asks for (or sends) in one call: what keeps this backend's wire busy
+    # calls a push or a pull keeps in flight at once: with two, the next call's requests are on the wire while the
+    # last of one call's finish (S3's push took 1.43x the client's floor one call at a time). Memory in flight is
+    # fixed: calls in flight x keys_per_call chunks, plus the few being checked or written.
+    push_calls_in_flight: int
+    pull_calls_in_flight: int
     # True where `touch` rewrites only the expiry (Redis, a folder); False where it rewrites the whole value (S3: a
     # copy of each object), so the hub writes chunks with their final expiry at once (storage/hub.py `_push`)
     expiry_in_place: bool

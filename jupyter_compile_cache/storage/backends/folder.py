@@ -53,6 +53,7 @@ class FolderBackend:
     USAGE: ClassVar[str] = "file:///path/to/a/shared/folder"
     kind = "folder"
     keys_per_call = 2
+    push_calls_in_flight = pull_calls_in_flight = 2  # one call reads or writes while the other waits on the disk
     torch_redis_url = None
     expiry_in_place = True
     check_url = staticmethod(_check_url)

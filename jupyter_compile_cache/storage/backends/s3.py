@@ -71,7 +71,8 @@ class S3Backend:
     SCHEMES: ClassVar[tuple[str, ...]] = ("s3",)
     USAGE: ClassVar[str] = "s3://bucket/prefix (credentials and endpoint from AWS_PROFILE, AWS_ENDPOINT_URL, ...)"
     kind = "s3"
-    keys_per_call = CONCURRENCY // 2  # the hub keeps two calls in flight: CONCURRENCY requests on the wire
+    keys_per_call = CONCURRENCY // 2
+    push_calls_in_flight = pull_calls_in_flight = 2  # CONCURRENCY requests on the wire, no pause at a call's end
     page_size = 1000  # objects per listing request: S3's most
     torch_redis_url = None
     expiry_in_place = False
