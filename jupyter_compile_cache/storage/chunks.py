@@ -15,8 +15,8 @@ _SAMPLE = 64 << 10
 
 
 class DamagedChunk(HubError):
-    """A pulled chunk is missing, fails its sha256, or does not decompress to its size: that version is bad, the hub
-    may hold others that are whole."""
+    """A version's chunks are bad: one is missing, fails its sha256 or does not decompress to its size, or the
+    manifest's chunk list does not add up. That version is bad, not the hub: it may hold others that are whole."""
 
 
 Encoded = tuple[bytes, bool, str, int]  # (stored bytes, compressed?, their sha256, raw length)

@@ -20,8 +20,9 @@ class HubError(Exception):
 
 
 class HubConnectionLost(HubError):
-    """The connection broke under a call (reset, closed, refused): unlike a timeout or a refusal, a call on a fresh
-    connection may well succeed, so a pull is retried (storage/sources.py `find`)."""
+    """The connection broke under a call (reset, or closed under a reply): unlike a server that refuses to connect, a
+    timeout or a refusal, a call on a fresh connection may well succeed, so a pull is retried (storage/sources.py
+    `find`)."""
 
 
 class HubRefused(HubError):
