@@ -35,6 +35,7 @@ from .records import (
     Imported,
     LayerState,
     NoHub,
+    NoSuchVersion,
     NotebookPlan,
     NotFound,
     NothingFits,
@@ -129,12 +130,15 @@ class Commands:
         """The hub, pinged now even if it failed a moment ago (`%compile_cache hub status`)."""
         return self.session.hub_policy.state(force=True)
 
-    def bundles(self, store_dir: str | None = None, hub: bool = True) -> list[BundleRow]:
-        """Local bundles, then the hub's (when one is configured and answers; `hub` False: local ones only)."""
+    def bundles(
+        self, store_dir: str | None = None, hub: bool = True, hub_url: str | None = None, namespace: str | None = None
+    ) -> list[BundleRow]:
+        """Local bundles, then the hub's (the configured one, or HUB_URL and NAMESPACE, when it answers; `hub`
+        False: local ones only)."""
         local = list(self.session.store(store_dir).bundles())
         remote: list[Manifest] = []
         policy = self.session.hub_policy
-        hub_source = policy.for_cell(CellOptions()) if hub else None
+        hub_source = policy.for_cell(CellOptions(hub=hub_url, namespace=namespace)) if hub else None
         if hub_source is not None:
             try:
                 remote = self._hub_versions(hub_source)
@@ -426,7 +430,7 @@ def version_named(name: str, versions: list[str], given: str | None, where: str)
     known = ", ".join(short_id(v) for v in versions[:8]) + (" ..." if len(versions) > 8 else "")
     if matching:
         raise ValueError(f"version {given!r} of {name!r} is ambiguous: {len(matching)} versions start so ({known})")
-    raise ValueError(f"{name!r} has no version {given!r} in {where}; its versions: {known}")
+    raise NoSuchVersion(name, where, given, known)
 
 
 def _functions_against(manifest: Manifest, compiled: dict[str, str]) -> list[tuple[str, str]] | None:

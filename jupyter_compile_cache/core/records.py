@@ -160,6 +160,17 @@ class NotFound(LookupError):
         return f"no bundle named {self.name!r} in {self.where}"
 
 
+class NoSuchVersion(NotFound):
+    """NAME is in WHERE, but none of its versions is VERSION (`known`: the short ids it has)."""
+
+    def __init__(self, name: str, where: str, version: str, known: str) -> None:
+        super().__init__(name, where)
+        self.version, self.known = version, known
+
+    def __str__(self) -> str:
+        return f"{self.name!r} has no version {self.version!r} in {self.where}; its versions: {self.known}"
+
+
 class NothingFits(NotFound):
     """NAME is in WHERE, but no version of it can be pulled here: each one's reason in `skipped`; `wrong_signatures`
     when versions were refused as signed with another team's secret."""

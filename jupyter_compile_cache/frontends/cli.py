@@ -4,9 +4,17 @@
 
 A view over the same session, store and sources as the magics, for use outside notebooks (CI jobs, shells,
 scripts), with the magics' words: `explain` (`show` is kept as another name for it), `--dry-run`, `--yes`.
-Options go before or after the subcommand. Exit status: 0 done, 1 nothing by that name (or a removal that needs
---yes), 2 an error (bad input, an unreadable bundle, a hub that fails). Settings come from the same environment
-variables as the magics (see jupyter_compile_cache.core.settings).
+Options go before or after the subcommand. Settings come from the same environment variables as the magics (see
+jupyter_compile_cache.core.settings).
+
+Exit status, one meaning each:
+
+    0  done
+    1  not found: no bundle, version or file by that name
+    2  usage: a bad option or value (argparse's own code)
+    3  refused: a removal that needs --yes (the plan is shown, nothing removed)
+    4  the hub failed: unreachable, timed out, or refused this user
+    5  any other error: a damaged bundle file, a disk that cannot take it
 """
 
 from __future__ import annotations
@@ -22,8 +30,11 @@ from ..core.commands import COMMAND_ERRORS, Commands
 from ..core.events import NoTeamSecret
 from ..core.records import NoHub, NotFound, RemoveOptions
 from ..core.session import CompileCacheSession
+from ..storage.backends.base import HubError
 from . import arguments, render, store_commands
 from .reporter import TextReporter, TransferBar
+
+OK, NOT_FOUND, USAGE, REFUSED, HUB_FAILED, ERROR = 0, 1, 2, 3, 4, 5
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,9 +54,9 @@ def _parser() -> argparse.ArgumentParser:
         aliases = ["show"] if name == "explain" else []
         store_commands.add_arguments(name, command(name, help=store_commands.HELP[name], aliases=aliases))
     export = command("export", help="write the newest version of NAME to one file")
-    export.add_argument("name")
-    export.add_argument("file")
-    command("import", help="add a bundle file made by export").add_argument("file")
+    export.add_argument("name", metavar="NAME")
+    export.add_argument("file", metavar="FILE")
+    command("import", help="add a bundle file made by export").add_argument("file", metavar="FILE")
     demo = command("demo", help="the quick start, then a kernel restart, in real kernels (about a minute)")
     demo.add_argument("--dir", default=None, help="keep the demo's store and caches in DIR (default: a temp folder)")
     kernel = command(
@@ -120,8 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             demo.run(args.dir)
         except (RuntimeError, TimeoutError, OSError) as exc:
             print(f"error: the demo stopped: {exc}", file=sys.stderr)
-            return 2
-        return 0
+            return ERROR
+        return OK
     session = CompileCacheSession(store_dir=args.store_dir, reporter=TextReporter())
     commands = Commands(session)
     try:
@@ -138,26 +149,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "hub":
             return _hub_command(args, commands)
     except NotFound as exc:  # nothing by that name: exit status 1, as grep's
-        print(exc, file=sys.stderr)
-        return 1
+        names = commands.session.store(args.store_dir).names()
+        print(render.not_found(exc, names, "jupyter-compile-cache list"), file=sys.stderr)
+        return NOT_FOUND
+    except FileNotFoundError as exc:
+        print(f"error: no such file: {exc.filename}", file=sys.stderr)
+        return NOT_FOUND
+    except HubError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        advice = _hub_advice(str(exc))
+        if advice:
+            print(f"  {advice}", file=sys.stderr)
+        return HUB_FAILED
+    except ValueError as exc:  # a bad name, an ambiguous version id: the input, said with what to type
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE
     except COMMAND_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        return ERROR
+    return OK
+
+
+def _hub_advice(message: str) -> str | None:
+    """What to check when the hub failed, from the client's words (a host that does not resolve, a port that
+    refuses, no answer in time)."""
+    lowered = message.lower()
+    where = "the hub URL (--hub, or $JUPYTER_COMPILE_CACHE_HUB)"
+    if "name or service not known" in lowered or "nodename nor servname" in lowered or "name resolution" in lowered:
+        return f"the host name does not resolve: check {where}"
+    if "connection refused" in lowered or "error 111" in lowered:
+        return f"nothing answers at that address: is the server running, and is the port in {where} right?"
+    if "timeout" in lowered or "timed out" in lowered:
+        return (
+            "no answer in time: check the network to it, or give it longer "
+            "($JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT, $JUPYTER_COMPILE_CACHE_HUB_TIMEOUT)"
+        )
+    return None
 
 
 def _show(record: render.Record, as_json: bool = False) -> int:
     """A command's record as text on stdout (JSON with --json); a change refused on purpose prints its plan, says
-    why on stderr, and is exit status 1."""
+    why on stderr, and is exit status 3."""
     if as_json:
         print(json.dumps(render.as_json(record), indent=1, default=str))
-        return 0
+        return OK
     print(repr(render.view(record)))
     refused = render.refusal(record)
     if refused:
         print(refused, file=sys.stderr)
-        return 1
-    return 0
+        return REFUSED
+    return OK
 
 
 def run() -> int:
@@ -180,11 +221,11 @@ def _install_kernel(args: argparse.Namespace) -> int:
         )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ERROR
     print(f"installed kernel spec {args.name or DEFAULT_KERNEL_NAME!r} in {path}")
     print("its first start warms up a template; to have one ready when the Jupyter server starts:")
     print("  jupyter server extension enable jupyter_compile_cache")
-    return 0
+    return OK
 
 
 def _hub_command(args: argparse.Namespace, commands: Commands) -> int:

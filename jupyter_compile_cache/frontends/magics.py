@@ -148,6 +148,12 @@ class CompileCacheMagics(Magics):
             return _show(commands.status(), getattr(args, "json", False))
         if args.command == "explain" and args.name is None and args.notebook is None:
             args.notebook = notebook_path(getattr(self.shell, "user_ns", None))  # this kernel's own, when known
+            if args.notebook is None:
+                raise UsageError(
+                    "explain needs a NAME, or --notebook PATH: this kernel does not know its notebook (no "
+                    "JPY_SESSION_NAME from a Jupyter server, no __vsc_ipynb_file__ from VS Code)\n"
+                    f"usage: {line_usage()}"
+                )
         if args.command in store_commands.NAMES:
             missing = store_commands.missing_store(commands, args)
             if missing:
@@ -155,7 +161,8 @@ class CompileCacheMagics(Magics):
             try:
                 record = store_commands.run(commands, args.command, args)
             except NotFound as exc:
-                raise UsageError(str(exc)) from None
+                names = commands.session.store(getattr(args, "store_dir", None)).names()
+                raise UsageError(render.not_found(exc, names, "%compile_cache list")) from None
             except ValueError as exc:  # a bad name or version: said with the usage
                 raise UsageError(f"{exc}\nusage: {line_usage()}") from None
             return _show(record, getattr(args, "json", False))

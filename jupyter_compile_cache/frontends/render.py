@@ -15,7 +15,10 @@ from ..core.records import (
     HubListing,
     HubState,
     Imported,
+    NoSuchVersion,
     NotebookPlan,
+    NotFound,
+    NothingFits,
     Pulled,
     Pushed,
     Removed,
@@ -96,6 +99,21 @@ def view(record: Record) -> Any:
     if kind in _VIEWS:
         return _VIEWS[kind](record)
     return tables.Lines(_LINES[kind](record), record)
+
+
+def not_found(exc: NotFound, names: list[str], list_command: str) -> str:
+    """A NotFound in words that say what to do next: the names it may have meant, else where to see them."""
+    import difflib
+
+    text = str(exc)
+    if isinstance(exc, (NothingFits, NoSuchVersion)) or exc.name in names:
+        return text
+    near = difflib.get_close_matches(exc.name, names, n=3, cutoff=0.6)
+    if near:
+        return f"{text}; did you mean {' or '.join(repr(n) for n in near)}?"
+    if names:
+        return f"{text}; `{list_command}` shows the {count(len(names), 'bundle')} there"
+    return f"{text}, which holds no bundle yet"
 
 
 def refusal(record: Record) -> str | None:

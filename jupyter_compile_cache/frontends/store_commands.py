@@ -40,6 +40,18 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("name", metavar="NAME")
     if command in ("list", "explain", "stats"):  # the read commands
         parser.add_argument("--json", action="store_true", help="the records as JSON (a list or dict in a notebook)")
+    if command == "list":  # the hub's bundles too: which hub, as every command that reaches one says it
+        parser.add_argument(
+            "--hub",
+            dest="hub_url",
+            metavar="URL",
+            type=arguments.hub_url,
+            default=None,
+            help="redis://..., s3://bucket/prefix or file:///shared/folder (default: the configured hub)",
+        )
+        parser.add_argument(
+            "--namespace", type=arguments.namespace, default=None, help="the hub's namespace (default: the configured)"
+        )
     if command == "rm":
         parser.add_argument("--version", metavar="ID", default=None, help="only this version (an id, or its prefix)")
         parser.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
@@ -89,9 +101,9 @@ def missing_store(commands: Commands, args: argparse.Namespace) -> str | None:
     return None if os.path.isdir(root) else f"no store at {root} (nothing was saved there): an empty store"
 
 
-def _list(commands: Commands, store_dir: str | None) -> list[BundleRow]:
+def _list(commands: Commands, args: argparse.Namespace, store_dir: str | None) -> list[BundleRow]:
     down = commands.session.hub_policy.down_url()  # before: a failure now is told by the listing itself
-    rows = commands.bundles(store_dir)
+    rows = commands.bundles(store_dir, hub_url=args.hub_url, namespace=args.namespace)
     if down is not None:  # the hub failed a moment ago and is left alone: the rows are the local store's only
         commands.session.warn(f"the hub {down} did not answer a moment ago: only local bundles listed")
     return rows
@@ -103,17 +115,14 @@ def _explain(commands: Commands, args: argparse.Namespace, store_dir: str | None
             raise ValueError("explain takes a NAME or --notebook PATH, not both")
         return commands.explain(args.name, store_dir)
     if args.notebook is None:
-        raise ValueError(
-            "explain needs a NAME, or --notebook PATH (this kernel does not know its notebook: no JPY_SESSION_NAME "
-            "from a Jupyter server, no __vsc_ipynb_file__ from VS Code)"
-        )
+        raise ValueError("explain needs a NAME, or --notebook PATH")
     from .cell_line import parse_cell_line  # the magic's own parser, for the notebook's cells
 
     return commands.notebook_plan(args.notebook, parse_cell_line)
 
 
 _RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Record]] = {
-    "list": lambda commands, args, store_dir: _list(commands, store_dir),
+    "list": lambda commands, args, store_dir: _list(commands, args, store_dir),
     "explain": lambda commands, args, store_dir: _explain(commands, args, store_dir),
     "rm": lambda commands, args, store_dir: commands.remove(
         RemoveOptions(args.name, args.version, args.dry_run, store_dir)

@@ -225,6 +225,8 @@ class BundleTable(_View):
     optional = (4, 6, 5)  # in a narrow terminal: files, then used, then age
 
     def __repr__(self) -> str:
+        if not self.data:  # no table under "no bundles"
+            return "\n".join(self.preamble())
         lines = [self.total(), *self.postscript()]
         table = _text_table(self.headers, self.rows(), optional=self.optional)
         return "\n".join([*wrapped(self.preamble()), table, *wrapped([x for x in lines if x])])

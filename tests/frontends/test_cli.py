@@ -94,7 +94,7 @@ def test_script_api_then_cli_export_import_on_another_store(tmp_path):
     assert after["cells"] == 0 and after["since"] is not None and after["store_bytes"] == stats_b["store_bytes"]
 
     out = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", "0"], env_b)  # would empty the store
-    assert out.returncode == 1 and "run again with --yes" in out.stderr and "would remove 1 version" in out.stdout
+    assert out.returncode == 3 and "run again with --yes" in out.stderr and "would remove 1 version" in out.stdout
     out = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", ""], env_b)
     assert out.returncode == 2 and "argument --max-size: not a size: ''" in out.stderr
     out = _python(["-m", "jupyter_compile_cache", "gc", "--max-size", "0", "--yes"], env_b)
@@ -112,7 +112,7 @@ def test_cli_refuses_bad_names_and_foreign_files(tmp_path):
     junk = tmp_path / "junk.jcc"
     junk.write_bytes(b"not a tar")
     out = _python(["-m", "jupyter_compile_cache", "import", str(junk)], env)
-    assert out.returncode == 2 and out.stderr.strip() == f"error: {junk} is not a bundle exported by " + (
+    assert out.returncode == 5 and out.stderr.strip() == f"error: {junk} is not a bundle exported by " + (
         "jupyter_compile_cache (not a tar file)"
     )
 
@@ -174,7 +174,8 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
     assert re.search(r"inductor_config +not known \(compiler not loaded\)", out.stdout), out.stdout
 
     hub_after = _python(["-m", "jupyter_compile_cache", "hub", "ls", "--hub", "redis://127.0.0.1:1/0"], env)
-    assert hub_after.returncode == 2 and "unrecognized" not in hub_after.stderr, hub_after.stderr
+    assert hub_after.returncode == 4 and "unrecognized" not in hub_after.stderr, hub_after.stderr
+    assert "nothing answers at that address: is the server running" in hub_after.stderr, hub_after.stderr
 
 
 def test_read_commands_speak_json_and_a_closed_pipe_is_quiet(tmp_path):
@@ -259,7 +260,7 @@ def test_the_version_list_shows_is_one_rm_takes(tmp_path):
     assert {row["short_id"] for row in as_json} == {short_id(kept.version), short_id(dropped.version)}
     # A version that is not there is said to be unknown, with the versions there are; the store is untouched.
     unknown = _python([*cli, "rm", "net", "--version", "zzzzzzz"], {})
-    assert unknown.returncode != 0 and "'net' has no version 'zzzzzzz'" in unknown.stderr, unknown.stderr
+    assert unknown.returncode == 1 and "'net' has no version 'zzzzzzz'" in unknown.stderr, unknown.stderr
     assert short_id(kept.version) in unknown.stderr and len(store.versions("net")) == 2
     removed = _python([*cli, "rm", "net", "--version", short_id(dropped.version)], {})
     assert removed.returncode == 0, removed.stderr
@@ -321,3 +322,60 @@ def test_a_typo_is_an_error_that_names_the_nearest_option(argv, told, capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(argv)
     assert exited.value.code == 2 and told in capsys.readouterr().err
+
+
+def test_every_message_says_what_to_do_next_and_each_exit_status_means_one_thing(tmp_path, capsys):
+    """In this process (no torch is imported by these paths): not found names the near matches or points to `list`,
+    raw OS and client errors become one line with the cause and the fix, and the exit status is the README's."""
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.frontends import cli
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    empty = ["--store", str(tmp_path / "empty")]
+    assert cli.main([*empty, "list"]) == cli.OK
+    assert capsys.readouterr().out.strip() == "no bundles"  # and no empty table under it
+
+    store = ["--store", str(tmp_path / "store")]
+    make_bundle(LocalStore(str(tmp_path / "store")), "resnet")
+    assert cli.main([*store, "rm", "resnt"]) == cli.NOT_FOUND
+    assert "no bundle named 'resnt'" in (err := capsys.readouterr().err) and "did you mean 'resnet'?" in err, err
+    assert cli.main([*store, "explain", "zzz"]) == cli.NOT_FOUND
+    assert "`jupyter-compile-cache list` shows the 1 bundle there" in capsys.readouterr().err
+    assert cli.main([*empty, "rm", "zzz"]) == cli.NOT_FOUND
+    assert "which holds no bundle yet" in capsys.readouterr().err
+
+    assert cli.main([*store, "import", str(tmp_path / "nonexist.jcc")]) == cli.NOT_FOUND
+    assert capsys.readouterr().err.strip() == f"error: no such file: {tmp_path / 'nonexist.jcc'}"
+
+    assert cli.main([*store, "explain"]) == cli.USAGE
+    err = capsys.readouterr().err
+    assert "explain needs a NAME, or --notebook PATH" in err and "JPY_SESSION_NAME" not in err  # not a kernel here
+
+    assert cli.main([*store, "hub", "ls", "--hub", "redis://127.0.0.1:1/0"]) == cli.HUB_FAILED
+    assert "nothing answers at that address: is the server running" in capsys.readouterr().err
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["export", "--help"])
+    assert exited.value.code == cli.OK and "NAME FILE" in capsys.readouterr().out
+
+
+def test_list_takes_the_hub_it_lists(tmp_path, capsys):
+    # `list --hub URL` was "unrecognized arguments", though `list` shows the hub's bundles too
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.frontends import cli
+    from jupyter_compile_cache.storage.hub import Hub, HubConfig
+    from jupyter_compile_cache.storage.sources import HubSource
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    share = tmp_path / "share"
+    share.mkdir()
+    author = LocalStore(str(tmp_path / "author"))
+    HubSource(Hub(HubConfig(url=f"file://{share}", namespace="team"))).push(make_bundle(author, "shared"), author)
+    mine = ["--store", str(tmp_path / "mine")]
+    assert cli.main([*mine, "list", "--hub", f"file://{share}", "--namespace", "team", "--json"]) == cli.OK
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["name"], r["where"]) for r in rows] == [("shared", "hub")]
+    assert cli.main([*mine, "list", "--hub", f"file://{share}", "--json"]) == cli.OK  # another namespace: nothing
+    assert json.loads(capsys.readouterr().out) == []

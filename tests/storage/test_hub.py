@@ -495,7 +495,7 @@ def test_hub_rm_and_gc_say_what_they_remove_and_need_yes_to_empty_a_name(tmp_pat
         assert exited.value.code == 2 and told in capsys.readouterr().err
     assert len(hub.versions("net")) == 2
 
-    assert cli.main(base + ["rm", "net"]) == 1  # every version of the name: refused without --yes
+    assert cli.main(base + ["rm", "net"]) == 3  # every version of the name: refused without --yes
     out = capsys.readouterr()
     assert "would remove 2 versions" in out.out and "run again with --yes" in out.err
     assert cli.main(base + ["gc", "--keep", "1", "--dry-run"]) == 0
