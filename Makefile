@@ -64,7 +64,7 @@ docs:
 	$(BIN)/python docs/figures.py
 	$(MAKE) screenshots
 
-# The README's panel screenshots, from the browser test: the CPU one from a live kernel (its store and caches under
+# The panel screenshots of docs/reference.md, from the browser test: the CPU one from a live kernel (its store and caches under
 # ~/.jcc-panel-demo, removed after), the GPU one from 05_gpu_max_autotune.ipynb's saved widget state.
 screenshots:
 	rm -rf ~/.jcc-panel-demo

@@ -216,7 +216,11 @@ def _workload(row: dict, meta: dict) -> str:
 def render_real_work(files: list[str], runs: list[dict]) -> str:
     def cell(row: dict, case: str) -> str:
         if row.get(case) is None:
-            return "failed" if f"{case}_error" in row else "-"
+            error = str(row.get(f"{case}_error", ""))
+            limit = re.match(r"no answer after (\d+) s", error)
+            if limit:  # the run's time limit, not a failure of torch's
+                return f"> {limit.group(1)} (the run's limit)"
+            return "failed" if error else "-"
         return f"{row[case]:.2f}"
 
     def ratio(row: dict, case: str) -> str:

@@ -69,10 +69,26 @@ def cuda_available() -> bool:
 # -- warming up (kernels/prewarm.py runs these off the cell's path) -----------------------------------------------
 def import_compiler() -> None:
     """Import Dynamo and Inductor, and what Inductor's C++ builder imports when a compiled graph is loaded
-    (setuptools and Cython, through cpp_extension)."""
-    import torch._dynamo  # noqa: F401
-    import torch._inductor.compile_fx  # noqa: F401
-    import torch.utils.cpp_extension  # noqa: F401
+    (setuptools and Cython, through cpp_extension).
+
+    On a machine without a GPU, a CUDA build of torch (PyPI's default) logs "No CUDA runtime is found, using
+    CUDA_HOME=..." as cpp_extension is imported: in a kernel it landed in whichever cell ran then. Nothing can use
+    CUDA there and C++ kernels for the CPU do not need it, so that one line is left out while these imports run."""
+    import logging
+
+    class NoCudaRuntimeNote(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return not record.getMessage().startswith("No CUDA runtime is found")
+
+    note = NoCudaRuntimeNote()
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    logger.addFilter(note)
+    try:
+        import torch._dynamo  # noqa: F401
+        import torch._inductor.compile_fx  # noqa: F401
+        import torch.utils.cpp_extension  # noqa: F401
+    finally:
+        logger.removeFilter(note)
 
 
 def hash_torch_and_triton() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from torch._inductor import cpu_vec_isa
 
 from jupyter_compile_cache.torch_adapter.compiler import probe_files
@@ -20,3 +22,25 @@ def test_only_the_probes_programs_are_the_toolchain_not_a_cells_files_written_me
     created = sorted(str(p) for p in tmp_path.rglob("*") if p.is_file())
     assert probe_files(created) == [str(probe_dir / n) for n in ("kprobe.cpp", "kprobe.so", "kprobe.so.load_ok")]
     assert probe_files([p for p in created if "kprobe" not in p]) == []
+
+
+def test_the_compiler_loads_without_torchs_no_cuda_runtime_line_where_there_is_no_gpu(tmp_path):
+    """A CUDA build of torch on a machine without a GPU logs "No CUDA runtime is found" as cpp_extension is imported;
+    the prewarm's import leaves it out (it landed in a cell's output), and torch's own import still says it."""
+    import subprocess
+    import sys
+
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("torch logs that line only where no CUDA runtime is found")
+    env = {**os.environ, "CUDA_HOME": str(tmp_path)}  # a CUDA_HOME that exists: torch's condition for the line
+    plain = "import torch.utils.cpp_extension"
+    ours = "from jupyter_compile_cache.torch_adapter import compiler; compiler.import_compiler()"
+    said = [
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True) for code in (plain, ours)
+    ]
+    assert all(out.returncode == 0 for out in said), [out.stderr for out in said]
+    assert "No CUDA runtime is found" in said[0].stderr, said[0].stderr
+    assert "No CUDA runtime is found" not in said[1].stderr, said[1].stderr
