@@ -13,7 +13,7 @@ Exit status, one meaning each:
     1  not found: no bundle, version or file by that name
     2  usage: a bad option or value (argparse's own code)
     3  refused: a removal that needs --yes (the plan is shown, nothing removed)
-    4  the hub failed: unreachable, timed out, or refused this user
+    4  the hub failed: unreachable, timed out, refused this user, or its client library is missing
     5  any other error: a damaged bundle file, a disk that cannot take it
 """
 
@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _hub_command(args, commands)
     except NotFound as exc:  # nothing by that name: exit status 1, as grep's
         names = commands.session.store(args.store_dir).names()
-        print(render.not_found(exc, names, "jupyter-compile-cache list"), file=sys.stderr)
+        print(render.not_found(exc, names), file=sys.stderr)
         return NOT_FOUND
     except FileNotFoundError as exc:
         print(f"error: no such file: {exc.filename}", file=sys.stderr)

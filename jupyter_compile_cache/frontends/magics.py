@@ -162,7 +162,7 @@ class CompileCacheMagics(Magics):
                 record = store_commands.run(commands, args.command, args)
             except NotFound as exc:
                 names = commands.session.store(getattr(args, "store_dir", None)).names()
-                raise UsageError(render.not_found(exc, names, "%compile_cache list")) from None
+                raise UsageError(render.not_found(exc, names)) from None
             except ValueError as exc:  # a bad name or version: said with the usage
                 raise UsageError(f"{exc}\nusage: {line_usage()}") from None
             return _show(record, getattr(args, "json", False))

@@ -270,6 +270,7 @@ class Panel:
 
     def _header_html(self, status: SessionStatus, saved: TimeSaved) -> str:
         dev = self.commands.device()
+        shown_device = None
         if dev.kind == "gpu":
             device = (
                 f"{dev.name} (compute {dev.capability}), memory {human_bytes(dev.memory_used)} / "
@@ -277,6 +278,9 @@ class Panel:
             )
         else:
             device = f"CPU {dev.name}, ISA {dev.isa}"
+            features = (dev.isa or "").split("+")
+            if len(features) > 3:  # a CPU with many vector extensions: the first few, the rest on hover
+                shown_device = f"CPU {dev.name}, ISA {'+'.join(features[:3])} (+{len(features) - 3} more)"
         versions = f"torch {dev.torch} · Triton {dev.triton or '-'} · CUDA {dev.cuda or '-'}"
         cap = status.max_bytes
         store = (
@@ -287,7 +291,7 @@ class Panel:
         hub = hub_line(status.hub) if status.hub.url else "none: %compile_cache hub URL sets one"
         # (what, the line shown, the whole of it on hover): each fact on one line, its detail a hover away
         rows: list[tuple[str, str, str | None]] = [
-            ("device", device, None),
+            ("device", shown_device or device, device),
             ("versions", versions, None),
             ("local store", store, status.store_dir),
             ("torch's cache", _short_path(status.cache_dir), status.cache_dir),

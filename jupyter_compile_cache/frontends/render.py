@@ -101,7 +101,7 @@ def view(record: Record) -> Any:
     return tables.Lines(_LINES[kind](record), record)
 
 
-def not_found(exc: NotFound, names: list[str], list_command: str) -> str:
+def not_found(exc: NotFound, names: list[str]) -> str:
     """A NotFound in words that say what to do next: the names it may have meant, else where to see them."""
     import difflib
 
@@ -112,7 +112,7 @@ def not_found(exc: NotFound, names: list[str], list_command: str) -> str:
     if near:
         return f"{text}; did you mean {' or '.join(repr(n) for n in near)}?"
     if names:
-        return f"{text}; `{list_command}` shows the {count(len(names), 'bundle')} there"
+        return f"{text}; `list` shows the {count(len(names), 'bundle')} there"
     return f"{text}, which holds no bundle yet"
 
 

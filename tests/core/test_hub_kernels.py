@@ -257,7 +257,7 @@ def test_colleagues_with_a_notebook_on_a_tls_hub_each_restore(kernel_factory, tm
     secret = {"JUPYTER_COMPILE_CACHE_SECRET": "team-secret"}
     alice = _collaborator(kernel_factory, tmp_path, "alice", tls_redis.url, **secret)
     assert "the hub" in alice.run(COMPILE.format(name="net", options="")).check().stdout
-    for who in ("bob", "carol"):
+    for who in ("bob",):  # the race itself is the hub suite's stress test; here, the kernel's threads for real
         colleague = _collaborator(
             kernel_factory, tmp_path, who, tls_redis.url, JPY_SESSION_NAME=str(notebook), **secret
         )

@@ -341,7 +341,7 @@ def test_every_message_says_what_to_do_next_and_each_exit_status_means_one_thing
     assert cli.main([*store, "rm", "resnt"]) == cli.NOT_FOUND
     assert "no bundle named 'resnt'" in (err := capsys.readouterr().err) and "did you mean 'resnet'?" in err, err
     assert cli.main([*store, "explain", "zzz"]) == cli.NOT_FOUND
-    assert "`jupyter-compile-cache list` shows the 1 bundle there" in capsys.readouterr().err
+    assert "`list` shows the 1 bundle there" in capsys.readouterr().err
     assert cli.main([*empty, "rm", "zzz"]) == cli.NOT_FOUND
     assert "which holds no bundle yet" in capsys.readouterr().err
 

@@ -49,7 +49,7 @@ def test_usage_errors_show_the_usage_line(shell):
     for line in ("frobnicate", "enable nosuchlayer", "explain a/b", "gc --max-size lots", "hub http://x", "rm 'a"):
         with pytest.raises(UsageError) as caught:
             shell.run_line_magic("compile_cache", line)
-        usage = "usage: %compile_cache status [--json]\n       %compile_cache list [--store DIR] [--json]\n"
+        usage = "usage: %compile_cache status [--json]\n       %compile_cache list [--store DIR] [--json] [--hub URL]"
         assert usage in str(caught.value), line
         # one sub-command a line, none of them wider than a terminal's 120 columns
         assert max(len(line) for line in str(caught.value).split("usage: ")[1].splitlines()) <= 120
@@ -333,7 +333,7 @@ def test_explain_of_a_name_the_store_does_not_hold_says_so(shell, tmp_path):
     shell.load()
     with pytest.raises(UsageError) as caught:
         shell.run_line_magic("compile_cache", f"explain boom --store {tmp_path}")
-    assert str(caught.value) == f"no bundle named 'boom' in {tmp_path}"
+    assert str(caught.value) == f"no bundle named 'boom' in {tmp_path}, which holds no bundle yet"
 
 
 def test_status_as_json_is_the_same_record_as_the_table(shell):
