@@ -105,7 +105,11 @@ START_COMPILE_WORKERS = (
 def test_a_kernel_with_compile_workers_shuts_down_on_its_own(tmp_path):
     """ipykernel signals its children at shutdown until none is left; inductor's sidecar stays a zombie until torch's
     exit handler reaps it, so a plain kernel is still stopping when jupyter_client terminates it (the control).
-    With the extension loaded, the workers are stopped first and the kernel exits by itself."""
+    With the extension loaded, the workers are stopped first and the kernel exits by itself.
+
+    jupyter_client sends SIGTERM at half its `shutdown_wait_time` (2.5 s by default): a loaded machine's interpreter
+    teardown once took longer, and the kernel that would have exited by itself was terminated. The deadline here is 8 s:
+    far above a teardown, far below the 14.4 s ipykernel spends signalling the zombie before it gives up."""
     codes = {}
     for extension in (False, True):
         k = Kernel({"TORCHINDUCTOR_COMPILE_THREADS": "2", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
@@ -115,6 +119,7 @@ def test_a_kernel_with_compile_workers_shuts_down_on_its_own(tmp_path):
             k.run(START_COMPILE_WORKERS).check()
             kernel = k.km.provisioner.process
         finally:
+            k.km.shutdown_wait_time = 16.0
             k.shutdown(now=False)
         codes[extension] = kernel.wait(10)
     assert codes == {False: -signal.SIGTERM, True: 0}
