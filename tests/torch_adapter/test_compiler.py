@@ -30,11 +30,8 @@ def test_the_compiler_loads_without_torchs_no_cuda_runtime_line_where_there_is_n
     import subprocess
     import sys
 
-    import pytest
     import torch
 
-    if torch.cuda.is_available():
-        pytest.skip("torch logs that line only where no CUDA runtime is found")
     env = {**os.environ, "CUDA_HOME": str(tmp_path)}  # a CUDA_HOME that exists: torch's condition for the line
     plain = "import torch.utils.cpp_extension"
     ours = "from jupyter_compile_cache.torch_adapter import compiler; compiler.import_compiler()"
@@ -42,5 +39,6 @@ def test_the_compiler_loads_without_torchs_no_cuda_runtime_line_where_there_is_n
         subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True) for code in (plain, ours)
     ]
     assert all(out.returncode == 0 for out in said), [out.stderr for out in said]
-    assert "No CUDA runtime is found" in said[0].stderr, said[0].stderr
+    no_gpu = not torch.cuda.is_available()  # torch says it only there (a GPU machine: neither says it)
+    assert ("No CUDA runtime is found" in said[0].stderr) == no_gpu, said[0].stderr
     assert "No CUDA runtime is found" not in said[1].stderr, said[1].stderr
