@@ -31,7 +31,7 @@ sys.path.insert(0, sys.argv[1])
 from helpers.hubs import local_bundle
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
-from jupyter_compile_cache.storage.sources import HubSource, LocalSource, find
+from jupyter_compile_cache.storage.sources import Found, HubSource, LocalSource, find
 from jupyter_compile_cache.storage.store import LocalStore
 import pathlib
 
@@ -65,14 +65,13 @@ if scenario.startswith("restore"):
     if scenario == "restore-staged":
         stage = threading.Thread(target=lambda: staged.update(found=restore()))
         stage.start()
-    found = restore(installed) or type("Nothing", (), {"manifest": None, "source": None, "installed": None,
-                                                      "skipped": [], "down": [], "retries": []})()
+    found = restore(installed) or Found()  # nothing found, as a walk that failed
     result["version"] = found.manifest.version if found.manifest else None
     result["source"] = found.source.kind if found.source else None
     result["files"] = len(found.installed or [])
     result["problems"] = [f"{skip.label}: {skip.kind}: {skip.detail}" for skip in found.skipped]
     result["problems"] += [str(exc) for _source, exc in found.down]
-    result["retries"] = len(getattr(found, "retries", []))  # none before retries existed
+    result["retries"] = len(found.retries)
     if scenario == "restore-staged":
         stage.join()
         result["staging_lost"] = staged["found"] is None or staged["found"].manifest is None
