@@ -375,7 +375,9 @@ class CompileCacheSession:
         if report.restore is not None and report.restore.restored:  # a cold cell's misses need no reason
             report.miss_reasons = [list(reason) for reason in self.guard.take_miss_reasons()]
         precompile_keys = before.save_precompile_entries()
-        digest_files = self.guard.write_digests(precompile_keys) if precompile else []
+        empty = before.empty_functions()
+        digest_files = self.guard.write_digests(precompile_keys, empty) if precompile else []
+        precompile_keys |= empty
         if opts.whole_cache:
             precompile_keys |= capture.all_precompile_keys(roots)
             digest_files += capture.all_files(roots)

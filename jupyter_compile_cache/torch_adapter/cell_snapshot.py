@@ -16,6 +16,7 @@ class CellSnapshot:
     guard: PrecompileGuard | None = None  # set when the cell uses precompile
     context: dict[str, int] = field(default_factory=dict)  # precompile entries in torch's context -> id(entry)
     loaded: set[str] = field(default_factory=set)  # precompile entries the guard had loaded
+    lookups: int = 0  # how many functions the guard had looked up
 
     @classmethod
     def take(cls, guard: PrecompileGuard | None) -> CellSnapshot:
@@ -27,6 +28,7 @@ class CellSnapshot:
             guard,
             _precompile_context() if guard is not None else {},
             set(guard.loaded_keys) if guard is not None else set(),
+            len(guard.lookups) if guard is not None else 0,
         )
 
     def layer_counts(self) -> dict[str, dict[str, int]]:
@@ -56,6 +58,15 @@ class CellSnapshot:
             guard.save_entries(PrecompileContext)
         # Entries whose precompile failed in torch stay out of bundles (and out of the cache dir).
         return (compiled | (guard.loaded_keys - self.loaded)) - guard.refused_keys
+
+    def empty_functions(self) -> set[str]:
+        """Functions wrapped in this cell of which Dynamo traced nothing (no entry to save, yet no miss)."""
+        if self.guard is None:
+            return set()
+        try:
+            return self.guard.empty_keys(self.guard.lookups[self.lookups :])
+        except ImportError:
+            return set()
 
 
 def session_counts() -> dict[str, dict[str, int]]:

@@ -109,6 +109,9 @@ class PrecompileGuard:
         # key -> the live CompilePackage a restored entry was installed into (a later restore may bring a newer one)
         self.live: dict[str, weakref.ref[Any]] = {}
         self._refreshing = False  # installing a newer entry into a live function (refresh)
+        self.lookups: list[str] = []  # the key of every function torch looked up, in order
+        # key -> the package torch made afresh for a function without a saved entry
+        self.fresh: dict[str, weakref.ref[Any]] = {}
         self._patches: list[Patch] = []
         self._log_filter = TorchLogFilter()
         self._loggers = [logging.getLogger(f"torch.{name}") for name in FILTERED_LOGGERS]
@@ -183,6 +186,8 @@ class PrecompileGuard:
         def initialize(pkg: Any, fn: Any, dynamo: Any = None, *args: Any, **kwargs: Any) -> None:
             try:
                 orig["initialize"](pkg, fn, dynamo, *args, **kwargs)
+                if dynamo is None and getattr(pkg, "source_id", None):
+                    me.fresh[pkg.source_id] = weakref.ref(pkg)
             except RuntimeError as exc:  # torch's own check refused a saved entry: it compiles afresh (its fallback)
                 if dynamo is not None:
                     me._refused_by_torch(fn, exc)
@@ -275,11 +280,11 @@ class PrecompileGuard:
         arguments = dict(signature.bind(cfm, *args, **kwargs).arguments)
         arguments.pop(next(iter(signature.parameters)))  # self
         save = bool(arguments.get("save_guards", False))
-        if not dynamo_config.caching_precompile and not save:
+        if self._installing is None:  # torch builds a restored entry's guards this way too: that is no compile
             self._note_fresh_compile(arguments)
+        if not dynamo_config.caching_precompile and not save:
             orig_init(cfm, *args, **kwargs)
             return
-        self._note_fresh_compile(arguments)
         live = {**arguments, "save_guards": False} if "save_guards" in signature.parameters else arguments
         with dynamo_config.patch(caching_precompile=False):
             orig_init(cfm, **live)
@@ -384,6 +389,7 @@ class PrecompileGuard:
         parts = code_parts(fn)
         self.pending[key] = digest
         self.functions[key] = (function, parts)
+        self.lookups.append(key)
         try:
             code_id = frame_sizes.code_id(innermost(fn))
         except Exception as exc:  # its input sizes are then not carried: a later recompile may compile afresh
@@ -392,7 +398,7 @@ class PrecompileGuard:
         self.code_ids[key] = code_id
         prefix = package.DynamoCache.path_prefix()
         entry_dir = os.path.join(prefix, key)
-        record = read_record(entry_dir) if os.path.exists(os.path.join(entry_dir, "entry")) else None
+        record = read_record(entry_dir)
         if record is None or record.get("digest") != digest:
             # torch names an entry by the function's name and first line: a line added above it, or the same code
             # in another version of the bundle, is found by its code instead.
@@ -408,6 +414,10 @@ class PrecompileGuard:
                 self._tell(key, f"looking for a compiled function's entry by its code failed ({exc})")
                 record = read_record(entry_dir) if os.path.exists(os.path.join(entry_dir, "entry")) else None
         if not os.path.exists(os.path.join(entry_dir, "entry")):
+            if record is not None and record.get("empty") and record.get("digest") == digest:
+                # Dynamo traced nothing of this function when it was saved (its frames are torch's own, such as
+                # `Module._wrapped_call_impl` under transformers' compiled `generate`): nothing to restore, no miss.
+                return None
             self.miss_reasons.append(("no_entry", f"no saved entry for `{function}`"))
             return orig_load(fn)
         if record is None or record.get("digest") != digest:
@@ -656,19 +666,39 @@ class PrecompileGuard:
             except Exception as exc:  # this entry is not saved; the function already ran, the others are saved
                 self._fallback(key, "saving the entry", exc)
 
-    def write_digests(self, keys: set[str]) -> list[str]:
-        """Write the record next to each saved entry; returns the record files written."""
+    def empty_keys(self, looked_up: Iterable[str]) -> set[str]:
+        """Of the functions looked up, those torch made a package for that holds no compiled frame: Dynamo traced
+        none of their code (it skips torch's own frames), so they have no entry to save."""
+        from torch._dynamo.precompile_context import PrecompileContext
+
+        saved = getattr(PrecompileContext, "_dynamo_cache_entries", {})
+        out = set()
+        for key in set(looked_up) - self.refused_keys - saved.keys():
+            pkg = self.fresh[key]() if key in self.fresh else None
+            codes = getattr(pkg, "_codes", None) if pkg is not None else None
+            if isinstance(codes, dict) and not any(getattr(code, "guarded_codes", True) for code in codes.values()):
+                out.add(key)
+        return out
+
+    def write_digests(self, keys: set[str], empty: Iterable[str] = ()) -> list[str]:
+        """Write the record next to each saved entry, and a record marked empty for each function in `empty`
+        (found again on restore, it is no miss); returns the record files written."""
         from torch._dynamo import package
 
         written = []
         prefix = package.DynamoCache.path_prefix()
-        for key in keys - self.refused_keys:
+        empty = set(empty)
+        for key in (keys | empty) - self.refused_keys:
             digest = self.pending.get(key)
             entry_dir = os.path.join(prefix, key)
-            if digest is None or not os.path.exists(os.path.join(entry_dir, "entry")):
+            has_entry = os.path.exists(os.path.join(entry_dir, "entry"))
+            if digest is None or (not has_entry and key not in empty):
                 continue
             guarded = self.dropped.get(key, {})
             record = {"version": RECORD_VERSION, "digest": digest, "guarded": dict(sorted(guarded.items()))}
+            if not has_entry:
+                record["empty"] = True
+                os.makedirs(entry_dir, exist_ok=True)
             if key in self.functions:  # which function, and a digest per part: where a later edit differs
                 record["function"], record["parts"] = self.functions[key]
             path = os.path.join(entry_dir, DIGEST_FILE)
@@ -678,7 +708,7 @@ class PrecompileGuard:
                     json.dump(record, f)
                 os.replace(tmp, path)
             written.append(path)
-            if self.code_ids.get(key) is not None:
+            if has_entry and self.code_ids.get(key) is not None:
                 try:
                     sizes = frame_sizes.save(entry_dir, self.code_ids[key])
                 except Exception as exc:  # a later recompile in a restored kernel may then compile afresh
@@ -697,7 +727,7 @@ def saved_functions(keys: Iterable[str]) -> dict[str, dict[str, str]]:
     for key in keys:
         entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
         record = read_record(entry_dir)
-        if record is not None:
+        if record is not None and not record.get("empty"):
             out[os.path.basename(entry_dir)] = {"function": str(record.get("function", "")), "digest": record["digest"]}
     return dict(sorted(out.items()))
 

@@ -6,8 +6,9 @@ backward and AdamW step (torch's compiled-optimizer recipe).
 Cold in one kernel, then restored in a new kernel on an empty cache dir: every function restores through precompile
 (no fallback), nothing misses, nothing new is saved, and every answer equals the cold run's and eager's. The
 compiled optimizer step is the one torch will not package ("Graph contains named parameters due to static
-addresses"): it is told once, traced again, and still compiles nothing. The decode comes back with the
-CUDA-graph setting of its mode.
+addresses"): it is told once, traced again, and still compiles nothing. transformers' own compile of `generate`
+wraps torch's `Module._wrapped_call_impl`, of which Dynamo traces nothing: no entry, and no miss either. The decode
+comes back with the CUDA-graph setting of its mode.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ SETUP = """
 import copy, warnings
 import torch
 warnings.filterwarnings("ignore")
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers.generation import CompileConfig
 from torch.nn.attention.flex_attention import flex_attention
 torch.manual_seed(0)
 cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
@@ -36,6 +38,13 @@ cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidde
 lm = LlamaForCausalLM(cfg).eval()
 lm_eager = copy.deepcopy(lm)
 prompt = torch.randint(0, 96, (1, 6))
+qcfg = Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                   num_key_value_heads=1, max_position_embeddings=48)
+qwen = Qwen2ForCausalLM(qcfg).eval()
+qwen_eager = copy.deepcopy(qwen)
+prompts = [torch.randint(0, 96, (1, n)) for n in (12, 19)]
+generate_compiled = CompileConfig(fullgraph=True)
+generate_compiled._compile_all_devices = True  # transformers compiles generate's own call on the CPU too
 q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
 net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
 net_eager = copy.deepcopy(net)
@@ -55,6 +64,16 @@ with torch.no_grad():
     show("DECODE", lm.generate(prompt, max_new_tokens=5, cache_implementation="static", do_sample=False))
     show("DECODE_EAGER", lm_eager.generate(prompt, max_new_tokens=5, cache_implementation="static", do_sample=False))
 """,
+    # transformers' recipe with its own compile of the model's call on top: Dynamo traces nothing of that function
+    # (torch's `Module._wrapped_call_impl`), which must not count as a miss on restore.
+    "generate": """%%compile_cache fix-generate
+qwen.forward = torch.compile(qwen.forward, mode="reduce-overhead", fullgraph=True)
+with torch.no_grad():
+    for n, p in enumerate(prompts):
+        kw = dict(max_new_tokens=4, cache_implementation="static", do_sample=False)
+        show(f"GENERATE{n}", qwen.generate(p, compile_config=generate_compiled, **kw)[:, -8:])
+        show(f"GENERATE{n}_EAGER", qwen_eager.generate(p, **kw)[:, -8:])
+""",
     "flex": """%%compile_cache fix-flex
 show("FLEX", torch.compile(flex_attention)(q, k, v))
 """,
@@ -73,7 +92,7 @@ show("ADAMW_EAGER", net_eager[0].weight)
 
 
 def _values(out: str) -> dict[str, list[float]]:
-    return {m.group(1): eval(m.group(2)) for m in re.finditer(r"^([A-Z_]+) (\[.*\])$", out, re.M)}
+    return {m.group(1): eval(m.group(2)) for m in re.finditer(r"^([A-Z_0-9]+) (\[.*\])$", out, re.M)}
 
 
 def _close(a: list[float], b: list[float], tol: float = 1e-4) -> bool:
@@ -99,16 +118,20 @@ def test_decode_flex_and_compiled_optimizer_restore_through_precompile(kernel_fa
             assert out.count("nothing new to save") == len(CELLS), out
             counters = k.counters()
             assert misses(counters) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
-            assert counters["dynamo_cache"]["dynamo_cache_hit"] >= 4, counters  # decode, flex, forward, step
+            assert counters["dynamo_cache"]["dynamo_cache_hit"] >= 5, counters  # 2 decodes, flex, forward, step
+            assert "no saved entry" not in out and "restored entry failed" not in out, out  # none missed or retraced
             assert counters.get("jupyter_compile_cache", {}).get("precompile_fallback", 0) == 0
     # The decode's reduce-overhead comes back with it: a restored graph makes the CUDA-graph decision its cold
     # compile made (on the CPU, torch counts each graph it does not capture). torch alone restores with CUDA graphs
     # off, whatever the mode.
     assert cudagraph_skips["restored"] == cudagraph_skips["cold"] > 0, cudagraph_skips
     cold, restored = outputs["cold"], outputs["restored"]
-    assert set(cold) == {"DECODE", "DECODE_EAGER", "FLEX", "FLEX_EAGER", "ADAMW", "ADAMW_EAGER"}, cold
+    assert set(cold) == {"DECODE", "DECODE_EAGER", "FLEX", "FLEX_EAGER", "ADAMW", "ADAMW_EAGER"} | {
+        f"GENERATE{n}{eager}" for n in (0, 1) for eager in ("", "_EAGER")
+    }, cold
     assert restored == cold  # the restored kernel computes exactly what the cold one did
     assert cold["DECODE"] == cold["DECODE_EAGER"]  # the same tokens
+    assert cold["GENERATE0"] == cold["GENERATE0_EAGER"] and cold["GENERATE1"] == cold["GENERATE1_EAGER"]
     assert _close(cold["FLEX"], cold["FLEX_EAGER"]) and _close(cold["ADAMW"], cold["ADAMW_EAGER"]), cold
 
 
