@@ -11,6 +11,10 @@ model; its first call), timed from the start request to the last cell's reply, t
 | `ours_warm` | the warm kernel spec through jupyter_client (a template ready) | `%%compile_cache`, restored |
 | `ours_raw` | the same spec's argv launched raw, as VS Code does | `%%compile_cache`, restored |
 
+`--misfit N`: N pairs, alternating, of new kernels on an empty cache dir of their own, so the warm spec's kernel
+fits no template and starts cold while a template warms up beside it (`ours_misfit`), against a plain kernel
+(`ours_new_dir`); each restores the bundle into its empty cache dir. The warm spec must never be the slower.
+
 Then, on the warm spec: two restarts 2 s apart (how each started), `--at-once` kernels started at the same moment
 (each forked? each cell's answer equal to eager's?), and the memory of 4 forked kernels against 4 plain ones that
 imported the same modules (PSS, the template counted once).
@@ -58,19 +62,25 @@ VARIANTS = {
 START_RECORD = "print(open(__import__('ipykernel.connect').connect.get_connection_file()[:-5] + '-start.json').read())"
 
 
+MISFIT = {"ours_misfit": WARM, "ours_new_dir": None}  # kernel spec; each kernel gets an empty cache dir
+
+
 def variant_env(work: str, variant: str) -> dict[str, str]:
     # ours_* share one store and cache dir (one template fits them all); torch_warm and eager have their own.
-    return environment("ours" if variant.startswith("ours") else variant, work)
+    env = environment("ours" if variant.startswith("ours") else variant, work)
+    if variant in MISFIT:
+        env["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-new-", dir=work)
+    return env
 
 
 def front_end(variant: str, work: str):
-    kernel_name = VARIANTS[variant][0]
+    kernel_name = MISFIT[variant] if variant in MISFIT else VARIANTS[variant][0]
     env = variant_env(work, variant)
     return RawFrontEnd(kernel_name, env, work) if variant == "ours_raw" else JupyterClientFrontEnd(kernel_name, env)
 
 
 def notebook(variant: str, device: str) -> list[str]:
-    _, first, third = VARIANTS[variant]
+    _, first, third = VARIANTS["ours_plain" if variant in MISFIT else variant]
     return [first, f"DEVICE = {device!r}\n" + MODEL, third]
 
 
@@ -83,7 +93,7 @@ def new_kernel(variant: str, device: str, work: str) -> dict:
     cells = [run_cell(fe.kc, c) for c in notebook(variant, device)]
     total = time.perf_counter() - start
     how = None
-    if VARIANTS[variant][0] is not None:
+    if (MISFIT[variant] if variant in MISFIT else VARIANTS[variant][0]) is not None:
         how = json.loads(_output(fe.kc, START_RECORD))["how"]
     fe.stop()
     return {"total_s": total, "ready_s": ready, "cells_s": cells, "how": how}
@@ -149,6 +159,21 @@ def at_once(n: int, device: str, work: str) -> dict:
     return {"kernels": results, "wall_s": time.perf_counter() - wall}
 
 
+def misfit_pairs(n: int, device: str, work: str) -> dict:
+    """N pairs, alternating which goes first: a kernel of the warm spec that fits no template (cold, a template
+    warming up beside it) and a plain kernel, each on an empty cache dir restoring the same bundle."""
+    rounds: dict[str, list[dict]] = {name: [] for name in MISFIT}
+    for i in range(n):
+        for name in list(MISFIT) if i % 2 == 0 else list(MISFIT)[::-1]:
+            r = new_kernel(name, device, work)
+            rounds[name].append(r)
+            cells = ", ".join(f"{s:.2f}" for s in r["cells_s"])
+            print(f"  {name}: {r['total_s']:.2f} s (ready {r['ready_s']:.2f}; cells {cells}; {r['how'] or 'plain'})")
+    return {
+        name: {"rounds": rs, "median_s": statistics.median(r["total_s"] for r in rs)} for name, rs in rounds.items()
+    }
+
+
 def pss(pid: int) -> int:
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
@@ -188,6 +213,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--at-once", type=int, default=4)
     parser.add_argument("--only", nargs="*", default=list(VARIANTS))
+    parser.add_argument("--misfit", type=int, default=0, metavar="N", help="N pairs of ours_misfit / ours_new_dir")
+    parser.add_argument("--no-extras", action="store_true", help="skip the restarts, at-once and memory parts")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
@@ -212,9 +239,14 @@ def main() -> int:
                 "rounds": rounds,
                 "median_s": statistics.median(r["total_s"] for r in rounds),
             }
-        results["restarts_2s_apart"] = restarts_apart(args.device, work, 2.0)
-        results["at_once"] = at_once(args.at_once, args.device, work)
-        results["memory"] = memory(args.device, work)
+        if args.misfit:
+            if "ours_plain" not in args.only:  # the bundle both restore
+                new_kernel("ours_plain", args.device, work)
+            results["misfit"] = misfit_pairs(args.misfit, args.device, work)
+        if not args.no_extras:
+            results["restarts_2s_apart"] = restarts_apart(args.device, work, 2.0)
+            results["at_once"] = at_once(args.at_once, args.device, work)
+            results["memory"] = memory(args.device, work)
 
     v = results["variants"]
     base, warm = v.get("plain_eager", {}).get("median_s"), v.get("torch_warm", {}).get("median_s")
@@ -224,6 +256,17 @@ def main() -> int:
         ratio = f"{r['median_s'] / base:.2f}x" if base else "-"
         to_warm = f"{r['median_s'] / warm:.2f}x" if warm else "-"
         print(f"| {name} | {r['median_s']:.2f} | {ratio} | {to_warm} |")
+    if "misfit" in results:
+        m = results["misfit"]
+        print("\n| empty cache dir, the bundle restored | kernels | median s | ready (median s) | restored cell |")
+        print("|---|---|---|---|---|")
+        for name, r in m.items():
+            ready = statistics.median(x["ready_s"] for x in r["rounds"])
+            cell = statistics.median(x["cells_s"][-1] for x in r["rounds"])
+            print(f"| {name} | {len(r['rounds'])} | {r['median_s']:.2f} | {ready:.2f} | {cell:.2f} |")
+        print(f"ours_misfit / ours_new_dir: {m['ours_misfit']['median_s'] / m['ours_new_dir']['median_s']:.2f}x")
+    if args.no_extras:
+        return _write(results, args)
     print(f"\ntwo restarts 2 s apart: {results['restarts_2s_apart']}")
     once = results["at_once"]
     hows = [k["how"] for k in once["kernels"]]
@@ -236,7 +279,11 @@ def main() -> int:
     print("|---|---|---|")
     for name, m in mem.items():
         print(f"| {name} | {m['pss_bytes'] / 2**20:.0f} MiB | {m['rss_bytes'] / 2**20:.0f} MiB |")
-    results["meta"] = {**machine(args.device), "rounds": args.rounds}
+    return _write(results, args)
+
+
+def _write(results: dict, args: argparse.Namespace) -> int:
+    results["meta"] = {**machine(args.device), "rounds": args.rounds, "misfit_pairs": args.misfit}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

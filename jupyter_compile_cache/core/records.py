@@ -66,6 +66,9 @@ class CellOptions:
     source_digest: str | None = None  # the cell body's identity (notebook.source_digest), kept with the bundle
     body: str | None = None  # the cell's source, when a magic runs it: one that does not look like it compiles
     version: str | None = None  # restore this version of NAME only (an id, a prefix of one, or a short id)
+    # False: the block compiles nothing itself, only the processes it starts do (the CLI's `run`): torch's compiler
+    # is not loaded here, nor waited for
+    compiles_here: bool = True
 
     def __post_init__(self) -> None:
         """The same rules as the magic's options, for scripts: a bad value is a ValueError naming the option."""
@@ -239,6 +242,8 @@ class CellReport:
     layers: dict[str, dict[str, int]] = field(default_factory=dict)  # hits/misses/bypasses/written per layer
     stale_rejected: int = 0
     precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
+    processes: int = 0  # processes the cell started (torchrun, a launcher, `!cmd`)
+    compiled_elsewhere: int = 0  # new files those processes (or theirs) compiled into the caches
     # After a restore, why functions compiled: [kind, line], kind one of the torch adapter's MISS_KINDS
     miss_reasons: list[list[str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -290,6 +295,8 @@ class CellReport:
             parts[0] += f" ({'; '.join(line for _kind, line in self.miss_reasons)})"
         elif self.miss_reasons:  # Dynamo traced again, though every graph came from the caches
             parts.append("traced again from the caches: " + "; ".join(line for _kind, line in self.miss_reasons))
+        if self.compiled_elsewhere:
+            parts.append(f"the processes it started compiled {count(self.compiled_elsewhere, 'new file')}")
         if self.stale_rejected:
             parts.append(f"{count(self.stale_rejected, 'stale precompile entry')} refused (code changed)")
         if self.precompile_fallbacks:

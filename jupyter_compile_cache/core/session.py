@@ -257,7 +257,7 @@ class CompileCacheSession:
                 yield report
             return
         self.prewarm.join()  # before touching torch's compiler: importing it from two threads at once deadlocks
-        if self._cache_load_patches is None:
+        if self._cache_load_patches is None and opts.compiles_here:
             self._cache_load_patches = kernel_load_fixes.cache_load_patches()
         report = CellReport(name, source_digest=opts.source_digest)
         lease = None
@@ -267,6 +267,7 @@ class CompileCacheSession:
         hub = self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use the same hub
         try:
             lease = self._restore_step(name, opts, report, hub)
+            capture.export_cache_dirs()  # processes the cell starts use, and fill, the same caches
             roots = capture.cache_roots()
             watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
             before = CellSnapshot.take(self.guard if precompile else None)
@@ -286,7 +287,8 @@ class CompileCacheSession:
             report.body_seconds = time.perf_counter() - start
             self.guard.find_elsewhere = None
             cell_files, precompile_keys = self._record_step(report, opts, before, watcher, roots, precompile)
-            if opts.save and cell_files.files and (cell_files.compiled_new(report.layers) or opts.force_save):
+            compiled_new = cell_files.compiled_new(report.layers, before.frames_compiled())
+            if opts.save and cell_files.files and (compiled_new or opts.force_save):
                 functions = saved_functions(precompile_keys) if precompile else {}
                 self._save(name, cell_files, report, opts, hub, functions)
             self._finish(report, opts.store_dir)
@@ -340,7 +342,13 @@ class CompileCacheSession:
         lease = self.hub_policy.single_flight(
             hub, name, fingerprint_id, writer(), opts, report, lambda: self._restore(name, opts, report, hub)
         )
-        self._wait_for_prewarm(report.restore)
+        if opts.compiles_here:
+            self._wait_for_prewarm(report.restore)
+        else:  # the processes it starts probe the CPU each: give them this machine's probe programs, if kept
+            try:
+                self.toolchain.restore()
+            except Exception as exc:  # a speed-up only: the processes probe for themselves
+                self.warn(f"the CPU probe programs were not restored ({type(exc).__name__}: {exc})", report)
         report.waited_seconds = self.prewarm.take_waited()  # this cell's wait, IPython's pre-run hook's part included
         prewarm_error = self.prewarm.take_error()
         if prewarm_error is not None:
@@ -386,6 +394,8 @@ class CompileCacheSession:
         for layer_name, counts in delta.items():
             counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
         report.layers = delta
+        report.processes = cell_files.processes
+        report.compiled_elsewhere = cell_files.compiled_elsewhere()
         misses = sum(counts.get("misses", 0) for counts in delta.values())
         if report.miss_reasons == [] and misses and report.restore is not None and report.restore.restored:
             # torch named no function (no precompile here, or a graph's files were missing): still, say so

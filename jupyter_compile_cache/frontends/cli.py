@@ -1,6 +1,11 @@
 """Command line: `jupyter-compile-cache list | explain NAME | explain --notebook PATH | stats | rm NAME | gc
-| export NAME FILE | import FILE | install-kernel | demo | hub ls|push|pull|rm|gc`
+| export NAME FILE | import FILE | run NAME -- COMMAND... | install-kernel | demo | hub ls|push|pull|rm|gc`
 (also `python -m jupyter_compile_cache`).
+
+`run NAME -- COMMAND...` is a `%%compile_cache NAME` cell around any command line (`torchrun --nproc_per_node 8
+train.py`, a script, a scheduler's job step): NAME is restored (local store, then the hub) into torch's cache dirs,
+which the command's processes inherit, and what they compiled is saved (and pushed) after it. Its exit status is
+the command's; our lines go to stderr.
 
 A view over the same session, store and sources as the magics, for use outside notebooks (CI jobs, shells,
 scripts), with the magics' words: `explain` (`show` is kept as another name for it), `--dry-run`, `--yes`.
@@ -57,6 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("name", metavar="NAME")
     export.add_argument("file", metavar="FILE")
     command("import", help="add a bundle file made by export").add_argument("file", metavar="FILE")
+    job = command(
+        "run",
+        help="run COMMAND with NAME restored into torch's caches before and what it compiled saved after",
+        usage="%(prog)s NAME [--hub URL] [--namespace NS] [--no-hub] [--no-save] -- COMMAND [ARG ...]",
+    )
+    job.add_argument("name", metavar="NAME")
+    job.add_argument("--no-hub", action="store_true", help="the local store only")
+    job.add_argument("--no-save", action="store_true", help="restore only")
     demo = command("demo", help="the quick start, then a kernel restart, in real kernels (about a minute)")
     demo.add_argument("--dir", default=None, help="keep the demo's store and caches in DIR (default: a temp folder)")
     kernel = command(
@@ -88,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
         )
 
     hub_options(hub, None)
+    hub_options(job, None)
     hub_sub = hub.add_subparsers(dest="hub_command", required=True, metavar="HUB_COMMAND")
 
     def hub_command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -121,7 +135,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(store_commands.words(list(sys.argv[1:] if argv is None else argv)))
+    words = list(sys.argv[1:] if argv is None else argv)
+    job: list[str] = []
+    if "run" in words and "--" in words[words.index("run") :]:  # the command line is the job's, untouched
+        cut = words.index("--", words.index("run"))
+        words, job = words[:cut], words[cut + 1 :]
+    parser = _parser()
+    args = parser.parse_args(store_commands.words(words))
+    if args.command == "run":
+        if not job:
+            print(f"usage: {_usage(parser, 'run')}\nerror: no command to run: put it after --", file=sys.stderr)
+            return USAGE
+        return _run_job(args, job)
     if args.command == "install-kernel":
         return _install_kernel(args)
     if args.command == "demo":
@@ -168,6 +193,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ERROR
     return OK
+
+
+def _usage(parser: argparse.ArgumentParser, command: str) -> str:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command].format_usage().removeprefix("usage: ").strip()
+    return parser.format_usage().strip()
+
+
+def _run_job(args: argparse.Namespace, job: list[str]) -> int:
+    """COMMAND inside a cell of NAME: the command's own exit status (127: it could not be started). Whatever our
+    part meets (a hub down, a bundle for another machine), the command runs, and the line says why."""
+    import subprocess
+
+    from ..core.records import CellOptions
+
+    session = CompileCacheSession(store_dir=args.store_dir, reporter=TextReporter(out=sys.stderr))
+    options = CellOptions(
+        store_dir=args.store_dir,
+        hub=args.hub_url,
+        namespace=args.namespace,
+        no_hub=args.no_hub,
+        save=not args.no_save,
+        precompile=False,  # this process compiles nothing: its children trace their own
+        compiles_here=False,
+    )
+    status = 0
+    try:
+        with session.cell(args.name, options):
+            try:
+                status = subprocess.call(job)
+            except OSError as exc:  # no such program: said, and nothing is saved
+                print(f"error: could not start {job[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+                status = 127
+            if status != 0:
+                raise _JobFailed(status)
+    except _JobFailed:
+        print(f"compile_cache: the command exited with status {status}: nothing saved", file=sys.stderr)
+    except ValueError as exc:  # a bad NAME
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE
+    finally:
+        session.close()
+    return status
+
+
+class _JobFailed(Exception):
+    """The command failed: the cell ends as a failed one (nothing saved)."""
 
 
 def _hub_advice(message: str) -> str | None:

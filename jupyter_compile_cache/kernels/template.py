@@ -4,8 +4,10 @@ Started by a launcher (launcher.py) that found no template fitting its launch, d
 environment (less its per-launch variables) and this user's private runtime folder as its working directory:
 `python -m jupyter_compile_cache.kernels.template HOLDER_PID LAUNCH_KEY`. It:
 
-1. warms up: imports ipykernel, torch, Dynamo and Inductor, hashes torch's and Triton's files and probes the CPU's
-   vector ISAs, recording every environment variable it reads (template_fit.py). It never touches CUDA
+1. warms up, in a thread the OS runs only on an otherwise idle CPU (so a kernel running cells beside it, such as
+   the one whose launch started it, is never slowed): imports ipykernel, torch, Dynamo and Inductor, hashes
+   torch's and Triton's files and probes the CPU's vector ISAs, recording every environment variable it reads
+   (template_fit.py). It never touches CUDA
    (`PYTORCH_NVML_BASED_CUDA_CHECK=1` while it imports: torch asks NVML, not the CUDA runtime, whether a GPU is
    there) and never runs a torch operation on the CPU (an OpenMP thread pool does not survive a fork);
 2. says what it fits in `<runtime dir>/<name>.json` and listens on `<name>.sock` beside it;
@@ -113,6 +115,28 @@ def warm_up() -> tuple[set[str], dict[str, str]]:
     if lingering:
         raise RuntimeError(f"threads started while warming up did not end: {lingering}")
     return native_threads(), kernel_sets
+
+
+def on_idle_cpu(work: Any) -> Any:
+    """`work()` in a thread of the SCHED_IDLE policy (Linux; elsewhere a plain thread): it gets a CPU only when no
+    other process wants it. The policy is the thread's own and ends with it: the main thread, which forks the
+    kernels, keeps the policy the process started with (an unprivileged process could never take it back)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        with contextlib.suppress(AttributeError, OSError):  # no SCHED_IDLE here: at the normal priority
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # raised again in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="jcc-template-warm-up")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def settled_threads(baseline: set[str], timeout: float = SETTLE_SECONDS) -> str | None:
@@ -376,7 +400,7 @@ def main(argv: list[str]) -> int:
         os.environ.setdefault(NVML_CHECK_ENV, "1")
         try:
             with EnvironReads() as reads:
-                baseline, kernel_sets = warm_up()
+                baseline, kernel_sets = on_idle_cpu(warm_up)
         finally:
             if set_here:
                 os.environ.pop(NVML_CHECK_ENV, None)

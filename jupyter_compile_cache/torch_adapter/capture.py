@@ -42,6 +42,14 @@ def _inductor_cache_dir() -> str:
     return path
 
 
+def export_cache_dirs() -> None:
+    """Name torch's cache dir in this process's environment, so processes a cell starts (torchrun's ranks, a
+    launcher's workers) compile into, and restore from, the dirs this process uses: torch's own rule, written down
+    (torch does the same once its compiler loads). Triton's dir follows, inside it, unless TRITON_CACHE_DIR is set,
+    which children inherit as it is."""
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _inductor_cache_dir()
+
+
 def cache_roots() -> dict[str, str]:
     """The cache roots torch will use in this kernel: {'inductor': dir, 'triton': dir (only if outside it)}."""
     inductor = _inductor_cache_dir()
@@ -75,11 +83,19 @@ def member_name(path: str, roots: dict[str, str]) -> str | None:
     return None
 
 
+def _unfinished(name: str) -> bool:
+    """A file a writer has not renamed into place yet (or never will: a process killed mid-write). torch writes
+    `.<pid>.<thread>.tmp` beside the file; Triton a `tmp.pid_<pid>_<n>` folder."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
 def _listing(root: str) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     for dirpath, dirnames, files in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".jcc-")]
+        dirnames[:] = [d for d in dirnames if not d.startswith((".jcc-", "tmp.pid_"))]
         for fname in files:
+            if _unfinished(fname):
+                continue
             path = os.path.join(dirpath, fname)
             try:
                 st = os.lstat(path)
@@ -153,14 +169,22 @@ def _isa_probe_programs(paths: set[str]) -> set[str]:
     return out
 
 
+# Audit events of a process starting another (IPython's `!cmd` forks a pty; subprocess, os.system, spawn).
+_PROCESS_EVENTS = frozenset(
+    {"subprocess.Popen", "os.system", "os.posix_spawn", "os.fork", "os.forkpty", "os.spawn", "os.exec"}
+)
+
+
 class _OpenRecorder:
-    """Collects paths opened during a cell; one audit hook per process, idle when no cell is recording."""
+    """Collects paths opened, and counts processes started, during a cell; one audit hook per process, idle when no
+    cell is recording."""
 
     _instance: _OpenRecorder | None = None
 
     def __init__(self) -> None:
         self.active: set[str] | None = None
         self.prefixes: tuple[str, ...] = ()
+        self.processes = 0
 
     @classmethod
     def get(cls) -> _OpenRecorder:
@@ -170,7 +194,12 @@ class _OpenRecorder:
         return cls._instance
 
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.active is None or event != "open" or not args:
+        if self.active is None:
+            return
+        if event in _PROCESS_EVENTS:
+            self.processes += 1
+            return
+        if event != "open" or not args:
             return
         path = args[0]
         if isinstance(path, bytes):
@@ -185,6 +214,8 @@ class CellFiles:
 
     files: dict[str, str] = field(default_factory=dict)  # member name -> path
     new_by_layer: dict[str, int] = field(default_factory=dict)  # files written by this cell, per layer
+    created: int = 0  # of those, files no process had written before the cell (new paths)
+    processes: int = 0  # processes the cell started (its own children; they may start more)
 
     def layer_bytes(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -198,11 +229,23 @@ class CellFiles:
                 pass
         return out
 
-    def compiled_new(self, layer_counts: dict[str, dict[str, int]]) -> bool:
-        """Whether the cell compiled anything new. A graph loaded from a cache still writes files (torch emits the
-        Triton kernels bundled in a precompile or FX entry): new files only count when some graph layer missed."""
-        written = sum(n for layer_name, n in self.new_by_layer.items() if layer_name != "pgo")
-        return not layers.only_graph_hits(layer_counts) and written > 0
+    def compiled_new(self, layer_counts: dict[str, dict[str, int]], frames: int) -> bool:
+        """Whether the cell compiled anything new; `frames`: the frames Dynamo compiled in this process.
+
+        In this process: a graph loaded from a cache still writes files (torch emits the Triton kernels bundled in
+        a precompile or FX entry), so new files only count when some graph layer missed. In the processes the cell
+        started (torchrun's ranks, a launcher's workers), whose counters are out of sight: files at paths no process
+        had written before, since a rank that loads a graph from the caches finds its files where they were."""
+        if sum(n for layer_name, n in self.new_by_layer.items() if layer_name != "pgo") == 0:
+            return False
+        lookups = sum(sum(layer_counts.get(name, {}).values()) for name in layers.GRAPH_LAYERS)
+        if (frames > 0 or lookups > 0) and not layers.only_graph_hits(layer_counts):
+            return True
+        return self.compiled_elsewhere() > 0
+
+    def compiled_elsewhere(self) -> int:
+        """New files the processes the cell started wrote (0 when it started none)."""
+        return self.created if self.processes else 0
 
 
 def all_precompile_keys(roots: dict[str, str]) -> set[str]:
@@ -241,6 +284,7 @@ class CellCapture:
             self._before.update(_listing(root))
         self._libs_before = _mapped_libraries()
         self._opened = set()
+        self._recorder.processes = 0
         # torch opens its files under the cache dir as its variable names it, which may be a symlink to the real
         # root (a cache dir on a scratch disk): both spellings are watched, and what is opened is resolved in collect.
         as_torch_names = _torch_named_roots()
@@ -259,13 +303,17 @@ class CellCapture:
             after.update(_listing(root))
         changed = {p for p, meta in after.items() if self._before.get(p) != meta} - self._restored_during
         libs = {p for p in _mapped_libraries() - self._libs_before if p in after}
+        processes = self._recorder.processes
         # Restored keyed entries (graphs, precompile entries) are always read through Python when used, so an
-        # unopened one is provably stale (e.g. the graph of code since edited) and is not carried forward.
-        carried = {p for p in self.restored if p in after and (p in opened or not _is_keyed(p, self.roots))}
+        # unopened one is provably stale (e.g. the graph of code since edited) and is not carried forward. Not so
+        # when the cell started processes: what they read is out of sight, so everything restored is carried.
+        carried = {
+            p for p in self.restored if p in after and (processes or p in opened or not _is_keyed(p, self.roots))
+        }
         wanted = changed | {p for p in opened if p in after} | libs | carried
         wanted |= {p for p in extra_paths if p in after}
         wanted -= _isa_probe_programs(wanted)
-        result = CellFiles()
+        result = CellFiles(processes=processes)
         for path in sorted(wanted):
             name = member_name(path, self.roots)
             if name is None:
@@ -281,4 +329,5 @@ class CellCapture:
             result.files[name] = path
             if path in changed:
                 result.new_by_layer[layer] = result.new_by_layer.get(layer, 0) + 1
+                result.created += path not in self._before and layer != "pgo"
         return result

@@ -17,6 +17,7 @@ class CellSnapshot:
     context: dict[str, int] = field(default_factory=dict)  # precompile entries in torch's context -> id(entry)
     loaded: set[str] = field(default_factory=set)  # precompile entries the guard had loaded
     lookups: int = 0  # how many functions the guard had looked up
+    frames: int = 0  # frames Dynamo had compiled in this process
 
     @classmethod
     def take(cls, guard: PrecompileGuard | None) -> CellSnapshot:
@@ -29,11 +30,16 @@ class CellSnapshot:
             _precompile_context() if guard is not None else {},
             set(guard.loaded_keys) if guard is not None else set(),
             len(guard.lookups) if guard is not None else 0,
+            compiler.frames_compiled(),
         )
 
     def layer_counts(self) -> dict[str, dict[str, int]]:
         """Per layer, the hits, misses and bypasses torch counted since."""
         return layers.counter_delta(self.counters, layers.counter_snapshot())
+
+    def frames_compiled(self) -> int:
+        """Frames Dynamo compiled in this process since."""
+        return compiler.frames_compiled() - self.frames
 
     def stale_rejected(self) -> int:
         return compiler.stale_count() - self.stale

@@ -24,11 +24,15 @@ REMOTE_CACHE_SWITCHES = (
     ("torch._functorch.config", "enable_remote_autograd_cache"),
 )
 TORCH_REDIS_ENV = "TORCHINDUCTOR_REDIS_URL"
-# A cell whose source matches may compile (it then waits for the compiler's background import): not a
-# `%compile_cache` line magic, whose commands answer at once (those that need the compiler wait themselves).
+# A cell whose source matches may compile, in this process or in processes it starts (`!torchrun`, a launcher):
+# it then waits for the compiler's background import and is watched. Not a `%compile_cache` line magic, whose
+# commands answer at once (those that need the compiler wait themselves).
 COMPILE_HINT = re.compile(
     r"torch\.compile|_dynamo|_inductor|torch\.compiler|%%compile_cache|compile_cache\.(?:cell|save|restore|Panel)\b"
     r"|torch\.export"
+    r"|^\s*!|%%(?:bash|sh|script)\b|%system\b|subprocess|os\.system|torchrun|torch\.distributed\.run"
+    r"|notebook_launcher|accelerate\b|mp\.spawn|multiprocessing",
+    re.MULTILINE,
 )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 
 from jupyter_compile_cache.torch_adapter import capture, layers
 
@@ -127,8 +128,35 @@ def test_new_files_count_as_new_work_only_when_a_graph_layer_missed(tmp_path):
     nothing = {name: {"hits": 0, "misses": 0, "bypasses": 0} for name in layers.GRAPH_LAYERS}
     graph_hit = nothing | {"fx_graph": {"hits": 1, "misses": 0, "bypasses": 0}}
     graph_miss = nothing | {"fx_graph": {"hits": 0, "misses": 1, "bypasses": 0}}
-    assert not files.compiled_new(graph_hit)
-    assert files.compiled_new(graph_miss)
+    assert not files.compiled_new(graph_hit, frames=1)
+    assert files.compiled_new(graph_miss, frames=1)
+    # Nothing compiled in this process: kernels written out of cached graphs (by the processes a cell started)
+    # are no new work.
+    assert not files.compiled_new(nothing, frames=0)
+
+
+def test_what_processes_the_cell_started_compiled_is_new_work_and_their_unfinished_files_are_left_out(tmp_path):
+    roots = _roots(tmp_path)
+    _write(roots["inductor"], "fxgraph/aa/old-graph/0")
+    _write(roots["inductor"], "cc/restored-kernel.so")
+    watcher = capture.CellCapture(roots)
+    watcher.start()
+    subprocess.run(["true"], check=True)  # a process started in the cell (its writes are not this process's)
+    _write(roots["inductor"], "cc/restored-kernel.so")  # rewritten where it was: a rank that loaded it
+    nothing = {name: {"hits": 0, "misses": 0, "bypasses": 0} for name in layers.GRAPH_LAYERS}
+    rewritten = watcher.collect()
+    assert rewritten.processes == 1 and rewritten.compiled_elsewhere() == 0
+    assert not rewritten.compiled_new(nothing, frames=0)
+    watcher.start()
+    subprocess.run(["true"], check=True)
+    _write(roots["inductor"], "fxgraph/bb/rank0-graph/0")  # as ranks write them: new paths
+    _write(roots["inductor"], "dd/rank1-kernel.so")
+    _write(roots["inductor"], "fxgraph/ee/.4242.139.tmp")  # a rank killed mid-write
+    _write(roots["inductor"], "triton/1/tmp.pid_4242_77/kernel.cubin")
+    files = watcher.collect()
+    assert sorted(files.files) == ["inductor/dd/rank1-kernel.so", "inductor/fxgraph/bb/rank0-graph/0"]
+    assert files.compiled_elsewhere() == 2
+    assert files.compiled_new(nothing, frames=0)
 
 
 def test_cache_roots_follow_torchs_environment_variables(tmp_path, monkeypatch):
