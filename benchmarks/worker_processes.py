@@ -1,0 +1,128 @@
+"""A job whose compiled work runs in worker processes (torchrun's ranks), with 1, 2 and 4 ranks, side by side:
+
+| column | what runs |
+|---|---|
+| `cold` | `torchrun ... train.py` on an empty torch cache dir |
+| `torch_warm` | the same again, on the cold run's cache dir (torch's own warm cache) |
+| `ours_cold` | `jupyter-compile-cache run NAME -- torchrun ...` on an empty cache dir and store: compiles, saves |
+| `ours` | the same on ANOTHER empty cache dir, restoring from the store (a restarted kernel, another node) |
+
+Each row also says every rank's FX-graph misses and whether its losses equal the cold run's. The script is the
+DDP training job of tests/end_to_end/test_worker_processes.py, wider (`--width`), on the GPU with NCCL when there
+is one (each rank its own GPU, or all sharing the one), else on the CPU with gloo.
+
+    python benchmarks/worker_processes.py --ranks 1 2 4 --out benchmarks/results/worker_processes_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+TRAIN = """
+import os, torch, torch.distributed as dist
+from torch._dynamo.utils import counters
+cuda = torch.cuda.is_available()
+dist.init_process_group("nccl" if cuda else "gloo")
+rank = dist.get_rank()
+device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
+if cuda:
+    torch.cuda.set_device(device)
+torch.manual_seed(0)
+W = int(os.environ["BENCH_WIDTH"])
+model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(W, W), torch.nn.GELU())]).to(device)
+ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+losses = []
+for _ in range(3):
+    x = torch.randn(32, W, device=device)
+    loss = ddp(x).pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    losses.append(round(loss.item(), 5))
+print(f"RANK {rank} LOSSES {losses} MISSES {counters['inductor']['fxgraph_cache_miss']}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def run(command: list[str], env: dict[str, str]) -> tuple[float, dict[int, tuple[str, int]], str]:
+    start = time.perf_counter()
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    seconds = time.perf_counter() - start
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:6])}... exited {out.returncode}:\n{out.stderr[-2000:]}")
+    ranks = {
+        int(r): (losses, int(m)) for r, losses, m in re.findall(r"RANK (\d+) LOSSES (\[.*?\]) MISSES (\d+)", out.stdout)
+    }
+    return seconds, ranks, out.stderr
+
+
+def row(ranks: int, work: str, width: int) -> dict:
+    script = os.path.join(work, "train.py")
+    with open(script, "w") as f:
+        f.write(TRAIN)
+    job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), script]
+    ours = [sys.executable, "-m", "jupyter_compile_cache", "run", "bench", "--no-hub", "--store"]
+    base = dict(os.environ, BENCH_WIDTH=str(width), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+
+    def env(name: str) -> dict[str, str]:
+        return dict(base, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{ranks}-{name}"))
+
+    out = {}
+    out["cold"] = run(job, env("torch"))
+    out["torch_warm"] = run(job, env("torch"))
+    store = os.path.join(work, f"store-{ranks}")
+    out["ours_cold"] = run([*ours, store, "--", *job], env("ours-a"))
+    out["ours"] = run([*ours, store, "--", *job], env("ours-b"))
+    cold_losses = {r: losses for r, (losses, _) in out["cold"][1].items()}
+    result = {}
+    for name, (seconds, per_rank, stderr) in out.items():
+        result[name] = {
+            "seconds": seconds,
+            "fx_misses": {r: m for r, (_, m) in sorted(per_rank.items())},
+            "same_losses": {r: losses for r, (losses, _) in per_rank.items()} == cold_losses,
+            "line": next((line for line in stderr.splitlines() if "ran in" in line), ""),
+        }
+        print(f"  {ranks} rank(s) {name}: {seconds:.2f} s, FX misses {result[name]['fx_misses']}", flush=True)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    import torch
+
+    cuda = torch.cuda.is_available()
+    meta = {"torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "width": args.width}
+    meta |= {"gpu": torch.cuda.get_device_name() if cuda else None, "gpus": torch.cuda.device_count()}
+    results: dict = {"rows": {}, "meta": meta}
+    with tempfile.TemporaryDirectory(prefix="worker-processes-") as work:
+        for n in args.ranks:
+            results["rows"][n] = row(n, work, args.width)
+    print("\n| ranks | cold s | torch warm s | ours cold s | ours restored s | ours / torch warm | ours / cold | "
+          "FX misses per rank (ours) | losses equal |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, r in results["rows"].items():
+        ours, warm, cold = r["ours"]["seconds"], r["torch_warm"]["seconds"], r["cold"]["seconds"]
+        same = all(v["same_losses"] for v in r.values())
+        print(f"| {n} | {cold:.2f} | {warm:.2f} | {r['ours_cold']['seconds']:.2f} | {ours:.2f} | {ours / warm:.2f}x "
+              f"| {ours / cold:.2f}x | {r['ours']['fx_misses']} | {same} |")  # fmt: skip
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
