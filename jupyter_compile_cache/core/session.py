@@ -263,7 +263,8 @@ class CompileCacheSession:
         lease = None
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
         precompile = precompile and PrecompileGuard.available()
-        previous_precompile = self._set_precompile(precompile)
+        # torch's switch is left alone where nothing compiles (and Dynamo is not imported for it)
+        previous_precompile = self._set_precompile(precompile) if opts.compiles_here else None
         hub = self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use the same hub
         try:
             lease = self._restore_step(name, opts, report, hub)

@@ -139,6 +139,8 @@ def _isa_probe_programs(paths: set[str]) -> set[str]:
     Each probe source is one of the `*_code` snippets of torch's ISA classes, written verbatim to
     `<xx>/<key>.cpp` and built into `<key>.so` beside it.
     """
+    if not any(path.endswith(".cpp") for path in paths):  # nothing to look at: torch's compiler not imported for it
+        return set()
     try:
         from torch._inductor import cpu_vec_isa
     except ImportError:
@@ -175,6 +177,23 @@ _PROCESS_EVENTS = frozenset(
 )
 
 
+def _started_by_the_compiler() -> bool:
+    """Whether the process being started is torch's compiler's own (a C++ compiler, a compile worker) or Triton's:
+    those run for this process's compiles, which its counters see. A launcher in torch (torch.multiprocessing,
+    elastic) starts workers of the user's: those count. Process starts are rare: the stack is walked each time."""
+    homes = []
+    for name, sub in (("torch", "_inductor"), ("triton", "")):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            homes.append(os.path.join(os.path.dirname(module.__file__), sub).rstrip(os.sep) + os.sep)
+    frame = sys._getframe(2)
+    while frame is not None and homes:
+        if frame.f_code.co_filename.startswith(tuple(homes)):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class _OpenRecorder:
     """Collects paths opened, and counts processes started, during a cell; one audit hook per process, idle when no
     cell is recording."""
@@ -197,7 +216,7 @@ class _OpenRecorder:
         if self.active is None:
             return
         if event in _PROCESS_EVENTS:
-            self.processes += 1
+            self.processes += not _started_by_the_compiler()
             return
         if event != "open" or not args:
             return

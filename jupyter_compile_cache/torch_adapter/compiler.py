@@ -213,11 +213,8 @@ class RemoteCaches:
 def our_counter(name: str) -> int:
     """One of our counters in torch's `counters` (precompile_stale_rejected, precompile_fallback), 0 before torch's
     compiler is imported."""
-    try:
-        from torch._dynamo.utils import counters
-    except Exception:  # torch's compiler not importable: no count
-        return 0
-    return int(counters.get(COUNTER_GROUP, {}).get(name, 0))
+    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
+    return int(counters.get(COUNTER_GROUP, {}).get(name, 0)) if counters is not None else 0
 
 
 def stale_count() -> int:

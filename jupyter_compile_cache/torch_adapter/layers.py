@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -179,10 +180,10 @@ def bundle_usage(members: list[tuple[str, int]]) -> dict[str, dict[str, int]]:
 
 
 def counter_snapshot() -> dict[str, dict[str, int]]:
-    """A copy of torch's counters (only the groups layers read)."""
-    try:
-        from torch._dynamo.utils import counters
-    except Exception:  # torch's compiler not importable: no counts, the status still shows
+    """A copy of torch's counters (only the groups layers read). Before Dynamo is imported there are none to read
+    (all zero): it is not imported for them (a second or more)."""
+    counters = getattr(sys.modules.get("torch._dynamo.utils"), "counters", None)
+    if counters is None:
         return {}
     groups = {ref[0] for layer in LAYERS for ref in layer.hits + layer.misses + layer.bypasses}
     return {g: dict(counters.get(g, {})) for g in groups}
