@@ -288,6 +288,8 @@ class CompileCacheSession:
             report.body_seconds = time.perf_counter() - start
             self.guard.find_elsewhere = None
             cell_files, precompile_keys = self._record_step(report, opts, before, watcher, roots, precompile)
+            if cell_files.processes and cell_files.probe_programs:  # built by its processes: kept for the next ones
+                self.toolchain.save(cell_files.probe_programs)
             compiled_new = cell_files.compiled_new(report.layers, before.frames_compiled())
             if opts.save and cell_files.files and (compiled_new or opts.force_save):
                 functions = saved_functions(precompile_keys) if precompile else {}

@@ -234,6 +234,7 @@ class CellFiles:
     files: dict[str, str] = field(default_factory=dict)  # member name -> path
     new_by_layer: dict[str, int] = field(default_factory=dict)  # files written by this cell, per layer
     created: int = 0  # of those, files no process had written before the cell (new paths)
+    probe_programs: list[str] = field(default_factory=list)  # torch's CPU ISA probes built during the cell
     processes: int = 0  # processes the cell started (its own children; they may start more)
 
     def layer_bytes(self) -> dict[str, int]:
@@ -331,8 +332,9 @@ class CellCapture:
         }
         wanted = changed | {p for p in opened if p in after} | libs | carried
         wanted |= {p for p in extra_paths if p in after}
-        wanted -= _isa_probe_programs(wanted)
-        result = CellFiles(processes=processes)
+        probes = _isa_probe_programs(wanted & changed)  # never in a bundle: restored files are none
+        wanted -= probes
+        result = CellFiles(processes=processes, probe_programs=sorted(probes))
         for path in sorted(wanted):
             name = member_name(path, self.roots)
             if name is None:
