@@ -183,9 +183,9 @@ def _started_by_the_compiler() -> bool:
     elastic) starts workers of the user's: those count. Process starts are rare: the stack is walked each time."""
     homes = []
     for name, sub in (("torch", "_inductor"), ("triton", "")):
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "__file__", None):
-            homes.append(os.path.join(os.path.dirname(module.__file__), sub).rstrip(os.sep) + os.sep)
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(path, str):
+            homes.append(os.path.join(os.path.dirname(path), sub).rstrip(os.sep) + os.sep)
     frame = sys._getframe(2)
     while frame is not None and homes:
         if frame.f_code.co_filename.startswith(tuple(homes)):
