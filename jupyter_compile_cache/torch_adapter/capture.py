@@ -258,7 +258,11 @@ class CellFiles:
         had written before, since a rank that loads a graph from the caches finds its files where they were."""
         if sum(n for layer_name, n in self.new_by_layer.items() if layer_name != "pgo") == 0:
             return False
-        lookups = sum(sum(layer_counts.get(name, {}).values()) for name in layers.GRAPH_LAYERS)
+        lookups = sum(  # not "written": files another process wrote are no lookup of this one's
+            layer_counts.get(name, {}).get(kind, 0)
+            for name in layers.GRAPH_LAYERS
+            for kind in ("hits", "misses", "bypasses")
+        )
         if (frames > 0 or lookups > 0) and not layers.only_graph_hits(layer_counts):
             return True
         return self.compiled_elsewhere() > 0
