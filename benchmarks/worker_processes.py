@@ -25,6 +25,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from warm_restart import machine  # noqa: E402
+
 TRAIN = """
 import os, torch, torch.distributed as dist
 from torch._dynamo.utils import counters
@@ -102,9 +105,8 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    cuda = torch.cuda.is_available()
-    meta = {"torch": torch.__version__, "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "width": args.width}
-    meta |= {"gpu": torch.cuda.get_device_name() if cuda else None, "gpus": torch.cuda.device_count()}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    meta = {**machine(device), "gpus": torch.cuda.device_count(), "width": args.width}
     results: dict = {"rows": {}, "meta": meta}
     with tempfile.TemporaryDirectory(prefix="worker-processes-") as work:
         for n in args.ranks:
