@@ -156,6 +156,7 @@ def load_ipython_extension(ipython: Any) -> None:
         ipython.configurables.append(session.settings)
     ipython.register_magics(CompileCacheMagics(ipython, session))
     ipython.events.register("pre_run_cell", session.prewarm.before_cell)
+    ipython.events.register("post_run_cell", session.prewarm.after_cell)
     kernel = getattr(ipython, "kernel", None)  # ipykernel's, not a terminal's
     if kernel is not None:
         from .kernels.kernel_exit import stop_compile_workers_on_shutdown
@@ -199,10 +200,14 @@ def unload_ipython_extension(ipython: Any) -> None:
     magics["line"].pop("compile_cache", None)
     ipython.magics_manager.registry.pop("CompileCacheMagics", None)
     if _session is not None:
-        try:
-            ipython.events.unregister("pre_run_cell", _session.prewarm.before_cell)
-        except ValueError:
-            pass
+        for event, hook in (
+            ("pre_run_cell", _session.prewarm.before_cell),
+            ("post_run_cell", _session.prewarm.after_cell),
+        ):
+            try:
+                ipython.events.unregister(event, hook)
+            except ValueError:
+                pass
         if getattr(ipython, "kernel", None) is not None:
             from .kernels.kernel_exit import undo_stop_compile_workers_on_shutdown
 

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -10,7 +12,23 @@ sys.path.insert(0, os.path.dirname(__file__))
 from helpers import hubs  # noqa: E402
 from helpers.kernels import Kernel  # noqa: E402
 from helpers.redis_server import RedisClusterServers, RedisServer, TlsRedisServer  # noqa: E402
-from helpers.redis_server import free_port as _free_port
+from helpers.redis_server import free_port as _free_port  # noqa: E402
+
+# g++'s builds are kept for the test run (helpers/cxx_cache/g++ says how), unless JCC_TEST_CXX_CACHE=0: every
+# kernel and processes it starts find that g++ first on PATH.
+_CXX_CACHE = None  # made by this run (a pytest started inside a test shares its parent's)
+if os.environ.get("JCC_TEST_CXX_CACHE") != "0" and "JCC_TEST_CXX_PATH" not in os.environ:
+    _CXX_CACHE = tempfile.mkdtemp(prefix="jcc-test-cxx-")
+    os.environ.update(
+        JCC_TEST_CXX_CACHE=_CXX_CACHE,
+        JCC_TEST_CXX_PATH=os.environ.get("PATH", os.defpath),
+        PATH=os.path.join(os.path.dirname(__file__), "helpers", "cxx_cache") + os.pathsep + os.environ.get("PATH", ""),
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _CXX_CACHE is not None:
+        shutil.rmtree(_CXX_CACHE, ignore_errors=True)
 
 
 @pytest.fixture

@@ -8,8 +8,11 @@ looks like it compiles (and every `%%compile_cache` cell with something to resto
 compiles) first waits for the imports to finish, and a cell on a GPU machine also for the hashes its Triton
 kernels' keys need. A `%%compile_cache` cell that has nothing to restore and does not look like it compiles runs at
 once, without the cache around it. The ISA probe goes on in the background: a GPU model
-never needs it, and a CPU compile that asks first simply computes it. In a kernel forked from a warm template all
-of it was done before the kernel started: nothing is left to wait for.
+never needs it, and a CPU compile that asks first simply computes it. On a machine without a GPU no cell waits for
+the hashes (only a fresh compile or an FX-graph lookup needs them, and computes them itself), so they are taken
+only once the kernel has been idle for a moment: hashing beside a running cell took a core and the GIL from it
+(restored code right after its cell ran several times slower on 2 cores). In a kernel forked from a warm
+template all of it was done before the kernel started: nothing is left to wait for.
 `CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
 """
 
@@ -21,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..torch_adapter import compiler
+
+IDLE_QUIET = 0.5  # seconds with no cell running before work no cell waits for starts
 
 
 class Prewarm:
@@ -40,6 +45,10 @@ class Prewarm:
         self.waited = 0.0  # seconds cells waited for it, not yet reported
         self.error: str | None = None  # why it stopped early, until a cell tells it (`take_error`)
         self.started = 0.0
+        # No cell runs (IPython's pre/post_run_cell hooks), since when: work no cell waits for goes then.
+        self.idle = threading.Event()
+        self.idle.set()
+        self.idle_since = 0.0
 
     def start(self) -> None:
         if self.thread is not None or not self.enabled():
@@ -68,7 +77,7 @@ class Prewarm:
                 self.import_seconds = time.perf_counter() - start
                 self.imported.set()
             gpu = compiler.cuda_available() if gpu is None else gpu
-            steps = (self._hash, self._probe) if gpu else (self._probe, self._hash)
+            steps = (self._hash, self._probe) if gpu else (self._probe, self._wait_for_idle, self._hash)
             for step in steps:
                 step()
         except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once
@@ -80,6 +89,15 @@ class Prewarm:
     def _hash(self) -> None:
         compiler.hash_torch_and_triton()
         self.hashed.set()
+
+    def _wait_for_idle(self, quiet: float = IDLE_QUIET) -> None:
+        """Until no cell has run for `quiet` seconds (in Run All, the next cell starts within milliseconds)."""
+        while True:
+            self.idle.wait()
+            left = self.idle_since + quiet - time.perf_counter()
+            if left <= 0 and self.idle.is_set():
+                return
+            time.sleep(max(left, 0.05))
 
     def _probe(self) -> None:
         if compiler.can_probe_cpu():
@@ -112,8 +130,14 @@ class Prewarm:
         waited, self.waited = self.waited, 0.0
         return waited
 
+    def after_cell(self, result: Any = None) -> None:
+        """IPython post_run_cell hook: the kernel is idle from now."""
+        self.idle_since = time.perf_counter()
+        self.idle.set()
+
     def before_cell(self, info: Any) -> None:
         """IPython pre_run_cell hook: wait only for cells that may compile."""
+        self.idle.clear()
         self.waited = 0.0  # what a cell reports is its own wait, not an earlier plain cell's
         if self.thread is None or not self.thread.is_alive():
             return

@@ -301,6 +301,8 @@ def test_unload_removes_magics_and_hooks(kernel_factory, dirs):
     assert k.value("'do_shutdown' in vars(get_ipython().kernel)") is False  # the extension's own patch is gone
     out = k.run("%compile_cache status")
     assert out.usage_error and "not found" in out.usage_error
+    hooks = "[f.__qualname__ for e in ('pre_run_cell', 'post_run_cell') for f in get_ipython().events.callbacks[e]]"
+    assert not [name for name in k.value(hooks) if name.startswith("Prewarm.")]
     assert (
         k.value("'load' in vars(__import__('torch._dynamo.package').__dict__['_dynamo'].package.DynamoCache)") is False
     )

@@ -1,16 +1,19 @@
 """One hub of each backend for the parametrized hub suite: a real redis-server, a real 3-master Redis Cluster, a
-real TLS redis-server, a real S3 protocol server (moto's, one per test session, a new bucket per test), and a shared
-folder (file://). Each says how to look at a key's expiry and how to cut the hub off in the middle of a transfer, the
-way that backend fails in life."""
+real TLS redis-server, a real S3 protocol server (moto's, a new bucket per test), and a shared folder (file://). Each
+says how to look at a key's expiry and how to cut the hub off in the middle of a transfer, the way that backend fails
+in life. The servers live for the test run (starting a cluster, or making a CA, takes seconds): each test gets one
+emptied (FLUSHALL on every node) and running again if the last test cut it off."""
 
 from __future__ import annotations
 
 import atexit
 import os
+import pathlib
 import shutil
 import struct
 import tempfile
 import time
+from typing import Any
 
 from helpers import s3_server
 from helpers.redis_server import RedisClusterServers, RedisServer, TlsRedisServer
@@ -79,13 +82,26 @@ class HubUnderTest:
         pass
 
 
+_SERVERS: dict[str, Any] = {}  # kind -> its server (or cluster), kept for the test run
+
+
+def _kept(kind: str, make: Any) -> Any:
+    if kind not in _SERVERS:
+        _SERVERS[kind] = make(pathlib.Path(tempfile.mkdtemp(prefix=f"jcc-hub-{kind}-")))
+        atexit.register(_SERVERS[kind].stop)
+    return _SERVERS[kind]
+
+
 class RedisHubUnderTest(HubUnderTest):
     kind = "redis"
     server_class: type = RedisServer
 
     def __init__(self, workdir) -> None:
         super().__init__(workdir)
-        self.server = self.server_class(workdir)
+        self.server = _kept(self.kind, self.server_class)
+        if self.server.proc is None:  # the last test cut it off
+            self.restore()
+        self.client().flushall()
 
     @property
     def url(self) -> str:
@@ -105,9 +121,6 @@ class RedisHubUnderTest(HubUnderTest):
     def restore(self) -> None:
         self.server.start()
 
-    def stop(self) -> None:
-        self.server.stop()
-
 
 class TlsHubUnderTest(RedisHubUnderTest):
     kind = "rediss"
@@ -122,7 +135,11 @@ class ClusterHubUnderTest(RedisHubUnderTest):
 
     def __init__(self, workdir) -> None:
         HubUnderTest.__init__(self, workdir)
-        self.server = RedisClusterServers(workdir)
+        self.server = _kept(self.kind, RedisClusterServers)
+        if any(node.proc is None for node in self.server.nodes):  # the last test cut it off
+            self.restore()
+        for node in self.server.nodes:
+            node.client().flushall()
 
     @property
     def url(self) -> str:
@@ -139,7 +156,8 @@ class ClusterHubUnderTest(RedisHubUnderTest):
 
     def restore(self) -> None:
         for node in self.server.nodes:
-            node.start()
+            if node.proc is None:
+                node.start()
         deadline = time.time() + 10
         while time.time() < deadline:  # the cluster is usable again once every slot is served
             try:

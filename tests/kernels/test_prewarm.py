@@ -3,6 +3,9 @@ the next cell, which runs as it would without the prewarm."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 from jupyter_compile_cache.core.records import CellOptions
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.kernels.prewarm import Prewarm
@@ -78,5 +81,29 @@ def test_the_first_magics_answer_while_the_compiler_loads_and_a_compiling_cell_w
         assert "ran in" in cell.output, cell.output
         status = "\n".join(kernel.run("%compile_cache status").check().results)
         assert "still loading" not in status and "on (this kernel)" in status, status
+        # On a machine without a GPU no cell waits for the hashes of torch's files: they are taken once no cell has
+        # run for a moment, never beside a running one (on 2 cores that made restored code several times slower).
+        if not kernel.value("__import__('torch').cuda.is_available()"):
+            busy = "import time as _time\n_t = _time.perf_counter()\nwhile _time.perf_counter() - _t < 1.5: pass\n"
+            kernel.run(busy + f"_hashed_during = {prewarm}.hashed.is_set()").check()
+            assert kernel.value("_hashed_during") is False
+            time.sleep(2)  # the kernel is idle: the user reads
+            assert kernel.value(f"{prewarm}.hashed.wait(30)") is True
     finally:
         kernel.shutdown()
+
+
+def test_work_no_cell_waits_for_starts_only_once_no_cell_has_run_for_a_moment():
+    prewarm = Prewarm()
+    prewarm.before_cell(None)  # a cell runs
+    done = threading.Event()
+    waiting = threading.Thread(target=lambda: (prewarm._wait_for_idle(quiet=0.3), done.set()), daemon=True)
+    waiting.start()
+    assert not done.wait(0.5)  # not while the cell runs
+    prewarm.after_cell()
+    prewarm.before_cell(None)  # Run All: the next cell starts at once
+    assert not done.wait(0.5)
+    prewarm.after_cell()
+    ended = time.perf_counter()
+    assert done.wait(10)
+    assert time.perf_counter() - ended >= 0.3  # the kernel had been idle for `quiet` seconds

@@ -1,0 +1,216 @@
+"""Steady state: does restored code run as fast as torch's own, call after call? A gate that can see 2 %.
+
+Two kernels running the same code differ by more than 2 % (CPU frequency, allocator state, which kernel ran
+first), so one pair shows nothing. For each workload this runs `--pairs` pairs of new kernels, alternating which
+of the two goes first:
+
+  torch   a plain kernel on torch's warm cache dir (a cold plain kernel filled it first)
+  ours    `%%compile_cache` restoring the workload's bundle into an EMPTY cache dir (a cold `%%compile_cache`
+          kernel saved it first): restored precompile entries, with our identity checks
+
+Each kernel builds the model, runs the compiled cell, then, in later cells as a user would, calls the compiled
+code `--warmup` times untimed and `--calls` times timed (synchronised on a GPU). A pair's ratio is ours' median call
+over torch's; the table shows the median of the pairs' ratios and their spread (min-max), and the gate passes when
+the median is at most `--gate` (1.02). Each kernel's torch miss counters after the timed calls are kept: a
+recompile during the calls would show there. Both kinds' answers must be equal to the bit.
+
+  python benchmarks/steady_state.py --size tiny --out benchmarks/results/steady_state_cpu.json
+  python benchmarks/steady_state.py --size real --device cuda --out benchmarks/results/steady_state_gpu.json
+
+Workloads (real_work.py's model code): generate (HF static-cache generate), decode (the explicit recipe), train (a
+compiled forward, backward and a compiled AdamW step), flex (a FlexAttention block), vision (ViT) and encoder (a
+BERT encoder's forward, from a small config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from real_work import BUILD, CELLS, SETUP, SIZES  # noqa: E402
+from warm_restart import machine  # noqa: E402
+
+from jupyter_compile_cache.kernels.kernel_runner import KernelRunner  # noqa: E402
+
+BUILD = {
+    **BUILD,
+    "encoder": """
+ecfg = T.BertConfig(vocab_size=S["vocab"] * 4, hidden_size=max(64, S["hidden"] // 2),
+                    num_hidden_layers=max(2, S["layers"] // 2), num_attention_heads=4,
+                    intermediate_size=max(128, S["inter"] // 2))
+encoder = T.BertModel(ecfg).to(DEVICE).eval()
+tokens = torch.randint(0, ecfg.vocab_size, (S["batch"], 64), device=DEVICE)
+""",
+}
+CELLS = {
+    **{name: CELLS[name] for name in ("generate", "decode", "train", "flex", "vision")},
+    "encoder": (
+        "encoder",
+        """
+run_encoder = maybe_compile(encoder)
+with torch.no_grad():
+    hidden = run_encoder(input_ids=tokens).last_hidden_state
+sync()
+print("RESULT", round(float(hidden.float().abs().mean()), 4))
+""",
+    ),
+}
+# One call of each workload's compiled code, as a later cell makes it; the last value is printed to compare answers.
+STEP = {
+    "generate": (
+        "out = model.generate(prompt, max_new_tokens=S['new'], do_sample=False, **kwargs)\nlast = out[0, -4:].tolist()"
+    ),
+    "decode": "last = decode(prompt, S['new'])[-4:]",
+    "train": (
+        "loss = torch.nn.functional.mse_loss(fwd(x), y)\nloss.backward()\nopt_step()\nopt.zero_grad()\n"
+        "last = round(float(loss), 6)"
+    ),
+    "flex": (
+        "with torch.no_grad():\n    out = maybe_compile(block)(xb)\nlast = round(float(out.float().abs().mean()), 6)"
+    ),
+    "vision": (
+        "with torch.no_grad():\n    logits = maybe_compile(vit)(pixel_values=pixels).logits\n"
+        "last = round(float(logits.float().abs().mean()), 6)"
+    ),
+    "encoder": (
+        "with torch.no_grad():\n    hidden = run_encoder(input_ids=tokens).last_hidden_state\n"
+        "last = round(float(hidden.float().abs().mean()), 6)"
+    ),
+}
+TIMED = """
+import json as _json, time as _time, textwrap as _tw
+from torch._dynamo.utils import counters as _c
+def _call():
+{step}
+    return last
+for _ in range({warmup}):
+    _call()
+_times = []
+for _ in range({calls}):
+    sync()
+    _t = _time.perf_counter()
+    _last = _call()
+    sync()
+    _times.append(_time.perf_counter() - _t)
+_keep = ("fxgraph_cache_miss", "autograd_cache_miss", "dynamo_cache_miss", "unique_graphs")
+print("STEADY=" + _json.dumps({{"times": _times, "last": _last,
+    "counters": {{n: v for g in _c.values() for n, v in g.items() if n in _keep and v}}}}))
+"""
+KINDS = ("torch", "ours")
+
+
+def _indent(code: str) -> str:
+    return "\n".join("    " + line for line in code.splitlines())
+
+
+def kernel(kind: str, workload: str, size: str, device: str, dirs: dict[str, str], args: argparse.Namespace) -> dict:
+    """One new kernel of `kind`: build, the compiled cell, the timed calls. Returns what the STEADY line says."""
+    build, cell = CELLS[workload]
+    ours = kind in ("ours", "ours_cold")
+    cache_dir = dirs["torch"] if kind in ("torch", "torch_cold") else tempfile.mkdtemp(dir=dirs["root"])
+    env = {"TORCHINDUCTOR_CACHE_DIR": cache_dir, "JUPYTER_COMPILE_CACHE_DIR": dirs["store"]}
+    k = KernelRunner(env, args.timeout)
+    try:
+        if ours:
+            k.run("%load_ext jupyter_compile_cache")
+        k.run(SETUP.format(size=SIZES[size], device=device, compile_=True) + BUILD[build])
+        seconds, said = k.run(f"%%compile_cache steady-{workload}\n{cell}" if ours else cell)
+        _, out = k.run(TIMED.format(step=_indent(STEP[workload]), warmup=args.warmup, calls=args.calls))
+        found = json.loads(next(x for x in out.splitlines() if x.startswith("STEADY="))[len("STEADY=") :])
+        found["cell_s"] = round(seconds, 3)
+        found["said"] = [line for line in said.splitlines() if "compile_cache" in line]
+        return found
+    finally:
+        k.close()
+        if cache_dir != dirs["torch"]:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def run_workload(workload: str, size: str, device: str, work: str, args: argparse.Namespace) -> dict:
+    root = os.path.join(work, workload)
+    dirs = {"root": root, "torch": os.path.join(root, "torch"), "store": os.path.join(root, "store")}
+    for path in dirs.values():
+        os.makedirs(path, exist_ok=True)
+    row: dict = {"workload": workload, "torch_ms": [], "ours_ms": [], "ratios": [], "first": [], "kernels": []}
+    # The caches both kinds read: torch's warm dir, and our bundle (saved from another empty dir).
+    for kind in ("torch_cold", "ours_cold"):
+        kernel(kind, workload, size, device, dirs, args)
+        print(f"{workload:9s} {kind} done", file=sys.stderr, flush=True)
+    for i in range(args.pairs):
+        order = KINDS if i % 2 == 0 else KINDS[::-1]
+        pair = {kind: kernel(kind, workload, size, device, dirs, args) for kind in order}
+        medians = {kind: statistics.median(pair[kind]["times"]) * 1000 for kind in KINDS}
+        row["torch_ms"].append(round(medians["torch"], 4))
+        row["ours_ms"].append(round(medians["ours"], 4))
+        row["ratios"].append(round(medians["ours"] / medians["torch"], 4))
+        row["first"].append(order[0])
+        row["kernels"].append(pair)
+        row.setdefault("same_answers", True)
+        row["same_answers"] &= pair["ours"]["last"] == pair["torch"]["last"]
+        print(
+            f"{workload:9s} pair {i + 1}/{args.pairs} ({order[0]} first): torch {medians['torch']:.3f} ms, "
+            f"ours {medians['ours']:.3f} ms, {row['ratios'][-1]:.3f}x",
+            file=sys.stderr,
+            flush=True,
+        )
+    row["median_ratio"] = round(statistics.median(row["ratios"]), 4)
+    return row
+
+
+def table(rows: list[dict], gate: float) -> str:
+    lines = [
+        "| workload | torch warm, ms/call (median of pairs) | ours restored | ours / torch, median | spread (min-max) "
+        f"| pairs | same answers | misses during calls (ours) | gate <= {gate} |",
+        "|" + "---|" * 9,
+    ]
+    for r in rows:
+        if not r.get("ratios"):
+            lines.append(f"| {r['workload']} | failed: {r.get('error', '')[:80]} |" + " |" * 7)
+            continue
+        ours_misses = sorted(
+            {f"{n}={v}" for p in r["kernels"] for n, v in p["ours"]["counters"].items() if n != "unique_graphs"}
+        )
+        lines.append(
+            f"| {r['workload']} | {statistics.median(r['torch_ms']):.3f} | {statistics.median(r['ours_ms']):.3f} | "
+            f"**{r['median_ratio']:.3f}x** | {min(r['ratios']):.3f}-{max(r['ratios']):.3f} | {len(r['ratios'])} | "
+            f"{'yes' if r['same_answers'] else 'NO'} | {', '.join(ours_misses) or 'none'} | "
+            f"{'pass' if r['median_ratio'] <= gate else 'FAIL'} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--workloads", default=",".join(CELLS), help=f"comma-separated, of {', '.join(CELLS)}")
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=20, help="timed calls per kernel")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls per kernel before them")
+    parser.add_argument("--gate", type=float, default=1.02)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may take")
+    parser.add_argument("--out", help="the result file (JSON)")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="jcc-steady-") as work:
+        for workload in args.workloads.split(","):
+            try:
+                rows.append(run_workload(workload, args.size, args.device, work, args))
+            except (TimeoutError, RuntimeError) as exc:  # one workload failing leaves the others to measure
+                rows.append({"workload": workload, "error": str(exc)[:2000]})
+                print(f"{workload:9s} FAILED: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
+            if args.out:  # what is measured so far is kept, should a later workload not finish
+                with open(args.out, "w") as f:
+                    json.dump({"machine": machine(args.device), "args": vars(args), "rows": rows}, f, indent=1)
+    print(table(rows, args.gate))
+
+
+if __name__ == "__main__":
+    main()
