@@ -254,7 +254,6 @@ def run_workload(
     work: str,
     case_timeout: float,
     cases: tuple[str, ...] = CASES,
-    per_call_kernels: int = 0,
     profile: bool = False,
     think: float = 0.0,
     hub: str | None = None,
@@ -346,8 +345,6 @@ def run_workload(
     for case, seconds in times.items():
         if len(seconds) > 1:  # the median of the case's kernels; each kernel's time kept beside it
             row[f"{case}_runs"], row[case] = seconds, statistics.median(seconds)
-    if name == "decode" and per_call_kernels:
-        row.update(per_call_pairs(size, device, work, case_timeout, per_call_kernels))
     return row
 
 
@@ -406,32 +403,6 @@ def _notebook(work: str, name: str, size: str, device: str, build: str, cell: st
     with open(path, "w") as f:
         json.dump({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, f)
     return path
-
-
-def per_call_pairs(size: str, device: str, work: str, case_timeout: float, pairs: int) -> dict:
-    """Decode cost per call, plain torch warm against ours restored, in `pairs` more kernels of each, alternating:
-    two kernels running the same code differ by more than the 2 % asked for, so one kernel per case shows nothing."""
-    build, cell = CELLS["decode"]
-    found: dict = {"torch_warm_per_call_ms_kernels": [], "ours_per_call_ms_kernels": []}
-    for i in range(pairs):
-        for case in ("torch_warm", "ours"):
-            cache_dir = os.path.join(work, "decode", "cold" if case == "torch_warm" else f"ours-pair-{i}")
-            store = os.path.join(work, "decode", "store")
-            env = {"TORCHINDUCTOR_CACHE_DIR": cache_dir, "JUPYTER_COMPILE_CACHE_DIR": store}
-            k = KernelRunner(env, case_timeout)
-            try:
-                if case == "ours":
-                    k.run("%load_ext jupyter_compile_cache")
-                k.run(SETUP.format(size=SIZES[size], device=device, compile_=True) + BUILD[build])
-                k.run(f"%%compile_cache real-decode\n{cell}" if case == "ours" else cell)
-                _, out = k.run(PER_CALL)
-                found[f"{case}_per_call_ms_kernels"].append(float(out.split()[-1]))
-                print(f"decode    per call, {case} kernel {i + 1}: {out.split()[-1]} ms", file=sys.stderr, flush=True)
-            except (TimeoutError, RuntimeError) as exc:
-                print(f"decode    per call, {case} kernel {i + 1} FAILED: {exc}", file=sys.stderr, flush=True)
-            finally:
-                k.close()
-    return found
 
 
 def total(row: dict, case: str) -> float | None:
@@ -493,21 +464,6 @@ def table(rows: list[dict], hub: str = "a shared-folder hub") -> str:
                 f"| {r['workload']} | {_c(r, 'eager')} | {_c(r, 'torch_warm')} | {_c(r, 'ours_hub')} | "
                 f"**{_c(r, 'ours_staged')}** | {_x(staged, r.get('eager'))} | {_x(staged, r.get('torch_warm'))} |"
             )
-    for r in rows:
-        warm, ours = r.get("torch_warm_per_call_ms_kernels"), r.get("ours_per_call_ms_kernels")
-        if warm and ours:
-            med_w, med_o = statistics.median(warm), statistics.median(ours)
-            lines += [
-                "",
-                f"{r['workload']}, cost per decode step (ms; median of 10 generations per kernel, one kernel each):",
-                "",
-                "| | kernels | median of kernels | min | max |",
-                "|---|---|---|---|---|",
-                f"| torch warm | {len(warm)} | {med_w:.3f} | {min(warm):.3f} | {max(warm):.3f} |",
-                f"| ours restored | {len(ours)} | {med_o:.3f} | {min(ours):.3f} | {max(ours):.3f} |",
-                "",
-                f"ours / torch warm: {med_o / med_w:.3f}x",
-            ]
     return "\n".join(lines)
 
 
@@ -518,13 +474,6 @@ def main() -> None:
     p.add_argument("--workloads", default=",".join(CELLS), help="comma-separated, of: " + ", ".join(CELLS))
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take (default 600)")
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES))
-    p.add_argument(
-        "--per-call-kernels",
-        type=int,
-        default=0,
-        help="decode: this many more torch warm and ours kernels, alternating, for the cost per call (needs the "
-        "cold and ours_cold cases)",
-    )
     p.add_argument(
         "--think",
         type=float,
@@ -576,7 +525,6 @@ def main() -> None:
                     work,
                     args.cell_timeout,
                     cases,
-                    args.per_call_kernels,
                     args.profile,
                     args.think,
                     args.hub,
