@@ -87,9 +87,16 @@ _SERVERS: dict[str, Any] = {}  # kind -> its server (or cluster), kept for the t
 
 def _kept(kind: str, make: Any) -> Any:
     if kind not in _SERVERS:
-        _SERVERS[kind] = make(pathlib.Path(tempfile.mkdtemp(prefix=f"jcc-hub-{kind}-")))
-        atexit.register(_SERVERS[kind].stop)
+        workdir = tempfile.mkdtemp(prefix=f"jcc-hub-{kind}-")
+        _SERVERS[kind] = make(pathlib.Path(workdir))
+        atexit.register(_stop_and_remove, _SERVERS[kind], workdir)
     return _SERVERS[kind]
+
+
+def _stop_and_remove(server: Any, workdir: str) -> None:
+    # the servers' append-only files are some 50 MB each: a CI disk keeps none of them after the run
+    server.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 class RedisHubUnderTest(HubUnderTest):
@@ -207,8 +214,9 @@ class S3HubUnderTest(HubUnderTest):
     def __init__(self, workdir) -> None:
         super().__init__(workdir)
         if S3HubUnderTest.shared is None or S3HubUnderTest.shared.proc is None:
-            S3HubUnderTest.shared = S3Server(tempfile.mkdtemp(prefix="moto-"))
-            atexit.register(S3HubUnderTest.shared.stop)
+            workdir = tempfile.mkdtemp(prefix="moto-")
+            S3HubUnderTest.shared = S3Server(workdir)
+            atexit.register(_stop_and_remove, S3HubUnderTest.shared, workdir)
         self.server = S3HubUnderTest.shared
         self.bucket = self.server.new_bucket()
         self.proxy = HoldingProxy(self.server.port)
