@@ -5,6 +5,7 @@ during a call, and compared by digest; afterwards the entry runs only while each
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib
@@ -87,21 +88,24 @@ def identity_check(
 ) -> tuple[Any, list[str]]:
     """One guard function: every dropped guard's source still names the object verified for it. The objects of
     `deferred` sources are verified against their digests the first time the guard runs, in the frame's scope,
-    and bound then; if one differs, the guard fails from then on."""
+    and bound then; if one differs, the guard fails from then on.
+
+    It runs on every call of the restored entry: a part two sources share (`L['self']._modules['model']`) is
+    evaluated once per call, as torch's guard tree does, and each clause stops the check at its first mismatch."""
     env: dict[str, Any] = {**_closure_vars(), "G": runtime_globals, "___jcc_pending": bool(deferred)}
-    clauses = []
+    targets = []
     for i, (source, value) in enumerate(values.items()):
         try:
             env[f"___jcc_{i}"] = weakref.ref(value)
-            clauses.append(f"({source}) is ___jcc_{i}()")
+            targets.append((source, f"___jcc_{i}()"))
         except TypeError:  # builtins and other objects without weak references: hold them
             env[f"___jcc_{i}"] = value
-            clauses.append(f"({source}) is ___jcc_{i}")
+            targets.append((source, f"___jcc_{i}"))
     slots = []
     for i, source in enumerate(deferred, start=len(values)):
         slots.append((f"___jcc_{i}", compile(source, "<guard source>", "eval"), deferred[source]))
         env[f"___jcc_{i}"] = _unbound
-        clauses.append(f"({source}) is ___jcc_{i}()")
+        targets.append((source, f"___jcc_{i}()"))
 
     def verify(frame_locals: Any) -> bool:
         from torch._dynamo.utils import counters
@@ -119,14 +123,60 @@ def identity_check(
         return env["___jcc_check"](frame_locals)
 
     env["___jcc_verify"] = verify
-    body = " and ".join(clauses)
+    body = "".join(f"        {line}\n" for line in _check_lines(targets))
     exec(
         "def ___jcc_check(L):\n    try:\n        if ___jcc_pending:\n            return ___jcc_verify(L)\n"
-        f"        return {body}\n    except Exception:\n        return False\n",
+        f"{body}        return True\n    except Exception:\n        return False\n",
         env,
     )
     parts = [f"jupyter_compile_cache: {source} unchanged since restore" for source in [*values, *deferred]]
     return env["___jcc_check"], parts
+
+
+def _check_lines(targets: list[tuple[str, str]]) -> list[str]:
+    """The check's statements: each source's parts bound to locals the first time one is needed (later sources
+    reuse them), then `if <source> is not <its object>: return False`."""
+    lines: list[str] = []
+    bound: dict[str, str] = {}  # ast.dump of a part -> the local holding it
+
+    def part(node: ast.expr) -> str:
+        if isinstance(node, (ast.Name, ast.Constant)):
+            return ast.unparse(node)
+        # dict(type(x).__dict__)[k], as torch writes a class attribute's source: the class's mapping read in place
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "dict"
+            and len(node.args) == 1
+            and not node.keywords
+            and isinstance(node.args[0], ast.Attribute)
+            and node.args[0].attr == "__dict__"
+        ):
+            return part(node.args[0])
+        key = ast.dump(node)
+        if key not in bound:
+            if isinstance(node, ast.Attribute):
+                expr = f"{part(node.value)}.{node.attr}"
+            elif isinstance(node, ast.Subscript):
+                index = node.slice
+                key_expr = ast.unparse(index) if isinstance(index, (ast.Slice, ast.Tuple)) else part(index)
+                expr = f"{part(node.value)}[{key_expr}]"
+            elif (
+                isinstance(node, ast.Call)
+                and not node.keywords
+                and not any(isinstance(a, ast.Starred) for a in node.args)
+            ):
+                expr = f"{part(node.func)}({', '.join(part(a) for a in node.args)})"
+            else:  # anything else torch may write: evaluated as written
+                expr = f"({ast.unparse(node)})"
+            bound[key] = f"___jcc_p{len(bound)}"
+            lines.append(f"{bound[key]} = {expr}")
+        return bound[key]
+
+    for source, target in targets:
+        lines.append(f"if {part(ast.parse(source, mode='eval').body)} is not {target}:")
+        lines.append("    return False")
+    return lines
 
 
 _NOTHING = object()  # no object is this one

@@ -614,7 +614,10 @@ class PrecompileGuard:
             )
         elif split[0] or split[1]:
             check, parts = identity_check(*split, runtime_globals)
-            guard_manager.root.add_lambda_guard(check, parts, None)
+            root = guard_manager.root
+            # after torch's own guards: an entry they reject (the prefill's, at a decode step) never runs ours
+            add = getattr(root, "add_epilogue_lambda_guard", None) or root.add_lambda_guard
+            add(check, parts, None)
         if target_code is not None:  # asked why, should this code compile afresh after all
             self._restored_guards.setdefault(target_code, []).append(guard_manager)
         return guard_manager

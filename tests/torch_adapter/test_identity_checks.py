@@ -47,7 +47,8 @@ counted = []
 code = Net.forward.__code__
 entries = [*_debug_get_precompile_entries(code), *_debug_get_cache_entry_list(code)]  # restored, then fresh
 for entry in entries:
-    leaves = entry.guard_manager.root.get_leaf_guards()
+    root = entry.guard_manager.root
+    leaves = [*root.get_leaf_guards(), *getattr(root, "get_epilogue_lambda_guards", list)()]
     python = [g for g in leaves if type(g).__name__ == "LAMBDA_GUARD"]
     ours = [p for g in python for p in g.verbose_code_parts() if p.startswith("jupyter_compile_cache:")]
     counted.append({"python_guards": len(python), "our_clauses": len(ours), "parts": ours})
@@ -82,3 +83,68 @@ def test_a_restored_entry_runs_one_small_python_check_not_one_per_layer(kernel_f
     # Its clauses are the globals and attributes the forward reads (the helper, `self.act`, `iter`, the modules
     # torch imports): a check per layer of the 12 would be 12 more.
     assert 1 <= entry["our_clauses"] <= 8, entry
+
+
+class _CountingGlobals(dict):
+    reads = 0
+
+    def __getitem__(self, key):
+        type(self).reads += 1
+        return super().__getitem__(key)
+
+
+class _Owner:
+    def method(self):
+        return 1
+
+
+def test_the_check_reads_a_shared_part_once_and_fails_on_any_swapped_object():
+    from jupyter_compile_cache.torch_adapter.code_digest import code_digest
+    from jupyter_compile_cache.torch_adapter.identity_checks import identity_check
+
+    def helper():
+        return 2
+
+    owner = _Owner()
+    owner.fn, owner.builtin = helper, len  # a function (held weakly) and a builtin (no weak reference: held)
+    runtime_globals = _CountingGlobals(owner=owner)
+    values = {
+        "G['owner'].fn": helper,
+        "G['owner'].builtin": len,
+        # as torch writes a class attribute's source: a copy of the class's dict, read here in place
+        "dict(type(G['owner']).__dict__)['method']": _Owner.__dict__["method"],
+    }
+    check, parts = identity_check(values, {"L['arg']": code_digest(helper)}, runtime_globals)
+    assert len(parts) == 4 and all(p.startswith("jupyter_compile_cache: ") for p in parts)
+
+    assert check({"arg": helper}) is True  # the deferred source binds at the first call
+    _CountingGlobals.reads = 0
+    assert check({"arg": helper}) is True
+    assert _CountingGlobals.reads == 1  # G['owner'] once for its three sources
+    assert check({"arg": lambda: 2}) is False  # another object than the one verified and bound
+
+    owner.fn = lambda: 2
+    assert check({"arg": helper}) is False
+    owner.fn = helper
+    original = _Owner.method
+    _Owner.method = lambda self: 3
+    assert check({"arg": helper}) is False
+    _Owner.method = original
+    assert check({"arg": helper}) is True
+    del runtime_globals["owner"]  # a source that no longer resolves fails the check, it does not raise
+    assert check({"arg": helper}) is False
+
+
+def test_a_deferred_object_that_differs_at_the_first_call_fails_the_check_from_then_on():
+    from jupyter_compile_cache.torch_adapter.code_digest import code_digest
+    from jupyter_compile_cache.torch_adapter.identity_checks import identity_check
+
+    def compiled_for(t):
+        return t + 1
+
+    def edited(t):
+        return t + 2
+
+    check, _ = identity_check({}, {"L['fn']": code_digest(compiled_for)}, {})
+    assert check({"fn": edited}) is False
+    assert check({"fn": compiled_for}) is False  # refused once: torch compiles this code anew
