@@ -112,6 +112,8 @@ class PrecompileGuard:
         self.lookups: list[str] = []  # the key of every function torch looked up, in order
         # key -> the package torch made afresh for a function without a saved entry
         self.fresh: dict[str, weakref.ref[Any]] = {}
+        # functions Dynamo compiled in a cell with no package: given to torch.compile before precompile was on
+        self._unpackaged: list[str] = []
         self._patches: list[Patch] = []
         self._log_filter = TorchLogFilter()
         self._loggers = [logging.getLogger(f"torch.{name}") for name in FILTERED_LOGGERS]
@@ -119,6 +121,12 @@ class PrecompileGuard:
     def new_bypass_reasons(self) -> list[str]:
         """torch's reasons for functions it would not package since the last call, each reason once a session."""
         reasons, self._log_filter.bypass_reasons = self._log_filter.bypass_reasons, []
+        reasons += [
+            f"{name} was given to torch.compile outside a %%compile_cache cell; call torch.compile in the cell to "
+            "restore it without tracing"
+            for name in self._unpackaged
+        ]
+        self._unpackaged = []
         fresh = [r for r in dict.fromkeys(reasons) if r not in self._told]
         self._told.update(fresh)
         return fresh
@@ -282,6 +290,17 @@ class PrecompileGuard:
         save = bool(arguments.get("save_guards", False))
         if self._installing is None:  # torch builds a restored entry's guards this way too: that is no compile
             self._note_fresh_compile(arguments)
+            # torch makes a function's package when torch.compile is called, only while precompile is on
+            code = arguments.get("f_code")
+            name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "")
+            if (
+                dynamo_config.caching_precompile
+                and getattr(arguments.get("output_graph"), "package", False) is None
+                and not name.startswith("torch_dynamo_resume_in_")
+            ):
+                # a module's forward is compiled through torch's own wrapper: its name says nothing to the user
+                ours = "<locals>" not in name and "/torch/" not in getattr(code, "co_filename", "/torch/")
+                self._unpackaged.append(f"`{name}`" if ours else "a model")
         if not dynamo_config.caching_precompile and not save:
             orig_init(cfm, *args, **kwargs)
             return
