@@ -85,9 +85,20 @@ def tls_redis(tmp_path):
 @pytest.fixture(params=hubs.KINDS)
 def any_hub(request, tmp_path):
     """The same test on every hub backend: a redis-server, a Redis Cluster, Redis over TLS, S3 and a shared folder."""
-    workdir = tmp_path / f"hub-{request.param}"
+    yield from _hub(request.param, tmp_path)
+
+
+@pytest.fixture(params=[kind for kind in hubs.KINDS if kind != "rediss"])
+def clocked_hub(request, tmp_path):
+    """For tests that wait on the clock (TTLs, renewals, racing processes): every backend but Redis over TLS, whose
+    expiry and scripts are the plain redis-server's (every other test runs on it too)."""
+    yield from _hub(request.param, tmp_path)
+
+
+def _hub(kind, tmp_path):
+    workdir = tmp_path / f"hub-{kind}"
     workdir.mkdir()
-    hub = hubs.start(request.param, workdir)
+    hub = hubs.start(kind, workdir)
     try:
         yield hub
     finally:

@@ -239,12 +239,13 @@ def test_two_writers_pushing_the_same_name_both_finish(tmp_path, any_hub):
             assert len(bundle.extract(f, v, {"inductor": str(tmp_path / v.version)})) == 3
 
 
-def test_ttl_expires_bundles_and_gc_forgets_their_names(tmp_path, any_hub):
+def test_ttl_expires_bundles_and_gc_forgets_their_names(tmp_path, clocked_hub):
     store, manifest = local_bundle(tmp_path, size=300_000)
-    hub = any_hub.hub(ttl=2)
+    hub = clocked_hub.hub(ttl=2)
     hub.push(manifest, store.payload_path(manifest))
     key = hub._manifest_key("net", manifest.fingerprint_id, manifest.version)
-    assert any_hub.seconds_left(key) <= 2 and any_hub.seconds_left(_chunk(hub, manifest, 0)) <= 2  # the bundle's ttl
+    # the bundle's ttl
+    assert clocked_hub.seconds_left(key) <= 2 and clocked_hub.seconds_left(_chunk(hub, manifest, 0)) <= 2
     deadline = time.time() + 20  # it expires; however slow the push was, no read races the clock
     while hub.versions("net") and time.time() < deadline:
         time.sleep(0.2)
@@ -268,11 +269,11 @@ def test_gc_keeps_the_newest_versions_and_rm_removes_the_rest(tmp_path, any_hub)
     assert hub.names() == [] and hub.backend.list("jcc:") == []
 
 
-def test_lease_single_flight(any_hub):
-    hub = any_hub.hub()
+def test_lease_single_flight(clocked_hub):
+    hub = clocked_hub.hub()
     mine = hub.lease("net", "f" * 12, "alice@a")
     assert mine.acquire() is None
-    theirs = any_hub.hub().lease("net", "f" * 12, "bob@b")
+    theirs = clocked_hub.hub().lease("net", "f" * 12, "bob@b")
     holder = theirs.acquire()
     assert holder["holder"] == "alice@a" and mine.held()
     mine.release()
@@ -287,17 +288,17 @@ def test_lease_single_flight(any_hub):
     assert hub.lease("net", "f" * 12, "dave@d").acquire() is None
 
 
-def test_a_lease_is_renewed_while_its_holder_lives(any_hub):
-    hub = any_hub.hub()
+def test_a_lease_is_renewed_while_its_holder_lives(clocked_hub):
+    hub = clocked_hub.hub()
     alive = Lease(hub.backend, hub._lease_key("net", "f"), "alice@a", ttl=3)
     assert alive.acquire() is None
     time.sleep(4.0)  # past its ttl: renewed every second, so a renewal may come 2 s late on a loaded machine
-    assert any_hub.hub().lease("net", "f", "bob@b").acquire()["holder"] == "alice@a"
+    assert clocked_hub.hub().lease("net", "f", "bob@b").acquire()["holder"] == "alice@a"
     alive.release()
 
 
-def test_an_expired_holder_never_releases_the_lease_a_collaborator_took_since(any_hub):
-    hub = any_hub.hub()
+def test_an_expired_holder_never_releases_the_lease_a_collaborator_took_since(clocked_hub):
+    hub = clocked_hub.hub()
     alice = Lease(hub.backend, hub._lease_key("net", "f"), "alice@a", ttl=1)
     assert alice.acquire() is None
     alice._stop.set()  # stalled: no renewals
@@ -305,11 +306,11 @@ def test_an_expired_holder_never_releases_the_lease_a_collaborator_took_since(an
     bob = Lease(hub.backend, alice.key, "bob@b")
     assert bob.acquire() is None
     alice.release()  # late
-    assert bob.held() and any_hub.hub().lease("net", "f", "carol@c").acquire()["holder"] == "bob@b"
+    assert bob.held() and clocked_hub.hub().lease("net", "f", "carol@c").acquire()["holder"] == "bob@b"
     bob.release()
 
 
-def test_many_processes_racing_for_one_lease_leave_exactly_one_holder(tmp_path, any_hub):
+def test_many_processes_racing_for_one_lease_leave_exactly_one_holder(tmp_path, clocked_hub):
     """Eight processes (as eight kernels) try to take the same lease at once: exactly one gets it."""
     code = (
         "import sys, time\n"
@@ -320,7 +321,7 @@ def test_many_processes_racing_for_one_lease_leave_exactly_one_holder(tmp_path, 
     )
     at = str(time.time() + 3)
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, any_hub.url, f"k{i}", at], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", code, clocked_hub.url, f"k{i}", at], stdout=subprocess.PIPE, text=True)
         for i in range(8)
     ]
     answers = [p.communicate(timeout=60)[0].strip() for p in procs]
@@ -522,17 +523,17 @@ hub_at(sys.argv[1], orphan_ttl=2).push(manifest, store.payload_path(manifest), p
 """
 
 
-def test_a_pusher_killed_midway_leaves_no_chunk_after_a_few_seconds_not_an_hour(tmp_path, any_hub):
+def test_a_pusher_killed_midway_leaves_no_chunk_after_a_few_seconds_not_an_hour(tmp_path, clocked_hub):
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.Popen(
-        [sys.executable, "-c", PUSHING, any_hub.url, str(tmp_path), tests], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", PUSHING, clocked_hub.url, str(tmp_path), tests], stdout=subprocess.PIPE, text=True
     )
     try:
         assert proc.stdout.readline().strip() == "PUSHING"
     finally:
         proc.kill()
         proc.wait()
-    hub = any_hub.hub()
+    hub = clocked_hub.hub()
     left = hub.backend.list("jcc:default/net:chunk:")
     assert left and hub.versions("net") == []  # its first chunks, no manifest
     deadline = time.time() + 30  # orphan_ttl is 2 s; wide for a loaded machine
@@ -547,17 +548,17 @@ def test_a_pusher_killed_midway_leaves_no_chunk_after_a_few_seconds_not_an_hour(
         assert len(hub.backend.list("jcc:default/net:chunk:")) == len(left)  # nothing but gc removes them
     hub.gc()  # what the store does not drop itself (a folder's files, S3's objects) goes at the next sweep
     assert hub.backend.list("jcc:") == [] and hub.versions("net") == []
-    if any_hub.kind == "file":
-        assert [f for _, _, files in os.walk(any_hub.folder) for f in files] == []
+    if clocked_hub.kind == "file":
+        assert [f for _, _, files in os.walk(clocked_hub.folder) for f in files] == []
 
 
-def test_a_push_longer_than_the_orphan_ttl_keeps_its_first_chunks_alive(tmp_path, any_hub):
+def test_a_push_longer_than_the_orphan_ttl_keeps_its_first_chunks_alive(tmp_path, clocked_hub):
     """A push twice as long as `orphan_ttl`, and a collaborator's gc, again and again in a process of its own, once
     that has passed: the push renews what keeps its chunks (their expiry, or on S3 its `pushing` key) as it sends,
     so it commits whole. (The gc runs beside the push, as a colleague's does: run inside the push's progress
     callback it held the push, and its renewals, for as long as it took on a busy machine.)"""
     store, manifest = local_bundle(tmp_path, size=3 << 20)
-    hub = any_hub.hub(orphan_ttl=2, chunk_size=64 << 10)
+    hub = clocked_hub.hub(orphan_ttl=2, chunk_size=64 << 10)
     batches = -(-48 // hub.backend.keys_per_call)  # 3 MB in chunks of 64 KB, sent keys_per_call at a time
     pushed = threading.Event()
     collected: list[int] = []
@@ -565,7 +566,7 @@ def test_a_push_longer_than_the_orphan_ttl_keeps_its_first_chunks_alive(tmp_path
     def collaborator() -> None:
         if not pushed.wait(2.5):  # the chunks sent first are older than orphan_ttl by now
             while not pushed.is_set():
-                any_hub.hub().gc()
+                clocked_hub.hub().gc()
                 collected.append(1)
                 pushed.wait(0.3)
 
