@@ -298,9 +298,13 @@ class PrecompileGuard:
                 and getattr(arguments.get("output_graph"), "package", False) is None
                 and not name.startswith("torch_dynamo_resume_in_")
             ):
-                # a module's forward is compiled through torch's own wrapper: its name says nothing to the user
-                ours = "<locals>" not in name and "/torch/" not in getattr(code, "co_filename", "/torch/")
-                self._unpackaged.append(f"`{name}`" if ours else "a model")
+                # A module may be compiled through torch's own wrapper, whose name says nothing to the user. Other
+                # frames of torch's are ones Dynamo reached on its own (after a graph break): not what was compiled.
+                filename = getattr(code, "co_filename", "")
+                if f"{os.sep}torch{os.sep}" not in filename:
+                    self._unpackaged.append(f"`{name}`")
+                elif filename.endswith(os.path.join("_dynamo", "external_utils.py")):
+                    self._unpackaged.append("a model")
         if not dynamo_config.caching_precompile and not save:
             orig_init(cfm, *args, **kwargs)
             return
