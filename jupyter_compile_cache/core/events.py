@@ -209,6 +209,19 @@ class PrecompileBypassed(Event):
 
 
 @dataclass(frozen=True)
+class CompiledOutsideCell(Event):
+    function: str  # its qualified name; "" for a module compiled through torch's own wrapper
+
+    def text(self) -> str:
+        what = f"`{self.function}`" if self.function else "a model"
+        return (
+            f"{what} was given to torch.compile outside a %%compile_cache cell, so torch made it no precompile "
+            "package: a restored kernel traces it again (its compiled graph still from torch's caches); call "
+            "torch.compile in the cell to restore it without tracing"
+        )
+
+
+@dataclass(frozen=True)
 class Evicted(Event):
     count: int
     names: tuple[str, ...]

@@ -408,6 +408,8 @@ class CompileCacheSession:
         report.precompile_fallbacks = before.precompile_fallbacks()
         for reason in self.guard.new_bypass_reasons() if precompile else ():
             self.tell(events.PrecompileBypassed(reason), report, opts.quiet)
+        for function in self.guard.new_unpackaged() if precompile else ():
+            self.tell(events.CompiledOutsideCell(function), report, opts.quiet)
         return cell_files, precompile_keys
 
     def _install_version_with(

@@ -112,7 +112,7 @@ class PrecompileGuard:
         self.lookups: list[str] = []  # the key of every function torch looked up, in order
         # key -> the package torch made afresh for a function without a saved entry
         self.fresh: dict[str, weakref.ref[Any]] = {}
-        # functions Dynamo compiled in a cell with no package: given to torch.compile before precompile was on
+        # functions Dynamo compiled in a cell with no package (new_unpackaged)
         self._unpackaged: list[str] = []
         self._patches: list[Patch] = []
         self._log_filter = TorchLogFilter()
@@ -121,15 +121,19 @@ class PrecompileGuard:
     def new_bypass_reasons(self) -> list[str]:
         """torch's reasons for functions it would not package since the last call, each reason once a session."""
         reasons, self._log_filter.bypass_reasons = self._log_filter.bypass_reasons, []
-        reasons += [
-            f"{name} was given to torch.compile outside a %%compile_cache cell; call torch.compile in the cell to "
-            "restore it without tracing"
-            for name in self._unpackaged
-        ]
-        self._unpackaged = []
-        fresh = [r for r in dict.fromkeys(reasons) if r not in self._told]
+        return self._once(reasons)
+
+    def new_unpackaged(self) -> list[str]:
+        """Functions Dynamo compiled in a cell without a package since the last call (torch makes one when
+        torch.compile is called, only while precompile is on): their names, "" for a module compiled through
+        torch's own wrapper; each once a session."""
+        names, self._unpackaged = self._unpackaged, []
+        return self._once([f"unpackaged:{name}" for name in names], prefix="unpackaged:")
+
+    def _once(self, items: list[str], prefix: str = "") -> list[str]:
+        fresh = [item for item in dict.fromkeys(items) if item not in self._told]
         self._told.update(fresh)
-        return fresh
+        return [item[len(prefix) :] for item in fresh]
 
     @staticmethod
     def available() -> bool:
@@ -302,9 +306,9 @@ class PrecompileGuard:
                 # frames of torch's are ones Dynamo reached on its own (after a graph break): not what was compiled.
                 filename = getattr(code, "co_filename", "")
                 if f"{os.sep}torch{os.sep}" not in filename:
-                    self._unpackaged.append(f"`{name}`")
+                    self._unpackaged.append(name)
                 elif filename.endswith(os.path.join("_dynamo", "external_utils.py")):
-                    self._unpackaged.append("a model")
+                    self._unpackaged.append("")
         if not dynamo_config.caching_precompile and not save:
             orig_init(cfm, *args, **kwargs)
             return

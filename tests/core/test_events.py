@@ -20,6 +20,8 @@ ALL = [
     events.Evicted(1, ("old",), 20 << 30),
     events.CellFinished(CellReport("net", body_seconds=0.5)),
     events.CellFinished(CellReport("net", ok=False, body_seconds=0.5)),
+    events.CompiledOutsideCell("Net.forward"),
+    events.CompiledOutsideCell(""),
 ]
 
 
@@ -72,3 +74,10 @@ def test_a_skipped_version_is_worded_once_each_kind_in_its_own_words():
     )
     pulled = sources.Skip("hub version V", sources.TRANSFER_FAILED, "timed out", where="the hub redis://h:1/0")
     assert skip_warning("net", pulled) == "could not pull 'net' from the hub redis://h:1/0: timed out"
+
+
+def test_a_function_compiled_outside_the_cell_is_named_and_a_module_through_torchs_wrapper_is_a_model():
+    assert ALL[-2].text().startswith("`Net.forward` was given to torch.compile outside a %%compile_cache cell")
+    assert ALL[-1].text().startswith("a model was given to torch.compile") and "call torch.compile in the cell" in (
+        ALL[-1].text()
+    )
