@@ -31,6 +31,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -85,8 +86,9 @@ STEP = {
     ),
 }
 TIMED = """
-import json as _json, time as _time, textwrap as _tw
+import json as _json, time as _time, textwrap as _tw, threading as _th
 from torch._dynamo.utils import counters as _c
+_threads = sorted(t.name for t in _th.enumerate())  # a thread of ours still at work would share the GIL with the calls
 def _call():
 {step}
     return last
@@ -100,8 +102,8 @@ for _ in range({calls}):
     sync()
     _times.append(_time.perf_counter() - _t)
 _keep = ("fxgraph_cache_miss", "autograd_cache_miss", "dynamo_cache_miss", "unique_graphs")
-print("STEADY=" + _json.dumps({{"times": _times, "last": _last,
-    "counters": {{n: v for g in _c.values() for n, v in g.items() if n in _keep and v}}}}))
+print("STEADY=" + _json.dumps({{"times": _times, "last": _last, "threads": _threads,
+    "counters": {{n: v for g in _c.values() for n, v in g.items() if (n in _keep or "cudagraph" in n) and v}}}}))
 """
 KINDS = ("torch", "ours")
 
@@ -124,6 +126,11 @@ def kernel(kind: str, workload: str, size: str, device: str, dirs: dict[str, str
         seconds, said = k.run(f"%%compile_cache steady-{workload}\n{cell}" if ours else cell)
         _, out = k.run(TIMED.format(step=_indent(STEP[workload]), warmup=args.warmup, calls=args.calls))
         found = json.loads(next(x for x in out.splitlines() if x.startswith("STEADY="))[len("STEADY=") :])
+        if args.settle:  # the same calls again once background work of either kind has surely ended
+            k.run(f"import time\ntime.sleep({args.settle})")
+            _, out = k.run(TIMED.format(step=_indent(STEP[workload]), warmup=1, calls=args.calls))
+            later = json.loads(next(x for x in out.splitlines() if x.startswith("STEADY="))[len("STEADY=") :])
+            found["settled_times"], found["settled_threads"] = later["times"], later["threads"]
         found["cell_s"] = round(seconds, 3)
         found["said"] = [line for line in said.splitlines() if "compile_cache" in line]
         return found
@@ -133,7 +140,10 @@ def kernel(kind: str, workload: str, size: str, device: str, dirs: dict[str, str
             shutil.rmtree(cache_dir, ignore_errors=True)
 
 
-def run_workload(workload: str, size: str, device: str, work: str, args: argparse.Namespace) -> dict:
+def run_workload(
+    workload: str, size: str, device: str, work: str, args: argparse.Namespace, keep: Callable[[dict], None]
+) -> dict:
+    """The workload's row; `keep(row)` after each pair, so that a run cut short keeps the pairs it measured."""
     root = os.path.join(work, workload)
     dirs = {"root": root, "torch": os.path.join(root, "torch"), "store": os.path.join(root, "store")}
     for path in dirs.values():
@@ -160,7 +170,8 @@ def run_workload(workload: str, size: str, device: str, work: str, args: argpars
             file=sys.stderr,
             flush=True,
         )
-    row["median_ratio"] = round(statistics.median(row["ratios"]), 4)
+        row["median_ratio"] = round(statistics.median(row["ratios"]), 4)
+        keep(row)
     return row
 
 
@@ -197,18 +208,26 @@ def main() -> None:
     parser.add_argument("--gate", type=float, default=1.02)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may take")
     parser.add_argument("--out", help="the result file (JSON)")
+    parser.add_argument(
+        "--settle", type=float, default=0.0, help="then SECONDS idle and the calls again (kept, not in the ratio)"
+    )
     args = parser.parse_args()
-    rows = []
+    rows: list[dict] = []
+
+    def keep(*current: dict) -> None:
+        """What is measured so far, written out: a run cut short keeps it."""
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"machine": machine(args.device), "args": vars(args), "rows": [*rows, *current]}, f, indent=1)
+
     with tempfile.TemporaryDirectory(prefix="jcc-steady-") as work:
         for workload in args.workloads.split(","):
             try:
-                rows.append(run_workload(workload, args.size, args.device, work, args))
+                rows.append(run_workload(workload, args.size, args.device, work, args, keep))
             except (TimeoutError, RuntimeError) as exc:  # one workload failing leaves the others to measure
                 rows.append({"workload": workload, "error": str(exc)[:2000]})
                 print(f"{workload:9s} FAILED: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
-            if args.out:  # what is measured so far is kept, should a later workload not finish
-                with open(args.out, "w") as f:
-                    json.dump({"machine": machine(args.device), "args": vars(args), "rows": rows}, f, indent=1)
+            keep()
     print(table(rows, args.gate))
 
 
