@@ -16,6 +16,12 @@ OLDEST_TORCH ?= 2.9.1
 RESTORE_TESTS := tests/end_to_end/test_kernel_restore.py tests/torch_adapter/test_precompile_semantics.py \
 	tests/end_to_end/test_model_zoo.py
 
+# pytest's worker processes for `make test` (pytest-xdist): two keep 2 cores busy while a test waits on a kernel, a
+# server or the clock. The warm-kernel tests and the notebooks run after them, alone: a template warms up only on an
+# idle CPU, and 02b restores what 02a saved.
+TEST_WORKERS ?= 2
+ALONE := tests/kernels
+
 .PHONY: setup test lint format bench notebooks demo setup-oldest test-oldest test-forked docs screenshots
 
 setup:
@@ -30,7 +36,7 @@ setup-oldest:
 # releases between the two lanes' torches.
 OLDEST_K ?= restart_on_empty_cache_dir or (stale_compiled_code and forward) or training_step or damaged or zoo
 test-oldest:
-	JCC_TEST_ZOO=gpt2,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest --durations=5 $(RESTORE_TESTS) \
+	JCC_TEST_ZOO=gpt2,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest -n $(TEST_WORKERS) --durations=5 $(RESTORE_TESTS) \
 		$(if $(OLDEST_K),-k "$(OLDEST_K)")
 
 # The restore suites and the everyday edits again, every kernel forked from a warm template (the warm kernel spec),
@@ -44,7 +50,8 @@ test-forked:
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
-	$(BIN)/python -m pytest --durations=25 $(NBVAL) tests $(NOTEBOOKS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=20 tests --ignore=$(ALONE)
+	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(NOTEBOOKS)
 
 # The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about a minute).
 demo:

@@ -26,6 +26,13 @@ if os.environ.get("JCC_TEST_CXX_CACHE") != "0" and "JCC_TEST_CXX_PATH" not in os
     )
 
 
+# pytest-xdist's workers export COLUMNS=80 and LINES=24: the kernels and commands the tests start see no terminal, as
+# under a plain pytest.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _CXX_CACHE is not None:
         shutil.rmtree(_CXX_CACHE, ignore_errors=True)

@@ -40,6 +40,8 @@ def age(ts: float | None) -> str:
 def terminal_width() -> int | None:
     """The terminal's columns ($COLUMNS, else the size of the terminal stdout is); None where there is none (a
     pipe, a file, a kernel): text for a program or a notebook is never cut."""
+    if type(sys.stdout).__module__.startswith("ipykernel"):  # a notebook's output, even where $COLUMNS was exported
+        return None
     if os.environ.get("COLUMNS", "").isdigit():
         return shutil.get_terminal_size().columns
     try:

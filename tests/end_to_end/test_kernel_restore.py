@@ -301,7 +301,7 @@ def test_unwritable_store_warns_and_the_cells_result_stands(kernel_factory, dirs
 
 
 def test_status_list_explain_enable_disable(kernel_factory, dirs):
-    k = _start(kernel_factory, dirs)
+    k = _start(kernel_factory, dirs, COLUMNS="40")  # a notebook's text is never wrapped, even with $COLUMNS exported
     _compile(k)
     status = repr(k.run("%compile_cache status").check().results)
     for title in ("Dynamo precompile", "AOTAutograd", "FX graph", "Inductor/Triton kernels", "Autotune", "PGO"):
