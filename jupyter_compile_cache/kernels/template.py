@@ -103,11 +103,12 @@ def warm_up() -> tuple[set[str], dict[str, str]]:
     import torch  # noqa: F401
 
     threads = native_threads()
+    from ..torch_adapter import compiler
     from .prewarm import Prewarm
 
     prewarm = Prewarm()
     prewarm.run_here(gpu=False)  # both steps run here; the order only matters to a kernel's cells
-    if prewarm.error and "torch._inductor.compile_fx" not in sys.modules:  # a failed CPU probe only costs a cell time
+    if prewarm.error and not compiler.compiler_imported():  # a failed CPU probe only costs a cell time
         raise RuntimeError(prewarm.error)
     gc.collect()
     gc.freeze()  # lives as long as every kernel forked from it: kept out of their collections, and of their copies

@@ -95,6 +95,11 @@ def import_compiler() -> None:
         logger.removeFilter(note)
 
 
+def compiler_imported() -> bool:
+    """Dynamo and Inductor are imported in this process (`import_compiler` got that far)."""
+    return "torch._inductor.compile_fx" in sys.modules
+
+
 def hash_torch_and_triton() -> None:
     """The hashes of torch's and Triton's installed files that Inductor takes once per process for its cache keys.
     Files only: CUDA is not touched."""
