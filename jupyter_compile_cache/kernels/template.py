@@ -4,8 +4,9 @@ Started by a launcher (launcher.py) that found no template fitting its launch, d
 environment (less its per-launch variables) and this user's private runtime folder as its working directory:
 `python -m jupyter_compile_cache.kernels.template HOLDER_PID LAUNCH_KEY`. It:
 
-1. warms up, in a thread the OS runs only on an otherwise idle CPU (so a kernel running cells beside it, such as
-   the one whose launch started it, is never slowed): imports ipykernel, torch, Dynamo and Inductor, hashes
+1. waits for the machine to be quiet for a moment (at most a minute), then warms up, in a thread the OS runs only
+   on an otherwise idle CPU (so a kernel running cells beside it, such as the one whose launch started it, is never
+   slowed): imports ipykernel, torch, Dynamo and Inductor, hashes
    torch's and Triton's files and probes the CPU's vector ISAs, recording every environment variable it reads
    (template_fit.py). It never touches CUDA
    (`PYTORCH_NVML_BASED_CUDA_CHECK=1` while it imports: torch asks NVML, not the CUDA runtime, whether a GPU is
@@ -116,6 +117,48 @@ def warm_up() -> tuple[set[str], dict[str, str]]:
     if lingering:
         raise RuntimeError(f"threads started while warming up did not end: {lingering}")
     return native_threads(), kernel_sets
+
+
+QUIET_CORES = 0.3  # the rest of the machine's use, in cores, below which it counts as quiet
+QUIET_FOR = 1.0  # seconds it must stay quiet before a template warms up
+QUIET_WAIT_MAX = 60.0  # seconds a template waits for that at most, then warms up anyway (still on idle CPU time)
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """The machine's (busy, total) CPU time in clock ticks since boot, from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def wait_for_a_quiet_machine(
+    quiet_cores: float = QUIET_CORES, quiet_for: float = QUIET_FOR, most: float = QUIET_WAIT_MAX
+) -> float:
+    """Seconds waited until the machine has used less than `quiet_cores` cores for `quiet_for` seconds (at most
+    `most`). SCHED_IDLE alone is not enough: where the CPUs are hyperthreads of one core, as on small cloud
+    machines, a warm-up on the "idle" sibling still slowed the cells of the kernel that started it (1.55x a plain
+    kernel, benchmarks/results/kernel_misfit_2026-11-26), so it waits for that kernel to settle first."""
+    start = time.monotonic()
+    previous, cores = _cpu_times(), os.cpu_count() or 1
+    quiet_since = None
+    while previous is not None and time.monotonic() - start < most:
+        time.sleep(0.25)
+        now = _cpu_times()
+        if now is None or now[1] == previous[1]:
+            break
+        used = cores * (now[0] - previous[0]) / (now[1] - previous[1])
+        previous = now
+        if used >= quiet_cores:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_for:
+            break
+    return time.monotonic() - start
 
 
 def on_idle_cpu(work: Any) -> Any:
@@ -400,6 +443,7 @@ def main(argv: list[str]) -> int:
         set_here = NVML_CHECK_ENV not in os.environ
         os.environ.setdefault(NVML_CHECK_ENV, "1")
         try:
+            wait_for_a_quiet_machine()
             with EnvironReads() as reads:
                 baseline, kernel_sets = on_idle_cpu(warm_up)
         finally:

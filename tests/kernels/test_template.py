@@ -4,12 +4,13 @@ own (a kernel forked from the template runs at the priority a fresh one would)."
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 
 import pytest
 
-from jupyter_compile_cache.kernels.template import on_idle_cpu
+from jupyter_compile_cache.kernels.template import on_idle_cpu, wait_for_a_quiet_machine
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
 
@@ -28,3 +29,22 @@ def test_a_failing_warm_up_raises_in_the_caller():
 
     with pytest.raises(RuntimeError, match="no torch here"):
         on_idle_cpu(fails)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="the machine's CPU use is read from /proc/stat (Linux)")
+def test_a_template_waits_while_another_process_keeps_a_core_busy_and_not_longer():
+    """The warm-up waits for the machine to settle (its kernel's first cells), and at most `most` seconds."""
+    spin = "import time\nend = time.time() + 3\nwhile time.time() < end:\n    pass"
+    busy = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        waited = wait_for_a_quiet_machine(quiet_for=0.5, most=30)
+    finally:
+        busy.wait()
+    assert 2.5 <= waited < 30  # the whole spin, then half a second of quiet
+    assert wait_for_a_quiet_machine(quiet_for=0.5, most=30) < 10  # a quiet machine: at once
+    busy = subprocess.Popen([sys.executable, "-c", spin.replace("3", "30")])
+    try:
+        assert 2 <= wait_for_a_quiet_machine(quiet_for=0.5, most=2) < 3  # never quiet: `most`, then warm up anyway
+    finally:
+        busy.kill()
+        busy.wait()
