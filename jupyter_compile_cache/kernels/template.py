@@ -140,8 +140,8 @@ def wait_for_a_quiet_machine(
 ) -> float:
     """Seconds waited until the machine has used less than `quiet_cores` cores for `quiet_for` seconds (at most
     `most`). SCHED_IDLE alone is not enough: where the CPUs are hyperthreads of one core, as on small cloud
-    machines, a warm-up on the "idle" sibling still slowed the cells of the kernel that started it (1.55x a plain
-    kernel, benchmarks/results/kernel_misfit_2026-11-26), so it waits for that kernel to settle first."""
+    machines, a warm-up on the "idle" sibling still slows the kernel that started it, so it waits for that kernel's
+    first cells to end."""
     start = time.monotonic()
     previous, cores = _cpu_times(), os.cpu_count() or 1
     quiet_since = None
