@@ -27,6 +27,16 @@ from jupyter_compile_cache.kernels.template_fit import TemplateInfo, install_sta
 pytestmark = pytest.mark.slow
 
 
+def _alive(warming: str) -> bool:
+    """The template that wrote this `.warming` file (its pid) is still running."""
+    try:
+        with open(warming, encoding="utf-8") as f:
+            os.kill(int(f.read()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def warm(warm_env, tmp_path_factory):
     """Front ends of the installed spec, started in a notebook folder, with the session's runtime folder."""
@@ -59,8 +69,11 @@ def warm(warm_env, tmp_path_factory):
                 assert fe.shutdown() == 0
             deadline = time.time() + 180
             while time.time() < deadline:
+                # and none other still warming up (an earlier test's, waiting for a quiet machine): once ready, it
+                # could retire this one under the test's launch
+                settled = not any(map(_alive, glob.glob(os.path.join(self.directory, "*.warming"))))
                 for info in templates(self.directory):
-                    if info.mismatch(sys.executable, env, install_stamp()) is None:
+                    if settled and info.mismatch(sys.executable, env, install_stamp()) is None:
                         return info
                 time.sleep(0.2)
             raise AssertionError("no template of this module's environment got ready")
