@@ -119,7 +119,7 @@ def warm_up() -> tuple[set[str], dict[str, str]]:
     return native_threads(), kernel_sets
 
 
-QUIET_CORES = 0.3  # the rest of the machine's use, in cores, below which it counts as quiet
+QUIET_CORES = 0.3  # the machine's use, in cores, below which a small machine counts as quiet
 QUIET_FOR = 1.0  # seconds it must stay quiet before a template warms up
 QUIET_WAIT_MAX = 60.0  # seconds a template waits for that at most, then warms up anyway (still on idle CPU time)
 
@@ -141,9 +141,11 @@ def wait_for_a_quiet_machine(
     """Seconds waited until the machine has used less than `quiet_cores` cores for `quiet_for` seconds (at most
     `most`). SCHED_IDLE alone is not enough: where the CPUs are hyperthreads of one core, as on small cloud
     machines, a warm-up on the "idle" sibling still slows the kernel that started it, so it waits for that kernel's
-    first cells to end."""
+    first cells to end. A machine with a whole core (two CPUs) left over counts as quiet too: the warm-up runs there,
+    and a many-core host whose background use never falls to `quiet_cores` does not wait `most` for it."""
     start = time.monotonic()
     previous, cores = _cpu_times(), os.cpu_count() or 1
+    quiet_cores = max(quiet_cores, cores / 2 - 1)
     quiet_since = None
     while previous is not None and time.monotonic() - start < most:
         time.sleep(0.25)

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from jupyter_compile_cache.kernels.template import on_idle_cpu, wait_for_a_quiet_machine
+from jupyter_compile_cache.kernels.template import QUIET_CORES, on_idle_cpu, wait_for_a_quiet_machine
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
 
@@ -31,20 +31,31 @@ def test_a_failing_warm_up_raises_in_the_caller():
         on_idle_cpu(fails)
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="the machine's CPU use is read from /proc/stat (Linux)")
+def _spin(seconds: float) -> list[subprocess.Popen]:
+    """Processes that keep CPUs busy for `seconds`: enough that the machine is not quiet (one on 2 CPUs; on more,
+    more than half of them)."""
+    code = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end:\n    pass"
+    count = int(max(QUIET_CORES, (os.cpu_count() or 1) / 2 - 1)) + 1  # above the template's quiet line
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
+
+
+def _end(busy: list[subprocess.Popen]) -> None:
+    for process in busy:
+        process.kill()
+        process.wait()
+
+
 def test_a_template_waits_while_another_process_keeps_a_core_busy_and_not_longer():
     """The warm-up waits for the machine to settle (its kernel's first cells), and at most `most` seconds."""
-    spin = "import time\nend = time.time() + 3\nwhile time.time() < end:\n    pass"
-    busy = subprocess.Popen([sys.executable, "-c", spin])
+    busy = _spin(3)
     try:
         waited = wait_for_a_quiet_machine(quiet_for=0.5, most=30)
     finally:
-        busy.wait()
+        _end(busy)
     assert 2.5 <= waited < 30  # the whole spin, then half a second of quiet
     assert wait_for_a_quiet_machine(quiet_for=0.5, most=30) < 10  # a quiet machine: at once
-    busy = subprocess.Popen([sys.executable, "-c", spin.replace("3", "30")])
+    busy = _spin(30)
     try:
         assert 2 <= wait_for_a_quiet_machine(quiet_for=0.5, most=2) < 3  # never quiet: `most`, then warm up anyway
     finally:
-        busy.kill()
-        busy.wait()
+        _end(busy)
