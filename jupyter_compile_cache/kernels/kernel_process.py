@@ -2,14 +2,15 @@
 
 Two kinds of process become kernels here: a child forked from a warm template (template.py), and a cold process
 the launcher starts when no template fits (`python -m jupyter_compile_cache.kernels.kernel_process FD`, its end of a
-socket pair as FD). Both receive one `KernelRequest` from the launcher, with the launcher's stdin, stdout and
-stderr; both then look like a fresh `python -m ipykernel_launcher ARGS` started where and how the launcher was: the
-launch's whole environment, working directory, umask and niceness, new standard streams, Python's, NumPy's and
-torch's random states as a fresh process has them. They answer with their pid, run the kernel in this process,
-and send back "exit CODE" once its exit handlers ran (the user's, IPython's history, ipykernel closing its
-sockets), so the launcher ends at once and the interpreter's finalization (seconds after torch.compile) goes on
-at the lowest priority, off the next kernel's path. The connection stays open as the kernel's tie to its launcher:
-if it closes first (the front end killed the launcher), the kernel's process group is killed with it.
+socket pair as FD). Both receive one `KernelRequest` from the launcher (protocol.py), with the launcher's stdin,
+stdout and stderr; both then look like a fresh `python -m ipykernel_launcher ARGS` started where and how the
+launcher was: the launch's whole environment, working directory, umask and niceness, new standard streams,
+Python's, NumPy's and torch's random states as a fresh process has them. They answer with their pid, run the
+kernel in this process, and send back "exit CODE" once its exit handlers ran (the user's, IPython's history,
+ipykernel closing its sockets), so the launcher ends at once and the interpreter's finalization (seconds after
+torch.compile) goes on at the lowest priority, off the next kernel's path. The connection stays open as the
+kernel's tie to its launcher: if it closes first (the front end killed the launcher), the kernel's process group is
+killed with it.
 """
 
 from __future__ import annotations
@@ -17,88 +18,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import io
-import json
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-KERNEL_MODULE = "ipykernel_launcher"
-HEADER = struct.Struct("!I")  # the request's length, ahead of its JSON
-
-
-@dataclass
-class KernelRequest:
-    """What a launcher asks for: the kernel's arguments and everything of its own process a kernel inherits."""
-
-    args: list[str]
-    env: dict[str, str]
-    cwd: str
-    umask: int
-    nice: int
-    holder: int  # the launcher's parent (the front end or server): a template lives as long as one of them
-    started: float  # time.time() when the launcher started
-
-    @classmethod
-    def here(cls, args: list[str], started: float) -> KernelRequest:
-        umask = os.umask(0)
-        os.umask(umask)
-        nice = os.nice(0) if hasattr(os, "nice") else 0
-        return cls(list(args), dict(os.environ), os.getcwd(), umask, nice, os.getppid(), started)
-
-    def encode(self) -> bytes:
-        body = json.dumps(vars(self)).encode()
-        return HEADER.pack(len(body)) + body
-
-    @classmethod
-    def decode(cls, body: bytes) -> KernelRequest:
-        data = json.loads(body)
-        request = cls(**{k: data[k] for k in cls.__dataclass_fields__})
-        if not all(isinstance(a, str) for a in request.args) or not isinstance(request.env, dict):
-            raise ValueError("malformed request")
-        return request
-
-
-def send_request(conn: socket.socket, request: KernelRequest, stdio: list[int]) -> None:
-    data = request.encode()
-    sent = socket.send_fds(conn, [data[:32768]], stdio)
-    conn.sendall(data[sent:])
-
-
-def receive_request(conn: socket.socket) -> tuple[KernelRequest, list[int]] | None:
-    """One launcher's request and its three standard streams; None for anything else (its descriptors closed).
-    Only a process of this user is answered (Linux tells the peer's uid)."""
-    fds: list[int] = []
-    try:
-        if hasattr(socket, "SO_PEERCRED"):
-            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
-            if int.from_bytes(creds[4:8], sys.byteorder) != os.getuid():
-                return None
-        conn.settimeout(10)
-        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
-        while len(data) < HEADER.size or len(data) < HEADER.size + HEADER.unpack(data[: HEADER.size])[0]:
-            chunk = conn.recv(65536)
-            if not chunk:
-                raise ConnectionError("the launcher went away")
-            data += chunk
-        request = KernelRequest.decode(data[HEADER.size :])
-        if len(fds) != 3:
-            raise ValueError("no standard streams")
-        return request, fds
-    except (OSError, ValueError, KeyError, TypeError, struct.error):
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        return None
-
-
-def reply(conn: socket.socket, message: dict[str, Any]) -> None:
-    conn.sendall(json.dumps(message).encode() + b"\n")
+from .protocol import KERNEL_MODULE, KernelRequest, answer, exit_line, receive_request
 
 
 def become_kernel(
@@ -114,7 +42,7 @@ def become_kernel(
     imports set in the template, which a fresh kernel's set at its start."""
     _as_launched(request, stdio, forked_from)
     os.environ.update(kernel_sets or {})
-    reply(conn, {"pid": os.getpid()})
+    answer(conn, {"pid": os.getpid()})
     conn.settimeout(None)
     exiting = threading.Event()
     threading.Thread(target=_die_with_launcher, args=(conn, exiting), name="jcc-launcher-tie", daemon=True).start()
@@ -126,7 +54,7 @@ def become_kernel(
 
     def say_exit() -> None:
         exiting.set()
-        conn.sendall(f"exit {code}\n".encode())
+        conn.sendall(exit_line(code))
 
     _finish(say_exit)
     return code

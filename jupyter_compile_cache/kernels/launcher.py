@@ -32,8 +32,9 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from .kernel_process import KERNEL_MODULE, KernelRequest, send_request
+from . import protocol
 from .kernel_start import KernelStart, write_start
+from .protocol import KERNEL_MODULE, KernelRequest, read_answer, send_request
 from .runtime_dir import process_alive, runtime_dir
 from .template_fit import TemplateInfo, install_stamp, launch_key, template_env
 
@@ -159,7 +160,7 @@ def templates(directory: str) -> list[TemplateInfo]:
     """The ready templates in the folder, most recently used first; files of dead ones are removed."""
     found = []
     for name in os.listdir(directory):
-        if not name.endswith(".json"):
+        if not protocol.is_info_file(name):
             continue
         path = os.path.join(directory, name)
         try:
@@ -192,7 +193,7 @@ def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[K
                 conn.settimeout(ANSWER_TIMEOUT)
                 conn.connect(info.socket)
                 send_request(conn, request, _stdio())
-                answer = _read_line(conn)
+                answer = read_answer(conn)
                 if "pid" in answer:
                     return (conn, int(answer["pid"]), None, info.pid), ""
                 refused.append(f"the warm template refused: {answer.get('refused', 'no answer')}")
@@ -214,11 +215,11 @@ def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, w
     key = launch_key(sys.executable, env, stamp)
     if any(info.launch_key == key for info in templates(directory)):
         return why  # this launch's own template refused this once (see why): it stays for the next
-    warming = os.path.join(directory, f"{key}.warming")
+    warming = protocol.warming_path(directory, key)
     with contextlib.suppress(OSError, ValueError), open(warming, encoding="utf-8") as f:
         if process_alive(int(f.read().strip())):
             return f"{why}; the template for it is still warming up"
-    failed = os.path.join(directory, f"{key}.failed")
+    failed = protocol.failure_path(directory, key)
     with contextlib.suppress(OSError):
         if time.time() - os.stat(failed).st_mtime < RETRY_FAILED_AFTER:
             with open(failed, encoding="utf-8") as f:
@@ -226,7 +227,7 @@ def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, w
             print(f"jupyter_compile_cache launcher: the warm template could not warm up ({reason})", file=sys.stderr)
             return f"{why}; the last template for it could not warm up ({reason})"
         os.unlink(failed)
-    retired = os.path.join(directory, f"{key}.retired")
+    retired = protocol.retired_path(directory, key)
     with contextlib.suppress(OSError):
         with open(retired, encoding="utf-8") as f:
             why += f" (the last one retired: {f.read().strip()})"
@@ -253,7 +254,7 @@ def start_template(directory: str, env: dict[str, str], key: str) -> int | None:
     child and leads a session of its own; the launch's environment less its per-launch variables, the runtime
     folder as its working directory (nothing there shadows a module). Its pid, or None if it could not start."""
     read_end, write_end = os.pipe()
-    command = [sys.executable, "-m", "jupyter_compile_cache.kernels.template", str(os.getppid()), key]
+    command = [sys.executable, "-m", protocol.TEMPLATE_MODULE, str(os.getppid()), key]
     try:
         middle = os.fork()
     except OSError:
@@ -290,7 +291,7 @@ def start_cold_kernel(request: KernelRequest) -> Kernel | None:
     import subprocess
 
     ours, theirs = socket.socketpair()
-    command = [sys.executable, "-m", "jupyter_compile_cache.kernels.kernel_process", str(theirs.fileno())]
+    command = [sys.executable, "-m", protocol.KERNEL_PROCESS_MODULE, str(theirs.fileno())]
     try:
         proc = subprocess.Popen(command, pass_fds=(theirs.fileno(),), start_new_session=True)
     except OSError:
@@ -301,7 +302,7 @@ def start_cold_kernel(request: KernelRequest) -> Kernel | None:
     try:
         ours.settimeout(COLD_START_TIMEOUT)
         send_request(ours, request, _stdio())
-        answer = _read_line(ours)
+        answer = read_answer(ours)
         return ours, int(answer["pid"]), proc, None
     except (OSError, ValueError, KeyError, TypeError):
         ours.close()
@@ -312,22 +313,12 @@ def start_cold_kernel(request: KernelRequest) -> Kernel | None:
 
 def stand_in(conn: socket.socket, forwarder: SignalForwarder, child: subprocess.Popen | None = None) -> int:
     """Wait for the kernel's exit code on the connection; a kernel that ends without one was killed."""
-    conn.settimeout(None)
-    received = b""
-    while not received.endswith(b"\n"):
-        try:
-            chunk = conn.recv(256)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            break
-        received += chunk
-    word, _, code = received.decode(errors="replace").strip().partition(" ")
-    if word == "exit" and code.lstrip("-").isdigit():  # said by the kernel, or by its template after `os._exit`
-        return int(code)
+    ending = protocol.read_ending(conn)
+    if ending.code is not None:  # said by the kernel, or by its template after `os._exit`
+        return ending.code
     died_of = forwarder.termination  # the kernel died of the signal we passed on, or of what its exit says
-    if word == "signal" and code.isdigit():  # its template saw it killed
-        died_of = int(code)
+    if ending.signal is not None:  # its template saw it killed
+        died_of = ending.signal
     if child is not None:
         status = child.wait()
         if status >= 0:
@@ -339,21 +330,6 @@ def stand_in(conn: socket.socket, forwarder: SignalForwarder, child: subprocess.
         os.kill(os.getpid(), died_of)
     print("jupyter_compile_cache launcher: the kernel process ended without an exit code", file=sys.stderr)
     return 1
-
-
-def _read_line(conn: socket.socket) -> dict:
-    """The one-line JSON answer to a request (a pid, or why not). Reads byte-wise up to the newline: what follows
-    on the connection (the kernel's exit code) is read later by `stand_in`."""
-    line = b""
-    while not line.endswith(b"\n"):
-        byte = conn.recv(1)
-        if not byte:
-            raise ConnectionError("closed without an answer")
-        line += byte
-    answer = json.loads(line)
-    if not isinstance(answer, dict):
-        raise ValueError("not an answer")
-    return answer
 
 
 def _stdio() -> list[int]:

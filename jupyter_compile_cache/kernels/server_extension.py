@@ -23,7 +23,7 @@ import threading
 from typing import Any
 
 from .launcher import TEMPLATE_ONLY
-from .warm_kernel import LAUNCHER_MODULE
+from .protocol import LAUNCHER_MODULE
 
 
 def warm_specs(spec_manager: Any) -> dict[str, tuple[list[str], dict[str, str]]]:

@@ -44,7 +44,9 @@ import threading
 import time
 from typing import Any
 
-from .kernel_process import KernelRequest, become_kernel, receive_request, reply
+from . import protocol
+from .kernel_process import become_kernel
+from .protocol import KernelRequest, answer, receive_request
 from .runtime_dir import process_alive, runtime_dir
 from .template_fit import EnvironReads, TemplateInfo, install_stamp, per_launch, read_natively
 
@@ -209,23 +211,11 @@ def _thread_name(tid: str) -> str:
         return tid
 
 
-def failure_path(directory: str, launch_key: str) -> str:
-    return os.path.join(directory, f"{launch_key}.failed")
-
-
-def retired_path(directory: str, launch_key: str) -> str:
-    return os.path.join(directory, f"{launch_key}.retired")
-
-
-def warming_path(directory: str, launch_key: str) -> str:
-    return os.path.join(directory, f"{launch_key}.warming")
-
-
 class Template:
     def __init__(self, directory: str, info: TemplateInfo, baseline_threads: set[str], idle: float) -> None:
         self.directory, self.info, self.idle = directory, info, idle
         self.baseline_threads = baseline_threads
-        self.info_path = os.path.join(directory, os.path.basename(info.socket)[: -len(".sock")] + ".json")
+        self.info_path = protocol.info_path(directory, protocol.template_name(info.launch_key, info.pid))
         self.holders = set(info.holders)
         self.last_used = time.monotonic()
         self.holders_gone_at: float | None = None
@@ -293,7 +283,7 @@ class Template:
                     os.utime(self.info_path)  # the least recently used template is the first to go
         if refusal is not None:
             with contextlib.suppress(OSError):
-                reply(conn, {"refused": refusal})
+                answer(conn, {"refused": refusal})
         for fd in stdio:
             os.close(fd)
         if refusal is not None:
@@ -389,7 +379,7 @@ class Template:
                 code = os.waitstatus_to_exitcode(status)
                 with contextlib.suppress(OSError):
                     conn.setblocking(False)
-                    conn.send((f"exit {code}" if code >= 0 else f"signal {-code}").encode() + b"\n")
+                    conn.send(protocol.exit_line(code) if code >= 0 else protocol.signal_line(-code))
                 conn.close()
 
     def close(self) -> None:
@@ -398,7 +388,8 @@ class Template:
                 os.unlink(path)
         self.listener.close()
         if self.retired is not None:  # the next launch that finds no template says why this one went
-            with contextlib.suppress(OSError), open(retired_path(self.directory, self.info.launch_key), "w") as f:
+            retired = protocol.retired_path(self.directory, self.info.launch_key)
+            with contextlib.suppress(OSError), open(retired, "w", encoding="utf-8") as f:
                 f.write(self.retired)
 
     def linger(self) -> None:
@@ -438,7 +429,7 @@ def main(argv: list[str]) -> int:
     started = time.time()
     start_env = dict(os.environ)
     stamp = install_stamp()
-    warming = warming_path(directory, launch_key)
+    warming = protocol.warming_path(directory, launch_key)
     with open(warming, "w", encoding="utf-8") as f:
         f.write(str(os.getpid()))
     try:
@@ -454,19 +445,20 @@ def main(argv: list[str]) -> int:
         names = {n for n in reads.names | set(start_env) if n in reads.names or read_natively(n)}
         selecting = {n: start_env.get(n) for n in sorted(names) if not per_launch(n) and n != NVML_CHECK_ENV}
     except BaseException as exc:  # said in the failure file: the launcher tells the kernel's user why it started cold
-        with contextlib.suppress(OSError), open(failure_path(directory, launch_key), "w", encoding="utf-8") as f:
+        failed = protocol.failure_path(directory, launch_key)
+        with contextlib.suppress(OSError), open(failed, "w", encoding="utf-8") as f:
             f.write(f"{type(exc).__name__}: {exc}")
         with contextlib.suppress(OSError):
             os.unlink(warming)
         return 1
-    name = f"{launch_key}-{os.getpid()}"
+    name = protocol.template_name(launch_key, os.getpid())
     info = TemplateInfo(
         pid=os.getpid(),
         python=sys.executable,
         stamp=stamp,
         launch_key=launch_key,
         selecting=selecting,
-        socket=os.path.join(directory, f"{name}.sock"),
+        socket=protocol.socket_path(directory, name),
         started=started,
         warm_up_seconds=time.time() - started,
         holders=[holder],

@@ -28,9 +28,10 @@ import sys
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
+from .protocol import LAUNCHER_MODULE
+
 DEFAULT_KERNEL_NAME = "python3-compile-cache"
 DEFAULT_DISPLAY_NAME = "Python 3 (compile cache, warm)"
-LAUNCHER_MODULE = "jupyter_compile_cache.kernels.launcher"
 
 
 class LaunchedByLauncher(LocalProvisioner):

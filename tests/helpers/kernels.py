@@ -16,11 +16,13 @@ import psutil
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
+from jupyter_compile_cache.kernels.protocol import LAUNCHER_MODULE
+
 # JCC_TEST_KERNELS=warm: the tests' plain kernels are kernels of the warm kernel spec instead, forked from a template,
 # so that any suite can check that a forked kernel answers as a fresh one; each start's record (forked, or cold and
 # why) is appended to the file JCC_TEST_KERNELS_LOG names.
 WARM_KERNELS = os.environ.get("JCC_TEST_KERNELS") == "warm"
-LAUNCHER_CMD = [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher", "-f", "{connection_file}"]
+LAUNCHER_CMD = [sys.executable, "-m", LAUNCHER_MODULE, "-f", "{connection_file}"]
 PLAIN_CMD = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # this Python's ipykernel
 _spec_folders: dict[str, str] = {}
 _template_ready = False

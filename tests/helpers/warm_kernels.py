@@ -3,6 +3,7 @@ private runtime folder whose templates a test can wait for and end."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
 from jupyter_compile_cache.kernels.launcher import templates
+from jupyter_compile_cache.kernels.protocol import warming_path
 from jupyter_compile_cache.kernels.runtime_dir import process_alive
 from jupyter_compile_cache.kernels.template_fit import TemplateInfo
 
@@ -132,13 +134,12 @@ def wait_for_template(directory: str, timeout: float = 180, exclude: tuple[int, 
 def end_templates(directory: str) -> None:
     """SIGTERM every template of the folder, ready or warming, and wait for them."""
     pids = [info.pid for info in templates(directory)]
-    for name in os.listdir(directory):
-        if name.endswith(".warming"):
-            try:
-                with open(os.path.join(directory, name)) as f:
-                    pids.append(int(f.read()))
-            except (OSError, ValueError):
-                continue
+    for warming in glob.glob(warming_path(directory, "*")):
+        try:
+            with open(warming) as f:
+                pids.append(int(f.read()))
+        except (OSError, ValueError):
+            continue
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)

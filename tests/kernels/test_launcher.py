@@ -21,6 +21,7 @@ from helpers.kernels import process_gone
 from helpers.warm_kernels import RawFrontEnd, end_templates, tiny_wheel, wait_for_template
 
 from jupyter_compile_cache.kernels.launcher import templates
+from jupyter_compile_cache.kernels.protocol import warming_path
 from jupyter_compile_cache.kernels.runtime_dir import process_alive
 from jupyter_compile_cache.kernels.template_fit import TemplateInfo, install_stamp
 
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 
 def _alive(warming: str) -> bool:
-    """The template that wrote this `.warming` file (its pid) is still running."""
+    """The template that wrote this warming file (its pid) is still running."""
     try:
         with open(warming, encoding="utf-8") as f:
             os.kill(int(f.read()), 0)
@@ -64,14 +65,14 @@ def warm(warm_env, tmp_path_factory):
         def template(self) -> TemplateInfo:
             """The template of this module's environment, once ready (a launch starts it if none is there)."""
             fitting = [t for t in templates(self.directory) if t.mismatch(sys.executable, env, install_stamp()) is None]
-            if not fitting and not glob.glob(os.path.join(self.directory, "*.warming")):
+            if not fitting and not glob.glob(warming_path(self.directory, "*")):
                 fe = self.launch()
                 assert fe.shutdown() == 0
             deadline = time.time() + 180
             while time.time() < deadline:
                 # and none other still warming up (an earlier test's, waiting for a quiet machine): once ready, it
                 # could retire this one under the test's launch
-                settled = not any(map(_alive, glob.glob(os.path.join(self.directory, "*.warming"))))
+                settled = not any(map(_alive, glob.glob(warming_path(self.directory, "*"))))
                 for info in templates(self.directory):
                     if settled and info.mismatch(sys.executable, env, install_stamp()) is None:
                         return info
