@@ -100,7 +100,9 @@ class HubPolicy:
         backend = self._backends.get(key)
         if backend is None:
             try:
-                backend = self._backends[key] = open_backend(config.url, config.connect_timeout, config.timeout)
+                backend = self._backends[key] = open_backend(
+                    config.url, config.connect_timeout, config.timeout, config.clock
+                )
             except HubError:  # a URL no backend takes: the Hub raises it again at first use, where it is reported
                 return Hub(config)
         return Hub(config, backend)

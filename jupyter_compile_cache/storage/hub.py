@@ -38,7 +38,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..units import count
@@ -46,6 +46,7 @@ from . import chunks, file_copy
 from .backends import Backend, open_backend, redact
 from .backends.base import HubError, HubRefused
 from .bundle import DamagedBundle, Manifest
+from .clock import SYSTEM_CLOCK, Clock
 from .signing import SignatureError, check_signature, sign
 from .store import Removal
 
@@ -70,6 +71,7 @@ class HubConfig:
     connect_timeout: float = 2.0
     timeout: float = 10.0
     orphan_ttl: int = ORPHAN_TTL
+    clock: Clock = field(default=SYSTEM_CLOCK, compare=False, repr=False)
 
 
 class Hub:
@@ -83,7 +85,8 @@ class Hub:
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            self._backend = open_backend(self.config.url, self.config.connect_timeout, self.config.timeout)
+            config = self.config
+            self._backend = open_backend(config.url, config.connect_timeout, config.timeout, config.clock)
         return self._backend
 
     @property
@@ -252,7 +255,8 @@ class Hub:
         flags: list[bool] = []
         sizes: list[int] = []  # each chunk's raw bytes
         ttl = self.config.ttl
-        started = time.monotonic()
+        clock = self.config.clock
+        started = clock.monotonic()
         # Where an expiry is rewritten in place (Redis, a folder), chunks carry a short one until the commit. Where it
         # costs a copy of the object (S3), chunks get the bundle's own expiry at once, and one small key says a push
         # is at work on them; gc removes chunks that neither a manifest nor a live marker claims.
@@ -280,19 +284,19 @@ class Hub:
             self.backend.put(batch, ttl=orphan_ttl if marker is None else ttl)
             return len(batch)
 
-        sent, done, renewed = 0, 0, time.monotonic()
+        sent, done, renewed = 0, 0, clock.monotonic()
         with open(payload_path, "rb") as f:
             pieces = iter(lambda: f.read(size), b"")
             encoded = file_copy.in_order(chunks.encode if compress else chunks.as_is, pieces, AHEAD)
             for count_sent in file_copy.in_order(send, calls(encoded), self.backend.push_calls_in_flight):
                 done += sum(sizes[sent : sent + count_sent])
                 sent += count_sent
-                if time.monotonic() - renewed > orphan_ttl / 3:  # a long push keeps its first chunks alive
+                if clock.monotonic() - renewed > orphan_ttl / 3:  # a long push keeps its first chunks alive
                     if marker is None:
                         self.backend.touch(keys(sent), orphan_ttl)
                     else:
                         self.backend.put({marker: b""}, ttl=orphan_ttl)
-                    renewed = time.monotonic()
+                    renewed = clock.monotonic()
                 if progress:
                     progress(done, manifest.payload_bytes)
         pushed = Manifest.from_json(manifest.to_json())
@@ -307,7 +311,7 @@ class Hub:
             self.backend.touch(written, ttl)
         # Where chunks were written with their final expiry (S3) and none of it has come yet, one listing says which
         # are there: a 1 GB push spent 0.57 s on 250 HEADs, one per chunk, where a listing is one request a thousand.
-        if marker is not None and (ttl is None or time.monotonic() - started < ttl):
+        if marker is not None and (ttl is None or clock.monotonic() - started < ttl):
             present = set(self.backend.list(f"{self._prefix(name)}:chunk:{fp}:{version}:"))
             gone = [key for key in written if key not in present]
         else:
@@ -426,7 +430,8 @@ class Hub:
 
     # -- single flight ------------------------------------------------------------------------------------------
     def lease(self, name: str, fp: str, holder: str) -> Lease:
-        return Lease(self.backend, self._lease_key(name, fp), holder, refused=lambda exc: self._refused(exc, "write"))
+        refused = lambda exc: self._refused(exc, "write")  # noqa: E731
+        return Lease(self.backend, self._lease_key(name, fp), holder, refused=refused, clock=self.config.clock)
 
 
 class Lease:
@@ -441,9 +446,10 @@ class Lease:
         holder: str,
         ttl: int = LEASE_TTL,
         refused: Callable[[HubRefused], HubRefused] = lambda exc: exc,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.backend, self.key, self.ttl, self._refused = backend, key, ttl, refused
-        self.token = json.dumps({"holder": holder, "since": time.time(), "id": uuid.uuid4().hex})
+        self.backend, self.key, self.ttl, self._refused, self.clock = backend, key, ttl, refused, clock
+        self.token = json.dumps({"holder": holder, "since": clock.time(), "id": uuid.uuid4().hex})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -459,12 +465,12 @@ class Lease:
             return None
         try:
             info = json.loads(holder)
-            return info if isinstance(info, dict) else {"holder": "unknown", "since": time.time()}
+            return info if isinstance(info, dict) else {"holder": "unknown", "since": self.clock.time()}
         except ValueError:
-            return {"holder": "unknown", "since": time.time()}
+            return {"holder": "unknown", "since": self.clock.time()}
 
     def _renew(self) -> None:
-        while not self._stop.wait(self.ttl / 3):
+        while not self.clock.wait(self._stop, self.ttl / 3):
             try:
                 if not self.backend.renew(self.key, self.token.encode(), self.ttl):
                     return  # expired and maybe taken by someone else: not ours to extend

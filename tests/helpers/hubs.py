@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from helpers import s3_server
+from helpers.clock import JumpingClock
 from helpers.redis_server import RedisClusterServers, RedisServer, TlsRedisServer
 from helpers.s3_server import S3Server
 from helpers.tcp_proxy import HoldingProxy
@@ -58,13 +59,19 @@ class HubUnderTest:
 
     def __init__(self, workdir) -> None:
         self.workdir = workdir
+        self.clock = JumpingClock()  # the clock of every hub this gives: `pass_time` moves it
 
     @property
     def url(self) -> str:
         raise NotImplementedError
 
     def hub(self, **kw) -> Hub:
-        return hub_at(kw.pop("url", self.url), **kw)
+        return hub_at(kw.pop("url", self.url), **{"clock": self.clock, **kw})
+
+    def pass_time(self, seconds: float) -> None:
+        """`seconds` pass for the hubs this gives and for what the hub holds: a renewal that falls due runs (on its
+        thread: wait for what it does), and what expires is gone."""
+        self.clock.jump(seconds)
 
     def seconds_left(self, key: str) -> float | None:
         """Seconds until KEY expires; None when it never does."""
@@ -118,9 +125,29 @@ class RedisHubUnderTest(HubUnderTest):
         return self.server.client()
 
     def seconds_left(self, key: str) -> float | None:
-        ttl = self.client().ttl(braced(key))  # the key as Redis holds it
+        ttl = self.client().pttl(braced(key))  # the key as Redis holds it
         assert ttl != -2, f"{key} is not there"
-        return None if ttl == -1 else float(ttl)
+        return None if ttl == -1 else ttl / 1000
+
+    def node_clients(self) -> list[Any]:
+        return [self.client()]
+
+    def pass_time(self, seconds: float) -> None:
+        """Redis expires keys by its own clock: each key's time left is shortened by `seconds` (a key with less
+        left expires now, by the server's own expiry), then the hubs' clock moves."""
+        for client in self.node_clients():
+            expiring = []
+            for key in client.scan_iter(count=1000):
+                left = client.pttl(key)
+                if left > seconds * 1000:
+                    client.pexpire(key, int(left - seconds * 1000))
+                elif left >= 0:
+                    client.pexpire(key, 1)
+                    expiring.append(key)
+            deadline = time.monotonic() + 10
+            while expiring and client.exists(*expiring) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        super().pass_time(seconds)
 
     def cut(self) -> None:
         self.server.stop()
@@ -157,6 +184,9 @@ class ClusterHubUnderTest(RedisHubUnderTest):
 
         return redis.RedisCluster(host="127.0.0.1", port=self.server.nodes[0].port)
 
+    def node_clients(self) -> list[Any]:
+        return [node.client() for node in self.server.nodes]
+
     def cut(self) -> None:
         for node in self.server.nodes:
             node.stop()
@@ -192,7 +222,7 @@ class FolderHubUnderTest(HubUnderTest):
 
         with open(FolderBackend(self.url)._path(key), "rb") as f:
             _magic, expires = struct.unpack_from(HEADER.format, f.read(HEADER.size))
-        return None if expires == 0 else expires - time.time()
+        return None if expires == 0 else expires - self.clock.time()
 
     def cut(self) -> None:
         os.rename(self.folder, self.folder + ".unmounted")
@@ -233,7 +263,7 @@ class S3HubUnderTest(HubUnderTest):
 
         name = S3Backend(self.url)._object(key)
         expires = float(self.server.client().head_object(Bucket=self.bucket, Key=name)["Metadata"][EXPIRES])
-        return None if expires == 0 else expires - time.time()
+        return None if expires == 0 else expires - self.clock.time()
 
     def cut(self) -> None:
         self.proxy.cut()

@@ -130,8 +130,12 @@ def test_signals_and_exit_codes_pass_through_the_launcher(warm):
     assert fe.start_record()["template_pid"] == template.pid
     kernel = fe.kernel_pid()
 
-    fe.client.execute("import time; time.sleep(60)")  # the front end's interrupt goes to the launcher
-    time.sleep(1)
+    # the front end's interrupt goes to the launcher, once the cell is in its sleep
+    fe.client.execute("import time; print('SLEEPING', flush=True); time.sleep(60)")
+    while True:
+        message = fe.client.get_iopub_msg(timeout=20)
+        if message["msg_type"] == "stream" and "SLEEPING" in message["content"]["text"]:
+            break
     started = time.time()
     fe.proc.send_signal(signal.SIGINT)
     reply = fe.client.get_shell_msg(timeout=20)

@@ -241,14 +241,14 @@ def test_two_writers_pushing_the_same_name_both_finish(tmp_path, any_hub):
 
 def test_ttl_expires_bundles_and_gc_forgets_their_names(tmp_path, clocked_hub):
     store, manifest = local_bundle(tmp_path, size=300_000)
-    hub = clocked_hub.hub(ttl=2)
+    hub = clocked_hub.hub(ttl=60)
     hub.push(manifest, store.payload_path(manifest))
     key = hub._manifest_key("net", manifest.fingerprint_id, manifest.version)
     # the bundle's ttl
-    assert clocked_hub.seconds_left(key) <= 2 and clocked_hub.seconds_left(_chunk(hub, manifest, 0)) <= 2
-    deadline = time.time() + 20  # it expires; however slow the push was, no read races the clock
-    while hub.versions("net") and time.time() < deadline:
-        time.sleep(0.2)
+    assert 50 < clocked_hub.seconds_left(key) <= 60 and 50 < clocked_hub.seconds_left(_chunk(hub, manifest, 0)) <= 60
+    clocked_hub.pass_time(30)
+    assert [v.version for v in hub.versions("net")] == [manifest.version]
+    clocked_hub.pass_time(31)
     assert hub.versions("net") == [] and hub.names() == []
     hub.gc()
     assert hub.backend.list("jcc:") == []  # nothing of it left
@@ -281,29 +281,35 @@ def test_lease_single_flight(clocked_hub):
     assert theirs.acquire() is None
     theirs.release()
     dead = hub.lease("net", "f" * 12, "carol@c")
-    dead.ttl = 1
     assert dead.acquire() is None
     dead._stop.set()  # the holder dies: no more renewals
-    time.sleep(1.5)
+    clocked_hub.pass_time(dead.ttl - 5)
+    assert hub.lease("net", "f" * 12, "dave@d").acquire()["holder"] == "carol@c"
+    clocked_hub.pass_time(6)  # past its ttl
     assert hub.lease("net", "f" * 12, "dave@d").acquire() is None
 
 
 def test_a_lease_is_renewed_while_its_holder_lives(clocked_hub):
     hub = clocked_hub.hub()
-    alive = Lease(hub.backend, hub._lease_key("net", "f"), "alice@a", ttl=3)
+    alive = Lease(hub.backend, hub._lease_key("net", "f"), "alice@a", ttl=60, clock=clocked_hub.clock)
     assert alive.acquire() is None
-    time.sleep(4.0)  # past its ttl: renewed every second, so a renewal may come 2 s late on a loaded machine
+    for _ in range(3):  # 150 s in all, past its ttl
+        clocked_hub.pass_time(50)  # a third of its ttl is due: its thread renews it, to 60 s again
+        deadline = time.monotonic() + 30  # the renewal on its thread, however loaded the machine
+        while clocked_hub.seconds_left(alive.key) < 30 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert clocked_hub.seconds_left(alive.key) > 30
     assert clocked_hub.hub().lease("net", "f", "bob@b").acquire()["holder"] == "alice@a"
     alive.release()
 
 
 def test_an_expired_holder_never_releases_the_lease_a_collaborator_took_since(clocked_hub):
     hub = clocked_hub.hub()
-    alice = Lease(hub.backend, hub._lease_key("net", "f"), "alice@a", ttl=1)
+    alice = Lease(hub.backend, hub._lease_key("net", "f"), "alice@a", ttl=60, clock=clocked_hub.clock)
     assert alice.acquire() is None
     alice._stop.set()  # stalled: no renewals
-    time.sleep(1.5)
-    bob = Lease(hub.backend, alice.key, "bob@b")
+    clocked_hub.pass_time(61)
+    bob = Lease(hub.backend, alice.key, "bob@b", clock=clocked_hub.clock)
     assert bob.acquire() is None
     alice.release()  # late
     assert bob.held() and clocked_hub.hub().lease("net", "f", "carol@c").acquire()["holder"] == "bob@b"
@@ -402,7 +408,7 @@ def test_an_old_holder_never_releases_a_lease_a_collaborator_took_since_even_hel
 
     proxy = HoldingProxy(redis_server.port)
     try:
-        alice = Lease(hub_at(proxy.url).backend, "jcc:default/net:lease:f", "alice@a", ttl=1)
+        alice = Lease(hub_at(proxy.url).backend, "jcc:default/net:lease:f", "alice@a")
         assert alice.acquire() is None
         # Hold the request that removes the key (a DEL, or the script that compares and deletes).
         proxy.hold = lambda data: any(word in data.upper() for word in (b"\r\nDEL\r\n", b"UNLINK", b"EVAL"))
@@ -410,9 +416,10 @@ def test_an_old_holder_never_releases_a_lease_a_collaborator_took_since_even_hel
         releasing.start()
         assert proxy.held.wait(5), "the release never reached the wire"
         direct, key = redis_server.client(), braced(alice.key)  # the key as Redis holds it
-        deadline = time.time() + 5
-        while direct.exists(key) and time.time() < deadline:  # Alice's lease expires (no renewals now)
-            time.sleep(0.05)
+        direct.pexpire(key, 1)  # Alice's lease expires (no renewals now): its time passes on the server
+        deadline = time.monotonic() + 5
+        while direct.exists(key) and time.monotonic() < deadline:
+            time.sleep(0.01)
         bob = Lease(hub_at(redis_server.url).backend, alice.key, "bob@b")
         assert bob.acquire() is None
         proxy.let_go()
@@ -519,7 +526,7 @@ store, manifest = local_bundle(pathlib.Path(sys.argv[2]), size=3 << 20)
 def stall(done, total):
     print("PUSHING", flush=True)
     time.sleep(3600)
-hub_at(sys.argv[1], orphan_ttl=2).push(manifest, store.payload_path(manifest), progress=stall)
+hub_at(sys.argv[1], orphan_ttl=60).push(manifest, store.payload_path(manifest), progress=stall)
 """
 
 
@@ -536,15 +543,12 @@ def test_a_pusher_killed_midway_leaves_no_chunk_after_a_few_seconds_not_an_hour(
     hub = clocked_hub.hub()
     left = hub.backend.list("jcc:default/net:chunk:")
     assert left and hub.versions("net") == []  # its first chunks, no manifest
-    deadline = time.time() + 30  # orphan_ttl is 2 s; wide for a loaded machine
-    if hub.backend.expiry_in_place:  # the chunks' own short expiry: unreadable within seconds
-        while len(hub.backend.missing(left)) < len(left) and time.time() < deadline:
-            time.sleep(0.2)
+    clocked_hub.pass_time(61)  # its orphan_ttl: a minute here, five by default
+    if hub.backend.expiry_in_place:  # the chunks' own short expiry: unreadable now
         assert hub.backend.missing(left) == left and hub.backend.get(left) == [None] * len(left)
-    else:  # S3: the push's marker lapses within seconds, and gc takes what it claimed
+    else:  # S3: the push's marker has lapsed, and gc takes what it claimed
         [marker] = [key for key in hub.backend.list("jcc:default/net:") if ":pushing:" in key]
-        while hub.backend.missing([marker]) != [marker] and time.time() < deadline:
-            time.sleep(0.2)
+        assert hub.backend.missing([marker]) == [marker]
         assert len(hub.backend.list("jcc:default/net:chunk:")) == len(left)  # nothing but gc removes them
     hub.gc()  # what the store does not drop itself (a folder's files, S3's objects) goes at the next sweep
     assert hub.backend.list("jcc:") == [] and hub.versions("net") == []
@@ -553,30 +557,21 @@ def test_a_pusher_killed_midway_leaves_no_chunk_after_a_few_seconds_not_an_hour(
 
 
 def test_a_push_longer_than_the_orphan_ttl_keeps_its_first_chunks_alive(tmp_path, clocked_hub):
-    """A push twice as long as `orphan_ttl`, and a collaborator's gc, again and again in a process of its own, once
-    that has passed: the push renews what keeps its chunks (their expiry, or on S3 its `pushing` key) as it sends,
-    so it commits whole. (The gc runs beside the push, as a colleague's does: run inside the push's progress
-    callback it held the push, and its renewals, for as long as it took on a busy machine.)"""
+    """A push two and a half times as long as `orphan_ttl`, and a collaborator's gc after every call once that has
+    passed: the push renews what keeps its chunks (their expiry, or on S3 its `pushing` key) as it sends, so it
+    commits whole."""
     store, manifest = local_bundle(tmp_path, size=3 << 20)
-    hub = clocked_hub.hub(orphan_ttl=2, chunk_size=64 << 10)
+    hub = clocked_hub.hub(orphan_ttl=60, chunk_size=64 << 10)
     batches = -(-48 // hub.backend.keys_per_call)  # 3 MB in chunks of 64 KB, sent keys_per_call at a time
-    pushed = threading.Event()
     collected: list[int] = []
 
-    def collaborator() -> None:
-        if not pushed.wait(2.5):  # the chunks sent first are older than orphan_ttl by now
-            while not pushed.is_set():
-                clocked_hub.hub().gc()
-                collected.append(1)
-                pushed.wait(0.3)
+    def call_sent(done: int, total: int) -> None:
+        clocked_hub.pass_time(150 / batches)  # each call takes this long: under orphan_ttl, the whole push not
+        if clocked_hub.clock.jumped > 65:  # the chunks sent first are older than orphan_ttl by now
+            clocked_hub.hub().gc()
+            collected.append(1)
 
-    gc_runs = threading.Thread(target=collaborator)
-    gc_runs.start()
-    try:
-        hub.push(manifest, store.payload_path(manifest), progress=lambda done, total: time.sleep(4.5 / batches))
-    finally:
-        pushed.set()
-        gc_runs.join()
+    hub.push(manifest, store.payload_path(manifest), progress=call_sent)
     assert collected  # the collaborator's gc ran while the push went on
     [listed] = hub.versions("net")
     assert pull_bytes(hub, listed) == _payload(store, manifest)

@@ -8,6 +8,7 @@ first used, so importing them here costs nothing.
 
 from __future__ import annotations
 
+from ..clock import SYSTEM_CLOCK, Clock
 from .base import Backend, HubError, HubRefused
 from .folder import FolderBackend
 from .redis import RedisBackend
@@ -45,10 +46,12 @@ def check_url(url: str) -> str:
     return value
 
 
-def open_backend(url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> Backend:
-    """The backend for URL (checked first: an unknown scheme is a HubError naming the supported ones)."""
+def open_backend(url: str, connect_timeout: float = 2.0, timeout: float = 10.0, clock: Clock = SYSTEM_CLOCK) -> Backend:
+    """The backend for URL (checked first: an unknown scheme is a HubError naming the supported ones); `clock`
+    stamps and reads the expiries a backend keeps itself (a folder's, S3's)."""
     try:
         value = check_url(url)
     except ValueError as exc:
         raise HubError(str(exc)) from None
-    return schemes()[value.partition("://")[0]](value, connect_timeout=connect_timeout, timeout=timeout)
+    backend = schemes()[value.partition("://")[0]]
+    return backend(value, connect_timeout=connect_timeout, timeout=timeout, clock=clock)

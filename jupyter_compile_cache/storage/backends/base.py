@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar, Protocol
 
+from ..clock import SYSTEM_CLOCK, Clock
+
 
 class HubError(Exception):
     """The hub failed (down, timed out, full, hostile data); the caller treats it as a miss and carries on."""
@@ -55,8 +57,11 @@ class Backend(Protocol):
     # copy of each object), so the hub writes chunks with their final expiry at once (storage/hub.py `_push`)
     expiry_in_place: bool
 
-    def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
-        """Nothing is connected yet: the first call connects (and its failure is that call's HubError)."""
+    def __init__(
+        self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        """Nothing is connected yet: the first call connects (and its failure is that call's HubError). `clock`
+        stamps and reads expiries where the backend keeps them itself; a server with its own (Redis) ignores it."""
         ...
 
     @staticmethod

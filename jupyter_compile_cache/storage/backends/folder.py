@@ -21,13 +21,13 @@ from __future__ import annotations
 import errno
 import os
 import struct
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import ClassVar
 from urllib.parse import quote, unquote, urlsplit
 
 from .. import temp_files
+from ..clock import SYSTEM_CLOCK, Clock
 from .base import HubError, HubRefused
 from .keys import braced, unbraced
 
@@ -58,7 +58,10 @@ class FolderBackend:
     expiry_in_place = True
     check_url = staticmethod(_check_url)
 
-    def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
+    def __init__(
+        self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self.clock = clock
         self.url = url
         self.display_url = url
         self.root = folder_of(url)
@@ -114,9 +117,11 @@ class FolderBackend:
         magic, expires = HEADER.unpack(header)
         return expires if magic == MAGIC else None
 
-    @staticmethod
-    def _live(expires: float) -> bool:
-        return expires == 0 or expires > time.time()
+    def _live(self, expires: float) -> bool:
+        return expires == 0 or expires > self.clock.time()
+
+    def _expires(self, ttl: float | None) -> float:
+        return self.clock.time() + ttl if ttl else 0.0
 
     def _write(self, path: str, value: bytes, ttl: int | None, exclusive: bool = False) -> bool:
         """Write a whole file; with `exclusive`, only if PATH does not exist (False if it does)."""
@@ -124,7 +129,7 @@ class FolderBackend:
         temp = os.path.join(os.path.dirname(path), temp_files.name(TEMP))
         try:
             with open(temp, "wb") as f:
-                f.write(HEADER.pack(MAGIC, time.time() + ttl if ttl else 0.0))
+                f.write(HEADER.pack(MAGIC, self._expires(ttl)))
                 f.write(value)
                 f.flush()
                 os.fsync(f.fileno())
@@ -142,7 +147,7 @@ class FolderBackend:
                 except FileExistsError:
                     return False
                 with os.fdopen(fd, "wb") as f:
-                    f.write(HEADER.pack(MAGIC, time.time() + ttl if ttl else 0.0))
+                    f.write(HEADER.pack(MAGIC, self._expires(ttl)))
                     f.write(value)
                 return True
         finally:
@@ -178,7 +183,7 @@ class FolderBackend:
 
     def touch(self, keys: Sequence[str], ttl: int | None) -> None:
         self._check_root()
-        header = HEADER.pack(MAGIC, time.time() + ttl if ttl else 0.0)
+        header = HEADER.pack(MAGIC, self._expires(ttl))
         for key in keys:
             try:
                 with open(self._path(key), "r+b") as f:
@@ -316,7 +321,7 @@ class FolderBackend:
             if found is None or found[1] != token or not self._live(found[0]):
                 return False
             with open(path, "r+b") as f:
-                f.write(HEADER.pack(MAGIC, time.time() + ttl))
+                f.write(HEADER.pack(MAGIC, self._expires(ttl)))
             return True
         except OSError as exc:
             raise self._error(exc, "renewing the lease") from None

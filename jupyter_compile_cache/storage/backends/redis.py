@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
+from ..clock import SYSTEM_CLOCK, Clock
 from . import after_fork
 from .base import HubConnectionLost, HubError, HubRefused
 from .keys import braced, unbraced
@@ -119,8 +120,10 @@ class RedisBackend:
     expiry_in_place = True
     check_url = staticmethod(_check_url)
 
-    def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
-        self.url = url
+    def __init__(
+        self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self.url = url  # `clock` is not used: Redis expires keys by its own clock
         self.display_url = redact(url)
         self.connect_timeout, self.timeout = connect_timeout, timeout
         self._client: Any = None

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
+from ..clock import SYSTEM_CLOCK, Clock
 from . import after_fork
 from .base import HubError, HubRefused
 
@@ -78,7 +78,10 @@ class S3Backend:
     expiry_in_place = False
     check_url = staticmethod(_check_url)
 
-    def __init__(self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0) -> None:
+    def __init__(
+        self, url: str, connect_timeout: float = 2.0, timeout: float = 10.0, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self.clock = clock
         parts = urlsplit(url)
         self.url = self.display_url = url
         self.bucket = parts.netloc
@@ -202,6 +205,12 @@ class S3Backend:
             raise
         return reply["Body"].read(), _expiry(reply), reply.get("ETag", "")
 
+    def _expires(self, ttl: float | None) -> float:
+        return self.clock.time() + ttl if ttl else 0.0
+
+    def _live(self, expires: float) -> bool:
+        return expires == 0 or expires > self.clock.time()
+
     def _head(self, key: str) -> tuple[float, str] | None:
         try:
             reply = self.client.head_object(Bucket=self.bucket, Key=self._object(key))
@@ -223,16 +232,16 @@ class S3Backend:
     def get(self, keys: Sequence[str]) -> list[bytes | None]:
         def value(key: str) -> bytes | None:
             found = self._get(key)
-            return found[0] if found is not None and _live(found[1]) else None
+            return found[0] if found is not None and self._live(found[1]) else None
 
         return self._each(keys, value, "read")
 
     def put(self, items: Mapping[str, bytes], ttl: int | None = None) -> None:
-        expires = _expires(ttl)
+        expires = self._expires(ttl)
         self._each(list(items), lambda key: self._put(key, items[key], expires), "write")
 
     def touch(self, keys: Sequence[str], ttl: int | None) -> None:
-        expires = _expires(ttl)
+        expires = self._expires(ttl)
 
         def copy(key: str) -> None:
             name = self._object(key)
@@ -267,7 +276,7 @@ class S3Backend:
     def missing(self, keys: Sequence[str]) -> list[str]:
         def gone(key: str) -> bool:
             found = self._head(key)
-            return found is None or not _live(found[0])
+            return found is None or not self._live(found[0])
 
         return [key for key, absent in zip(keys, self._each(keys, gone, "read")) if absent]
 
@@ -290,7 +299,7 @@ class S3Backend:
 
         def swept(key: str) -> bool:
             found = self._head(key)
-            if found is None or _live(found[0]):
+            if found is None or self._live(found[0]):
                 return False
             try:
                 self.client.delete_object(Bucket=self.bucket, Key=self._object(key), IfMatch=found[1])
@@ -307,23 +316,23 @@ class S3Backend:
     # -- the lease ----------------------------------------------------------------------------------------------
     def acquire(self, key: str, token: bytes, ttl: int) -> bytes | None:
         for _ in range(5):
-            if self._conditional(lambda: self._put(key, token, _expires(ttl), IfNoneMatch="*")):
+            if self._conditional(lambda: self._put(key, token, self._expires(ttl), IfNoneMatch="*")):
                 return None
             found = self._call(lambda: self._get(key))
             if found is None:  # released in between
                 continue
             holder, expires, etag = found
-            if _live(expires):
+            if self._live(expires):
                 return holder
-            if self._conditional(lambda etag=etag: self._put(key, token, _expires(ttl), IfMatch=etag)):  # break it
+            if self._conditional(lambda etag=etag: self._put(key, token, self._expires(ttl), IfMatch=etag)):  # break it
                 return None
         return b""
 
     def renew(self, key: str, token: bytes, ttl: int) -> bool:
         found = self._call(lambda: self._get(key))
-        if found is None or found[0] != token or not _live(found[1]):
+        if found is None or found[0] != token or not self._live(found[1]):
             return False
-        return self._conditional(lambda: self._put(key, token, _expires(ttl), IfMatch=found[2]))
+        return self._conditional(lambda: self._put(key, token, self._expires(ttl), IfMatch=found[2]))
 
     def release(self, key: str, token: bytes) -> None:
         found = self._call(lambda: self._get(key))
@@ -392,16 +401,8 @@ def _words(exc: Exception) -> str:
     return re.sub(r"(https?://[^/\s\"']+)[^\s\"']*", r"\1", str(exc)) or type(exc).__name__
 
 
-def _expires(ttl: float | None) -> float:
-    return time.time() + ttl if ttl else 0.0
-
-
 def _expiry(reply: Mapping[str, Any]) -> float:
     try:
         return float(reply.get("Metadata", {}).get(EXPIRES, "0"))
     except ValueError:
         return 0.0
-
-
-def _live(expires: float) -> bool:
-    return expires == 0 or expires > time.time()
