@@ -9,6 +9,9 @@ compiled optimizer step is the one torch will not package ("Graph contains named
 addresses"): it is told once, traced again, and still compiles nothing. transformers' own compile of `generate`
 wraps torch's `Module._wrapped_call_impl`, of which Dynamo traces nothing: no entry, and no miss either. The decode
 comes back with the CUDA-graph setting of its mode.
+
+A torch without Dynamo's precompile (2.9, 2.10) runs the same cells: there the restored kernel traces again and
+every compiled graph comes from torch's AOTAutograd and FX graph caches, with no miss and the same answers.
 """
 
 from __future__ import annotations
@@ -20,10 +23,7 @@ from helpers.kernels import misses
 
 from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not PrecompileGuard.available(), reason="Dynamo precompile is not used with torch < 2.11"),
-]
+pytestmark = pytest.mark.slow
 
 SETUP = """
 import copy, warnings
@@ -99,8 +99,9 @@ def _close(a: list[float], b: list[float], tol: float = 1e-4) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= tol * max(1.0, abs(y)) for x, y in zip(a, b))
 
 
-def test_decode_flex_and_compiled_optimizer_restore_through_precompile(kernel_factory, dirs):
+def test_decode_flex_and_compiled_optimizer_restore_whole(kernel_factory, dirs):
     k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=dirs["cache_a"], JUPYTER_COMPILE_CACHE_DIR=dirs["store"])
+    precompiled = PrecompileGuard.available()  # else every function is traced again, its graphs from torch's caches
     outputs, cudagraph_skips = {}, {}
     for run in ("cold", "restored"):
         if run == "restored":
@@ -109,8 +110,9 @@ def test_decode_flex_and_compiled_optimizer_restore_through_precompile(kernel_fa
         setup = k.run(SETUP).check().output
         out = "".join(k.run(cell).check().output for cell in CELLS.values())
         assert "fell back" not in out and "precompile failed" not in out, out
-        assert out.count("torch does not package a function") == 1, out  # the optimizer step, told once
-        assert "Graph contains named parameters" in out, out  # torch words the rest differently by version
+        if precompiled:
+            assert out.count("torch does not package a function") == 1, out  # the optimizer step, told once
+            assert "Graph contains named parameters" in out, out  # torch words the rest differently by version
         outputs[run] = _values(setup + out)
         cudagraph_skips[run] = k.counters().get("inductor", {}).get("cudagraph_skips", 0)
         if run == "restored":
@@ -118,9 +120,13 @@ def test_decode_flex_and_compiled_optimizer_restore_through_precompile(kernel_fa
             assert out.count("nothing new to save") == len(CELLS), out
             counters = k.counters()
             assert misses(counters) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
-            assert counters["dynamo_cache"]["dynamo_cache_hit"] >= 5, counters  # 2 decodes, flex, forward, step
             assert "no saved entry" not in out and "restored entry failed" not in out, out  # none missed or retraced
             assert counters.get("jupyter_compile_cache", {}).get("precompile_fallback", 0) == 0
+            if precompiled:
+                assert counters["dynamo_cache"]["dynamo_cache_hit"] >= 5, counters  # 2 decodes, flex, forward, step
+            else:
+                hits = counters["inductor"].get("fxgraph_cache_hit", 0)
+                assert hits + counters["aot_autograd"].get("autograd_cache_hit", 0) >= 5, counters
     # The decode's reduce-overhead comes back with it: a restored graph makes the CUDA-graph decision its cold
     # compile made (on the CPU, torch counts each graph it does not capture). torch alone restores with CUDA graphs
     # off, whatever the mode.
