@@ -430,8 +430,8 @@ class Hub:
 
     # -- single flight ------------------------------------------------------------------------------------------
     def lease(self, name: str, fp: str, holder: str) -> Lease:
-        refused = lambda exc: self._refused(exc, "write")  # noqa: E731
-        return Lease(self.backend, self._lease_key(name, fp), holder, refused=refused, clock=self.config.clock)
+        key, clock = self._lease_key(name, fp), self.config.clock
+        return Lease(self.backend, key, holder, refused=lambda exc: self._refused(exc, "write"), clock=clock)
 
 
 class Lease:
