@@ -107,7 +107,10 @@ def ready(kc, timeout: float = 120) -> None:
             reply = kc.get_shell_msg(timeout=1)
             while reply["parent_header"].get("msg_id") != msg_id:
                 reply = kc.get_shell_msg(timeout=1)
-            kc.get_iopub_msg(timeout=0.2)
+            # IOPub is live once a message of this request comes on it: one left over from the kernel before a
+            # restart does not count (a forked kernel answered a cell before the subscription reached it)
+            while kc.get_iopub_msg(timeout=0.2)["parent_header"].get("msg_id") != msg_id:
+                pass
         except Empty:
             continue
         return
