@@ -8,12 +8,13 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import zipfile
 from collections.abc import Callable
 
 from jupyter_client.blocking import BlockingKernelClient
-from jupyter_client.connect import write_connection_file
+from jupyter_client.connect import LocalPortCache, write_connection_file
 
 from jupyter_compile_cache.kernels.launcher import templates
 from jupyter_compile_cache.kernels.protocol import warming_path
@@ -60,7 +61,7 @@ class RawFrontEnd:
         if self.client is not None:  # the last launch's client: stopped before a new one (zmq's context waits)
             self.client.stop_channels()
         self.connection_file = os.path.join(self.folder, f"kernel-{id(self)}-{self.launches}.json")
-        write_connection_file(self.connection_file)
+        new_connection_file(self.connection_file)
         argv = [a.replace("{connection_file}", self.connection_file) for a in self.argv]
         self.proc = subprocess.Popen(argv, env={**self.env, **extra_env}, cwd=cwd, stdin=subprocess.DEVNULL)
         if meanwhile is not None:
@@ -68,8 +69,24 @@ class RawFrontEnd:
         self.client = BlockingKernelClient(connection_file=self.connection_file)
         self.client.load_connection_file()
         self.client.start_channels(hb=False)  # a cold start on a busy machine outlasts the heartbeat's 1 s
-        self.client.wait_for_ready(timeout=120)
+        self._wait_for_ready(timeout=120)
         return self
+
+    def _wait_for_ready(self, timeout: float) -> None:
+        """jupyter_client's wait, in steps: a launcher that exits before its kernel answers (a kernel that could
+        not start) fails the launch at once, with its exit code, instead of after `timeout`."""
+        assert self.client is not None and self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.client.wait_for_ready(timeout=5)
+                return
+            except RuntimeError:
+                code = self.proc.poll()
+                if code is not None:
+                    raise AssertionError(f"the launcher exited ({code}) before its kernel answered") from None
+                if time.monotonic() > deadline:
+                    raise
 
     def start_record(self) -> dict:
         with open(self.connection_file[: -len(".json")] + "-start.json") as f:
@@ -118,6 +135,20 @@ class RawFrontEnd:
             self.proc.wait(10)
         if self.client is not None:
             self.client.stop_channels()
+
+
+_PORTS = threading.Lock()
+
+
+def new_connection_file(path: str) -> None:
+    """A connection file with ports no other launch of this process was given, as a Jupyter server gives its
+    kernels (jupyter_client's LocalPortCache): `write_connection_file` alone draws free ports and frees them again,
+    so front ends launching at once could draw the same one, and one kernel could not bind it (jupyter_client#487)."""
+    with _PORTS:
+        cache = LocalPortCache.instance()
+        names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+        ports = {name: cache.find_available_port("127.0.0.1") for name in names}
+    write_connection_file(path, ip="127.0.0.1", **ports)
 
 
 def wait_for_template(directory: str, timeout: float = 180, exclude: tuple[int, ...] = ()) -> TemplateInfo:

@@ -13,8 +13,8 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from helpers.kernels import process_gone
@@ -170,11 +170,10 @@ def test_signals_and_exit_codes_pass_through_the_launcher(warm):
 def test_kernels_started_at_once_are_all_forked_and_right(warm):
     template = warm.template()
     front_ends = [warm.front_end(KERNEL_NUMBER=str(i)) for i in range(4)]
-    threads = [threading.Thread(target=fe.launch, kwargs={"cwd": warm.folder}) for fe in front_ends]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    with ThreadPoolExecutor(len(front_ends)) as pool:
+        launches = [pool.submit(fe.launch, cwd=warm.folder) for fe in front_ends]
+        for launch in launches:
+            launch.result(timeout=150)  # a launch's failure, raised here
     records = [fe.start_record() for fe in front_ends]
     assert [r["how"] for r in records] == ["forked"] * 4 and {r["template_pid"] for r in records} == {template.pid}
     expression = "(os.environ['KERNEL_NUMBER'], sum(range(10)), os.getpid())"
