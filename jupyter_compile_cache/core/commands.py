@@ -14,7 +14,7 @@ from collections.abc import Callable
 from ..storage import bundle_file
 from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
 from ..storage.hub import HubError
-from ..storage.sources import HubSource, LocalSource, Progress, Source, find
+from ..storage.sources import HubSource, LocalSource, Progress, Source
 from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
 from ..torch_adapter.precompile import PrecompileGuard
 from ..units import count as count_of
@@ -332,13 +332,12 @@ class Commands:
         """The newest version of NAME on HUB that fits this machine, into the local store (verified); NothingFits
         (why each version was skipped, and whether they were signed with another secret) when there is none."""
         store = self.session.store()
-        found = find(check_name(name), [hub], store, MachineFit().why_not, progress=progress)
-        for _source, exc in found.down:
-            raise exc
+        search = self.session.search
+        found = search.newest(check_name(name), store, hub, local=False, progress=progress, on_down="raise")
         if found.manifest is None:
             skipped = [events.skip_line(skip) for skip in found.skipped]
             raise NothingFits(name, hub_where(hub), skipped, bool(found.wrong_signatures))
-        # the speed of the transfer itself (find's fetch of this version), not of listing and checking first
+        # the speed of the transfer itself (the search's fetch of this version), not of listing and checking first
         return Pulled(found.manifest, store.root, found.fetch_seconds, [events.skip_line(s) for s in found.skipped])
 
     def hub_gc(self, hub: HubSource, keep: int, dry_run: bool = False) -> Removed:

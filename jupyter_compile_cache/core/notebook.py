@@ -26,18 +26,19 @@ from typing import Any, Protocol
 
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
-from ..storage.sources import LocalSource, Source, find
 from ..storage.store import LocalStore
 from ..units import count as count_of
+from .bundle_search import BundleSearch
 from .hub_policy import HubPolicy
 from .machine_fit import MachineFit
 from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan
 
 
 class Stores(Protocol):
-    """What the plan and the staging use of the kernel's session: its stores and its hub policy."""
+    """What the plan and the staging use of the kernel's session: its stores, its hub policy and its search."""
 
     hub_policy: HubPolicy
+    search: BundleSearch
 
     def store(self, root: str | None = None) -> LocalStore: ...
 
@@ -264,9 +265,6 @@ class NotebookStage:
         hub = session.hub_policy.for_cell(cell.options)
         if hub is None:
             return  # local bundles are restored from where they are
-        sources: list[Source] = [LocalSource(store), hub]
-        found = find(cell.name, sources, store, MachineFit().why_not)
-        for _source, exc in found.down:
-            session.hub_policy.failed(hub, exc, None, quiet=True)
+        found = session.search.newest(cell.name, store, hub, on_down="quiet")
         if found.source is hub:
             self.fetched.add(cell.name)

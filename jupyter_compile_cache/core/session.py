@@ -1,10 +1,10 @@
 """The cell flow behind `%%compile_cache`: restore before a cell, watch it, save after it.
 
-One `CompileCacheSession` lives in each kernel (`get_session`). A cell restores through `sources.find` (the local
-store, then the hub), runs under `capture.CellCapture` with one `CellSnapshot` of torch's counters, and saves
-through `store.LocalStore` (then the hub policy's push). Nothing here raises into the user's cell except the
-user's own exception: store and hub failures become warnings, and the cell's result stands. What the front ends
-show and manage besides cells (status, list, explain, stats, gc...) is commands.py.
+One `CompileCacheSession` lives in each kernel (`get_session`). A cell restores through the one bundle search
+(bundle_search.py: the local store, then the hub), runs under `capture.CellCapture` with one `CellSnapshot` of
+torch's counters, and saves through `store.LocalStore` (then the hub policy's push). Nothing here raises into the
+user's cell except the user's own exception: store and hub failures become warnings, and the cell's result
+stands. What the front ends show and manage besides cells (status, list, explain, stats, gc...) is commands.py.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from ..kernels.prewarm import Prewarm
 from ..storage import bundle
 from ..storage.bundle import Manifest, check_name, matching_versions
 from ..storage.hub import Lease
-from ..storage.sources import HubSource, LocalSource, Progress, Source, find
+from ..storage.sources import HubSource, Progress, Source
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
 from ..torch_adapter.cell_snapshot import CellSnapshot
 from ..torch_adapter.precompile import PrecompileGuard, alternate_member, saved_functions
 from ..units import count
 from . import events
+from .bundle_search import BundleSearch
 from .events import Event, Reporter, Transfer
 from .hub_policy import HubPolicy
-from .machine_fit import MachineFit
 from .notebook import NotebookStage
 from .records import CellOptions, CellReport, RestoreResult, writer
 from .settings import CompileCache
@@ -72,9 +72,10 @@ class CompileCacheSession:
                 "stale results after a helper is redefined. Unset it: our cells switch precompile on themselves"
             )
         self.hub_policy = HubPolicy(self.settings, self.tell)
+        self.search = BundleSearch(self.hub_policy)
         self.guard = PrecompileGuard(warn=self.warn)
         self._stats_failed = False
-        self.toolchain = Toolchain(lambda: self.settings.store_dir, self.hub_policy, self.warn)
+        self.toolchain = Toolchain(lambda: self.settings.store_dir, self.hub_policy, self.search, self.warn)
         self.prewarm = Prewarm(enabled=lambda: self.settings.prewarm)
         self.prewarm.before_probe = self.toolchain.restore
         self.prewarm.after_probe = lambda: self.toolchain.save(self.prewarm.created)
@@ -174,9 +175,6 @@ class CompileCacheSession:
         store = self.store(opts.store_dir)
         start = time.perf_counter()
         roots = capture.cache_roots()
-        sources: list[Source] = [LocalSource(store)]
-        if hub is not None:
-            sources.append(hub)
 
         def pull_bar(source: Source, _manifest: Manifest) -> Progress | None:
             if source.kind != "hub":
@@ -191,21 +189,17 @@ class CompileCacheSession:
                 if bar is not None:
                     bar.close()
 
-        fit = MachineFit()
         pinned = opts.version
 
-        def misfit(manifest: Manifest) -> str | None:
+        def wanted(manifest: Manifest) -> str | None:
             if pinned is not None and not matching_versions([manifest.version], pinned):
                 return PASSED_OVER
-            return fit.why_not(manifest)
+            return None
 
-        found = find(name, sources, store, misfit, install, pull_bar)
+        found = self.search.newest(name, store, hub, wanted=wanted, install=install, progress=pull_bar, report=report)
         found.skipped = [skip for skip in found.skipped if skip.detail != PASSED_OVER]
         if pinned is not None and found.manifest is None and not found.skipped:
             found.problems.append(f"no version {pinned!r} of {name!r} (`%compile_cache list {name}` shows its ids)")
-        for source, exc in found.down:
-            if hub is not None and source is hub:
-                self.hub_policy.failed(hub, exc, report)
         result.skipped = [events.skip_line(skip) for skip in found.skipped]
         from_hub = hub if hub is not None and found.source is hub else None
         if found.manifest is not None and found.source is not None:
@@ -422,34 +416,27 @@ class CompileCacheSession:
         if not opts.restore or opts.version is not None:  # a pinned version is the only one
             return False
         tried = self._alternates.setdefault(name, set())  # installed beside it already in this kernel
-        fit = MachineFit()
         roots = capture.cache_roots()
 
-        def misfit(manifest: Manifest) -> str | None:
+        def wanted(manifest: Manifest) -> str | None:
             functions = manifest.stats.get("functions")
             if manifest.version in tried or manifest.version == installed or not isinstance(functions, dict):
                 return "not this code"
             if not any(isinstance(f, dict) and f.get("digest") == digest for f in functions.values()):
                 return "not this code"
-            return fit.why_not(manifest)
+            return None
 
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
             paths = bundle.extract(payload, manifest, roots, None, lambda m: alternate_member(m, manifest.version))
             watcher.add_restored(paths)  # not this cell's work: carried into its bundle only if used
             return paths
 
-        sources: list[Source] = [LocalSource(self.store(opts.store_dir))]
         hub = self.hub_policy.for_cell(opts)  # None while it is being left alone after a failure
-        if hub is not None:
-            sources.append(hub)
         try:
-            found = find(name, sources, self.store(opts.store_dir), misfit, install)
+            found = self.search.newest(name, self.store(opts.store_dir), hub, wanted=wanted, install=install)
         except Exception as exc:  # the restored version stands; this function compiles as plain torch.compile would
             self.warn(f"looking for another version of {name!r} for a function's code failed ({exc})")
             return False
-        for source, exc in found.down:
-            if hub is not None and source is hub:
-                self.hub_policy.failed(hub, exc, None)
         for message in found.problems:  # a manifest the store could not read (the restore told the rest)
             self.warn(message)
         if found.manifest is None:

@@ -13,18 +13,20 @@ from collections.abc import Callable
 from ..storage import bundle
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
-from ..storage.sources import LocalSource, Source, find
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, fingerprint
+from .bundle_search import BundleSearch
 from .hub_policy import HubPolicy
-from .machine_fit import MachineFit
 from .records import CellReport, writer
 
 
 class Toolchain:
-    def __init__(self, store_dir: Callable[[], str], hub_policy: HubPolicy, warn: Callable[[str], None]) -> None:
+    def __init__(
+        self, store_dir: Callable[[], str], hub_policy: HubPolicy, search: BundleSearch, warn: Callable[[str], None]
+    ) -> None:
         self._store_root = store_dir
         self._hub_policy = hub_policy
+        self._search = search
         self._warn = warn
         self.source: str | None = None  # where this process's probe programs came from, if restored
 
@@ -36,20 +38,10 @@ class Toolchain:
         now = fingerprint.current(with_gpu=False)
         store = self.store()
         hub = self._hub_policy.for_toolchain()
-        sources: list[Source] = [LocalSource(store)]
-        if hub is not None:
-            sources.append(hub)
         roots = capture.cache_roots()
-        found = find(
-            fingerprint.digest(now),
-            sources,
-            store,
-            MachineFit().why_not,
-            lambda m, p: bundle.extract(p, m, roots),
+        found = self._search.newest(  # a hub that is down: the next cell skips it instead of waiting, and says so
+            fingerprint.digest(now), store, hub, install=lambda m, p: bundle.extract(p, m, roots), on_down="quiet"
         )
-        for source, exc in found.down:  # the next cell skips it instead of waiting for it again, and says so
-            if hub is not None and source is hub:
-                self._hub_policy.failed(hub, exc, None, quiet=True)
         self.source = found.source.kind if found.source is not None else None
 
     def save(self, created: list[str]) -> None:

@@ -1,17 +1,17 @@
 """Where a bundle can come from: the local store and the hub, behind one protocol, walked by one loop.
 
 A `Source` lists the versions of a NAME, fetches one into the local store (a no-op for the local store itself),
-and takes a push. `find` walks `[local, hub]` newest version first, skipping what does not fit this machine or
-fails a check, with the reason recorded; the cell's restore, the panel's restore button and the CLI's
-`hub pull` all go through it, so they skip, quarantine and report alike.
+and takes a push. A `Walk` goes over `[local, hub]` newest version first, skipping what does not fit this machine
+or fails a check, with the reason recorded, and yields each version it fetched whole; its caller installs it
+(core/bundle_search.py, the one search every restore, pull and fetch goes through).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from .backends.base import HubConnectionLost
 from .bundle import BundleError, Manifest, UnsafeBundle
@@ -124,7 +124,7 @@ class HubSource:
         self.hub.backend.reconnect()
 
 
-# Why `find` passed over a version (Skip.kind).
+# Why a walk passed over a version (Skip.kind).
 INCOMPATIBLE = "incompatible"  # it cannot restore on this machine (the detail: which field differs)
 WRONG_SIGNATURE = "wrong signature"  # signed with another team's secret, or not signed
 TRANSFER_FAILED = "transfer failed"  # the hub failed while sending it, retries included (the walk leaves that source)
@@ -136,7 +136,7 @@ NOT_INSTALLED = "not installed"  # the cache dir could not take it (the walk sto
 
 @dataclass(frozen=True)
 class Skip:
-    """A version `find` passed over: its id and source (`label`: 'version V' or 'hub version V'), why (`kind`, one
+    """A version a walk passed over: its id and source (`label`: 'version V' or 'hub version V'), why (`kind`, one
     of the names above), the cause in its own words (`detail`: a field mismatch, an error's message), and where a
     quarantined copy went. Core words it for the user (core/events.py); a test reads its fields."""
 
@@ -156,7 +156,7 @@ class Skip:
 
 @dataclass
 class Found:
-    """What `find` ended with: the stored manifest (None: nothing usable), where it came from, and the versions it
+    """What a walk ended with: the stored manifest (None: nothing usable), where it came from, and the versions it
     passed over (`skipped`, with why); `problems`, what went wrong besides a version (a manifest the store could
     not read)."""
 
@@ -185,76 +185,112 @@ def _retrying(call: Callable[[], T], source: Source, found: Found) -> T:
     raise AssertionError("unreachable")
 
 
-def find(
-    name: str,
-    sources: list[Source],
-    store: LocalStore,
-    misfit: Callable[[Manifest], str | None],
-    install: Callable[[Manifest, IO[bytes]], Any] | None = None,
-    progress: Callable[[Source, Manifest], Progress | None] | None = None,
-) -> Found:
-    """The newest version of NAME that fits this machine, fetched into `store` and, with `install`, installed.
+@dataclass(frozen=True)
+class Candidate:
+    """A version the walk fetched whole into the local store: its manifest as the store keeps it, where it came
+    from, its label for messages ('version V', 'hub version V') and how long the fetch took."""
 
-    `misfit(manifest)` says why a version cannot restore on this machine (another torch, GPU...), or None.
+    manifest: Manifest
+    source: Source
+    label: str
+    fetch_seconds: float = 0.0
 
-    `install(manifest, payload)` extracts into torch's cache dirs: a BundleError there quarantines the local copy
-    and the walk goes on; an OSError ends it (the cache dir is the problem, not the bundle).
-    """
-    found = Found()
-    for source in sources:
-        try:
-            versions = _retrying(lambda: source.versions(name, found.problems), source, found)  # noqa: B023
-        except HubError as exc:
-            found.down.append((source, exc))
-            continue
-        label = "" if source.kind == "local" else f"{source.kind} "
-        for manifest in versions:
-            tag = f"{label}version {manifest.version}"
-            reason = misfit(manifest)
-            if reason:
-                found.skipped.append(Skip(tag, INCOMPATIBLE, reason))
-                continue
-            start = time.perf_counter()
-            bar = progress(source, manifest) if progress else None
+
+class Walk:
+    """NAME's versions, newest first, over `sources` in order (the local store, then the hub): each one that
+    `misfit` lets through and that fetches whole is yielded, already in `store`. The caller installs it, or not,
+    and says how that went: `take` ends the walk with it; `reject` (its payload failed a check while installing)
+    quarantines the local copy and goes on to the next; `give_up` (the cache dir could not take it) ends the walk
+    with nothing. What was passed over, and why, is in `found`.
+
+    `misfit(manifest)` says why a version cannot restore on this machine (another torch, GPU...), or None;
+    `progress(source, manifest)` gives a fetch its progress bar (None: none)."""
+
+    def __init__(
+        self,
+        name: str,
+        sources: list[Source],
+        store: LocalStore,
+        misfit: Callable[[Manifest], str | None],
+        progress: Callable[[Source, Manifest], Progress | None] | None = None,
+    ) -> None:
+        self.name, self.sources, self.store = name, sources, store
+        self.misfit, self.progress = misfit, progress
+        self.found = Found()
+        self._ended = False
+
+    def __iter__(self) -> Iterator[Candidate]:
+        found = self.found
+        for source in self.sources:
             try:
-                local = _retrying(lambda: source.fetch(manifest, store, bar), source, found)  # noqa: B023
-            except SignatureError as exc:
-                found.skipped.append(Skip(tag, WRONG_SIGNATURE, str(exc)))
-                found.wrong_signatures += 1
+                versions = _retrying(lambda: source.versions(self.name, found.problems), source, found)  # noqa: B023
+            except HubError as exc:
+                found.down.append((source, exc))
                 continue
-            except DamagedChunk as exc:  # this version is bad, not the hub: an older one may be whole
-                found.skipped.append(Skip(tag, UNUSABLE, str(exc), where=source.where))
-                continue
-            except HubError as exc:  # the transfer failed, retried: the hub is the problem, not this version
-                tries = RETRIES + 1 if isinstance(exc, HubConnectionLost) else 1
-                found.skipped.append(Skip(tag, TRANSFER_FAILED, str(exc), where=source.where, tries=tries))
-                break
-            except FileNotFoundError:  # pruned by another kernel between listing and reading
-                continue
-            except (BundleError, OSError) as exc:
-                found.skipped.append(Skip(tag, UNUSABLE, str(exc), where=source.where))
-                continue
-            finally:
-                close = getattr(bar, "close", None)
-                if close is not None:
-                    close()
-            fetch_seconds = time.perf_counter() - start
-            if install is not None:
-                try:
-                    with store.open_payload(local) as payload:
-                        found.installed = install(local, payload)
-                except FileNotFoundError:
-                    continue
-                except BundleError as exc:
-                    moved = store.quarantine(local, str(exc))
-                    found.skipped.append(
-                        Skip(tag, UNSAFE if isinstance(exc, UnsafeBundle) else DAMAGED, str(exc), moved)
-                    )
-                    continue
-                except OSError as exc:
-                    found.skipped.append(Skip(tag, NOT_INSTALLED, str(exc)))
-                    return found
-            store.touch(local)
-            found.manifest, found.source, found.fetch_seconds = local, source, fetch_seconds
-            return found
-    return found
+            label = "" if source.kind == "local" else f"{source.kind} "
+            for manifest in versions:
+                candidate = self._fetch(source, manifest, f"{label}version {manifest.version}")
+                if candidate is False:  # the source failed under the transfer: leave it
+                    break
+                if candidate is not None:
+                    yield candidate
+                if self._ended:
+                    return
+
+    def _fetch(self, source: Source, manifest: Manifest, tag: str) -> Candidate | None | Literal[False]:
+        found = self.found
+        reason = self.misfit(manifest)
+        if reason:
+            found.skipped.append(Skip(tag, INCOMPATIBLE, reason))
+            return None
+        start = time.perf_counter()
+        bar = self.progress(source, manifest) if self.progress else None
+        try:
+            local = _retrying(lambda: source.fetch(manifest, self.store, bar), source, found)
+        except SignatureError as exc:
+            found.skipped.append(Skip(tag, WRONG_SIGNATURE, str(exc)))
+            found.wrong_signatures += 1
+            return None
+        except DamagedChunk as exc:  # this version is bad, not the hub: an older one may be whole
+            found.skipped.append(Skip(tag, UNUSABLE, str(exc), where=source.where))
+            return None
+        except HubError as exc:  # the transfer failed, retried: the hub is the problem, not this version
+            tries = RETRIES + 1 if isinstance(exc, HubConnectionLost) else 1
+            found.skipped.append(Skip(tag, TRANSFER_FAILED, str(exc), where=source.where, tries=tries))
+            return False
+        except FileNotFoundError:  # pruned by another kernel between listing and reading
+            return None
+        except (BundleError, OSError) as exc:
+            found.skipped.append(Skip(tag, UNUSABLE, str(exc), where=source.where))
+            return None
+        finally:
+            close = getattr(bar, "close", None)
+            if close is not None:
+                close()
+        return Candidate(local, source, tag, time.perf_counter() - start)
+
+    def take(self, candidate: Candidate, installed: Any = None) -> Found:
+        """The walk ends with CANDIDATE (`installed`: what installing it gave, e.g. the paths written)."""
+        self.store.touch(candidate.manifest)
+        found = self.found
+        found.manifest, found.source, found.installed = candidate.manifest, candidate.source, installed
+        found.fetch_seconds = candidate.fetch_seconds
+        self._ended = True
+        return found
+
+    def reject(self, candidate: Candidate, exc: BundleError) -> None:
+        """Installing CANDIDATE found a damaged or unsafe member: the local copy goes to quarantine, the walk on."""
+        moved = self.store.quarantine(candidate.manifest, str(exc))
+        kind = UNSAFE if isinstance(exc, UnsafeBundle) else DAMAGED
+        self.found.skipped.append(Skip(candidate.label, kind, str(exc), moved))
+
+    def give_up(self, candidate: Candidate, exc: OSError) -> None:
+        """The cache dir could not take CANDIDATE (full, read-only): no older version would fare better."""
+        self.found.skipped.append(Skip(candidate.label, NOT_INSTALLED, str(exc)))
+        self._ended = True
+
+    def first(self) -> Found:
+        """The walk, fetching only: the first candidate is taken."""
+        for candidate in self:
+            return self.take(candidate)
+        return self.found

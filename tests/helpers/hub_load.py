@@ -29,9 +29,10 @@ WORKER = r"""
 import json, os, sys, threading, time
 sys.path.insert(0, sys.argv[1])
 from helpers.hubs import local_bundle
+from helpers.store import newest
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
-from jupyter_compile_cache.storage.sources import Found, HubSource, LocalSource, find
+from jupyter_compile_cache.storage.sources import Found, HubSource, LocalSource
 from jupyter_compile_cache.storage.store import LocalStore
 import pathlib
 
@@ -57,7 +58,7 @@ if scenario.startswith("restore"):
 
     def restore(install=None):
         try:
-            return find("net", [LocalSource(store), HubSource(hub)], store, lambda m: None, install=install)
+            return newest("net", [LocalSource(store), HubSource(hub)], store, lambda m: None, install)
         except Exception as exc:  # escaped the walk: the kernel's cell would have failed (counted as lost)
             result.setdefault("errors", []).append(repr(exc))
             return None

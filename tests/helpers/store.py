@@ -5,8 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 
+from jupyter_compile_cache.core.bundle_search import Install, install_newest
 from jupyter_compile_cache.storage.bundle import Manifest
+from jupyter_compile_cache.storage.sources import Found, Source, Walk
 from jupyter_compile_cache.storage.store import LocalStore
 from jupyter_compile_cache.torch_adapter import fingerprint
 
@@ -50,3 +53,16 @@ def restored_whole(paths: list[str]) -> bool:
             digest.update(f.read())
     with open(by_name["check"]) as f:
         return f.read() == digest.hexdigest()
+
+
+def newest(
+    name: str,
+    sources: list[Source],
+    store: LocalStore,
+    misfit: Callable[[Manifest], str | None],
+    install: Install | None = None,
+) -> Found:
+    """The search's walk and install loop (core/bundle_search.py) with a made-up machine's `misfit`: the newest
+    version of NAME that fits, fetched into `store` and, with `install`, installed."""
+    walk = Walk(name, sources, store, misfit)
+    return install_newest(walk, install) if install is not None else walk.first()

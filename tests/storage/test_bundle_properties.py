@@ -15,13 +15,13 @@ import tempfile
 
 import pytest
 import zstandard
-from helpers.store import make_bundle, new_manifest, restored_whole
+from helpers.store import make_bundle, new_manifest, newest, restored_whole
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from jupyter_compile_cache.storage import bundle, sources
 from jupyter_compile_cache.storage.bundle import BundleError, DamagedBundle, Manifest, Member
-from jupyter_compile_cache.storage.sources import LocalSource, find
+from jupyter_compile_cache.storage.sources import LocalSource
 from jupyter_compile_cache.storage.store import LocalStore
 from jupyter_compile_cache.torch_adapter import fingerprint
 
@@ -114,7 +114,7 @@ def _restore_into_fresh_dirs(manifest: Manifest, payload: bytes, now: dict):
     roots = {"inductor": os.path.join(work, "cache"), "triton": os.path.join(work, "cache", "triton")}
     os.makedirs(roots["triton"])
     os.makedirs(os.path.join(work, "outside"))
-    found = find("net", [LocalSource(store)], store, _misfit(now), lambda m, p: bundle.extract(p, m, roots))
+    found = newest("net", [LocalSource(store)], store, _misfit(now), lambda m, p: bundle.extract(p, m, roots))
     return work, store, roots, found
 
 
@@ -140,7 +140,7 @@ def test_a_truncated_or_bit_flipped_payload_is_refused_and_the_store_stays_reada
         # the store is still readable and usable: a new save of the same name restores whole
         assert store.versions("net") == [] and store.bundles() == []
         make_bundle(store, "net", now=now)
-        again = find("net", [LocalSource(store)], store, _misfit(now), lambda m, p: bundle.extract(p, m, roots))
+        again = newest("net", [LocalSource(store)], store, _misfit(now), lambda m, p: bundle.extract(p, m, roots))
         assert again.manifest is not None and restored_whole(again.installed)
     finally:
         shutil.rmtree(work, ignore_errors=True)

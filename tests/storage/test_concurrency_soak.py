@@ -15,11 +15,11 @@ import time
 import traceback
 
 import pytest
-from helpers.store import make_bundle, restored_whole
+from helpers.store import make_bundle, newest, restored_whole
 
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.hub import Hub, HubConfig, HubError
-from jupyter_compile_cache.storage.sources import HubSource, LocalSource, find
+from jupyter_compile_cache.storage.sources import HubSource, LocalSource
 from jupyter_compile_cache.storage.store import LocalStore
 from jupyter_compile_cache.torch_adapter import fingerprint
 
@@ -36,7 +36,7 @@ def _restore(name: str, sources: list, store: LocalStore, scratch: str) -> tuple
     """(restored, whole): a restore into an empty cache dir, as a new kernel's cell does."""
     cache = tempfile.mkdtemp(dir=scratch)
     try:
-        found = find(
+        found = newest(
             name,
             sources,
             store,

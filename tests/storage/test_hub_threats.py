@@ -10,10 +10,11 @@ import os
 import shutil
 
 from helpers.hubs import hub_at, local_bundle
+from helpers.store import newest
 
 from jupyter_compile_cache.storage import chunks
 from jupyter_compile_cache.storage.hub import MAX_MANIFEST_BYTES
-from jupyter_compile_cache.storage.sources import UNSAFE, WRONG_SIGNATURE, HubSource, find
+from jupyter_compile_cache.storage.sources import UNSAFE, WRONG_SIGNATURE, HubSource
 from jupyter_compile_cache.storage.store import LocalStore
 
 SECRET = b"team-a-secret"
@@ -29,7 +30,7 @@ def _chunk_key(hub, m, i):
 
 def _find(hub, tmp_path, name="net"):
     mine = LocalStore(str(tmp_path / f"mine-{name}"))
-    return mine, find(name, [HubSource(hub)], mine, lambda m: None)
+    return mine, newest(name, [HubSource(hub)], mine, lambda m: None)
 
 
 def test_a_valid_looking_but_different_bundle_is_refused_with_a_team_secret(tmp_path, redis_server):
@@ -114,7 +115,7 @@ def test_a_pulled_bundle_with_unsafe_paths_is_quarantined_before_anything_is_wri
     def install(m, payload):
         return bundle.extract(payload, m, {"inductor": str(cache)})
 
-    found = find("net", [HubSource(hub)], mine, lambda m: None, install=install)
+    found = newest("net", [HubSource(hub)], mine, lambda m: None, install)
     assert found.manifest is None and found.skipped[0].kind == UNSAFE
     assert not (tmp_path / "escape").exists() and os.listdir(cache) == []
     assert mine.versions("net") == [] and os.listdir(os.path.join(mine.root, "quarantine", "net"))

@@ -1,15 +1,16 @@
-"""sources.py: `find` walks the local store, then the hub, newest version first, skipping with the reason what does not
-fit this machine, is damaged or is not signed with the team's secret (real stores, a real redis-server)."""
+"""sources.py: a `Walk` goes over the local store, then the hub, newest version first, skipping with the reason what
+does not fit this machine, is damaged or is not signed with the team's secret, and yields what it fetched whole; the
+install loop over it is core's (core/bundle_search.py), run here too (real stores, a real redis-server)."""
 
 from __future__ import annotations
 
 import os
 
-from helpers.store import make_bundle, restored_whole
+from helpers.store import make_bundle, newest, restored_whole
 
 from jupyter_compile_cache.storage import bundle, sources
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
-from jupyter_compile_cache.storage.sources import HubSource, LocalSource, find
+from jupyter_compile_cache.storage.sources import HubSource, LocalSource
 from jupyter_compile_cache.storage.store import LocalStore
 
 OTHER_MACHINE = "f" * 12
@@ -28,7 +29,7 @@ def test_the_newest_version_that_fits_wins_and_the_others_say_why(tmp_path):
     fits = make_bundle(store, "net", fp="a" * 12)
     make_bundle(store, "net", fp=OTHER_MACHINE)  # newer, for another machine
     cache = str(tmp_path / "cache")
-    found = find("net", [LocalSource(store)], store, _misfit, _install_into(cache))
+    found = newest("net", [LocalSource(store)], store, _misfit, _install_into(cache))
     assert found.manifest is not None and found.manifest.version == fits.version and found.source.kind == "local"
     (skip,) = found.skipped
     assert (skip.kind, skip.detail, skip.worth_telling) == (sources.INCOMPATIBLE, "another torch", False)
@@ -44,7 +45,7 @@ def test_a_damaged_local_version_is_quarantined_and_the_next_one_used(tmp_path):
         byte = f.read(1)
         f.seek(40)
         f.write(bytes([byte[0] ^ 0xFF]))
-    found = find("net", [LocalSource(store)], store, _misfit, _install_into(str(tmp_path / "cache")))
+    found = newest("net", [LocalSource(store)], store, _misfit, _install_into(str(tmp_path / "cache")))
     assert found.manifest.version == older.version
     (skip,) = found.skipped
     assert skip.kind == sources.DAMAGED and skip.worth_telling and skip.label == f"version {newer.version}"
@@ -60,16 +61,16 @@ def test_the_hub_after_the_local_store_signatures_checked_and_a_hub_that_is_down
     team = HubSource(Hub(HubConfig(url=redis_server.url, secret=b"team")))
     team.push(manifest, author)
     mine = LocalStore(str(tmp_path / "mine"))
-    found = find("net", [LocalSource(mine), team], mine, _misfit, _install_into(str(tmp_path / "cache")))
+    found = newest("net", [LocalSource(mine), team], mine, _misfit, _install_into(str(tmp_path / "cache")))
     assert found.source is team and found.manifest.version == manifest.version
     assert os.path.exists(mine.payload_path(found.manifest))  # next time it is local
     stranger = HubSource(Hub(HubConfig(url=redis_server.url, secret=b"not the team's")))
     other = LocalStore(str(tmp_path / "other"))
-    refused = find("net", [stranger], other, _misfit)
+    refused = newest("net", [stranger], other, _misfit)
     assert refused.manifest is None and refused.wrong_signatures == 1
     assert refused.skipped[0].kind == sources.WRONG_SIGNATURE and "wrong signature" in refused.skipped[0].detail
     down = HubSource(Hub(HubConfig(url=f"redis://127.0.0.1:{free_port}/0", connect_timeout=0.5)))
-    nothing = find("net", [LocalSource(other), down], other, _misfit)
+    nothing = newest("net", [LocalSource(other), down], other, _misfit)
     assert nothing.manifest is None and [source for source, _exc in nothing.down] == [down]
 
 
@@ -97,7 +98,7 @@ def test_a_connection_dropped_under_a_pull_is_retried_on_a_fresh_one_and_said(tm
 
     proxy.drop = drop
     mine = LocalStore(str(tmp_path / "mine"))
-    found = find("net", [LocalSource(mine), reader], mine, _misfit, _install_into(str(tmp_path / "cache")))
+    found = newest("net", [LocalSource(mine), reader], mine, _misfit, _install_into(str(tmp_path / "cache")))
     assert len(drops) == 2
     assert found.source is reader and found.manifest.version == manifest.version
     assert restored_whole(found.installed)
@@ -112,7 +113,7 @@ def test_a_connection_that_keeps_dropping_gives_up_after_the_retries(tmp_path, r
     _manifest, proxy, reader = _proxied_team(tmp_path, redis_server)
     proxy.drop = lambda request: b":chunk:" in request
     mine = LocalStore(str(tmp_path / "mine"))
-    found = find("net", [LocalSource(mine), reader], mine, _misfit)
+    found = newest("net", [LocalSource(mine), reader], mine, _misfit)
     assert found.manifest is None and len(found.retries) == sources.RETRIES
     [skip] = found.skipped
     assert skip.kind == sources.TRANSFER_FAILED and skip.tries == sources.RETRIES + 1
@@ -129,7 +130,7 @@ def test_a_damaged_hub_version_does_not_hide_an_older_whole_one(tmp_path, redis_
     team.push(newer, author)
     redis_server.client().set(f"jcc:{{default/net}}:chunk:{'a' * 12}:{newer.version}:1", b"tampered")
     mine = LocalStore(str(tmp_path / "mine"))
-    found = find("net", [LocalSource(mine), team], mine, _misfit, _install_into(str(tmp_path / "cache")))
+    found = newest("net", [LocalSource(mine), team], mine, _misfit, _install_into(str(tmp_path / "cache")))
     assert found.manifest is not None and found.manifest.version == older.version
     assert restored_whole(found.installed)
     [skip] = found.skipped
