@@ -9,7 +9,8 @@
 
 Each row also says every rank's FX-graph misses and whether its losses equal the cold run's. The script is the
 DDP training job of tests/end_to_end/test_worker_processes.py, wider (`--width`), on the GPU with NCCL when there
-is one (each rank its own GPU, or all sharing the one), else on the CPU with gloo.
+is one (each rank its own GPU, or all sharing the one), else on the CPU with gloo; `--mode max-autotune` makes the
+compile most of the job's time, as it is for a real model on a GPU.
 
     python benchmarks/worker_processes.py --ranks 1 2 4 --out benchmarks/results/worker_processes_cpu.json
 """
@@ -40,7 +41,7 @@ if cuda:
 torch.manual_seed(0)
 W = int(os.environ["BENCH_WIDTH"])
 model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(W, W), torch.nn.GELU())]).to(device)
-ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model))
+ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model, mode=os.environ["BENCH_MODE"] or None))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 losses = []
 for _ in range(3):
@@ -67,21 +68,21 @@ def run(command: list[str], env: dict[str, str]) -> tuple[float, dict[int, tuple
     return seconds, ranks, out.stderr
 
 
-def row(ranks: int, work: str, width: int) -> dict:
+def row(ranks: int, work: str, width: int, mode: str) -> dict:
     script = os.path.join(work, "train.py")
     with open(script, "w") as f:
         f.write(TRAIN)
     job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), script]
     ours = [sys.executable, "-m", "jupyter_compile_cache", "run", "bench", "--no-hub", "--store"]
-    base = dict(os.environ, BENCH_WIDTH=str(width), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    base = dict(os.environ, BENCH_WIDTH=str(width), BENCH_MODE=mode, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
 
     def env(name: str) -> dict[str, str]:
-        return dict(base, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{ranks}-{name}"))
+        return dict(base, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{ranks}-{mode}-{name}"))
 
     out = {}
     out["cold"] = run(job, env("torch"))
     out["torch_warm"] = run(job, env("torch"))
-    store = os.path.join(work, f"store-{ranks}")
+    store = os.path.join(work, f"store-{ranks}-{mode}")
     out["ours_cold"] = run([*ours, store, "--", *job], env("ours-a"))
     out["ours"] = run([*ours, store, "--", *job], env("ours-b"))
     cold_losses = {r: losses for r, (losses, _) in out["cold"][1].items()}
@@ -101,16 +102,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--width", type=int, default=256)
+    parser.add_argument(
+        "--mode", default="", help="torch.compile's mode (max-autotune: a job whose compile is most of its time)"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    meta = {**machine(device), "gpus": torch.cuda.device_count(), "width": args.width}
+    meta = {**machine(device), "gpus": torch.cuda.device_count(), "width": args.width, "mode": args.mode}
     results: dict = {"rows": {}, "meta": meta}
     with tempfile.TemporaryDirectory(prefix="worker-processes-") as work:
         for n in args.ranks:
-            results["rows"][n] = row(n, work, args.width)
+            results["rows"][n] = row(n, work, args.width, args.mode)
     print("\n| ranks | cold s | torch warm s | ours cold s | ours restored s | ours / torch warm | ours / cold | "
           "FX misses per rank (ours) | losses equal |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")

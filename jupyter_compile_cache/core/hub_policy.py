@@ -214,7 +214,9 @@ class HubPolicy:
         restore: Callable[[], RestoreResult],
     ) -> Lease | None:
         """If nothing was restored, take NAME's lease on the hub, or wait (`--wait`) for the collaborator who holds
-        it, calling `restore` every second until their bundle arrives."""
+        it, calling `restore` every second until their bundle arrives. A cell that compiles while another holds the
+        lease (no wait, or none long enough) leaves the push to them (`report.push_left_to`): the nodes of one job
+        all compile at once, and one version reaches the hub, not one per node."""
         if hub is None or not opts.save or (report.restore is not None and report.restore.restored):
             return None
         if self._is_down(hub.url):  # the restore just found it down
@@ -228,8 +230,10 @@ class HubPolicy:
         if holder is None:
             return lease
         since = time.time() - float(holder.get("since", time.time()))
-        self._tell(CollaboratorCompiling(name, str(holder.get("holder")), since, opts.wait), None)
+        holder_name = str(holder.get("holder"))
+        self._tell(CollaboratorCompiling(name, holder_name, since, opts.wait), None)
         if opts.wait <= 0:
+            report.push_left_to = holder_name
             return None
         deadline = time.time() + opts.wait
         while time.time() < deadline:
@@ -243,8 +247,23 @@ class HubPolicy:
                     break
             except HubError:
                 break
+        else:  # still compiling there when the wait ran out
+            report.push_left_to = holder_name
         self._tell(NoBundleArrived(name), None)
         return None
+
+    def push_left_to(self, hub: HubSource, name: str, fingerprint_id: str, since: float) -> str | None:
+        """At the save of a cell that compiled while a collaborator held NAME's lease: whose bundle the hub gets
+        instead of this one. The holder's while it still compiles, or once it pushed a version since `since`;
+        None (push this one) when it ended without one, or died (on this machine: its process is gone)."""
+        try:
+            holder = hub.hub.lease(name, fingerprint_id, "").holder()
+            if holder is not None:
+                return str(holder.get("holder"))
+            newer = [m for m in hub.versions(name) if m.fingerprint_id == fingerprint_id and m.created >= since]
+        except HubError:
+            return None  # the push says what is wrong with the hub
+        return newer[0].writer if newer else None
 
     # -- torch's own Redis caches -------------------------------------------------------------------------------
     def point_torch_at(self, hub: HubSource, report: CellReport | None = None) -> None:

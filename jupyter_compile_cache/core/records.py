@@ -234,6 +234,8 @@ class CellReport:
     save_seconds: float = 0.0  # writing the bundle into the local store
     pushed: bool = False
     push_seconds: float = 0.0
+    # who held NAME's lease on the hub while this cell compiled it too: their bundle goes to the hub, not this one
+    push_left_to: str | None = None
     body_seconds: float = 0.0
     # waiting for torch's compiler stack to import (and, for C++ kernels, the CPU probe): once per process
     waited_seconds: float = 0.0
@@ -309,6 +311,8 @@ class CellReport:
             parts.append(f"waited {self.waited_seconds:.1f} s for torch's compiler to load (once per kernel)")
         if self.saved_version:
             where = "the local store and the hub" if self.pushed else "the local store"
+            if self.push_left_to is not None and not self.pushed:
+                where += f" (the hub gets {self.push_left_to}'s, compiled at the same time)"
             took = (
                 f" in {self.save_seconds:.1f} s ({speed(self.saved_bytes, self.save_seconds)})"
                 if self.save_seconds >= 1

@@ -519,7 +519,13 @@ class CompileCacheSession:
                 "JUPYTER_COMPILE_CACHE_SECRET the team's?); saved to the local store only",
                 report,
             )
-        elif hub is not None:
+            return
+        if hub is None:
+            return
+        if report.push_left_to is not None:  # a collaborator compiled NAME at the same time: one version goes up
+            started = time.time() - report.body_seconds - report.save_seconds - 60  # 60: clocks of two machines
+            report.push_left_to = self.hub_policy.push_left_to(hub, name, manifest.fingerprint_id, started)
+        if report.push_left_to is None:
             self.hub_policy.push(
                 hub, store, manifest, report, self.transfer(f"pushing {name!r} to the hub", opts.quiet)
             )

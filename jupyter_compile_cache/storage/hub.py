@@ -34,6 +34,8 @@ at most, so memory stays flat whatever the bundle's size.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
 import uuid
@@ -56,6 +58,7 @@ AHEAD = 4  # chunks being compressed or checked on worker threads at once
 ORPHAN_TTL = 300  # seconds an uncommitted chunk lives (renewed while its push runs)
 MAX_MANIFEST_BYTES = 16 << 20  # a 1 GB bundle's manifest is about 100 KB; a larger one is hostile
 LEASE_TTL = 30
+HOST = socket.gethostname()
 MAX_VERSIONS = 50  # versions of one name read per listing, newest first
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
@@ -449,7 +452,9 @@ class Lease:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.backend, self.key, self.ttl, self._refused, self.clock = backend, key, ttl, refused, clock
-        self.token = json.dumps({"holder": holder, "since": clock.time(), "id": uuid.uuid4().hex})
+        # host and pid: a collaborator on the same machine can tell a holder that died from one still compiling
+        token = {"holder": holder, "since": clock.time(), "id": uuid.uuid4().hex, "host": HOST, "pid": os.getpid()}
+        self.token = json.dumps(token)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -481,6 +486,23 @@ class Lease:
         """Whether anyone holds this lease now (a holder that finished or died has let it go)."""
         return self.backend.get([self.key])[0] is not None
 
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds this lease now (None: nobody); a holder on this machine whose process has ended is nobody,
+        though its lease has not expired yet."""
+        raw = self.backend.get([self.key])[0]
+        if raw is None:
+            return None
+        try:
+            info = json.loads(raw)
+        except ValueError:
+            return {"holder": "unknown"}
+        if not isinstance(info, dict):
+            return {"holder": "unknown"}
+        pid = info.get("pid")
+        if info.get("host") == HOST and isinstance(pid, int) and not _process_alive(pid):
+            return None
+        return info
+
     def release(self) -> None:
         self._stop.set()
         if self._thread is None:
@@ -489,3 +511,13 @@ class Lease:
             self.backend.release(self.key, self.token.encode())
         except HubError:  # the hub went away: the lease expires by itself
             pass
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True

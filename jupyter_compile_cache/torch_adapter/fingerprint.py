@@ -143,15 +143,9 @@ class FieldCheck:
 
 def current(with_gpu: bool = True) -> dict[str, Any]:
     """This process's fingerprint. Cheap: no compiler import. `with_gpu` asks the GPU for its name, which imports
-    torch (1.5 s) when it is not imported yet; without it, torch's build is read from its files and the GPU fields
-    are None (they only matter for bundles holding GPU kernels)."""
-    gpu_name = gpu_capability = None
-    if with_gpu:
-        import torch
-
-        if torch.cuda.is_available():
-            gpu_name = torch.cuda.get_device_name()
-            gpu_capability = ".".join(map(str, torch.cuda.get_device_capability()))
+    torch (1.5-3.5 s) when it is not imported yet, once per machine and GPU set (see `_gpu`); without it, torch's
+    build is read from its files and the GPU fields are None (they only matter for bundles holding GPU kernels)."""
+    gpu_name, gpu_capability = _gpu() if with_gpu else (None, None)
     build = _torch_build()
     cpu_isa, cpu_model = _cpu_flags_and_model()
     return {
@@ -168,6 +162,79 @@ def current(with_gpu: bool = True) -> dict[str, Any]:
         "cpu_model": cpu_model,
         "inductor_config": _inductor_config(),
     }
+
+
+def _gpu() -> tuple[str | None, str | None]:
+    """The name and compute capability of the GPU torch uses first (None, None without one). Asking needs torch
+    (3.3 s on a GPU host, for `jupyter-compile-cache run` before the job's own processes start): on an NVIDIA
+    machine the answer is kept per driver, GPU set, visible-device settings and torch build, which are all it
+    depends on, so the next process reads it instead."""
+    if "torch" not in sys.modules:
+        key = _gpu_set_key()
+        path = os.path.join(_gpu_answers_dir(), f"{key}.json") if key is not None else None
+        if path is not None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    name, capability = json.load(f)
+                if all(isinstance(v, (str, type(None))) for v in (name, capability)):
+                    return name, capability
+            except (OSError, ValueError, TypeError):
+                pass
+        answer = _ask_torch_for_gpu()
+        if path is not None:
+            _keep_answer(path, answer)
+        return answer
+    return _ask_torch_for_gpu()
+
+
+def _ask_torch_for_gpu() -> tuple[str | None, str | None]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None, None
+    return torch.cuda.get_device_name(), ".".join(map(str, torch.cuda.get_device_capability()))
+
+
+_GPU_SELECTION = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def _gpu_set_key() -> str | None:
+    """A digest of what decides the answer on an NVIDIA machine: the driver, every GPU it has (model, bus), which
+    of them this process may see and in what order, and torch's build; None elsewhere (asked every time)."""
+    root = "/proc/driver/nvidia"
+    try:
+        with open(os.path.join(root, "version"), encoding="utf-8") as f:
+            driver = f.read()
+        gpus = []
+        for bus in sorted(os.listdir(os.path.join(root, "gpus"))):
+            with open(os.path.join(root, "gpus", bus, "information"), encoding="utf-8") as f:
+                gpus.append([bus, f.read()])
+    except OSError:
+        return None
+    build = _torch_build_from_files()
+    if not gpus or not build:
+        return None
+    selection = {name: os.environ.get(name) for name in _GPU_SELECTION}
+    facts = [driver, gpus, selection, build.get("__version__"), build.get("cuda"), sys.executable]
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _gpu_answers_dir() -> str:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "jupyter_compile_cache", "gpu")
+
+
+def _keep_answer(path: str, answer: tuple[str | None, str | None]) -> None:
+    """Written whole or not at all (a temp file renamed); a folder that cannot be written only costs the next
+    process the question."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temp = f"{path}.{os.getpid()}.tmp"
+        with open(temp, "w", encoding="utf-8") as f:
+            json.dump(list(answer), f)
+        os.replace(temp, path)
+    except OSError:
+        pass
 
 
 def digest(fingerprint: dict[str, Any]) -> str:

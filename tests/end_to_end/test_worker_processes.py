@@ -86,3 +86,83 @@ def test_a_torchrun_cell_saves_what_its_ranks_compiled_and_a_job_elsewhere_resto
     assert missing.returncode == 127 and "could not start 'no-such-program-here'" in missing.stderr
     usage = subprocess.run([*cli], env=env, capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "put it after --" in usage.stderr
+
+
+def test_a_job_run_from_a_terminal_saves_and_a_notebook_cell_elsewhere_restores_it(kernel_factory, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    hub_url = f"file://{tmp_path / 'hub'}"
+    (tmp_path / "hub").mkdir()
+
+    # The job first, on a cluster node: it compiles, saves and pushes.
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache_job"), PYTHONWARNINGS="ignore")
+    cli = [sys.executable, "-m", "jupyter_compile_cache", "run", "from-job", "--store", str(tmp_path / "store_job")]
+    job = subprocess.run([*cli, "--hub", hub_url, "--", *_job(str(script))], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert job.returncode == 0, job.stderr
+    cold = _ranks(job.stdout)
+    assert all(m > 0 for _, m in cold.values()) and "the local store and the hub" in job.stderr, job.stderr
+
+    # Then a notebook on another machine: the same ranks from a cell restore the job's bundle and compile nothing.
+    k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=tmp_path / "cache_nb", JUPYTER_COMPILE_CACHE_DIR=tmp_path / "store_nb",
+                       JUPYTER_COMPILE_CACHE_HUB=hub_url)  # fmt: skip
+    k.run("%load_ext jupyter_compile_cache").check()
+    out = k.run(f"%%compile_cache from-job\n!{' '.join(_job(str(script)))} 2>/dev/null").check().stdout
+    restored = _ranks(out)
+    assert f"restored 'from-job' from the hub {hub_url}" in out, out
+    assert {r: m for r, (_, m) in restored.items()} == {0: 0, 1: 0}, out
+    assert {r: losses for r, (losses, _) in restored.items()} == {r: losses for r, (losses, _) in cold.items()}
+
+
+NODE_JOB = """
+import os, sys, time, torch
+from torch._dynamo.utils import counters
+here, everyone = sys.argv[1], sys.argv[2:]
+open(here, "w").close()
+deadline = time.time() + 120
+while not all(os.path.exists(p) for p in everyone) and time.time() < deadline:  # the job's rendezvous
+    time.sleep(0.05)
+step = torch.compile(lambda t: torch.nn.functional.gelu(t @ t.T).sum())
+print(f"VALUE {float(step(torch.ones(8, 8))):.4f} MISSES {counters['inductor']['fxgraph_cache_miss']}", flush=True)
+"""
+
+
+def test_the_nodes_of_one_job_compile_at_once_push_one_version_then_each_pulls_it_once(tmp_path, redis_server):
+    script = tmp_path / "node_job.py"
+    script.write_text(NODE_JOB)
+    nodes = ("n1", "n2")
+
+    def start(run: int) -> list[subprocess.Popen]:
+        ready = [str(tmp_path / f"ready-{run}-{n}") for n in nodes]
+        jobs = []
+        for node, here in zip(nodes, ready):
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"cache-{run}-{node}"),
+                       PYTHONWARNINGS="ignore", JUPYTER_COMPILE_CACHE_HUB=redis_server.url)  # fmt: skip
+            cli = [sys.executable, "-m", "jupyter_compile_cache", "run", "nodes", "--store", str(tmp_path / node)]
+            jobs.append(subprocess.Popen([*cli, "--", sys.executable, str(script), here, *ready], env=env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))  # fmt: skip
+        return jobs
+
+    def finish(jobs: list[subprocess.Popen]) -> list[tuple[str, str]]:
+        outs = [job.communicate(timeout=300) for job in jobs]
+        assert all(job.returncode == 0 for job in jobs), outs
+        return outs
+
+    # Both nodes start with nothing anywhere: both compile, one holds the lease and pushes, the other keeps its
+    # copy local and says whose the hub gets.
+    first = finish(start(1))
+    assert all("MISSES 0" not in out for out, _err in first), first
+    hub_versions = redis_server.client().keys("*nodes*manifest*")
+    assert len(hub_versions) == 1, hub_versions
+    lines = [err for _out, err in first]
+    assert sum("the local store and the hub" in err for err in lines) == 1, lines
+    assert sum("is being compiled by" in err and "compiled at the same time" in err for err in lines) == 1, lines
+
+    # Both again, on empty cache dirs: each restores (its own store, or the hub's version), compiles nothing,
+    # and nothing new reaches the hub.
+    again = finish(start(2))
+    assert all("MISSES 0" in out for out, _err in again), again
+    values = {out.split("VALUE ")[1].split()[0] for out, _err in first + again}
+    assert len(values) == 1, values
+    assert all("nothing new to save" in err for _out, err in again), again
+    assert len(redis_server.client().keys("*nodes*manifest*")) == 1

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from jupyter_compile_cache.torch_adapter import fingerprint
@@ -51,3 +53,25 @@ def test_a_process_without_torch_reads_the_same_build_from_torchs_files():
     checks = fingerprint.compare(here, light, uses_gpu=False, uses_cpu_kernels=True)
     assert fingerprint.mismatch_reason(checks) is None
     assert [c.checked for c in checks if c.field == "inductor_config"] == [False]
+
+
+NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
+
+
+@pytest.mark.skipif(not os.path.isdir(NVIDIA_GPUS), reason="an NVIDIA GPU machine's question (run on the device)")
+def test_the_gpu_is_asked_once_per_gpu_set_and_the_answer_is_torchs(tmp_path):
+    code = (
+        "import json, sys; from jupyter_compile_cache.torch_adapter import fingerprint as f; "
+        "fp = f.current(); print(json.dumps([fp['gpu_name'], fp['gpu_capability'], 'torch' in sys.modules]))"
+    )
+
+    def ask(**env: str) -> list:
+        run_env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), **env}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=run_env)
+        return json.loads(out.stdout)
+
+    asked, kept = ask(), ask()
+    torch_says = [torch.cuda.get_device_name(), ".".join(map(str, torch.cuda.get_device_capability()))]
+    assert asked == [*torch_says, True]  # the first process asks torch
+    assert kept == [*torch_says, False]  # the next reads the answer kept for this GPU set
+    assert ask(CUDA_VISIBLE_DEVICES="") == [None, None, True]  # another selection: asked again
