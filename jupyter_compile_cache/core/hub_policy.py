@@ -257,7 +257,7 @@ class HubPolicy:
         instead of this one. The holder's while it still compiles, or once it pushed a version since `since`;
         None (push this one) when it ended without one, or died (on this machine: its process is gone)."""
         try:
-            holder = hub.hub.lease(name, fingerprint_id, "").holder()
+            holder = hub.hub.lease_holder(name, fingerprint_id)
             if holder is not None:
                 return str(holder.get("holder"))
             newer = [m for m in hub.versions(name) if m.fingerprint_id == fingerprint_id and m.created >= since]

@@ -432,6 +432,23 @@ class Hub:
                 self.backend.delete(keys)
 
     # -- single flight ------------------------------------------------------------------------------------------
+    def lease_holder(self, name: str, fp: str) -> dict[str, Any] | None:
+        """Who holds NAME's lease now (None: nobody); a holder on this machine whose process has ended is nobody,
+        though its lease has not expired yet."""
+        raw = self.backend.get([self._lease_key(name, fp)])[0]
+        if raw is None:
+            return None
+        try:
+            info = json.loads(raw)
+        except ValueError:
+            return {"holder": "unknown"}
+        if not isinstance(info, dict):
+            return {"holder": "unknown"}
+        pid = info.get("pid")
+        if info.get("host") == HOST and isinstance(pid, int) and not _process_alive(pid):
+            return None
+        return info
+
     def lease(self, name: str, fp: str, holder: str) -> Lease:
         key, clock = self._lease_key(name, fp), self.config.clock
         return Lease(self.backend, key, holder, refused=lambda exc: self._refused(exc, "write"), clock=clock)
@@ -485,23 +502,6 @@ class Lease:
     def held(self) -> bool:
         """Whether anyone holds this lease now (a holder that finished or died has let it go)."""
         return self.backend.get([self.key])[0] is not None
-
-    def holder(self) -> dict[str, Any] | None:
-        """Who holds this lease now (None: nobody); a holder on this machine whose process has ended is nobody,
-        though its lease has not expired yet."""
-        raw = self.backend.get([self.key])[0]
-        if raw is None:
-            return None
-        try:
-            info = json.loads(raw)
-        except ValueError:
-            return {"holder": "unknown"}
-        if not isinstance(info, dict):
-            return {"holder": "unknown"}
-        pid = info.get("pid")
-        if info.get("host") == HOST and isinstance(pid, int) and not _process_alive(pid):
-            return None
-        return info
 
     def release(self) -> None:
         self._stop.set()

@@ -220,8 +220,10 @@ def _gpu_set_key() -> str | None:
 
 
 def _gpu_answers_dir() -> str:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "jupyter_compile_cache", "gpu")
+    """Beside the default local store: the user's cache dir (platformdirs; `~/.cache/...` or XDG_CACHE_HOME)."""
+    import platformdirs
+
+    return os.path.join(platformdirs.user_cache_dir("jupyter_compile_cache", appauthor=False), "gpu")
 
 
 def _keep_answer(path: str, answer: tuple[str | None, str | None]) -> None:
