@@ -89,6 +89,10 @@ TIMED = """
 import json as _json, time as _time, textwrap as _tw, threading as _th
 from torch._dynamo.utils import counters as _c
 _threads = sorted(t.name for t in _th.enumerate())  # a thread of ours still at work would share the GIL with the calls
+import sys as _sys, traceback as _tb
+_frames = _sys._current_frames()
+_busy = {{t.name: [l.strip() for l in _tb.format_stack(_frames[t.ident])[-2:]] for t in _th.enumerate()
+          if t.ident in _frames and t.name.startswith(("jupyter_compile_cache", "ThreadPool"))}}
 def _call():
 {step}
     return last
@@ -102,8 +106,33 @@ for _ in range({calls}):
     sync()
     _times.append(_time.perf_counter() - _t)
 _keep = ("fxgraph_cache_miss", "autograd_cache_miss", "dynamo_cache_miss", "unique_graphs")
-print("STEADY=" + _json.dumps({{"times": _times, "last": _last, "threads": _threads,
+print("STEADY=" + _json.dumps({{"times": _times, "last": _last, "threads": _threads, "busy": _busy,
     "counters": {{n: v for g in _c.values() for n, v in g.items() if (n in _keep or "cudagraph" in n) and v}}}}))
+"""
+# With --profile: where a call's time goes (torch's profiler over the same calls, the top rows by self CPU time,
+# with their device time), and for ours where the restored cell's time goes (cProfile, the top rows by cumulative time).
+PROFILED_CALLS = """
+import json as _json
+from torch.profiler import profile as _profile, ProfilerActivity as _PA
+_acts = [_PA.CPU] + ([_PA.CUDA] if DEVICE == "cuda" else [])
+def _call():
+{step}
+    return last
+with _profile(activities=_acts) as _prof:
+    for _ in range({calls}):
+        _call()
+    sync()
+_rows = sorted(_prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:30]
+print("PROFILE=" + _json.dumps([[e.key[:90], e.count, round(e.self_cpu_time_total / {calls}, 1),
+    round(getattr(e, "self_device_time_total", 0) / {calls}, 1)] for e in _rows]))
+"""
+PROFILED_CELL = """
+import cProfile as _cp, pstats as _ps, io as _io
+_pr = _cp.Profile()
+_pr.runcall(get_ipython().run_cell_magic, "compile_cache", {name!r}, {cell!r})
+_buf = _io.StringIO()
+_ps.Stats(_pr, stream=_buf).sort_stats("cumulative").print_stats(45)
+print("CELLPROFILE<<" + _buf.getvalue() + ">>CELLPROFILE")
 """
 KINDS = ("torch", "ours")
 
@@ -122,8 +151,13 @@ def kernel(kind: str, workload: str, size: str, device: str, dirs: dict[str, str
     try:
         if ours:
             k.run("%load_ext jupyter_compile_cache")
+        if args.pause:
+            k.run(f"import time\ntime.sleep({args.pause})")
         k.run(SETUP.format(size=SIZES[size], device=device, compile_=True) + BUILD[build])
-        seconds, said = k.run(f"%%compile_cache steady-{workload}\n{cell}" if ours else cell)
+        if ours and args.profile and kind == "ours":
+            seconds, said = k.run(PROFILED_CELL.format(name=f"steady-{workload}", cell=cell))
+        else:
+            seconds, said = k.run(f"%%compile_cache steady-{workload}\n{cell}" if ours else cell)
         _, out = k.run(TIMED.format(step=_indent(STEP[workload]), warmup=args.warmup, calls=args.calls))
         found = json.loads(next(x for x in out.splitlines() if x.startswith("STEADY="))[len("STEADY=") :])
         if args.settle:  # the same calls again once background work of either kind has surely ended
@@ -131,6 +165,11 @@ def kernel(kind: str, workload: str, size: str, device: str, dirs: dict[str, str
             _, out = k.run(TIMED.format(step=_indent(STEP[workload]), warmup=1, calls=args.calls))
             later = json.loads(next(x for x in out.splitlines() if x.startswith("STEADY="))[len("STEADY=") :])
             found["settled_times"], found["settled_threads"] = later["times"], later["threads"]
+        if args.profile:
+            _, out = k.run(PROFILED_CALLS.format(step=_indent(STEP[workload]), calls=args.calls))
+            found["profile"] = json.loads(next(x for x in out.splitlines() if x.startswith("PROFILE="))[8:])
+            if "CELLPROFILE<<" in said:
+                found["cell_profile"] = said.split("CELLPROFILE<<")[1].split(">>CELLPROFILE")[0]
         found["cell_s"] = round(seconds, 3)
         found["said"] = [line for line in said.splitlines() if "compile_cache" in line]
         return found
@@ -210,6 +249,12 @@ def main() -> None:
     parser.add_argument("--out", help="the result file (JSON)")
     parser.add_argument(
         "--settle", type=float, default=0.0, help="then SECONDS idle and the calls again (kept, not in the ratio)"
+    )
+    parser.add_argument(
+        "--pause", type=float, default=0.0, help="SECONDS idle in every kernel before its model is built"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile each kernel's calls, and ours' restored cell (kept)"
     )
     args = parser.parse_args()
     rows: list[dict] = []

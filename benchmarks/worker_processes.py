@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from jupyter_compile_cache.storage.store import LocalStore
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from warm_restart import machine  # noqa: E402
 
@@ -68,7 +70,11 @@ def run(command: list[str], env: dict[str, str]) -> tuple[float, dict[int, tuple
     return seconds, ranks, out.stderr
 
 
-def row(ranks: int, work: str, width: int, mode: str) -> dict:
+def _files(root: str) -> set[str]:
+    return {os.path.relpath(os.path.join(d, f), root) for d, _, names in os.walk(root) for f in names}
+
+
+def row(ranks: int, work: str, width: int, mode: str, again: bool = False) -> dict:
     script = os.path.join(work, "train.py")
     with open(script, "w") as f:
         f.write(TRAIN)
@@ -81,10 +87,22 @@ def row(ranks: int, work: str, width: int, mode: str) -> dict:
 
     out = {}
     out["cold"] = run(job, env("torch"))
+    torch_files = [_files(env("torch")["TORCHINDUCTOR_CACHE_DIR"])]
     out["torch_warm"] = run(job, env("torch"))
+    torch_files.append(_files(env("torch")["TORCHINDUCTOR_CACHE_DIR"]))
     store = os.path.join(work, f"store-{ranks}-{mode}")
     out["ours_cold"] = run([*ours, store, "--", *job], env("ours-a"))
     out["ours"] = run([*ours, store, "--", *job], env("ours-b"))
+    versions_after_ours = len(LocalStore(store).versions("bench"))
+    if again:  # once more on another empty dir: does a restored job's saving end after one time?
+        out["ours_again"] = run([*ours, store, "--", *job], env("ours-c"))
+    # What a restored job saved anew, if it did: the members of the newest version that the one before lacks.
+    versions = LocalStore(store).versions("bench")
+    new_members = (
+        sorted({(m.name, m.sha256) for m in versions[0].members} - {(m.name, m.sha256) for m in versions[1].members})
+        if len(versions) > 1
+        else []
+    )
     cold_losses = {r: losses for r, (losses, _) in out["cold"][1].items()}
     result = {}
     for name, (seconds, per_rank, stderr) in out.items():
@@ -95,6 +113,15 @@ def row(ranks: int, work: str, width: int, mode: str) -> dict:
             "line": next((line for line in stderr.splitlines() if "ran in" in line), ""),
         }
         print(f"  {ranks} rank(s) {name}: {seconds:.2f} s, FX misses {result[name]['fx_misses']}", flush=True)
+    result["torch_warm_wrote"] = sorted(torch_files[1] - torch_files[0])[:40]
+    result["restored_saved"] = {
+        "versions_after_ours": versions_after_ours,
+        "versions": len(versions),
+        "new_members": [name for name, _ in new_members],
+    }
+    if new_members:
+        names = result["restored_saved"]["new_members"]
+        print(f"  the restored job saved {len(names)} new files, e.g. {names[:12]}", flush=True)
     return result
 
 
@@ -105,6 +132,7 @@ def main() -> int:
     parser.add_argument(
         "--mode", default="", help="torch.compile's mode (max-autotune: a job whose compile is most of its time)"
     )
+    parser.add_argument("--again", action="store_true", help="restore once more, on another empty dir")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import torch
@@ -114,13 +142,13 @@ def main() -> int:
     results: dict = {"rows": {}, "meta": meta}
     with tempfile.TemporaryDirectory(prefix="worker-processes-") as work:
         for n in args.ranks:
-            results["rows"][n] = row(n, work, args.width, args.mode)
+            results["rows"][n] = row(n, work, args.width, args.mode, args.again)
     print("\n| ranks | cold s | torch warm s | ours cold s | ours restored s | ours / torch warm | ours / cold | "
           "FX misses per rank (ours) | losses equal |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
     for n, r in results["rows"].items():
         ours, warm, cold = r["ours"]["seconds"], r["torch_warm"]["seconds"], r["cold"]["seconds"]
-        same = all(v["same_losses"] for v in r.values())
+        same = all(r[case]["same_losses"] for case in ("cold", "torch_warm", "ours_cold", "ours"))
         print(f"| {n} | {cold:.2f} | {warm:.2f} | {r['ours_cold']['seconds']:.2f} | {ours:.2f} | {ours / warm:.2f}x "
               f"| {ours / cold:.2f}x | {r['ours']['fx_misses']} | {same} |")  # fmt: skip
     if args.out:
