@@ -11,7 +11,9 @@ once, without the cache around it. The ISA probe goes on in the background: a GP
 never needs it, and a CPU compile that asks first simply computes it. On a machine without a GPU no cell waits for
 the hashes (only a fresh compile or an FX-graph lookup needs them, and computes them itself), so they are taken
 only once the kernel has been idle for a moment: hashing beside a running cell took a core and the GIL from it
-(restored code right after its cell ran several times slower on 2 cores). In a kernel forked from a warm
+(restored code right after its cell ran several times slower on 2 cores). On a GPU machine the probe waits for such
+a moment likewise, and runs at the lowest CPU priority everywhere: it starts a Python that imports torch per ISA,
+which took CPU from the launches of restored GPU code for 20 s after its cell. In a kernel forked from a warm
 template all of it was done before the kernel started: nothing is left to wait for.
 `CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
 """
@@ -77,7 +79,11 @@ class Prewarm:
                 self.import_seconds = time.perf_counter() - start
                 self.imported.set()
             gpu = compiler.cuda_available() if gpu is None else gpu
-            steps = (self._hash, self._probe) if gpu else (self._probe, self._wait_for_idle, self._hash)
+            steps = (
+                (self._hash, self._wait_for_idle, self._probe)
+                if gpu
+                else (self._probe, self._wait_for_idle, self._hash)
+            )
             for step in steps:
                 step()
         except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once

@@ -12,6 +12,7 @@ import importlib
 import os
 import re
 import sys
+import threading
 from typing import Any
 
 from .layers import COUNTER_GROUP
@@ -141,10 +142,22 @@ def probe_cpu() -> None:
     if checker is not None and isas:
         flags = checker()
         candidates = [isa for isa in isas if all(flag in flags for flag in str(isa).split())]
-        if len(candidates) > 1:
+        if candidates:
             with ThreadPoolExecutor(max_workers=len(candidates)) as pool:
-                list(pool.map(bool, candidates))
+                list(pool.map(_probe_one, candidates))
     cpu_vec_isa.pick_vec_isa()  # cached by torch for the process
+
+
+def _probe_one(isa: Any) -> bool:
+    """One ISA's probe at the lowest CPU priority: torch compiles a test program and loads it in a new Python that
+    imports torch, seconds of CPU per ISA, and nothing waits for it (a compile that needs the answer asks torch
+    itself). The priority is this pool thread's own (Linux keeps it per thread), inherited by the processes it
+    starts; the thread ends with the probe."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the probe runs at the usual priority
+        pass
+    return bool(isa)
 
 
 def probe_files(created: list[str]) -> list[str]:

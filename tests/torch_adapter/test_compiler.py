@@ -42,3 +42,27 @@ def test_the_compiler_loads_without_torchs_no_cuda_runtime_line_where_there_is_n
     no_gpu = not torch.cuda.is_available()  # torch says it only there (a GPU machine: neither says it)
     assert ("No CUDA runtime is found" in said[0].stderr) == no_gpu, said[0].stderr
     assert "No CUDA runtime is found" not in said[1].stderr, said[1].stderr
+
+
+def test_each_isa_probe_and_the_processes_it_starts_run_at_the_lowest_cpu_priority():
+    """torch's probe of one ISA compiles a test program and loads it in a new Python: seconds of CPU that nothing
+    waits for. They run at nice 19, so a cell's own work beside them keeps the CPU."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jupyter_compile_cache.torch_adapter.compiler import _probe_one
+
+    class ProbeStartingAProcess:  # stands where torch's VecISA is: its truth value is its probe
+        nice: int | None = None
+
+        def __bool__(self) -> bool:
+            out = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True, text=True)
+            self.nice = int(out.stdout)
+            return True
+
+    isa, own = ProbeStartingAProcess(), os.nice(0)
+    with ThreadPoolExecutor(1) as pool:  # a pool thread, as probe_cpu runs it: this test's own thread keeps its nice
+        assert pool.submit(_probe_one, isa).result() is True
+    assert isa.nice == 19
+    assert os.nice(0) == own
