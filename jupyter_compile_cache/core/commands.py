@@ -10,15 +10,13 @@ import platform
 import tarfile
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from ..storage import bundle_file
 from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
 from ..storage.hub import HubError
 from ..storage.sources import HubSource, LocalSource, Progress, Source
-from ..torch_adapter import capture, cell_snapshot, compiler, fingerprint, layers
-from ..torch_adapter.precompile import PrecompileGuard
 from ..units import count as count_of
-from . import events, notebook
+from . import events
 from .machine_fit import MachineFit
 from .records import (
     NOT_COMPILED,
@@ -48,7 +46,12 @@ from .records import (
     TimeSaved,
     VersionFit,
 )
-from .session import CompileCacheSession
+from .stores import Stores
+
+if TYPE_CHECKING:
+    from ..torch_adapter import layers
+    from . import notebook
+    from .session import CompileCacheSession
 
 # What a command can fail with, for a front end to tell in one line: bad input (ValueError), a store or file that
 # cannot be read or written (OSError), a bundle file that is not one (BundleError, TarError), a hub that fails.
@@ -56,9 +59,22 @@ COMMAND_ERRORS: tuple[type[Exception], ...] = (ValueError, OSError, BundleError,
 
 
 class Commands:
-    def __init__(self, session: CompileCacheSession) -> None:
+    """Over the kernel's session, or over a `Stores` alone where no cell runs (the CLI's listings): what is
+    asked of the compiler (`status`, the layer switches, `device`) needs the kernel's session and imports torch's
+    side only then, so a listing imports nothing of torch_adapter/ but the machine's fingerprint."""
+
+    def __init__(self, session: Stores) -> None:
         self.session = session
         self.settings = session.settings
+
+    @property
+    def kernel(self) -> CompileCacheSession:
+        """The kernel's session, for the commands that ask the compiler."""
+        from .session import CompileCacheSession
+
+        if not isinstance(self.session, CompileCacheSession):
+            raise TypeError("this command needs the kernel's session (CompileCacheSession), not Stores alone")
+        return self.session
 
     # -- views ----------------------------------------------------------------------------------------------------
     def status(self, wait: bool = False, ping_hub: bool = True) -> SessionStatus:
@@ -66,7 +82,9 @@ class Commands:
         kernel's hits / misses / bypasses. While torch's compiler still loads in the background, it answers at once
         with what is on disk (`wait`: for the whole picture); importing the compiler from two threads at once can
         break torch's imports. `ping_hub` False: the hub's state as last known, nothing asked of it."""
-        session = self.session
+        from ..torch_adapter import capture, cell_snapshot, compiler, layers
+
+        session = self.kernel
         loading = None if wait else session.prewarm.loading()
         if loading is None:
             session.prewarm.join()
@@ -182,6 +200,8 @@ class Commands:
         why not; PARSE reads a `%%compile_cache` line (the magic's parser)."""
         if not os.path.isfile(path):
             raise ValueError(f"no notebook at {path}")
+        from . import notebook
+
         cells, problems = notebook.read_cells(path, parse)
         return notebook.plan(self.session, os.path.abspath(path), cells, problems)
 
@@ -207,6 +227,8 @@ class Commands:
         """This kernel's GPU (name, compute capability, memory in use / total) or CPU (model, ISA)."""
         import torch
 
+        from ..torch_adapter import fingerprint
+
         fp = fingerprint.current()
         versions = {"torch": fp["torch"], "triton": fp["triton"], "cuda": fp["cuda"], "hip": fp["hip"]}
         if torch.cuda.is_available():
@@ -219,6 +241,8 @@ class Commands:
 
     def time_saved(self) -> TimeSaved:
         """Estimated compile time saved: per restored cell (cold time in the bundle minus this run), per layer."""
+        from ..torch_adapter import layers
+
         per_layer = {layer.name: 0.0 for layer in layers.LAYERS}
         cells = []
         for report in self.session.history:
@@ -295,11 +319,15 @@ class Commands:
         versions = store.versions(check_name(name))
         if not versions:
             raise NotFound(name, store.root)
+        from ..storage import bundle_file
+
         bundle_file.export_bundle(store, versions[0], path)
         return Exported(versions[0], path)
 
     def import_file(self, path: str, store_dir: str | None = None) -> Imported:
         """The version in a file made by `export`, into the local store (every member verified)."""
+        from ..storage import bundle_file
+
         return Imported(*bundle_file.import_bundle(self.session.store(store_dir), path))
 
     # -- the hub's own commands (the CLI's `hub ...`: failures are raised as HubError, for the command to report) --
@@ -349,7 +377,10 @@ class Commands:
         """Switch one of torch's cache layers. Dynamo precompile drops identity guards that only our cells put
         back, so it is switched for `%%compile_cache` cells alone (CompileCache.precompile) and torch's global
         `caching_precompile` is never left on; the other layers are torch's own switches for the whole kernel."""
-        self.session.prewarm.join()
+        from ..torch_adapter import layers
+        from ..torch_adapter.precompile import PrecompileGuard
+
+        self.kernel.prewarm.join()
         layer = layers.resolve(layer_name)
         if layer.name == "dynamo_precompile":
             if enabled and not PrecompileGuard.available():  # disabling it is always allowed: a no-op there
@@ -363,6 +394,8 @@ class Commands:
         return layer
 
     def layer_names(self) -> list[str]:
+        from ..torch_adapter import layers
+
         return [layer.name for layer in layers.LAYERS]
 
     def switch_scope(self, layer: layers.Layer) -> str:
@@ -372,7 +405,7 @@ class Commands:
         if layer.name == "dynamo_precompile":
             if layer.switch_value():  # torch's own switch, set outside us (TORCH_CACHING_PRECOMPILE=1, say)
                 return "everywhere"
-            return "%%compile_cache cells" if self.session.precompile_default else "off"
+            return "%%compile_cache cells" if self.kernel.precompile_default else "off"
         if layer.switch is None:
             return "this kernel"
         return "this kernel" if layer.switch_value() else "off"

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..storage.backends import Backend, open_backend, redact
 from ..storage.bundle import Manifest
 from ..storage.hub import Hub, HubConfig, HubError, HubRefused, Lease
 from ..storage.sources import HubSource
 from ..storage.store import LocalStore
-from ..torch_adapter.compiler import RemoteCaches
 from .events import (
     NO_TRANSFER,
     CollaboratorCompiling,
@@ -30,6 +30,9 @@ from .events import (
 )
 from .records import CellOptions, CellReport, HubState, RestoreResult
 from .settings import CompileCache
+
+if TYPE_CHECKING:
+    from ..torch_adapter.compiler import RemoteCaches
 
 DOWN_SECONDS = 60  # a hub that failed is left alone this long, instead of paying its timeout in every cell
 
@@ -64,7 +67,7 @@ class HubPolicy:
         # One backend (and so one connection pool) per URL, shared by the session's hubs: a cell talks to the hub up
         # to three times (pull on a miss, lease, push) and should connect (and AUTH) once, not each time.
         self._backends: dict[tuple[str, float, float], Backend] = {}
-        self.remote_caches = RemoteCaches()  # what --torch-remote changed in torch, for close()
+        self.remote_caches: RemoteCaches | None = None  # what --torch-remote changed in torch, for close()
 
     # -- which hub --------------------------------------------------------------------------------------------
     def for_cell(self, opts: CellOptions) -> HubSource | None:
@@ -280,17 +283,22 @@ class HubPolicy:
                 self._no_torch_remote_told.add(hub.url)
                 self._tell(NoTorchRemote(hub.display_url, hub.hub.backend.kind), report)
             return
+        if self.remote_caches is None:
+            from ..torch_adapter.compiler import RemoteCaches  # here: a listing never points torch anywhere
+
+            self.remote_caches = RemoteCaches()
         self.remote_caches.point_at(url)
 
     @property
     def torch_remote(self) -> str | None:
         """The hub torch's own Redis caches use since a `--torch-remote` cell (for the rest of the kernel), or None."""
-        url = self.remote_caches.url
+        url = self.remote_caches.url if self.remote_caches is not None else None
         return redact(url) if url else None
 
     def close(self) -> None:
         """Undo `point_torch_at` and drop the connections."""
-        self.remote_caches.undo()
+        if self.remote_caches is not None:
+            self.remote_caches.undo()
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()

@@ -5,10 +5,12 @@ object's life, so one listing asks once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..storage.bundle import Manifest
-from ..torch_adapter import fingerprint
+
+if TYPE_CHECKING:
+    from ..torch_adapter import fingerprint
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,8 @@ class MachineFit:
 
     def fingerprint(self, with_gpu: bool) -> dict[str, Any]:
         """This machine's fingerprint; `with_gpu` also names its GPU (torch imported)."""
+        from ..torch_adapter import fingerprint  # here: a listing of an empty store needs no machine
+
         if with_gpu not in self._now:
             self._now[with_gpu] = fingerprint.current(with_gpu=with_gpu)
         return self._now[with_gpu]
@@ -39,6 +43,8 @@ class MachineFit:
         return True in self._now
 
     def of(self, manifest: Manifest) -> Fit:
+        from ..torch_adapter import fingerprint
+
         now = self.fingerprint(manifest.uses_gpu)
         checks = fingerprint.compare(manifest.fingerprint, now, manifest.uses_gpu, manifest.uses_cpu_kernels)
         return Fit(fingerprint.mismatch_reason(checks), checks)

@@ -22,26 +22,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
-from ..storage.store import LocalStore
 from ..units import count as count_of
-from .bundle_search import BundleSearch
-from .hub_policy import HubPolicy
 from .machine_fit import MachineFit
 from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan
-
-
-class Stores(Protocol):
-    """What the plan and the staging use of the kernel's session: its stores, its hub policy and its search."""
-
-    hub_policy: HubPolicy
-    search: BundleSearch
-
-    def store(self, root: str | None = None) -> LocalStore: ...
-
+from .stores import Stores
 
 SESSION_NAME_ENV = "JPY_SESSION_NAME"  # set by Jupyter servers: the notebook's path
 VSCODE_NOTEBOOK = "__vsc_ipynb_file__"  # set by VS Code in the user namespace

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import IO, Any
 
 from ..kernels.prewarm import Prewarm
@@ -23,15 +23,15 @@ from ..storage.sources import HubSource, Progress, Source
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
 from ..torch_adapter.cell_snapshot import CellSnapshot
-from ..torch_adapter.precompile import PrecompileGuard, alternate_member, saved_functions
+from ..torch_adapter.entry_records import alternate_member, saved_functions
+from ..torch_adapter.precompile import PrecompileGuard
 from ..units import count
 from . import events
-from .bundle_search import BundleSearch
-from .events import Event, Reporter, Transfer
-from .hub_policy import HubPolicy
+from .events import Reporter
 from .notebook import NotebookStage
 from .records import CellOptions, CellReport, RestoreResult, writer
 from .settings import CompileCache
+from .stores import Stores
 from .toolchain import Toolchain
 
 current: CompileCacheSession | None = None  # the kernel's one session
@@ -48,31 +48,20 @@ def get_session(reporter: Reporter | None = None) -> CompileCacheSession:
     return current
 
 
-class CompileCacheSession:
+class CompileCacheSession(Stores):
     def __init__(
         self,
         store_dir: str | None = None,
         settings: CompileCache | None = None,
         reporter: Reporter | None = None,
     ) -> None:
-        self.settings = settings or CompileCache()
-        if store_dir:
-            self.settings.store_dir = os.path.abspath(store_dir)
-        # what the session says goes here: the front end's reporter (the magic's lines, the CLI's text, the panel)
-        self.reporter: Reporter = reporter or events.LoggingReporter()
-        # views beside the reporter (the panel): every event, a quiet cell's too
-        self.listeners: list[Callable[[Event], None]] = []
-        self.settings.resolved()  # reads every environment variable now, so a bad one is told once, here
-        for problem in self.settings.env_problems:
-            self.warn(problem)
+        super().__init__(store_dir, settings, reporter)
         if os.environ.get("TORCH_CACHING_PRECOMPILE") == "1":  # read from the environment: torch is not imported yet
             self.warn(
                 "TORCH_CACHING_PRECOMPILE=1 turns torch's Dynamo precompile on outside %%compile_cache cells too, "
                 "where it drops identity guards and no guard of ours checks edits: plain torch.compile may return "
                 "stale results after a helper is redefined. Unset it: our cells switch precompile on themselves"
             )
-        self.hub_policy = HubPolicy(self.settings, self.tell)
-        self.search = BundleSearch(self.hub_policy)
         self.guard = PrecompileGuard(warn=self.warn)
         self._stats_failed = False
         self.toolchain = Toolchain(lambda: self.settings.store_dir, self.hub_policy, self.search, self.warn)
@@ -81,7 +70,6 @@ class CompileCacheSession:
         self.prewarm.after_probe = lambda: self.toolchain.save(self.prewarm.created)
         self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
         self.notebook = NotebookStage(self)  # the kernel's notebook, its bundles fetched ahead (%load_ext starts it)
-        self.history: list[CellReport] = []  # this kernel's %%compile_cache runs, oldest first
         self._restored_paths: dict[str, list[str]] = {}
         # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
         self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}
@@ -94,38 +82,13 @@ class CompileCacheSession:
     def precompile_default(self) -> bool:
         return self.settings.precompile
 
-    def tell(self, event: Event, report: CellReport | None = None, quiet: bool = False) -> None:
-        """Hand EVENT to the front end's reporter (a quiet cell's info events are left out) and to every listener;
-        a warning is also kept in the cell's report."""
-        if event.level == "warning" and report is not None:
-            report.warnings.append(event.text())
-        if not quiet or event.level == "warning":
-            self.reporter(event)
-        for listener in list(self.listeners):
-            try:
-                listener(event)
-            except Exception as exc:  # a broken view must never break the cell: told once, then dropped
-                self.listeners.remove(listener)
-                self.warn(f"a view of this session stopped updating ({type(exc).__name__}: {exc})")
-
-    def warn(self, message: str, report: CellReport | None = None) -> None:
-        self.tell(events.CacheWarning(message), report)
-
-    def transfer(self, label: str, quiet: bool = False) -> Transfer:
-        """The front end's progress display for a transfer (none for a quiet cell)."""
-        return events.NO_TRANSFER if quiet else self.reporter.transfer(label)
-
-    def store(self, root: str | None = None) -> LocalStore:
-        return LocalStore(root or self.settings.store_dir)
-
     def close(self) -> None:
         """Undo everything this session changed in torch and the environment (used by %unload_ext)."""
         self.guard.uninstall()
         for patch in reversed(self._cache_load_patches or []):
             patch.undo()
         self._cache_load_patches = None
-        self.hub_policy.close()
-        self.listeners.clear()
+        super().close()
 
     # -- restore ------------------------------------------------------------------------------------------------
     def restore(

@@ -34,7 +34,7 @@ from .._version import __version__
 from ..core.commands import COMMAND_ERRORS, Commands
 from ..core.events import NoTeamSecret
 from ..core.records import NoHub, NotFound, RemoveOptions
-from ..core.session import CompileCacheSession
+from ..core.stores import Stores
 from ..storage.backends.base import HubError
 from . import arguments, render, store_commands
 from .reporter import TextReporter, TransferBar
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: the demo stopped: {exc}", file=sys.stderr)
             return ERROR
         return OK
-    session = CompileCacheSession(store_dir=args.store_dir, reporter=TextReporter())
+    session = Stores(store_dir=args.store_dir, reporter=TextReporter())  # no cell runs: nothing of torch's side
     commands = Commands(session)
     try:
         if args.command in store_commands.NAMES or args.command == "show":
@@ -208,6 +208,7 @@ def _run_job(args: argparse.Namespace, job: list[str]) -> int:
     import subprocess
 
     from ..core.records import CellOptions
+    from ..core.session import CompileCacheSession
 
     session = CompileCacheSession(store_dir=args.store_dir, reporter=TextReporter(out=sys.stderr))
     options = CellOptions(

@@ -125,13 +125,16 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
 
     assert out.returncode == 0 and out.stdout.strip() == f"jupyter-compile-cache {__version__}"
 
-    # an empty store lists without importing torch, and says so
+    # an empty store lists without importing torch, nor our torch side or the kernel's session, and says so
     code = (
         "import sys; from jupyter_compile_cache.frontends.cli import main; rc = main(sys.argv[1:]); "
-        "print('TORCH', 'torch' in sys.modules); raise SystemExit(rc)"
+        "print('TORCH', 'torch' in sys.modules); "
+        "print('OURS', sorted(m for m in sys.modules if m.startswith('jupyter_compile_cache.torch_adapter.') "
+        "or m == 'jupyter_compile_cache.core.session')); raise SystemExit(rc)"
     )
     out = _python(["-c", code, "list", "--store", str(other)], env)
     assert out.returncode == 0 and "no bundles" in out.stdout and "TORCH False" in out.stdout, out
+    assert "OURS []" in out.stdout, out.stdout
 
     # the same exit status for a missing name, whatever the command; `explain`, as in the magic (`show` too)
     for command in ("explain", "show", "rm", "export"):
@@ -168,6 +171,8 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
     out = _python(["-c", code, "list", "--store", str(other)], env)
     assert out.returncode == 0 and "TORCH False" in out.stdout, out
     assert re.search(r"fits_here .* yes\n", out.stdout), out.stdout
+    # of our torch side only the machine's fingerprint, which says whether it fits
+    assert "OURS ['jupyter_compile_cache.torch_adapter.fingerprint']" in out.stdout, out.stdout
     # outside a kernel the inductor config is not known, and explain says so instead of "differs {}"
     out = _python(["-c", code, "explain", "fits_here", "--store", str(other)], env)
     assert "TORCH False" in out.stdout and "WOULD RESTORE" in out.stdout, out.stdout

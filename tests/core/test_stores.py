@@ -1,0 +1,56 @@
+"""stores.py: the stores a session works over, built alone where no cell runs (the CLI's listings)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_compile_cache.core import events
+from jupyter_compile_cache.core.commands import Commands
+from jupyter_compile_cache.core.stores import Stores
+
+
+class Collected:
+    """A front end that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.events: list[events.Event] = []
+
+    def __call__(self, event: events.Event) -> None:
+        self.events.append(event)
+
+    def transfer(self, label: str) -> events.Transfer:
+        return events.NO_TRANSFER
+
+
+def test_stores_alone_list_and_tell_without_the_kernels_session(tmp_path):
+    told = Collected()
+    stores = Stores(store_dir=str(tmp_path / "store"), reporter=told)
+    seen: list[events.Event] = []
+    stores.listeners.append(seen.append)
+
+    def broken(event: events.Event) -> None:
+        raise RuntimeError("a closed panel")
+
+    stores.listeners.append(broken)
+    try:
+        commands = Commands(stores)
+        assert commands.bundles(hub=False) == []
+        assert stores.store().root == str(tmp_path / "store")
+        assert stores.compiled_code() == {}
+        stores.warn("first")
+        stores.warn("second")
+        words = [event.text() for event in told.events]
+        assert words[0] == "first" and words[-1] == "second", words
+        # the broken view was dropped, said once; the working one saw every event
+        assert sum("a view of this session stopped updating (RuntimeError: a closed panel)" in w for w in words) == 1
+        assert [e.text() for e in seen][-1] == "second" and broken not in stores.listeners
+    finally:
+        stores.close()
+
+
+def test_what_asks_the_compiler_needs_the_kernels_session(tmp_path):
+    commands = Commands(Stores(store_dir=str(tmp_path / "store"), reporter=Collected()))
+    with pytest.raises(TypeError, match="needs the kernel's session"):
+        commands.status()
+    with pytest.raises(TypeError, match="needs the kernel's session"):
+        commands.set_layer("fx_graph", True)
