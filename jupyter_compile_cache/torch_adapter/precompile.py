@@ -8,25 +8,23 @@ entry whose code or objects changed, and gives a restored entry its dropped guar
 
 Over 400 lines on purpose: `PrecompileGuard` is one object wrapping four of torch's functions (guard building,
 loading, installing, saving) that share its load scope, its refused keys and its fallbacks; its helpers live in
-code_digest.py, identity_checks.py, installed_entries.py and torch_logs.py.
+code_digest.py, identity_checks.py, installed_entries.py and torch_logs.py, the records beside the entries on disk in
+entry_records.py, and which guards precompile drops in guard_policy.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import inspect
-import json
 import logging
 import os
-import shutil
 import sys
 import types
 import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from . import fixes, frame_sizes
+from . import entry_records, fixes, frame_sizes, guard_policy
 from .code_digest import changed_parts, code_digest, code_parts
 from .fixes import Patch
 from .identity_checks import LoadScope, identity_check, innermost, load_scope, never, resolve, sha
@@ -34,48 +32,15 @@ from .installed_entries import DeserializedOnce, advance_unique_ids, check_insta
 from .layers import COUNTER_GROUP
 from .torch_logs import FILTERED_LOGGERS, TorchLogFilter
 
-DIGEST_FILE = "jcc_code_digest"
-# Entries of other versions of a bundle, installed beside torch's own (a `.jcc-` folder: never captured as a
-# cell's files): a function whose code matches one of them takes that entry instead of compiling.
-ALTERNATES_DIR = ".jcc-versions"
-_ENTRY_FILES = ("entry", DIGEST_FILE, frame_sizes.STATE_FILE)
 # torch 2.10 has caching_precompile, but its saved entries fail to install (an IndexError, or code saved as a
 # placeholder) and the plain path they fall back to then misses the FX graph and AOTAutograd caches: there, bundles
 # carry those layers only, as before torch 2.9. Measured on the CPU; 2.11, 2.13 and 2.15 restore through precompile.
 MIN_TORCH = "2.11.0a0"  # pre-releases of 2.11 included
 # On a CompilePackage: {backend id -> (the type of its saved content, what torch deserialized)}, from its last install.
 DESERIALIZED_ATTR = "_jcc_deserialized"
-RECORD_VERSION = 2  # records without per-entry dropped guards (version 1) restore nothing
 # Why a function of a restored cell compiled: no entry saved for it, an entry for other code, a guard that failed;
 # or graphs missed with no function named (the session's word, where precompile is off).
 MISS_KINDS = ("no_entry", "code_changed", "recompiled", "new_graph")
-
-
-# The guards precompile drops (torch 2.9-2.15: guards.py, CheckFunctionManager.__init__), those built on them, and
-# the identity guards it cannot serialize but does not drop (CLASS_MATCH, NN_MODULE...: torch then saves no entry
-# for the function, HF T5 and BART). We drop those too from the saved build: each is an identity check, which the
-# restored entry gets back from our record like the others.
-_DROPPED_KINDS = frozenset(
-    {"ID_MATCH", "CLOSURE_MATCH", "WEAKREF_ALIVE", "DICT_VERSION"}
-    | {"CLASS_MATCH", "FUNCTION_MATCH", "MODULE_MATCH", "NN_MODULE"}
-)
-_DROPPED_BASES = frozenset({"ID_MATCH", "DICT_VERSION"})
-
-
-def _source(entry: Any) -> str:
-    """A guard's source expression, as torch evaluates it (`L['self'].act`; the entry's own name is shorter)."""
-    guard = getattr(entry, "orig_guard", None)
-    return str(getattr(guard, "name", None) or entry.name)
-
-
-def _guard_states(codes: Iterable[Any]) -> set[str]:
-    """The compiled graphs of a package's (or a saved entry's) code entries, each named by its guard state."""
-    return {sha(guarded.guards_state) for code in codes for guarded in getattr(code, "guarded_codes", ())}
-
-
-def _is_dropped(entry: Any) -> bool:
-    derived = set(getattr(entry, "derived_guard_types", ()) or ())
-    return entry.guard_type in _DROPPED_KINDS or bool(_DROPPED_BASES & derived)
 
 
 _INSTALLED: PrecompileGuard | None = None  # the guard whose patches are on torch now
@@ -325,7 +290,7 @@ class PrecompileGuard:
         def recording_filter(entries: Any) -> Any:
             seen.extend(entries)
             keep = user_filter(entries) if user_filter else [True] * len(entries)
-            return [bool(k) and not _is_dropped(entry) for k, entry in zip(keep, entries)]
+            return [bool(k) and not guard_policy.is_dropped(entry) for k, entry in zip(keep, entries)]
 
         output_graph = arguments.get("output_graph")
         shadow = object.__new__(type(cfm))
@@ -349,9 +314,9 @@ class PrecompileGuard:
             return
         logged_names = set(logged)
         dropped = {
-            _source(entry): code_digest(entry.value) if entry.has_value else "<no value>"
+            guard_policy.guard_source(entry): code_digest(entry.value) if entry.has_value else "<no value>"
             for entry in seen
-            if _is_dropped(entry) or _source(entry) in logged_names
+            if guard_policy.is_dropped(entry) or guard_policy.guard_source(entry) in logged_names
         }
         # Per package: its function's entry, and those of the frames it left to Dynamo (resume functions after a
         # graph break, functions in other modules that Dynamo compiled as frames of their own).
@@ -425,21 +390,23 @@ class PrecompileGuard:
         self.code_ids[key] = code_id
         prefix = package.DynamoCache.path_prefix()
         entry_dir = os.path.join(prefix, key)
-        record = read_record(entry_dir)
+        record = entry_records.read_record(entry_dir)
         if record is None or record.get("digest") != digest:
             # torch names an entry by the function's name and first line: a line added above it, or the same code
             # in another version of the bundle, is found by its code instead.
             try:
-                matching = self._entry_with(prefix, digest)
+                matching = entry_records.entry_with(prefix, digest)
                 if matching is None and self.find_elsewhere is not None and self.find_elsewhere(digest):
-                    matching = self._entry_with(prefix, digest)
+                    matching = entry_records.entry_with(prefix, digest)
                 if matching is not None and matching != entry_dir:
-                    _adopt_entry(matching, entry_dir)
+                    entry_records.adopt_entry(matching, entry_dir)
                     counters[COUNTER_GROUP]["precompile_entry_found_by_code"] += 1
-                    record = read_record(entry_dir)
+                    record = entry_records.read_record(entry_dir)
             except Exception as exc:  # a full disk, an unreadable folder: the entry under torch's name stands
                 self._tell(key, f"looking for a compiled function's entry by its code failed ({exc})")
-                record = read_record(entry_dir) if os.path.exists(os.path.join(entry_dir, "entry")) else None
+                record = (
+                    entry_records.read_record(entry_dir) if os.path.exists(os.path.join(entry_dir, "entry")) else None
+                )
         if not os.path.exists(os.path.join(entry_dir, "entry")):
             if record is not None and record.get("empty") and record.get("digest") == digest:
                 # Dynamo traced nothing of this function when it was saved (its frames are torch's own, such as
@@ -477,23 +444,6 @@ class PrecompileGuard:
             # Saved again with this cell, the entry keeps its record of dropped guards.
             self.dropped.setdefault(key, {}).update(record.get("guarded", {}))
         return result
-
-    @staticmethod
-    def _entry_with(prefix: str, digest: str) -> str | None:
-        """A saved entry (torch's, then other versions', newest first) whose record has this code digest."""
-        own = sorted(glob.glob(os.path.join(glob.escape(prefix), "*", DIGEST_FILE)))
-        others = glob.glob(os.path.join(glob.escape(prefix), ALTERNATES_DIR, "*", "*", DIGEST_FILE))
-        others.sort(key=lambda path: os.path.basename(os.path.dirname(os.path.dirname(path))), reverse=True)
-        for path in own + others:
-            entry_dir = os.path.dirname(path)
-            record = read_record(entry_dir)
-            if (
-                record is not None
-                and record.get("digest") == digest
-                and os.path.exists(os.path.join(entry_dir, "entry"))
-            ):
-                return entry_dir
-        return None
 
     def take_miss_reasons(self) -> list[tuple[str, str]]:
         """Why functions were not restored since the last call, each once: (kind, line), kind one of MISS_KINDS."""
@@ -588,7 +538,7 @@ class PrecompileGuard:
             result = package.DynamoCache.load(fn)  # our load: the code digest is checked again
             if result is None:
                 continue
-            if not _guard_states(pkg._codes.values()) < _guard_states(result.dynamo.codes):
+            if not guard_policy.guard_states(pkg._codes.values()) < guard_policy.guard_states(result.dynamo.codes):
                 # Not strictly newer: an older bundle (a cell re-run after a later one), or the live function
                 # compiled graphs here that the entry lacks. Replacing it would drop those graphs, to be traced
                 # again and left out of the next save; it stays as it is.
@@ -725,19 +675,17 @@ class PrecompileGuard:
             if digest is None or (not has_entry and key not in empty):
                 continue
             guarded = self.dropped.get(key, {})
-            record = {"version": RECORD_VERSION, "digest": digest, "guarded": dict(sorted(guarded.items()))}
+            record = {
+                "version": entry_records.RECORD_VERSION,
+                "digest": digest,
+                "guarded": dict(sorted(guarded.items())),
+            }
             if not has_entry:
                 record["empty"] = True
                 os.makedirs(entry_dir, exist_ok=True)
             if key in self.functions:  # which function, and a digest per part: where a later edit differs
                 record["function"], record["parts"] = self.functions[key]
-            path = os.path.join(entry_dir, DIGEST_FILE)
-            if read_record(entry_dir) != record:
-                tmp = path + f".tmp{os.getpid()}"
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(record, f)
-                os.replace(tmp, path)
-            written.append(path)
+            written.append(entry_records.write_record(entry_dir, record))
             if has_entry and self.code_ids.get(key) is not None:
                 try:
                     sizes = frame_sizes.save(entry_dir, self.code_ids[key])
@@ -748,43 +696,6 @@ class PrecompileGuard:
         return written
 
 
-def saved_functions(keys: Iterable[str]) -> dict[str, dict[str, str]]:
-    """{key: {"function": qualified name, "digest": code digest}} of saved entries' records: kept in a bundle's
-    manifest, so that a version holding the entry for some code is found without installing it."""
-    from torch._dynamo import package
-
-    out = {}
-    for key in keys:
-        entry_dir = os.path.join(package.DynamoCache.path_prefix(), key)
-        record = read_record(entry_dir)
-        if record is not None and not record.get("empty"):
-            out[os.path.basename(entry_dir)] = {"function": str(record.get("function", "")), "digest": record["digest"]}
-    return dict(sorted(out.items()))
-
-
-def alternate_member(member: str, version: str) -> str:
-    """Where a member of another version of a bundle goes: its precompile entries beside torch's (ALTERNATES_DIR),
-    everything else where it always goes (those files are named by their content)."""
-    parts = member.split("/")
-    if len(parts) >= 4 and parts[0] == "inductor" and parts[1] == "dynamo" and parts[2] != ALTERNATES_DIR:
-        return "/".join([*parts[:2], ALTERNATES_DIR, version, *parts[2:]])
-    return member
-
-
-def _adopt_entry(source_dir: str, entry_dir: str) -> None:
-    """Make `entry_dir` hold `source_dir`'s entry, its record and its sizes: each file replaced whole."""
-    os.makedirs(entry_dir, exist_ok=True)
-    for name in _ENTRY_FILES:
-        source, target = os.path.join(source_dir, name), os.path.join(entry_dir, name)
-        if not os.path.exists(source):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(target)
-            continue
-        tmp = f"{target}.tmp{os.getpid()}"
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
-
-
 def _module_holds(code: types.CodeType) -> bool:
     """Whether the module inspect finds for `code` is the file the code comes from."""
     module = inspect.getmodule(code)
@@ -793,18 +704,3 @@ def _module_holds(code: types.CodeType) -> bool:
         return bool(path) and os.path.samefile(path, code.co_filename)
     except OSError:
         return False
-
-
-def read_record(entry_dir: str) -> dict[str, Any] | None:
-    try:
-        with open(os.path.join(entry_dir, DIGEST_FILE), encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if (
-        not isinstance(record, dict)
-        or record.get("version") != RECORD_VERSION
-        or not isinstance(record.get("digest"), str)
-    ):
-        return None
-    return record
