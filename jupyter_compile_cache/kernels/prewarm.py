@@ -12,8 +12,9 @@ never needs it, and a CPU compile that asks first simply computes it. On a machi
 the hashes (only a fresh compile or an FX-graph lookup needs them, and computes them itself), so they are taken
 only once the kernel has been idle for a moment: hashing beside a running cell took a core and the GIL from it
 (restored code right after its cell ran several times slower on 2 cores). On a GPU machine the probe waits for such
-a moment likewise, and runs at the lowest CPU priority everywhere: it starts a Python that imports torch per ISA,
-which took CPU from the launches of restored GPU code for 20 s after its cell. In a kernel forked from a warm
+a moment likewise, and runs at the lowest CPU priority: it starts a Python that imports torch per ISA, which took
+CPU from the launches of restored GPU code for 20 s after its cell. On a CPU machine a compiling cell waits for the
+probe, so there it keeps the usual priority. In a kernel forked from a warm
 template all of it was done before the kernel started: nothing is left to wait for.
 `CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
 """
@@ -79,11 +80,10 @@ class Prewarm:
                 self.import_seconds = time.perf_counter() - start
                 self.imported.set()
             gpu = compiler.cuda_available() if gpu is None else gpu
-            steps = (
-                (self._hash, self._wait_for_idle, self._probe)
-                if gpu
-                else (self._probe, self._wait_for_idle, self._hash)
-            )
+            if gpu:  # a GPU cell waits for the hashes only: the probe goes once the kernel is idle, set aside
+                steps = (self._hash, self._wait_for_idle, lambda: self._probe(aside=True))
+            else:  # a compiling CPU cell waits for the probe: it goes first, at the usual priority
+                steps = (self._probe, self._wait_for_idle, self._hash)
             for step in steps:
                 step()
         except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once
@@ -105,12 +105,12 @@ class Prewarm:
                 return
             time.sleep(max(left, 0.05))
 
-    def _probe(self) -> None:
+    def _probe(self, aside: bool = False) -> None:
         if compiler.can_probe_cpu():
             if self.before_probe is not None:
                 self.before_probe()
             before = self.listing() if self.listing else {}
-            compiler.probe_cpu()
+            compiler.probe_cpu(aside)
             after = self.listing() if self.listing else {}
             self.created = compiler.probe_files(sorted(p for p, meta in after.items() if before.get(p) != meta))
             if self.after_probe is not None:

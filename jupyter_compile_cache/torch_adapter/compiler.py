@@ -127,11 +127,13 @@ def can_probe_cpu() -> bool:
     return True
 
 
-def probe_cpu() -> None:
+def probe_cpu(aside: bool = False) -> None:
     """torch probes each vector ISA in turn, each in a child process; probe them side by side, then let torch pick.
 
     Each `bool(isa)` fills torch's own per-ISA cache, so the `pick_vec_isa()` that follows finds every answer.
-    Only ISAs the CPU advertises are probed, as torch itself does.
+    Only ISAs the CPU advertises are probed, as torch itself does. `aside`: no cell waits for the answer, so each
+    probe runs at the lowest CPU priority (`_probe_aside`); a probe a compiling cell waits for keeps the usual one,
+    or a busy machine would starve the cell's wait.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -142,17 +144,16 @@ def probe_cpu() -> None:
     if checker is not None and isas:
         flags = checker()
         candidates = [isa for isa in isas if all(flag in flags for flag in str(isa).split())]
-        if candidates:
+        if len(candidates) > 1 or (aside and candidates):
             with ThreadPoolExecutor(max_workers=len(candidates)) as pool:
-                list(pool.map(_probe_one, candidates))
+                list(pool.map(_probe_aside if aside else bool, candidates))
     cpu_vec_isa.pick_vec_isa()  # cached by torch for the process
 
 
-def _probe_one(isa: Any) -> bool:
+def _probe_aside(isa: Any) -> bool:
     """One ISA's probe at the lowest CPU priority: torch compiles a test program and loads it in a new Python that
-    imports torch, seconds of CPU per ISA, and nothing waits for it (a compile that needs the answer asks torch
-    itself). The priority is this pool thread's own (Linux keeps it per thread), inherited by the processes it
-    starts; the thread ends with the probe."""
+    imports torch, seconds of CPU per ISA. The priority is this pool thread's own (Linux keeps it per thread),
+    inherited by the processes it starts; the thread ends with the probe."""
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     except (AttributeError, OSError):  # not Linux, or not allowed: the probe runs at the usual priority

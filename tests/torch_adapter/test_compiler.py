@@ -44,14 +44,14 @@ def test_the_compiler_loads_without_torchs_no_cuda_runtime_line_where_there_is_n
     assert "No CUDA runtime is found" not in said[1].stderr, said[1].stderr
 
 
-def test_each_isa_probe_and_the_processes_it_starts_run_at_the_lowest_cpu_priority():
-    """torch's probe of one ISA compiles a test program and loads it in a new Python: seconds of CPU that nothing
-    waits for. They run at nice 19, so a cell's own work beside them keeps the CPU."""
+def test_an_isa_probe_set_aside_and_the_processes_it_starts_run_at_the_lowest_cpu_priority():
+    """torch's probe of one ISA compiles a test program and loads it in a new Python: seconds of CPU. Where no cell
+    waits for it (a GPU machine) it runs at nice 19, so a cell's own work beside it keeps the CPU."""
     import subprocess
     import sys
     from concurrent.futures import ThreadPoolExecutor
 
-    from jupyter_compile_cache.torch_adapter.compiler import _probe_one
+    from jupyter_compile_cache.torch_adapter.compiler import _probe_aside
 
     class ProbeStartingAProcess:  # stands where torch's VecISA is: its truth value is its probe
         nice: int | None = None
@@ -63,6 +63,6 @@ def test_each_isa_probe_and_the_processes_it_starts_run_at_the_lowest_cpu_priori
 
     isa, own = ProbeStartingAProcess(), os.nice(0)
     with ThreadPoolExecutor(1) as pool:  # a pool thread, as probe_cpu runs it: this test's own thread keeps its nice
-        assert pool.submit(_probe_one, isa).result() is True
+        assert pool.submit(_probe_aside, isa).result() is True
     assert isa.nice == 19
     assert os.nice(0) == own
