@@ -107,7 +107,34 @@ for _ in range({calls}):
     _times.append(_time.perf_counter() - _t)
 _keep = ("fxgraph_cache_miss", "autograd_cache_miss", "dynamo_cache_miss", "unique_graphs")
 print("STEADY=" + _json.dumps({{"times": _times, "last": _last, "threads": _threads, "busy": _busy,
+    "autotuned": globals().get("_tuned", []),
     "counters": {{n: v for g in _c.values() for n, v in g.items() if (n in _keep or "cudagraph" in n) and v}}}}))
+"""
+# On a GPU, before the compiled cell: which Triton kernels benchmark their configs at run time (an autotune-cache
+# miss), and whether the `.best_config` torch looked for was there.
+AUTOTUNE_TRACE = """
+import os as _os
+_tuned = []
+try:
+    from torch._inductor.runtime import triton_heuristics as _trh
+    from torch._inductor.runtime.autotune_cache import AutotuneCache as _ATC
+except ImportError:
+    _trh = None
+if _trh is not None:
+    _bac = _trh.CachingAutotuner.benchmark_all_configs
+    def _traced(self, *a, **k):
+        _fn = self.filename or ""
+        try:
+            _c = _ATC.create(self.inductor_meta, _fn, _trh.hash_configs([l.config for l in self.launchers]))
+            _best = _c.local_cache[1] if _c and _c.local_cache else None
+        except Exception as _e:
+            _best = repr(_e)
+        _tuned.append({"kernel": getattr(getattr(self, "fn", None), "__name__", "?"), "file": _fn,
+            "file_exists": _os.path.exists(_fn), "configs": len(self.launchers),
+            "info": {_k: str(_v) for _k, _v in (getattr(self, "autotune_cache_info", None) or {}).items()},
+            "best_config": _best, "best_config_exists": bool(_best) and _os.path.exists(str(_best))})
+        return _bac(self, *a, **k)
+    _trh.CachingAutotuner.benchmark_all_configs = _traced
 """
 # With --profile: where a call's time goes (torch's profiler over the same calls, the top rows by self CPU time,
 # with their device time), and for ours where the restored cell's time goes (cProfile, the top rows by cumulative time).
@@ -154,7 +181,9 @@ def kernel(kind: str, workload: str, size: str, device: str, dirs: dict[str, str
         if args.pause:
             k.run(f"import time\ntime.sleep({args.pause})")
         k.run(SETUP.format(size=SIZES[size], device=device, compile_=True) + BUILD[build])
-        if ours and args.profile and kind == "ours":
+        if device == "cuda":
+            k.run(AUTOTUNE_TRACE)
+        if args.profile and kind == "ours":
             seconds, said = k.run(PROFILED_CELL.format(name=f"steady-{workload}", cell=cell))
         else:
             seconds, said = k.run(f"%%compile_cache steady-{workload}\n{cell}" if ours else cell)
@@ -205,7 +234,8 @@ def run_workload(
         row["same_answers"] &= pair["ours"]["last"] == pair["torch"]["last"]
         print(
             f"{workload:9s} pair {i + 1}/{args.pairs} ({order[0]} first): torch {medians['torch']:.3f} ms, "
-            f"ours {medians['ours']:.3f} ms, {row['ratios'][-1]:.3f}x",
+            f"ours {medians['ours']:.3f} ms, {row['ratios'][-1]:.3f}x; kernels autotuned at run time: torch "
+            f"{len(pair['torch'].get('autotuned', []))}, ours {len(pair['ours'].get('autotuned', []))}",
             file=sys.stderr,
             flush=True,
         )
@@ -217,13 +247,14 @@ def run_workload(
 def table(rows: list[dict], gate: float) -> str:
     lines = [
         "| workload | torch warm, ms/call (median of pairs) | ours restored | ours / torch, median | spread (min-max) "
-        f"| pairs | same answers | misses during calls (ours) | gate <= {gate} |",
-        "|" + "---|" * 9,
+        f"| pairs | same answers | misses during calls (ours) | run-time autotunes, torch / ours | gate <= {gate} |",
+        "|" + "---|" * 10,
     ]
     for r in rows:
         if not r.get("ratios"):
-            lines.append(f"| {r['workload']} | failed: {r.get('error', '')[:80]} |" + " |" * 7)
+            lines.append(f"| {r['workload']} | failed: {r.get('error', '')[:80]} |" + " |" * 8)
             continue
+        tuned = {kind: sum(len(p[kind].get("autotuned", [])) for p in r["kernels"]) for kind in KINDS}
         ours_misses = sorted(
             {f"{n}={v}" for p in r["kernels"] for n, v in p["ours"]["counters"].items() if n != "unique_graphs"}
         )
@@ -231,6 +262,7 @@ def table(rows: list[dict], gate: float) -> str:
             f"| {r['workload']} | {statistics.median(r['torch_ms']):.3f} | {statistics.median(r['ours_ms']):.3f} | "
             f"**{r['median_ratio']:.3f}x** | {min(r['ratios']):.3f}-{max(r['ratios']):.3f} | {len(r['ratios'])} | "
             f"{'yes' if r['same_answers'] else 'NO'} | {', '.join(ours_misses) or 'none'} | "
+            f"{tuned['torch']} / {tuned['ours']} | "
             f"{'pass' if r['median_ratio'] <= gate else 'FAIL'} |"
         )
     return "\n".join(lines)

@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import re
+import shutil
 
 import pytest
 from helpers.cells import COMPILE, DEFINE
@@ -83,6 +84,49 @@ LOADS = (
     "len(__import__('torch._dynamo.utils', fromlist=['x']).compilation_time_metrics['AOTAutogradCache.inductor_load'])"
 )
 TRACES = "__import__('torch._dynamo.utils', fromlist=['counters']).counters['stats']['unique_graphs']"
+
+
+# Reductions that Triton tunes at their first run (several configs each), their results kept in `.best_config` files.
+TUNED = """
+import torch
+torch.manual_seed(0)
+w = torch.randn(512, 2048, device="cuda")
+x, rows = torch.randn(256, 512, device="cuda"), torch.randn(64, 65536, device="cuda")
+def scores(t, r):
+    h = torch.softmax(t @ w, dim=-1)
+    return torch.nn.functional.layer_norm(h, h.shape[-1:]).sum(-1), r.pow(2).mean(-1)
+"""
+TUNED_CELL = (
+    "%%compile_cache tuned\nf = torch.compile(scores)\na, b = f(x, rows)\n"
+    "print('OUT', [float.hex(v) for v in (a.sum().item(), b.sum().item())])"
+)
+
+
+def _best_configs(cache_dir) -> dict[str, str]:
+    return {os.path.basename(p): open(p).read() for p in glob.glob(os.path.join(cache_dir, "*", "*.best_config"))}
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="only Triton kernels (a GPU: JCC_TEST_DEVICE=cuda) are tuned at run time")
+def test_a_restored_triton_kernel_keeps_its_tuned_config_in_another_cache_dir(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    k.run(TUNED).check()
+    cold = k.run(TUNED_CELL).check()
+    tuned = _best_configs(dirs["cache_a"])
+    assert tuned, "no kernel of the cell was tuned at run time: this test would show nothing"
+
+    # A new kernel on another, empty cache dir, and the cold run's dir gone, as on a colleague's machine: the
+    # kernels loaded from the FX graph cache still name their source files there.
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    shutil.rmtree(dirs["cache_a"])
+    k.run("%load_ext jupyter_compile_cache").check()
+    k.run(TUNED).check()
+    warm = k.run(TUNED_CELL).check()
+    assert "restored 'tuned'" in warm.stdout
+    assert misses(k.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    # No kernel was tuned again: torch saved no new result, here or in the old dir.
+    assert _best_configs(dirs["cache_b"]) == tuned
+    assert not os.path.exists(dirs["cache_a"])
+    assert re.findall(r"OUT .*", warm.stdout) == re.findall(r"OUT .*", cold.stdout)
 
 
 def test_a_later_cells_input_size_restores_without_a_new_trace(kernel_factory, dirs):
