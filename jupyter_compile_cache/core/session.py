@@ -13,6 +13,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO, Any
 
 from ..kernels.prewarm import Prewarm
@@ -65,10 +66,12 @@ class CompileCacheSession(Stores):
         self.guard = PrecompileGuard(warn=self.warn)
         self._stats_failed = False
         self.toolchain = Toolchain(lambda: self.settings.store_dir, self.hub_policy, self.search, self.warn)
-        self.prewarm = Prewarm(enabled=lambda: self.settings.prewarm)
-        self.prewarm.before_probe = self.toolchain.restore
-        self.prewarm.after_probe = lambda: self.toolchain.save(self.prewarm.created)
-        self.prewarm.listing = lambda: capture.listing(capture.cache_roots())
+        self.prewarm = Prewarm(
+            enabled=lambda: self.settings.prewarm,
+            before_probe=self.toolchain.restore,
+            after_probe=self.toolchain.save,
+            listing=lambda: capture.listing(capture.cache_roots()),
+        )
         self.notebook = NotebookStage(self)  # the kernel's notebook, its bundles fetched ahead (%load_ext starts it)
         self._restored_paths: dict[str, list[str]] = {}
         # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
@@ -206,58 +209,136 @@ class CompileCacheSession(Stores):
     # -- the cell -----------------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def cell(self, name: str, options: CellOptions | None = None) -> Iterator[CellReport]:
-        """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts."""
+        """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts.
+
+        The stages, in order: restore (the local store, then the hub), lease (the hub's single flight: one kernel
+        compiles NAME while the others wait for its bundle), compiler ready (the background prewarm joined), run
+        (the body, its cache files watched), record (what it compiled and used) and save (the local store, then the
+        hub). Success and failure end the same way (`_end`). A failure of ours before the body lets it run as plain
+        torch.compile would; one after it leaves the cell's result standing: either is told, never raised."""
         opts = options or CellOptions()
         check_name(name)
         if self._compiles_nothing(name, opts):
             with self._cell_without_compiler(name, opts) as report:
                 yield report
             return
-        self.prewarm.join()  # before touching torch's compiler: importing it from two threads at once deadlocks
-        if self._cache_load_patches is None and opts.compiles_here:
-            self._cache_load_patches = kernel_load_fixes.cache_load_patches()
         report = CellReport(name, source_digest=opts.source_digest)
-        lease = None
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
         precompile = precompile and PrecompileGuard.available()
-        # torch's switch is left alone where nothing compiles (and Dynamo is not imported for it)
-        previous_precompile = self._set_precompile(precompile) if opts.compiles_here else None
         hub = self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use the same hub
+        lease: Lease | None = None
+        previous_precompile: bool | None = None
+        ran = False
         try:
-            lease = self._restore_step(name, opts, report, hub)
-            capture.export_cache_dirs()  # processes the cell starts use, and fill, the same caches
-            roots = capture.cache_roots()
-            watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
-            before = CellSnapshot.take(self.guard if precompile else None)
-            self._before_body(name, opts, report, watcher)
-            watcher.start()
-            start = time.perf_counter()
             try:
+                self.prewarm.join()  # before touching torch's compiler: importing it from two threads deadlocks
+                if self._cache_load_patches is None and opts.compiles_here:
+                    self._cache_load_patches = kernel_load_fixes.cache_load_patches()
+                # torch's switch is left alone where nothing compiles (and Dynamo is not imported for it)
+                previous_precompile = self._set_precompile(precompile) if opts.compiles_here else None
+                if opts.restore:
+                    self._restore_stage(name, opts, report, hub)
+                lease = self._lease_stage(name, opts, report, hub)
+                self._compiler_stage(opts, report, hub)
+                watch = self._watch(name, opts, report, precompile)
+            except Exception as exc:  # ours failed before the body: it runs without the cache around it
+                self.warn(f"the cache stood aside for {name!r} ({type(exc).__name__}: {exc}); plain torch.compile "
+                          "runs it, nothing is saved", report)  # fmt: skip
+                watch = None
+            ran = True
+            with self._run_stage(report, watch):
                 yield report
-            except BaseException:
-                watcher.stop()
-                self.guard.find_elsewhere = None
-                report.ok = False
-                report.body_seconds = time.perf_counter() - start
-                self._finish(report, opts.store_dir)
-                self.tell(events.CellFinished(report), None, opts.quiet)
-                raise
-            report.body_seconds = time.perf_counter() - start
-            self.guard.find_elsewhere = None
-            cell_files, precompile_keys = self._record_step(report, opts, before, watcher, roots, precompile)
-            if cell_files.processes and cell_files.probe_programs:  # built by its processes: kept for the next ones
-                self.toolchain.save(cell_files.probe_programs)
-            compiled_new = cell_files.compiled_new(report.layers, before.frames_compiled())
-            if opts.save and cell_files.files and (compiled_new or opts.force_save):
-                functions = saved_functions(precompile_keys) if precompile else {}
-                self._save(name, cell_files, report, opts, hub, functions)
-            self._finish(report, opts.store_dir)
-            self.tell(events.CellFinished(report), None, opts.quiet)
+            if watch is not None:
+                try:
+                    self._record_and_save_stages(name, opts, report, hub, watch)
+                except Exception as exc:  # ours failed after the body: its result stands
+                    self.warn(f"what {name!r} compiled was not saved ({type(exc).__name__}: {exc}); the cell's "
+                              "result stands", report)  # fmt: skip
         finally:
             self.guard.find_elsewhere = None
+            if ran:  # the body ran: its ending, whichever way it went
+                self._end(report, opts)
             self._set_precompile(previous_precompile)
             if lease is not None:
                 lease.release()
+
+    def _restore_stage(self, name: str, opts: CellOptions, report: CellReport, hub: HubSource | None) -> None:
+        """NAME restored: the local store, then the hub (after the kernel's own fetch of it, if one is running)."""
+        report.staged_wait_seconds = self.notebook.wait_for(name)  # only while NAME itself is being fetched
+        report.restore = self._restore(name, opts, report, hub)
+
+    def _lease_stage(self, name: str, opts: CellOptions, report: CellReport, hub: HubSource | None) -> Lease | None:
+        """The hub's single flight: the lease to compile NAME taken, or a collaborator's bundle waited for and
+        restored. Returns the lease the cell holds until it ends."""
+        fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
+        return self.hub_policy.single_flight(
+            hub, name, fingerprint_id, writer(), opts, report, lambda: self._restore(name, opts, report, hub)
+        )
+
+    def _compiler_stage(self, opts: CellOptions, report: CellReport, hub: HubSource | None) -> None:
+        """torch's compiler ready for the body: the prewarm's work it needs done, and torch's own remote caches
+        pointed at the hub where asked."""
+        if opts.compiles_here:
+            self._wait_for_prewarm(report.restore)
+        else:  # the processes it starts probe the CPU each: give them this machine's probe programs, if kept
+            try:
+                self.toolchain.restore()
+            except Exception as exc:  # a speed-up only: the processes probe for themselves
+                self.warn(f"the CPU probe programs were not restored ({type(exc).__name__}: {exc})", report)
+        report.waited_seconds = self.prewarm.take_waited()  # this cell's wait, IPython's pre-run hook's part included
+        prewarm_error = self.prewarm.take_error()
+        if prewarm_error is not None:
+            self.warn(f"preparing torch's compiler in the background stopped ({prewarm_error}); cells run as they "
+                      "would without it", report)  # fmt: skip
+        if opts.torch_remote and hub is not None:
+            self.hub_policy.point_torch_at(hub, report)
+
+    def _watch(self, name: str, opts: CellOptions, report: CellReport, precompile: bool) -> _Watch:
+        """Right before the body: the cache files and torch's counters as they are, the guard set to find another
+        version of NAME for a function whose code the restored one does not hold, and what was restored loaded."""
+        capture.export_cache_dirs()  # processes the cell starts use, and fill, the same caches
+        roots = capture.cache_roots()
+        watcher = capture.CellCapture(roots, self._restored_paths.get(name, ()))
+        before = CellSnapshot.take(self.guard if precompile else None)
+        self._before_body(name, opts, report, watcher)
+        return _Watch(watcher, before, roots, precompile)
+
+    @contextlib.contextmanager
+    def _run_stage(self, report: CellReport, watch: _Watch | None) -> Iterator[None]:
+        """The body, timed, its cache files watched; a body that raises leaves the report not ok."""
+        if watch is not None:
+            watch.watcher.start()
+        start = time.perf_counter()
+        try:
+            yield
+        except BaseException:
+            report.ok = False
+            if watch is not None:
+                watch.watcher.stop()
+            raise
+        finally:
+            report.body_seconds = time.perf_counter() - start
+            self.guard.find_elsewhere = None
+
+    def _record_and_save_stages(
+        self, name: str, opts: CellOptions, report: CellReport, hub: HubSource | None, watch: _Watch
+    ) -> None:
+        """After a body that ran to its end: what it compiled and used recorded, then saved if it compiled."""
+        cell_files, precompile_keys = self._record_step(
+            report, opts, watch.before, watch.watcher, watch.roots, watch.precompile
+        )
+        if cell_files.processes and cell_files.probe_programs:  # built by its processes: kept for the next ones
+            self.toolchain.save(cell_files.probe_programs)
+        compiled_new = cell_files.compiled_new(report.layers, watch.before.frames_compiled())
+        if opts.save and cell_files.files and (compiled_new or opts.force_save):
+            functions = saved_functions(precompile_keys) if watch.precompile else {}
+            self._save(name, cell_files, report, opts, hub, functions)
+
+    def _end(self, report: CellReport, opts: CellOptions) -> None:
+        """Every cell's ending, whether its body ran to the end or raised: its run kept (in the store it named), the
+        statistics counted, its line told."""
+        self._finish(report, opts.store_dir)
+        self.tell(events.CellFinished(report), None, opts.quiet)
 
     def _compiles_nothing(self, name: str, opts: CellOptions) -> bool:
         """A magic's cell while torch's compiler is still loading, whose body does not look like it compiles, with
@@ -289,34 +370,7 @@ class CompileCacheSession(Stores):
                     "the cache this time (nothing saved); a cell that says `torch.compile` waits for the compiler",
                     report,
                 )
-            self._finish(report, opts.store_dir)
-            self.tell(events.CellFinished(report), None, opts.quiet)
-
-    def _restore_step(self, name: str, opts: CellOptions, report: CellReport, hub: HubSource | None) -> Lease | None:
-        """Before the body: NAME restored (local store, then the hub), or the hub's lease taken (or a collaborator's
-        bundle waited for); torch's compiler loaded. Returns the lease the cell holds until it ends."""
-        if opts.restore:
-            report.staged_wait_seconds = self.notebook.wait_for(name)  # only while NAME itself is being fetched
-            report.restore = self._restore(name, opts, report, hub)
-        fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
-        lease = self.hub_policy.single_flight(
-            hub, name, fingerprint_id, writer(), opts, report, lambda: self._restore(name, opts, report, hub)
-        )
-        if opts.compiles_here:
-            self._wait_for_prewarm(report.restore)
-        else:  # the processes it starts probe the CPU each: give them this machine's probe programs, if kept
-            try:
-                self.toolchain.restore()
-            except Exception as exc:  # a speed-up only: the processes probe for themselves
-                self.warn(f"the CPU probe programs were not restored ({type(exc).__name__}: {exc})", report)
-        report.waited_seconds = self.prewarm.take_waited()  # this cell's wait, IPython's pre-run hook's part included
-        prewarm_error = self.prewarm.take_error()
-        if prewarm_error is not None:
-            self.warn(f"preparing torch's compiler in the background stopped ({prewarm_error}); cells run as they "
-                      "would without it", report)  # fmt: skip
-        if opts.torch_remote and hub is not None:
-            self.hub_policy.point_torch_at(hub, report)
-        return lease
+            self._end(report, opts)
 
     def _before_body(self, name: str, opts: CellOptions, report: CellReport, watcher: capture.CellCapture) -> None:
         """Right before the body, after the counters' snapshot: the guard set to find another version of NAME for a
@@ -504,6 +558,17 @@ class CompileCacheSession(Stores):
         if evicted:
             names = tuple(sorted({name for name, _, _ in evicted}))
             self.tell(events.Evicted(len(evicted), names, cap), report, quiet)
+
+
+@dataclass
+class _Watch:
+    """What a cell's record stage compares the body's work against: the cache files and torch's counters as they
+    were before it."""
+
+    watcher: capture.CellCapture
+    before: CellSnapshot
+    roots: dict[str, str]
+    precompile: bool
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

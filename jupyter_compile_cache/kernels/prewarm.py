@@ -32,18 +32,25 @@ IDLE_QUIET = 0.5  # seconds with no cell running before work no cell waits for s
 
 
 class Prewarm:
-    def __init__(self, enabled: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        enabled: Callable[[], bool] = lambda: True,
+        before_probe: Callable[[], None] | None = None,
+        after_probe: Callable[[list[str]], None] | None = None,
+        listing: Callable[[], dict[str, tuple[int, int]]] | None = None,
+    ) -> None:
+        """`before_probe` restores the machine's probe programs kept from an earlier kernel; `listing` lists the
+        cache files (sizes and mtimes), so that `after_probe` is given those the probe wrote, to keep. All run in
+        the background thread, off the cells' path."""
         self.enabled = enabled
         self.thread: threading.Thread | None = None
         self.imported = threading.Event()  # set once the compiler is imported (or failed to)
         self.hashed = threading.Event()  # torch's and Triton's files hashed, which a GPU cell's kernels need
         self.probed = threading.Event()  # the CPU's vector ISAs probed, which a cell's C++ kernels need
         self.import_seconds: float | None = None
-        # Set by the session: restores the per-machine toolchain bundle, lists the cache files, saves what the probe
-        # built (off the cells' path).
-        self.before_probe: Callable[[], None] | None = None
-        self.after_probe: Callable[[], None] | None = None
-        self.listing: Callable[[], dict[str, tuple[int, int]]] | None = None
+        self.before_probe = before_probe
+        self.after_probe = after_probe
+        self.listing = listing
         self.created: list[str] = []  # cache files the ISA probe wrote (compiled test programs)
         self.waited = 0.0  # seconds cells waited for it, not yet reported
         self.error: str | None = None  # why it stopped early, until a cell tells it (`take_error`)
@@ -114,7 +121,7 @@ class Prewarm:
             after = self.listing() if self.listing else {}
             self.created = compiler.probe_files(sorted(p for p, meta in after.items() if before.get(p) != meta))
             if self.after_probe is not None:
-                self.after_probe()
+                self.after_probe(self.created)
         self.probed.set()
 
     def take_error(self) -> str | None:

@@ -244,3 +244,34 @@ def test_a_failed_cell_counts_in_the_store_it_names(tmp_path, monkeypatch):
     assert LocalStore(mine).read_stats().counts["cells"] == 1
     assert LocalStore(str(tmp_path / "default")).read_stats().counts["cells"] == 0
     session.close()
+
+
+def test_a_failure_of_ours_around_the_body_is_told_once_and_the_body_runs_as_without_us(tmp_path, monkeypatch):
+    """A stage of ours that fails (here made to, before the body and after it) never reaches the user's cell: the
+    body runs, the failure is one line, the cell's run is recorded, nothing half-made is saved."""
+    import io
+
+    import pytest
+
+    from jupyter_compile_cache.frontends.reporter import TextReporter
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    for stage, said in (("_lease_stage", "stood aside for 'net'"), ("_record_and_save_stages", "was not saved")):
+        err = io.StringIO()
+        session = CompileCacheSession(store_dir=str(tmp_path / stage), reporter=TextReporter(io.StringIO(), err))
+
+        def broken(*_args, **_kwargs):
+            raise RuntimeError("ours broke")
+
+        monkeypatch.setattr(session, stage, broken)
+        ran = []
+        with session.cell("net", CellOptions()) as report:
+            ran.append(True)
+        assert ran and report.ok
+        assert err.getvalue().count("(RuntimeError: ours broke)") == 1 and said in err.getvalue(), err.getvalue()
+        assert [r.name for r in session.history] == ["net"] and session.store().names() == []
+        with pytest.raises(ZeroDivisionError):  # the user's own exception is still theirs
+            with session.cell("net", CellOptions()):
+                raise ZeroDivisionError
+        assert [r.ok for r in session.history] == [True, False]
+        session.close()

@@ -166,3 +166,62 @@ def test_the_nodes_of_one_job_compile_at_once_push_one_version_then_each_pulls_i
     assert len(values) == 1, values
     assert all("nothing new to save" in err for _out, err in again), again
     assert len(redis_server.client().keys("*nodes*manifest*")) == 1
+
+
+# accelerate's notebook_launcher: the training function forked into two processes (gloo on the CPU), from a kernel
+# that ran CPU ops first, as a notebook does (OpenMP started before the fork). Each rank writes what it computed.
+LAUNCHED = """
+import torch
+from accelerate import notebook_launcher
+torch.manual_seed(0)
+warmup = torch.randn(256, 256) @ torch.randn(256, 256)  # the kernel's own CPU work before the launch
+def train(out_dir):
+    import torch, torch.distributed as dist
+    from torch._dynamo.utils import counters
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(3):
+        loss = torch.nn.functional.mse_loss(ddp(torch.randn(8, 16)), torch.randn(8, 4))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(round(loss.item(), 6))
+    with open(f"{out_dir}/rank{rank}.txt", "w") as f:
+        f.write(f"RANK {rank} LOSSES {losses} MISSES {counters['inductor']['fxgraph_cache_miss']}")
+    dist.destroy_process_group()
+"""
+
+
+def test_a_notebook_launcher_cell_saves_what_its_forked_processes_compiled_and_restores_it(kernel_factory, tmp_path):
+    store, out = tmp_path / "store", tmp_path / "out"
+    out.mkdir()
+    launch = f"%%compile_cache launched\nnotebook_launcher(train, args=({str(out)!r},), num_processes=2)"
+
+    def ranks() -> dict[int, tuple[str, int]]:
+        found = _ranks(" ".join((out / f"rank{r}.txt").read_text() for r in (0, 1)))
+        for r in (0, 1):
+            (out / f"rank{r}.txt").unlink()
+        return found
+
+    k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=tmp_path / "cache_a", JUPYTER_COMPILE_CACHE_DIR=store)
+    k.run("%load_ext jupyter_compile_cache").check()
+    k.run(LAUNCHED).check()
+    said = k.run(launch).check().stdout
+    cold = ranks()
+    assert sorted(cold) == [0, 1] and all(m > 0 for _, m in cold.values()), said
+    assert "the processes it started compiled" in said and "saved" in said, said
+
+    # After a restart on an empty cache dir: the bundle is restored before the fork, and no rank compiles a graph.
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache_b")})
+    k.run("%load_ext jupyter_compile_cache").check()
+    k.run(LAUNCHED).check()
+    said = k.run(launch).check().stdout
+    restored = ranks()
+    assert "restored 'launched' from the local store" in said, said
+    assert {r: m for r, (_, m) in restored.items()} == {0: 0, 1: 0}, said
+    assert {r: losses for r, (losses, _) in restored.items()} == {r: losses for r, (losses, _) in cold.items()}
