@@ -502,7 +502,7 @@ class Panel:
         if yes and pending:
             hub = self.session.hub_policy.for_cell(CellOptions()) if pending[2] == "hub" else None
             removed = self.commands.remove(RemoveOptions(pending[0], pending[1]), hub)
-            self.say(f"deleted {count(len(removed.removals), 'version')} of {pending[0]!r} from {removed.where}")
+            self.say("\n".join(removal_lines(removed.removals, removed.where, dry_run=False)))  # as `rm` words it
             if hub is not None:
                 self._hub_rows = [r for r in self._hub_rows if (r.name, r.version) != (pending[0], pending[1])]
         self.update()

@@ -81,7 +81,7 @@ def test_panel_refreshes_after_a_cell_and_delete_needs_confirmation(session):
     yes, _no = panel.confirm_buttons
     yes.click()
     assert session.store().versions("paneltest") == []
-    assert "deleted 1 version" in panel.messages.outputs[-1]["text"]
+    assert "removed 1 version from" in panel.messages.outputs[-1]["text"]  # worded as `rm` words it
 
 
 def test_errors_in_callbacks_are_shown_in_the_panel(session):
