@@ -300,7 +300,8 @@ def render_warm_restart(files: list[str], runs: list[dict]) -> str:
             else:
                 ratio = f" ({median / base:.2f}x)" if base and key != "plain_eager" else ""
                 cells.append(f"{median:.2f} s{ratio}")
-        lines.append(f"| {device}, torch {m['torch']} | " + " | ".join(cells) + " |")
+        ready = f", ready by `{m['ready']}`" if m.get("ready") else ""  # runs since 2026-11-27 say how they waited
+        lines.append(f"| {device}, torch {m['torch']}{ready} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + _where(files, runs)
 
 
