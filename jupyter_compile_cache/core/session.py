@@ -245,6 +245,8 @@ class CompileCacheSession(Stores):
                 self.warn(f"the cache stood aside for {name!r} ({type(exc).__name__}: {exc}); plain torch.compile "
                           "runs it, nothing is saved", report)  # fmt: skip
                 watch = None
+                self._set_precompile(previous_precompile)  # torch's own switch back for the body
+                previous_precompile = None
             ran = True
             with self._run_stage(report, watch):
                 yield report
