@@ -155,9 +155,9 @@ def _recheck_autotune_patch() -> list[Patch]:
     A kernel loaded from the FX graph cache ("static autotuner", pickled when it was compiled) keeps the path of
     its source file in the cache dir it was compiled in, and looks for its `.best_config` beside that path. A bundle
     restored into another cache dir (another kernel's temporary dir, a colleague's home) has its `.best_config` in
-    this cache dir, so torch misses it and benchmarks the kernel's configs again at its first call, then saves the
-    result into the old dir: 5 kernels and about 0.3 s of a restored 1.1 B `generate`'s first call on an H200.
-    The path is moved into this cache dir first (`in_this_cache_dir`), where a compile here would have put it.
+    this cache dir, so torch misses it, benchmarks the kernel's configs again at its first call (5 kernels of a
+    restored 1.1 B `generate` on an H200) and saves the result into the old dir, re-creating it. The path is moved
+    into this cache dir first (`in_this_cache_dir`), where a compile here would have put it.
 
     With `coordinate_descent_tuning` (on under max-autotune), each Triton kernel is tuned at its first run and the
     result saved in its `.best_config` file. A kernel loaded from the FX graph cache ("static autotuner") rechecks
