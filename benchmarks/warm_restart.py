@@ -16,7 +16,7 @@ plain `BlockingKernelClient`; a restart is a shutdown request, the process's exi
 
 A kernel is ready when it answers as the Jupyter server checks before a notebook's cells go out (a kernel_info
 reply and a message on IOPub); until 2026-11-26 this used jupyter_client's `wait_for_ready`, which then also waits
-0.2 s for IOPub to stay quiet, on every variant alike.
+0.2 s for IOPub to stay quiet, on every variant alike, and `--ready wait_for_ready` measures that way again.
 
 Each kernel runs its notebook once (filling the caches and the store), then, `--rounds` times: wait `--pause`
 seconds (a user reading; the warm kernel's template gets ready meanwhile, and the time it needed is reported), then
