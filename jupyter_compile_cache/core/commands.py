@@ -410,24 +410,6 @@ class Commands:
             return "this kernel"
         return "this kernel" if layer.switch_value() else "off"
 
-    def switch_line(self, layer: layers.Layer) -> str:
-        """What `enable` / `disable` changed, for the magic and the panel."""
-        scope = self.switch_scope(layer)
-        if layer.name == "dynamo_precompile":
-            if scope == "everywhere":
-                return (
-                    f"{layer.title}: torch's own caching_precompile is on, so plain torch.compile outside our cells "
-                    "drops identity guards too; unset TORCH_CACHING_PRECOMPILE (our cells switch it on themselves)"
-                )
-            if scope == "off":
-                return f"{layer.title} off (CompileCache.precompile = False)"
-            return (
-                f"{layer.title} on in %%compile_cache cells only (CompileCache.precompile = True; torch's "
-                "caching_precompile is on only while such a cell runs)"
-            )
-        switch = ".".join(layer.switch) if layer.switch else "always on"
-        return f"{layer.title} {'on' if scope != 'off' else 'off'} in this kernel ({switch} = {layer.switch_value()})"
-
 
 def hub_where(hub: HubSource) -> str:
     """The hub and namespace a command works on, as its lines name them."""

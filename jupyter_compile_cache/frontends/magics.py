@@ -174,7 +174,7 @@ class CompileCacheMagics(Magics):
                 raise UsageError(f"unknown layer {args.layer!r}; layers: {names}\nusage: {line_usage()}") from None
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-            print(f"compile_cache: {commands.switch_line(layer)}")
+            print(f"compile_cache: {render.switch_line(layer, commands.switch_scope(layer))}")
             return None
         if args.command == "hub":
             return self._hub(args.target)

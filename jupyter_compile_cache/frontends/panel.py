@@ -431,7 +431,7 @@ class Panel:
     # -- actions --------------------------------------------------------------------------------------------------
     def _toggled(self, layer_name: str, change: dict[str, Any]) -> None:
         layer = self.commands.set_layer(layer_name, bool(change["new"]))
-        self.say(self.commands.switch_line(layer))
+        self.say(render.switch_line(layer, self.commands.switch_scope(layer)))
 
     def _bundle_action(self, action: str, b: BundleRow) -> None:
         if action == "restore":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.records import (
     BundleExplanation,
@@ -29,11 +29,33 @@ from ..core.records import (
 from ..units import count, human_bytes, speed
 from . import tables
 
+if TYPE_CHECKING:
+    from ..torch_adapter.layers import Layer
+
 # What a command returns: a table or a few lines.
 Record = (
     SessionStatus | list[BundleRow] | HubListing | BundleExplanation | NotebookPlan | StoreStatistics | Removed
     | Pushed | Pulled | Exported | Imported | HubState
 )  # fmt: skip
+
+
+def switch_line(layer: Layer, scope: str) -> str:
+    """What `enable` / `disable` changed: LAYER, on where `Commands.switch_scope` says now; for the magic and the
+    panel."""
+    if layer.name == "dynamo_precompile":
+        if scope == "everywhere":
+            return (
+                f"{layer.title}: torch's own caching_precompile is on, so plain torch.compile outside our cells "
+                "drops identity guards too; unset TORCH_CACHING_PRECOMPILE (our cells switch it on themselves)"
+            )
+        if scope == "off":
+            return f"{layer.title} off (CompileCache.precompile = False)"
+        return (
+            f"{layer.title} on in %%compile_cache cells only (CompileCache.precompile = True; torch's "
+            "caching_precompile is on only while such a cell runs)"
+        )
+    switch = ".".join(layer.switch) if layer.switch else "always on"
+    return f"{layer.title} {'on' if scope != 'off' else 'off'} in this kernel ({switch} = {layer.switch_value()})"
 
 
 def _removed(r: Removed) -> list[str]:
