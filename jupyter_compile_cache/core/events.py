@@ -30,6 +30,7 @@ __all__ = [
     "PrecompileBypassed",
     "Reporter",
     "Restored",
+    "StoodAside",
     "Transfer",
     "CacheWarning",
     "PlainKernel",
@@ -195,6 +196,24 @@ class NoBundleArrived(Event):
 
     def text(self) -> str:
         return f"no bundle for {self.name!r} arrived; compiling"
+
+
+@dataclass(frozen=True)
+class StoodAside(Event):
+    """A stage of ours failed around a cell's body: before it (the body runs as plain torch.compile, nothing is
+    saved) or after it (the body's result stands, what it compiled is not saved)."""
+
+    name: str
+    before_body: bool
+    error: str  # the exception, as "Type: message"
+    level: ClassVar[str] = "warning"
+
+    def text(self) -> str:
+        if self.before_body:
+            return (
+                f"the cache stood aside for {self.name!r} ({self.error}); plain torch.compile runs it, nothing is saved"
+            )
+        return f"what {self.name!r} compiled was not saved ({self.error}); the cell's result stands"
 
 
 @dataclass(frozen=True)

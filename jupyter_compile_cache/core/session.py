@@ -242,8 +242,7 @@ class CompileCacheSession(Stores):
                 self._compiler_stage(opts, report, hub)
                 watch = self._watch(name, opts, report, precompile)
             except Exception as exc:  # ours failed before the body: it runs without the cache around it
-                self.warn(f"the cache stood aside for {name!r} ({type(exc).__name__}: {exc}); plain torch.compile "
-                          "runs it, nothing is saved", report)  # fmt: skip
+                self.tell(events.StoodAside(name, True, f"{type(exc).__name__}: {exc}"), report)
                 watch = None
                 self._set_precompile(previous_precompile)  # torch's own switch back for the body
                 previous_precompile = None
@@ -254,8 +253,7 @@ class CompileCacheSession(Stores):
                 try:
                     self._record_and_save_stages(name, opts, report, hub, watch)
                 except Exception as exc:  # ours failed after the body: its result stands
-                    self.warn(f"what {name!r} compiled was not saved ({type(exc).__name__}: {exc}); the cell's "
-                              "result stands", report)  # fmt: skip
+                    self.tell(events.StoodAside(name, False, f"{type(exc).__name__}: {exc}"), report)
         finally:
             self.guard.find_elsewhere = None
             if ran:  # the body ran: its ending, whichever way it went

@@ -254,6 +254,7 @@ def test_a_failure_of_ours_around_the_body_is_told_once_and_the_body_runs_as_wit
     import pytest
     import torch._dynamo.config as dynamo_config
 
+    from jupyter_compile_cache.core.events import StoodAside
     from jupyter_compile_cache.frontends.reporter import TextReporter
     from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 
@@ -266,12 +267,16 @@ def test_a_failure_of_ours_around_the_body_is_told_once_and_the_body_runs_as_wit
             raise RuntimeError("ours broke")
 
         monkeypatch.setattr(session, stage, broken)
+        told: list = []
+        session.listeners.append(told.append)
         ran = []
         with session.cell("net", CellOptions()) as report:
             ran.append(bool(dynamo_config.caching_precompile))
         # precompile, our cells' switch, stays off for a body the cache stood aside from
         assert ran == [stage != "_lease_stage" and PrecompileGuard.available()] and report.ok
         assert err.getvalue().count("(RuntimeError: ours broke)") == 1 and said in err.getvalue(), err.getvalue()
+        stood_aside = [e for e in told if isinstance(e, StoodAside)]
+        assert stood_aside == [StoodAside("net", stage == "_lease_stage", "RuntimeError: ours broke")]
         assert [r.name for r in session.history] == ["net"] and session.store().names() == []
         with pytest.raises(ZeroDivisionError):  # the user's own exception is still theirs
             with session.cell("net", CellOptions()):
