@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
 from ..storage.hub import HubError
 from ..storage.sources import HubSource, LocalSource, Progress, Source
-from ..units import count as count_of
 from . import events
 from .machine_fit import MachineFit
 from .records import (
@@ -339,11 +338,7 @@ class Commands:
         """The hub's versions this user may read; the names it may not are said once, never an error."""
         manifests, refused = hub.hub.listing()
         if refused:
-            names = ", ".join(refused[:5]) + (" ..." if len(refused) > 5 else "")
-            self.session.warn(
-                f"{count_of(len(refused), 'bundle')} on {hub.where} not listed: this user is not permitted to read "
-                f"{'it' if len(refused) == 1 else 'them'} ({names})"
-            )
+            self.session.tell(events.NotListed(hub.where, tuple(refused)))
         return manifests
 
     def hub_bundles(self, hub: HubSource) -> HubListing:
@@ -363,10 +358,9 @@ class Commands:
         search = self.session.search
         found = search.newest(check_name(name), store, hub, local=False, progress=progress, on_down="raise")
         if found.manifest is None:
-            skipped = [events.skip_line(skip) for skip in found.skipped]
-            raise NothingFits(name, hub_where(hub), skipped, bool(found.wrong_signatures))
+            raise NothingFits(name, hub_where(hub), list(found.skipped), bool(found.wrong_signatures))
         # the speed of the transfer itself (the search's fetch of this version), not of listing and checking first
-        return Pulled(found.manifest, store.root, found.fetch_seconds, [events.skip_line(s) for s in found.skipped])
+        return Pulled(found.manifest, store.root, found.fetch_seconds, list(found.skipped))
 
     def hub_gc(self, hub: HubSource, keep: int, dry_run: bool = False) -> Removed:
         """Keep the newest KEEP versions of each name and machine on HUB; delete the rest."""

@@ -1,24 +1,29 @@
 """What the session tells the user, as typed records handed to a reporter that the front end supplies.
 
-The magic renders each event as one line, said once; the CLI as text on stderr; the panel takes the same records. An
-event's `text()` is its one sentence, written here once, so every front end says the same thing with the same
-figures. Core and storage never print: with no front end attached (a library user's script), events go to the
-`jupyter_compile_cache` logger.
+Events carry data only. The front ends word them (frontends/wording.py: one sentence per kind of event, so the
+magic's line, the CLI's stderr and the panel say the same thing with the same figures). Core and storage never
+print: with no front end attached (a library user's script), events go to the `jupyter_compile_cache` logger as
+records.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, UNUSABLE, WRONG_SIGNATURE, Skip
-from ..units import count, human_bytes, speed
+from ..storage.sources import Skip
 from .records import CellReport
+
+if TYPE_CHECKING:  # the torch adapter's record: a listing imports none of the torch adapter
+    from ..torch_adapter.miss_reasons import PrecompileTrouble
 
 __all__ = [
     "CellFinished",
     "CollaboratorCompiling",
+    "CompiledOutsideCell",
+    "NoTorchRemote",
     "Event",
     "Evicted",
     "HubRefusal",
@@ -34,23 +39,25 @@ __all__ = [
     "Transfer",
     "CacheWarning",
     "PlainKernel",
+    "SkippedVersion",
+    "Moving",
+    "PrecompileFailed",
+    "NotListed",
+    "CompiledWhileLoading",
+    "NotPushedSignedElsewhere",
+    "StepFailed",
+    "Step",
 ]
 
 
 class Event:
     level: ClassVar[str] = "info"  # "info": left out of --quiet cells; "warning": always told
 
-    def text(self) -> str:
-        raise NotImplementedError
-
 
 @dataclass(frozen=True)
 class CacheWarning(Event):
     message: str
     level: ClassVar[str] = "warning"
-
-    def text(self) -> str:
-        return self.message
 
 
 @dataclass(frozen=True)
@@ -60,23 +67,12 @@ class PlainKernel(Event):
     why: str  # "a plain kernel", or why the warm kernel's launcher started this one cold
     warm_spec: bool  # the warm kernel's spec: its next start is forked
 
-    def text(self) -> str:
-        if self.warm_spec:
-            return f"this kernel started cold ({self.why}); torch's compiler loads now"
-        return (
-            f"{self.why}: torch's compiler loads now, as at every start of such a kernel; `jupyter-compile-cache "
-            "install-kernel` installs a kernel whose every start has it loaded"
-        )
-
 
 @dataclass(frozen=True)
 class HubUnavailable(Event):
     hub: str  # redacted URL
     reason: str
     level: ClassVar[str] = "warning"
-
-    def text(self) -> str:
-        return f"{self.reason.rstrip('. ')}; carrying on without the hub (the local store is unaffected)"
 
 
 @dataclass(frozen=True)
@@ -86,12 +82,6 @@ class NoTorchRemote(Event):
     hub: str  # redacted URL
     kind: str  # the hub's backend: "s3", "folder", "redis cluster"
     level: ClassVar[str] = "warning"
-
-    def text(self) -> str:
-        return (
-            f"--torch-remote: torch's own remote caches speak to a single Redis server, and the hub {self.hub} is "
-            f"{self.kind!s} storage; torch's caches stay on this machine (our bundles still use the hub)"
-        )
 
 
 @dataclass(frozen=True)
@@ -104,76 +94,97 @@ class HubRefusal(Event):
     action: str  # "read", "write" or "log in"
     level: ClassVar[str] = "warning"
 
-    def text(self) -> str:
-        reason = self.reason.rstrip(". ")
-        if self.action == "write":
-            return f"{reason}; bundles stay in the local store (restoring from the hub is unaffected)"
-        return f"{reason}; carrying on with the local store"
-
 
 @dataclass(frozen=True)
 class NoTeamSecret(Event):
     level: ClassVar[str] = "warning"
-
-    def text(self) -> str:
-        return "no team secret (JUPYTER_COMPILE_CACHE_SECRET): hub bundles are neither signed nor verified"
 
 
 @dataclass(frozen=True)
 class Restored(Event):
     name: str
     source: str  # "local" or "hub"
-    where: str  # "the local store", "the hub redis://..."
+    hub: str | None  # the hub's redacted URL, when it came from there
+    fetched_at_start: bool  # from the local store, pulled from the hub when the kernel started
     files: int
     bytes: int
     seconds: float
     pull_seconds: float = 0.0
     retries: int = 0  # connections to the hub that broke and were opened again on the way
 
-    def text(self) -> str:
-        rate = f" ({speed(self.bytes, self.seconds)})" if self.seconds >= 1 else ""
-        pulled = f", pull {self.pull_seconds:.2f} s" if self.source == "hub" else ""
-        if self.retries:
-            broke = "once" if self.retries == 1 else count(self.retries, "time")
-            pulled += f" (the hub's connection broke {broke}: pulled again on a fresh one)"
-        return (
-            f"restored {self.name!r} from {self.where} ({count(self.files, 'file')}, {human_bytes(self.bytes)}) "
-            f"in {self.seconds:.2f} s{rate}{pulled}"
-        )
-
 
 @dataclass(frozen=True)
 class NotRestored(Event):
     name: str
-    reasons: tuple[str, ...]
-
-    def text(self) -> str:
-        return f"{self.name!r} not restored: " + "; ".join(self.reasons)
-
-
-def skip_line(skip: Skip) -> str:
-    """Why a version was passed over, in one line: 'hub version V: incompatible (torch: ...)'."""
-    if skip.kind == INCOMPATIBLE:
-        return f"{skip.label}: incompatible ({skip.detail})"
-    if skip.kind in (WRONG_SIGNATURE, TRANSFER_FAILED, NOT_INSTALLED):  # the error's own words say what it is
-        tried = f" (tried {skip.tries} times, each on a fresh connection)" if skip.tries > 1 else ""
-        return f"{skip.label}: {skip.detail}{tried}"
-    moved = f"; moved to {skip.moved_to}" if skip.moved_to else ""
-    return f"{skip.label}: {skip.kind}: {skip.detail}{moved}"
+    skipped: tuple[Skip, ...]  # the versions passed over, and why
+    problems: tuple[str, ...] = ()  # what else went wrong, in the error's words (a manifest the store could not read)
+    pinned: str | None = None  # the version asked for, when no version of NAME had that id
 
 
-def skip_warning(name: str, skip: Skip) -> str:
-    """A skip worth telling even when a later version restored, as a warning line."""
-    if skip.kind == WRONG_SIGNATURE:
-        return f"{skip.detail}; refused"
-    if skip.kind == TRANSFER_FAILED:
-        tried = f" (tried {skip.tries} times, each on a fresh connection)" if skip.tries > 1 else ""
-        return f"could not pull {name!r} from {skip.where}: {skip.detail}{tried}"
-    if skip.kind == NOT_INSTALLED:
-        return f"could not restore bundle {name!r}: {skip.detail}"
-    if skip.kind == UNUSABLE:
-        return f"bundle {name!r} {skip.label} from {skip.where} is unusable: {skip.detail}"
-    return f"bundle {name!r} {skip.label} is {skip.kind}: {skip.detail}; moved to {skip.moved_to}"
+@dataclass(frozen=True)
+class SkippedVersion(Event):
+    """A version passed over that a user should hear of even when a later one restored: a wrong secret, a damaged
+    bundle, a transfer that failed."""
+
+    name: str
+    skip: Skip
+    level: ClassVar[str] = "warning"
+
+
+@dataclass(frozen=True)
+class CompiledWhileLoading(Event):
+    """A cell compiled while torch's compiler was still loading in the background: it ran without the cache."""
+
+    name: str
+    level: ClassVar[str] = "warning"
+
+
+@dataclass(frozen=True)
+class NotPushedSignedElsewhere(Event):
+    """NAME's versions on the hub are signed with another secret: a version signed with ours would be refused by
+    the team in turn, so it stays in the local store."""
+
+    name: str
+    level: ClassVar[str] = "warning"
+
+
+@dataclass(frozen=True)
+class NotListed(Event):
+    """Bundles on the hub this user may not read: left out of a listing, never an error."""
+
+    where: str  # "the hub redis://..."
+    names: tuple[str, ...]
+    level: ClassVar[str] = "warning"
+
+
+@dataclass(frozen=True)
+class PrecompileFailed(Event):
+    """A step of torch's precompile failed under us for one function (told once per function)."""
+
+    trouble: PrecompileTrouble
+    level: ClassVar[str] = "warning"
+
+
+class Step(enum.Enum):
+    """A step of ours around a cell that can fail without touching the cell's result."""
+
+    SAVE = "save"  # saving the cell's bundle to the local store
+    EVICT = "evict"  # evicting old bundles over the store's cap
+    STATISTICS = "statistics"  # updating the store's statistics
+    PROBE_RESTORE = "probe_restore"  # restoring the CPU probe programs
+    PROBE_SAVE = "probe_save"  # saving the CPU probe programs
+    PREWARM = "prewarm"  # loading torch's compiler in the background
+    FIND_ELSEWHERE = "find_elsewhere"  # looking in other versions for a function's entry
+    VIEW = "view"  # a view of the session (the panel) stopped updating
+
+
+@dataclass(frozen=True)
+class StepFailed(Event):
+    step: Step
+    error: str  # the exception, as "Type: message" or its message
+    name: str | None = None  # the bundle
+    where: str | None = None  # the store's folder
+    level: ClassVar[str] = "warning"
 
 
 @dataclass(frozen=True)
@@ -183,19 +194,10 @@ class CollaboratorCompiling(Event):
     for_seconds: float
     wait_seconds: float  # 0: compiling here too
 
-    def text(self) -> str:
-        busy = f"{self.name!r} is being compiled by {self.holder} (for {self.for_seconds:.0f} s)"
-        if self.wait_seconds <= 0:
-            return f"{busy}; compiling here too (use --wait SECONDS to wait for it)"
-        return f"{busy}; waiting up to {self.wait_seconds:.0f} s for that bundle"
-
 
 @dataclass(frozen=True)
 class NoBundleArrived(Event):
     name: str
-
-    def text(self) -> str:
-        return f"no bundle for {self.name!r} arrived; compiling"
 
 
 @dataclass(frozen=True)
@@ -208,36 +210,15 @@ class StoodAside(Event):
     error: str  # the exception, as "Type: message"
     level: ClassVar[str] = "warning"
 
-    def text(self) -> str:
-        if self.before_body:
-            return (
-                f"the cache stood aside for {self.name!r} ({self.error}); plain torch.compile runs it, nothing is saved"
-            )
-        return f"what {self.name!r} compiled was not saved ({self.error}); the cell's result stands"
-
 
 @dataclass(frozen=True)
 class PrecompileBypassed(Event):
     reason: str
 
-    def text(self) -> str:
-        return (
-            f"torch does not package a function of this cell for precompile ({self.reason}); a restored kernel traces "
-            "it again, its compiled graph still from torch's AOTAutograd and FX graph caches"
-        )
-
 
 @dataclass(frozen=True)
 class CompiledOutsideCell(Event):
     function: str  # its qualified name; "" for a module compiled through torch's own wrapper
-
-    def text(self) -> str:
-        what = f"`{self.function}`" if self.function else "a model"
-        return (
-            f"{what} was given to torch.compile outside a %%compile_cache cell, so torch made it no precompile "
-            "package: a restored kernel traces it again (its compiled graph still from torch's caches); call "
-            "torch.compile in the cell to restore it without tracing"
-        )
 
 
 @dataclass(frozen=True)
@@ -246,24 +227,19 @@ class Evicted(Event):
     names: tuple[str, ...]
     cap_bytes: int
 
-    def text(self) -> str:
-        return (
-            f"store over {human_bytes(self.cap_bytes)}: evicted {self.count} least recently used "
-            f"version{'s' if self.count != 1 else ''} ({', '.join(self.names)})"
-        )
-
 
 @dataclass(frozen=True)
 class CellFinished(Event):
     report: CellReport
 
-    def text(self) -> str:
-        if not self.report.ok:
-            return (
-                f"{self.report.name!r} raised after {self.report.body_seconds:.2f} s: nothing saved "
-                "(what a failed cell compiled is not bundled)"
-            )
-        return self.report.summary()
+
+class Moving(enum.Enum):
+    """What a transfer of bundle NAME does."""
+
+    PULL = "pull"  # from the hub into the local store
+    RESTORE = "restore"  # from the local store into torch's caches
+    SAVE = "save"  # from torch's caches into the local store
+    PUSH = "push"  # from the local store to the hub
 
 
 class Transfer(Protocol):
@@ -277,7 +253,7 @@ class Transfer(Protocol):
 class Reporter(Protocol):
     def __call__(self, event: Event) -> None: ...
 
-    def transfer(self, label: str) -> Transfer: ...
+    def transfer(self, moving: Moving, name: str) -> Transfer: ...
 
 
 class _NoTransfer:
@@ -292,13 +268,13 @@ NO_TRANSFER = _NoTransfer()
 
 
 class LoggingReporter:
-    """Events to the `jupyter_compile_cache` logger: what a session says with no front end attached."""
+    """Events to the `jupyter_compile_cache` logger, as records: what a session says with no front end attached."""
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.logger = logger or logging.getLogger("jupyter_compile_cache")
 
     def __call__(self, event: Event) -> None:
-        self.logger.log(logging.WARNING if event.level == "warning" else logging.INFO, event.text())
+        self.logger.log(logging.WARNING if event.level == "warning" else logging.INFO, "%r", event)
 
-    def transfer(self, label: str) -> Transfer:
+    def transfer(self, moving: Moving, name: str) -> Transfer:
         return NO_TRANSFER

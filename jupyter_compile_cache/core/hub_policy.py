@@ -138,8 +138,8 @@ class HubPolicy:
         elif hub.url not in self._warned:
             self._warned.add(hub.url)
             self._tell(HubUnavailable(hub.display_url, str(exc)), report)
-        elif report is not None:
-            report.warnings.append(str(exc))
+        elif report is not None:  # kept in the cell's report, not told again
+            report.warnings.append(HubUnavailable(hub.display_url, str(exc)))
 
     def _refused(self, hub: HubSource, exc: HubRefused, report: CellReport | None, quiet: bool) -> None:
         """Told once per hub, namespace and action; a user refused reading a namespace is not told again that it
@@ -151,8 +151,8 @@ class HubPolicy:
         key = f"{where} {exc.action}"
         implied = exc.action == "write" and exc.denied and f"{where} read" in self._warned  # no news after a read
         if key in self._warned or implied:
-            if report is not None:
-                report.warnings.append(str(exc))
+            if report is not None:  # kept in the cell's report, not told again
+                report.warnings.append(HubRefusal(hub.display_url, str(exc), exc.action))
             return
         self._warned.add(key)
         self._tell(HubRefusal(hub.display_url, str(exc), exc.action), report)

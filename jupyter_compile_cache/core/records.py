@@ -14,11 +14,12 @@ from ..storage.backends import check_url
 from ..storage.bundle import Manifest, check_name
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
 from ..storage.namespace import check_namespace
+from ..storage.sources import Skip
 from ..storage.store import Removal
-from ..units import count, human_bytes, speed
 
-if TYPE_CHECKING:  # the launcher's record; the kernel machinery is imported only when a status is made
+if TYPE_CHECKING:  # the launcher's record, and the torch adapter's: neither is imported for a listing
     from ..kernels.kernel_start import KernelStart
+    from ..torch_adapter.miss_reasons import MissReason
 
 
 def bundle_name(text: str) -> str:
@@ -148,7 +149,7 @@ class Pulled:
     manifest: Manifest
     store_dir: str
     seconds: float
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
 
 
 class NotFound(LookupError):
@@ -178,7 +179,7 @@ class NothingFits(NotFound):
     """NAME is in WHERE, but no version of it can be pulled here: each one's reason in `skipped`; `wrong_signatures`
     when versions were refused as signed with another team's secret."""
 
-    def __init__(self, name: str, where: str, skipped: list[str], wrong_signatures: bool) -> None:
+    def __init__(self, name: str, where: str, skipped: list[Skip], wrong_signatures: bool) -> None:
         super().__init__(name, where)
         self.skipped, self.wrong_signatures = skipped, wrong_signatures
 
@@ -189,7 +190,7 @@ class NothingFits(NotFound):
             if self.wrong_signatures
             else f"no version of {self.name!r} in {self.where} fits this machine"
         )
-        return lead + "".join(f"\n  {line}" for line in self.skipped)
+        return lead  # the front ends add each version's reason (`skipped`) in their words
 
 
 class NoHub(ValueError):
@@ -210,7 +211,7 @@ class RestoreResult:
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
-    skipped: list[str] = field(default_factory=list)  # why versions were not used
+    skipped: list[Skip] = field(default_factory=list)  # the versions not used, and why
     uses_cpu_kernels: bool = False
     hub_url: str | None = None  # redacted
     pull_seconds: float = 0.0
@@ -246,13 +247,17 @@ class CellReport:
     precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
     processes: int = 0  # processes the cell started (torchrun, a launcher, `!cmd`)
     compiled_elsewhere: int = 0  # new files those processes (or theirs) compiled into the caches
-    # After a restore, why functions compiled: [kind, line], kind one of the torch adapter's MISS_KINDS
-    miss_reasons: list[list[str]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    miss_reasons: list[MissReason] = field(default_factory=list)  # after a restore, why functions compiled
+    warnings: list[Any] = field(default_factory=list)  # the warning events (core.events) told during the cell
     finished: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The report as JSON data (kept with the store as the cell's last run): each warning with its event's
+        type."""
+        data = asdict(self)
+        data["miss_reasons"] = [reason.to_json() for reason in self.miss_reasons]
+        data["warnings"] = [{"event": type(event).__name__, **asdict(event)} for event in self.warnings]
+        return data
 
     def saving(self) -> CellSaving | None:
         """A restored cell's compile time saved: the cold time recorded in its bundle against this run, the restore
@@ -280,50 +285,13 @@ class CellReport:
             "misses": misses,
             "stale_rejected": self.stale_rejected,
             "precompile_fallbacks": self.precompile_fallbacks,
-            **{f"missed_{kind}": n for kind, n in Counter(kind for kind, _line in self.miss_reasons).items()},
+            **{f"missed_{kind}": n for kind, n in Counter(reason.kind for reason in self.miss_reasons).items()},
             "restored_bytes": restore.bytes if restore is not None else 0,
             "saved_bundles": 1 if self.saved_version else 0,
             "saved_bytes": self.saved_bytes if self.saved_version else 0,
             "pushed": 1 if self.pushed else 0,
             "seconds_saved": saved,
         }
-
-    def summary(self) -> str:
-        """The one line a cell ends with."""
-        hits = sum(v["hits"] for v in self.layers.values())
-        misses = sum(v["misses"] for v in self.layers.values())
-        parts = [f"{self.name!r} ran in {self.body_seconds:.2f} s, {count(hits, 'cache hit')}, {count(misses, 'miss')}"]
-        if self.miss_reasons and misses:
-            parts[0] += f" ({'; '.join(line for _kind, line in self.miss_reasons)})"
-        elif self.miss_reasons:  # Dynamo traced again, though every graph came from the caches
-            parts.append("traced again from the caches: " + "; ".join(line for _kind, line in self.miss_reasons))
-        if self.compiled_elsewhere:
-            parts.append(f"the processes it started compiled {count(self.compiled_elsewhere, 'new file')}")
-        if self.stale_rejected:
-            parts.append(f"{count(self.stale_rejected, 'stale precompile entry')} refused (code changed)")
-        if self.precompile_fallbacks:
-            parts.append(
-                f"{count(self.precompile_fallbacks, 'function')} fell back from precompile to plain torch.compile"
-            )
-        if self.staged_wait_seconds >= 0.5:
-            parts.append(f"waited {self.staged_wait_seconds:.1f} s for its bundle, on its way from the hub")
-        if self.waited_seconds >= 0.5:
-            parts.append(f"waited {self.waited_seconds:.1f} s for torch's compiler to load (once per kernel)")
-        if self.saved_version:
-            where = "the local store and the hub" if self.pushed else "the local store"
-            if self.push_left_to is not None and not self.pushed:
-                where += f" (the hub gets {self.push_left_to}'s, compiled at the same time)"
-            took = (
-                f" in {self.save_seconds:.1f} s ({speed(self.saved_bytes, self.save_seconds)})"
-                if self.save_seconds >= 1
-                else ""
-            )
-            if self.pushed and self.push_seconds >= 1:
-                took += f" (push {self.push_seconds:.1f} s, {speed(self.saved_bytes, self.push_seconds)})"
-            parts.append(f"saved {count(self.saved_files, 'file')} ({human_bytes(self.saved_bytes)}) to {where}{took}")
-        else:
-            parts.append("nothing new to save")
-        return "; ".join(parts)
 
 
 # -- what the front ends show: status, list, explain, stats ---------------------------------------------------------
@@ -396,11 +364,6 @@ class NotebookPlan:
     @property
     def restoring(self) -> int:
         return sum(1 for cell in self.cells if cell.restores)
-
-    def headline(self) -> str:
-        total = len(self.cells)
-        noun = "cell" if total == 1 else "cells"
-        return f"Run All will restore {self.restoring} of {total} %%compile_cache {noun}"
 
 
 @dataclass

@@ -25,8 +25,8 @@ from ..storage.store import LocalStore
 from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
 from ..torch_adapter.cell_snapshot import CellSnapshot
 from ..torch_adapter.entry_records import alternate_member, saved_functions
+from ..torch_adapter.miss_reasons import MissCause, MissReason
 from ..torch_adapter.precompile import PrecompileGuard
-from ..units import count
 from . import events
 from .events import Reporter
 from .notebook import NotebookStage
@@ -63,9 +63,9 @@ class CompileCacheSession(Stores):
                 "where it drops identity guards and no guard of ours checks edits: plain torch.compile may return "
                 "stale results after a helper is redefined. Unset it: our cells switch precompile on themselves"
             )
-        self.guard = PrecompileGuard(warn=self.warn)
+        self.guard = PrecompileGuard(warn=lambda trouble: self.tell(events.PrecompileFailed(trouble)))
         self._stats_failed = False
-        self.toolchain = Toolchain(lambda: self.settings.store_dir, self.hub_policy, self.search, self.warn)
+        self.toolchain = Toolchain(lambda: self.settings.store_dir, self.hub_policy, self.search, self.tell)
         self.prewarm = Prewarm(
             enabled=lambda: self.settings.prewarm,
             before_probe=self.toolchain.restore,
@@ -145,10 +145,10 @@ class CompileCacheSession(Stores):
         def pull_bar(source: Source, _manifest: Manifest) -> Progress | None:
             if source.kind != "hub":
                 return None
-            return progress or self.transfer(f"pulling {name!r} from the hub", opts.quiet)
+            return progress or self.transfer(events.Moving.PULL, name, opts.quiet)
 
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
-            bar = None if progress is not None else self.transfer(f"restoring {name!r}", opts.quiet)
+            bar = None if progress is not None else self.transfer(events.Moving.RESTORE, name, opts.quiet)
             try:
                 return self._install(manifest, payload, roots, progress or bar)
             finally:
@@ -164,9 +164,9 @@ class CompileCacheSession(Stores):
 
         found = self.search.newest(name, store, hub, wanted=wanted, install=install, progress=pull_bar, report=report)
         found.skipped = [skip for skip in found.skipped if skip.detail != PASSED_OVER]
-        if pinned is not None and found.manifest is None and not found.skipped:
-            found.problems.append(f"no version {pinned!r} of {name!r} (`%compile_cache list {name}` shows its ids)")
-        result.skipped = [events.skip_line(skip) for skip in found.skipped]
+        # a version asked for that NAME has not
+        unknown_version = pinned if pinned is not None and found.manifest is None and not found.skipped else None
+        result.skipped = list(found.skipped)
         from_hub = hub if hub is not None and found.source is hub else None
         if found.manifest is not None and found.source is not None:
             manifest = found.manifest
@@ -183,18 +183,19 @@ class CompileCacheSession(Stores):
         result.retries = len(found.retries)
         result.seconds = time.perf_counter() - start
         if result.restored:  # what went wrong on the way is worth telling: a wrong secret, a damaged version
-            telling = [events.skip_warning(name, skip) for skip in found.skipped if skip.worth_telling]
-            for message in found.problems + telling:
+            for message in found.problems:
                 self.warn(message, report)
-            where = "the local store" if result.source == "local" else f"the hub {result.hub_url}"
-            if result.source == "local" and name in self.notebook.fetched:
-                where += ", pulled from the hub when the kernel started"
-                if hub is not None:
-                    self.hub_policy.trust(hub, report)
+            for skip in found.skipped:
+                if skip.worth_telling:
+                    self.tell(events.SkippedVersion(name, skip), report)
+            fetched_at_start = result.source == "local" and name in self.notebook.fetched
+            if fetched_at_start and hub is not None:
+                self.hub_policy.trust(hub, report)
             restored = events.Restored(
                 name,
                 result.source or "",
-                where,
+                result.hub_url,
+                fetched_at_start,
                 result.files,
                 result.bytes,
                 result.seconds,
@@ -202,8 +203,9 @@ class CompileCacheSession(Stores):
                 result.retries,
             )
             self.tell(restored, report, opts.quiet)
-        elif result.skipped or found.problems:  # one line says it all, each reason once
-            self.tell(events.NotRestored(name, tuple(found.problems + result.skipped)), report, opts.quiet)
+        elif found.skipped or found.problems or unknown_version is not None:  # one line says it all, each reason once
+            not_restored = events.NotRestored(name, tuple(found.skipped), tuple(found.problems), unknown_version)
+            self.tell(not_restored, report, opts.quiet)
         return result
 
     # -- the cell -----------------------------------------------------------------------------------------------
@@ -284,12 +286,11 @@ class CompileCacheSession(Stores):
             try:
                 self.toolchain.restore()
             except Exception as exc:  # a speed-up only: the processes probe for themselves
-                self.warn(f"the CPU probe programs were not restored ({type(exc).__name__}: {exc})", report)
+                self.tell(events.StepFailed(events.Step.PROBE_RESTORE, f"{type(exc).__name__}: {exc}"), report)
         report.waited_seconds = self.prewarm.take_waited()  # this cell's wait, IPython's pre-run hook's part included
         prewarm_error = self.prewarm.take_error()
         if prewarm_error is not None:
-            self.warn(f"preparing torch's compiler in the background stopped ({prewarm_error}); cells run as they "
-                      "would without it", report)  # fmt: skip
+            self.tell(events.StepFailed(events.Step.PREWARM, prewarm_error), report)
         if opts.torch_remote and hub is not None:
             self.hub_policy.point_torch_at(hub, report)
 
@@ -365,11 +366,7 @@ class CompileCacheSession(Stores):
         finally:
             report.body_seconds = time.perf_counter() - start
             if compiler.frames_compiled() > frames:
-                self.warn(
-                    f"{name!r} compiled while torch's compiler was still loading in the background, so it ran without "
-                    "the cache this time (nothing saved); a cell that says `torch.compile` waits for the compiler",
-                    report,
-                )
+                self.tell(events.CompiledWhileLoading(name), report)
             self._end(report, opts)
 
     def _before_body(self, name: str, opts: CellOptions, report: CellReport, watcher: capture.CellCapture) -> None:
@@ -395,7 +392,7 @@ class CompileCacheSession(Stores):
         """After the body: the report's counts per layer, why it compiled after a restore, and the files the cell
         wrote or used (what a save bundles), with its precompile entries' keys."""
         if report.restore is not None and report.restore.restored:  # a cold cell's misses need no reason
-            report.miss_reasons = [list(reason) for reason in self.guard.take_miss_reasons()]
+            report.miss_reasons = self.guard.take_miss_reasons()
         precompile_keys = before.save_precompile_entries()
         empty = before.empty_functions()
         digest_files = self.guard.write_digests(precompile_keys, empty) if precompile else []
@@ -413,8 +410,7 @@ class CompileCacheSession(Stores):
         misses = sum(counts.get("misses", 0) for counts in delta.values())
         if report.miss_reasons == [] and misses and report.restore is not None and report.restore.restored:
             # torch named no function (no precompile here, or a graph's files were missing): still, say so
-            graphs = count(misses, "graph")
-            report.miss_reasons = [["new_graph", f"{graphs} not in the bundle, no function named by torch"]]
+            report.miss_reasons = [MissReason(MissCause.NEW_GRAPHS, count=misses)]
         report.stale_rejected = before.stale_rejected()
         report.precompile_fallbacks = before.precompile_fallbacks()
         for reason in self.guard.new_bypass_reasons() if precompile else ():
@@ -452,7 +448,7 @@ class CompileCacheSession(Stores):
         try:
             found = self.search.newest(name, self.store(opts.store_dir), hub, wanted=wanted, install=install)
         except Exception as exc:  # the restored version stands; this function compiles as plain torch.compile would
-            self.warn(f"looking for another version of {name!r} for a function's code failed ({exc})")
+            self.tell(events.StepFailed(events.Step.FIND_ELSEWHERE, str(exc), name))
             return False
         for message in found.problems:  # a manifest the store could not read (the restore told the rest)
             self.warn(message)
@@ -487,7 +483,7 @@ class CompileCacheSession(Stores):
         except Exception as exc:  # statistics must never break a cell
             if not self._stats_failed:  # told once a session
                 self._stats_failed = True
-                self.warn(f"the store's statistics were not updated ({exc}); the cell's result stands")
+                self.tell(events.StepFailed(events.Step.STATISTICS, str(exc)))
 
     def _set_precompile(self, enabled: bool | None) -> bool | None:
         """Switch torch's caching_precompile (and our guard with it); returns the previous value."""
@@ -515,11 +511,11 @@ class CompileCacheSession(Stores):
         now = fingerprint.current()
         manifest = Manifest.new(name, now, fingerprint.digest(now), writer(), stats)
         start = time.perf_counter()
-        bar = self.transfer(f"saving {name!r}", opts.quiet)
+        bar = self.transfer(events.Moving.SAVE, name, opts.quiet)
         try:
             manifest = store.write(manifest, cell_files.files, bar)
         except OSError as exc:
-            self.warn(f"could not save bundle {name!r} to {store.root}: {exc}; the cell's result stands", report)
+            self.tell(events.StepFailed(events.Step.SAVE, str(exc), name, store.root), report)
             return
         finally:
             bar.close()
@@ -531,11 +527,7 @@ class CompileCacheSession(Stores):
         if hub is not None and report.restore is not None and report.restore.hub_signed_elsewhere:
             # The team's versions of NAME did not verify with our secret: a version signed with it would be refused
             # by the team in turn. Most likely our secret is not the team's.
-            self.warn(
-                f"not pushed {name!r} to the hub: its versions there are signed with another secret (is "
-                "JUPYTER_COMPILE_CACHE_SECRET the team's?); saved to the local store only",
-                report,
-            )
+            self.tell(events.NotPushedSignedElsewhere(name), report)
             return
         if hub is None:
             return
@@ -543,9 +535,7 @@ class CompileCacheSession(Stores):
             started = time.time() - report.body_seconds - report.save_seconds - 60  # 60: clocks of two machines
             report.push_left_to = self.hub_policy.push_left_to(hub, name, manifest.fingerprint_id, started)
         if report.push_left_to is None:
-            self.hub_policy.push(
-                hub, store, manifest, report, self.transfer(f"pushing {name!r} to the hub", opts.quiet)
-            )
+            self.hub_policy.push(hub, store, manifest, report, self.transfer(events.Moving.PUSH, name, opts.quiet))
 
     def _enforce_size_cap(self, store: LocalStore, report: CellReport, quiet: bool) -> None:
         """Evict least recently used versions past `CompileCache.max_size`."""
@@ -553,7 +543,7 @@ class CompileCacheSession(Stores):
         try:
             evicted = store.gc(cap)
         except OSError as exc:
-            self.warn(f"could not evict old bundles from {store.root}: {exc}", report)
+            self.tell(events.StepFailed(events.Step.EVICT, str(exc), where=store.root), report)
             return
         if evicted:
             names = tuple(sorted({name for name, _, _ in evicted}))

@@ -43,7 +43,7 @@ class Stores:
         """Hand EVENT to the front end's reporter (a quiet cell's info events are left out) and to every listener;
         a warning is also kept in the cell's report."""
         if event.level == "warning" and report is not None:
-            report.warnings.append(event.text())
+            report.warnings.append(event)
         if not quiet or event.level == "warning":
             self.reporter(event)
         for listener in list(self.listeners):
@@ -51,14 +51,14 @@ class Stores:
                 listener(event)
             except Exception as exc:  # a broken view must never break the cell: told once, then dropped
                 self.listeners.remove(listener)
-                self.warn(f"a view of this session stopped updating ({type(exc).__name__}: {exc})")
+                self.tell(events.StepFailed(events.Step.VIEW, f"{type(exc).__name__}: {exc}"))
 
     def warn(self, message: str, report: CellReport | None = None) -> None:
         self.tell(events.CacheWarning(message), report)
 
-    def transfer(self, label: str, quiet: bool = False) -> Transfer:
+    def transfer(self, moving: events.Moving, name: str, quiet: bool = False) -> Transfer:
         """The front end's progress display for a transfer (none for a quiet cell)."""
-        return events.NO_TRANSFER if quiet else self.reporter.transfer(label)
+        return events.NO_TRANSFER if quiet else self.reporter.transfer(moving, name)
 
     def store(self, root: str | None = None) -> LocalStore:
         return LocalStore(root or self.settings.store_dir)

@@ -15,19 +15,21 @@ from ..storage.bundle import Manifest
 from ..storage.hub import HubError
 from ..storage.store import LocalStore
 from ..torch_adapter import capture, fingerprint
+from . import events
 from .bundle_search import BundleSearch
+from .events import Event
 from .hub_policy import HubPolicy
 from .records import CellReport, writer
 
 
 class Toolchain:
     def __init__(
-        self, store_dir: Callable[[], str], hub_policy: HubPolicy, search: BundleSearch, warn: Callable[[str], None]
+        self, store_dir: Callable[[], str], hub_policy: HubPolicy, search: BundleSearch, tell: Callable[[Event], None]
     ) -> None:
         self._store_root = store_dir
         self._hub_policy = hub_policy
         self._search = search
-        self._warn = warn
+        self._tell = tell
         self.source: str | None = None  # where this process's probe programs came from, if restored
 
     def store(self, store_dir: str | None = None) -> LocalStore:
@@ -60,7 +62,7 @@ class Toolchain:
                 manifest = Manifest.new(digest, now, digest, writer())
                 manifests = [store.write(manifest, {k: v for k, v in members.items() if k})]
             except OSError as exc:
-                self._warn(f"could not save the CPU probe programs to {store.root}: {exc}")
+                self._tell(events.StepFailed(events.Step.PROBE_SAVE, str(exc), where=store.root))
                 return
         hub = self._hub_policy.for_toolchain()
         if hub is not None:

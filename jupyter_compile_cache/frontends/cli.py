@@ -38,6 +38,7 @@ from ..core.stores import Stores
 from ..storage.backends.base import HubError
 from . import arguments, render, store_commands
 from .reporter import TextReporter, TransferBar
+from .wording import event_text
 
 OK, NOT_FOUND, USAGE, REFUSED, HUB_FAILED, ERROR = 0, 1, 2, 3, 4, 5
 
@@ -316,7 +317,7 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
             bar.close()
     if args.hub_command == "pull":
         if hub.hub.config.secret is None:  # as kernels say it: what is pulled is not verified as the team's
-            print(f"warning: {NoTeamSecret().text()}", file=sys.stderr)
+            print(f"warning: {event_text(NoTeamSecret())}", file=sys.stderr)
         bars = lambda _source, m: TransferBar(f"pulling {m.name!r}", stream=sys.stderr)  # noqa: E731
         return _show(commands.hub_pull(hub, args.name, bars))
     if args.hub_command == "rm":

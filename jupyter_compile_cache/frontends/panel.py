@@ -42,7 +42,7 @@ from ..core.records import (
 )
 from ..core.session import CompileCacheSession
 from ..units import count, human_bytes
-from . import render
+from . import render, wording
 from .tables import age, elide, hub_line, notebook_line, removal_lines
 
 GREEN, RED, GREY = "#2e7d32", "#c62828", "#757575"
@@ -220,7 +220,7 @@ class Panel:
         """The session's events: a warning is said here too (a cell's output scrolls away); a cell's end updates
         the counters, the local bundles and the chart, without asking the hub."""
         if event.level == "warning":
-            self.say(f"warning: {event.text()}")
+            self.say(f"warning: {wording.event_text(event)}")
         elif isinstance(event, CellFinished):
             self._guarded(self.update)()
 
@@ -287,7 +287,7 @@ class Panel:
             f"{human_bytes(status.store_bytes)} of the {human_bytes(cap)} cap "
             f"({100 * status.store_bytes / max(cap, 1):.1f} %) in {_short_path(status.store_dir)}"
         )
-        kernel = status.kernel_start.line()
+        kernel = wording.kernel_start_line(status.kernel_start)
         hub = hub_line(status.hub) if status.hub.url else "none: %compile_cache hub URL sets one"
         # (what, the line shown, the whole of it on hover): each fact on one line, its detail a hover away
         rows: list[tuple[str, str, str | None]] = [
@@ -436,11 +436,7 @@ class Panel:
     def _bundle_action(self, action: str, b: BundleRow) -> None:
         if action == "restore":
             result = self._restore_with_progress(b.name)
-            self.say(
-                f"restored {b.name!r} from {result.source}"
-                if result.restored
-                else f"{b.name!r} not restored: {'; '.join(result.skipped) or 'nothing compatible'}"
-            )
+            self.say(wording.restore_line(result))
         elif action == "delete":
             self._pending_delete = (b.name, b.version, b.where)  # confirm first
             self._confirmations()

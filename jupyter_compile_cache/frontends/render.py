@@ -27,7 +27,7 @@ from ..core.records import (
     short_id,
 )
 from ..units import count, human_bytes, speed
-from . import tables
+from . import tables, wording
 
 if TYPE_CHECKING:
     from ..torch_adapter.layers import Layer
@@ -74,7 +74,7 @@ def _pushed(r: Pushed) -> list[str]:
 
 def _pulled(r: Pulled) -> list[str]:
     m = r.manifest
-    return [f"skipped {line}" for line in r.skipped] + [
+    return [f"skipped {wording.skip_line(skip)}" for skip in r.skipped] + [
         f"pulled {m.name!r} version {short_id(m.version)} ({human_bytes(m.payload_bytes)}) into {r.store_dir} in "
         f"{r.seconds:.2f} s ({speed(m.payload_bytes, r.seconds)})"
     ]
@@ -128,7 +128,9 @@ def not_found(exc: NotFound, names: list[str]) -> str:
     import difflib
 
     text = str(exc)
-    if isinstance(exc, (NothingFits, NoSuchVersion)) or exc.name in names:
+    if isinstance(exc, NothingFits):
+        return text + "".join(f"\n  {wording.skip_line(skip)}" for skip in exc.skipped)
+    if isinstance(exc, NoSuchVersion) or exc.name in names:
         return text
     near = difflib.get_close_matches(exc.name, names, n=3, cutoff=0.6)
     if near:

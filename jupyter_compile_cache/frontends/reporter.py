@@ -8,7 +8,8 @@ import sys
 import time
 from typing import IO, Any, TextIO
 
-from ..core.events import Event, Transfer
+from ..core.events import Event, Moving, Transfer
+from .wording import event_text, transfer_label
 
 
 class TextReporter:
@@ -25,12 +26,12 @@ class TextReporter:
 
     def __call__(self, event: Event) -> None:
         if event.level == "warning":
-            print(f"{self.prefix}warning: {event.text()}", file=self.err)
+            print(f"{self.prefix}warning: {event_text(event)}", file=self.err)
         else:
-            print(f"{self.prefix}{event.text()}", file=self.out)
+            print(f"{self.prefix}{event_text(event)}", file=self.out)
 
-    def transfer(self, label: str) -> Transfer:
-        return TransferBar(label, stream=self._err)
+    def transfer(self, moving: Moving, name: str) -> Transfer:
+        return TransferBar(transfer_label(moving, name), stream=self._err)
 
 
 class TransferBar:

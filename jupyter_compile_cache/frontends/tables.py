@@ -25,6 +25,7 @@ from ..core.records import (
     short_id,
 )
 from ..units import count, human_bytes
+from . import wording
 
 
 def age(ts: float | None) -> str:
@@ -173,7 +174,7 @@ class StatusView(_View):
         lines = [f"torch's cache dir: {d.cache_dir}", f"local store: {d.store_dir} ({human_bytes(d.store_bytes)})"]
         if d.hub.url:
             lines.append(f"hub: {hub_line(d.hub)}")
-        lines.append(f"kernel: {d.kernel_start.line()}")
+        lines.append(f"kernel: {wording.kernel_start_line(d.kernel_start)}")
         if d.torch_remote:
             lines.append(
                 f"torch's own FX graph, AOTAutograd and autotune caches use the hub {d.torch_remote} in this whole "
@@ -412,7 +413,7 @@ class Explanation(_View):
                 for name, c in run.get("layers", {}).items()
             ]
             heading = f"last run of this cell: {run['body_seconds']:.2f} s, restored from {source}"
-            reasons = [line for _kind, line in run.get("miss_reasons") or () if isinstance(line, str)]
+            reasons = wording.miss_lines(run.get("miss_reasons") or ())
             if reasons:  # why it compiled after its restore, as its line said
                 heading += "; compiled because: " + "; ".join(reasons)
             out.append((heading, self.run_headers, rows))
@@ -441,6 +442,10 @@ class Explanation(_View):
         )
 
 
+def plan_headline(plan: NotebookPlan) -> str:
+    return f"Run All will restore {plan.restoring} of {count(len(plan.cells), '%%compile_cache cell')}"
+
+
 def notebook_line(plan: NotebookPlan, fetched: int = 0) -> str:
     """'Run All will restore 3 of 4 %%compile_cache cells (...)': the headline `status` and the panel show."""
     if not plan.cells:
@@ -448,7 +453,7 @@ def notebook_line(plan: NotebookPlan, fetched: int = 0) -> str:
     ahead = f", {fetched} fetched from the hub ahead" if fetched else ""
     others = [f"cell {c.index} {c.name!r}" for c in plan.cells if not c.restores]
     why = f"; not {', '.join(others)} (`%compile_cache explain` says why)" if others else ""
-    return f"{plan.headline()} of {os.path.basename(plan.path)}{ahead}{why}"
+    return f"{plan_headline(plan)} of {os.path.basename(plan.path)}{ahead}{why}"
 
 
 class NotebookPlanView(_View):
@@ -458,7 +463,7 @@ class NotebookPlanView(_View):
 
     def preamble(self) -> list[str]:
         d: NotebookPlan = self.data
-        lines = [f"{d.headline()} of {d.path} (as last saved)"]
+        lines = [f"{plan_headline(d)} of {d.path} (as last saved)"]
         return lines + [f"note: {problem}" for problem in d.problems]
 
     def rows(self) -> list[list[Any]]:

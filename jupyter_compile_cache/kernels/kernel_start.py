@@ -8,8 +8,6 @@ import json
 import os
 from dataclasses import dataclass
 
-INSTALL_HINT = "`jupyter-compile-cache install-kernel` installs a kernel that starts with torch and its compiler loaded"
-
 
 @dataclass
 class KernelStart:
@@ -21,13 +19,6 @@ class KernelStart:
     @property
     def warm(self) -> bool:
         return self.how == "forked"
-
-    def line(self) -> str:
-        if self.how == "forked":
-            return f"forked from a warm template (pid {self.template_pid}) in {self.seconds:.2f} s"
-        if self.how == "cold":
-            return f"started cold in {self.seconds or 0:.2f} s: {self.why}"
-        return f"a plain kernel ({self.why or 'not the warm kernel spec'}); {INSTALL_HINT}"
 
 
 def start_path(connection_file: str) -> str:

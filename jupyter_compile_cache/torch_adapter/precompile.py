@@ -18,10 +18,10 @@ import contextlib
 import inspect
 import logging
 import os
-import sys
 import types
+import warnings
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import entry_records, fixes, frame_sizes, guard_policy
@@ -30,6 +30,7 @@ from .fixes import Patch
 from .identity_checks import LoadScope, identity_check, innermost, load_scope, never, resolve, sha
 from .installed_entries import DeserializedOnce, advance_unique_ids, check_installed_globals, set_aside
 from .layers import COUNTER_GROUP
+from .miss_reasons import MissCause, MissReason, PrecompileStep, PrecompileTrouble
 from .torch_logs import FILTERED_LOGGERS, TorchLogFilter
 
 # torch 2.10 has caching_precompile, but its saved entries fail to install (an IndexError, or code saved as a
@@ -38,9 +39,6 @@ from .torch_logs import FILTERED_LOGGERS, TorchLogFilter
 MIN_TORCH = "2.11.0a0"  # pre-releases of 2.11 included
 # On a CompilePackage: {backend id -> (the type of its saved content, what torch deserialized)}, from its last install.
 DESERIALIZED_ATTR = "_jcc_deserialized"
-# Why a function of a restored cell compiled: no entry saved for it, an entry for other code, a guard that failed;
-# or graphs missed with no function named (the session's word, where precompile is off).
-MISS_KINDS = ("no_entry", "code_changed", "recompiled", "new_graph")
 
 
 _INSTALLED: PrecompileGuard | None = None  # the guard whose patches are on torch now
@@ -51,11 +49,14 @@ class PrecompileGuard:
 
     def __init__(self, warn: Any = None) -> None:
         self.installed = False
-        self.warn = warn or (lambda message: print(f"compile_cache: {message}", file=sys.stderr))
+        # told what failed under us (a PrecompileTrouble); by default, as a warning of Python's
+        self.warn: Callable[[PrecompileTrouble], None] = warn or (
+            lambda trouble: warnings.warn(repr(trouble), stacklevel=2)
+        )
         self.pending: dict[str, str] = {}  # key -> code digest of functions looked up since the last save
         self.functions: dict[str, tuple[str, dict[str, str]]] = {}  # key -> (qualified name, code_parts)
-        # Why functions looked up since the last `take_miss_reasons` were not restored: (kind, one line).
-        self.miss_reasons: list[tuple[str, str]] = []
+        # Why functions looked up since the last `take_miss_reasons` were not restored.
+        self.miss_reasons: list[MissReason] = []
         # Asked, with a code digest no entry in the cache dir has, to install other versions' entries beside torch's
         # (ALTERNATES_DIR); whether it installed any. Set by the session for the length of a cell.
         self.find_elsewhere: Any = None
@@ -155,7 +156,7 @@ class PrecompileGuard:
             try:
                 orig["record"](pkg)
             except Exception as exc:  # torch's failure: this function runs the plain way
-                me._fallback(getattr(pkg, "source_id", None), "recording the compiled function", exc)
+                me._fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_FUNCTION, exc)
 
         def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
             me._install(pkg, orig["install"], args, kwargs)
@@ -180,7 +181,7 @@ class PrecompileGuard:
             except Exception as exc:  # torch's failure: this function is not precompiled
                 with contextlib.suppress(Exception):
                     pkg.bypass_current_entry()
-                me._fallback(getattr(pkg, "source_id", None), "recording the sources it inlined", exc)
+                me._fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_SOURCES, exc)
 
         def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
             try:
@@ -301,7 +302,7 @@ class PrecompileGuard:
             guards_state = getattr(shadow, "guards_state", None)
         except Exception as exc:  # torch's failure: this entry is not saved, the cell runs
             package: Any = getattr(output_graph, "package", None)
-            self._fallback(getattr(package, "source_id", None), "building the guards to save", exc)
+            self._fallback(getattr(package, "source_id", None), PrecompileStep.BUILD_GUARDS, exc)
             with contextlib.suppress(Exception):
                 package.bypass_current_entry()
             guards_state = None
@@ -339,7 +340,7 @@ class PrecompileGuard:
             self._loading.pop(key, None)
         name = getattr(innermost(fn), "__qualname__", None) or repr(fn)
         detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        self.miss_reasons.append(("code_changed", f"torch refused the saved entry of `{name}` ({detail})"))
+        self.miss_reasons.append(MissReason(MissCause.REFUSED, name, detail))
 
     def _note_fresh_compile(self, arguments: dict[str, Any]) -> None:
         """A function whose restored entry torch just passed over compiles: why, in torch's words where it can say."""
@@ -360,13 +361,7 @@ class PrecompileGuard:
                     break
         name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
         detail = reason.strip().splitlines()[0].removeprefix("None: ")[:200] if reason and reason.strip() else ""
-        self.miss_reasons.append(
-            (
-                "recompiled",
-                f"Dynamo compiled `{name}` again: a guard of its restored entry failed"
-                + (f" ({detail})" if detail else ""),
-            )
-        )
+        self.miss_reasons.append(MissReason(MissCause.RESTORED_GUARD_FAILED, name, detail))
 
     # -- on restore -----------------------------------------------------------------------------------------------
     def _load(self, fn: Any, orig_load: Any) -> Any:
@@ -386,7 +381,7 @@ class PrecompileGuard:
             code_id = frame_sizes.code_id(innermost(fn))
         except Exception as exc:  # its input sizes are then not carried: a later recompile may compile afresh
             code_id = None
-            self._tell(key, f"the input sizes of a compiled function cannot be kept ({exc})")
+            self._tell(key, PrecompileStep.KEEP_SIZES, exc)
         self.code_ids[key] = code_id
         prefix = package.DynamoCache.path_prefix()
         entry_dir = os.path.join(prefix, key)
@@ -403,7 +398,7 @@ class PrecompileGuard:
                     counters[COUNTER_GROUP]["precompile_entry_found_by_code"] += 1
                     record = entry_records.read_record(entry_dir)
             except Exception as exc:  # a full disk, an unreadable folder: the entry under torch's name stands
-                self._tell(key, f"looking for a compiled function's entry by its code failed ({exc})")
+                self._tell(key, PrecompileStep.FIND_BY_CODE, exc)
                 record = (
                     entry_records.read_record(entry_dir) if os.path.exists(os.path.join(entry_dir, "entry")) else None
                 )
@@ -412,31 +407,25 @@ class PrecompileGuard:
                 # Dynamo traced nothing of this function when it was saved (its frames are torch's own, such as
                 # `Module._wrapped_call_impl` under transformers' compiled `generate`): nothing to restore, no miss.
                 return None
-            self.miss_reasons.append(("no_entry", f"no saved entry for `{function}`"))
+            self.miss_reasons.append(MissReason(MissCause.NO_ENTRY, function))
             return orig_load(fn)
         if record is None or record.get("digest") != digest:
             counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
             counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             saved_parts = (record or {}).get("parts")
             where = changed_parts(saved_parts, parts)[:3] if isinstance(saved_parts, dict) else []
-            self.miss_reasons.append(
-                (
-                    "code_changed",
-                    f"the saved entry of `{function}` was compiled for other code"
-                    + (f": it differs at {', '.join(f'`{name}`' for name in where)}" if where else ""),
-                )
-            )
+            self.miss_reasons.append(MissReason(MissCause.OTHER_CODE, function, changed=tuple(where)))
             return None
         if code_id is not None:
             # What the cold kernel had seen of the inputs' sizes: a later recompile makes the same graph it made.
             try:
                 frame_sizes.merge(entry_dir, code_id)
             except Exception as exc:  # a damaged sizes file: the restored function still loads
-                self._tell(key, f"the saved input sizes of a restored function were not used ({exc})")
+                self._tell(key, PrecompileStep.USE_SAVED_SIZES, exc)
         try:
             result = orig_load(fn)
         except Exception as exc:  # torch's failure: the plain torch.compile path
-            self._fallback(key, "loading the saved entry", exc)
+            self._fallback(key, PrecompileStep.LOAD, exc)
             return None
         if result is not None:
             self.loaded_keys.add(key)
@@ -445,8 +434,8 @@ class PrecompileGuard:
             self.dropped.setdefault(key, {}).update(record.get("guarded", {}))
         return result
 
-    def take_miss_reasons(self) -> list[tuple[str, str]]:
-        """Why functions were not restored since the last call, each once: (kind, line), kind one of MISS_KINDS."""
+    def take_miss_reasons(self) -> list[MissReason]:
+        """Why functions were not restored since the last call, each once."""
         reasons, self.miss_reasons = self.miss_reasons, []
         return list(dict.fromkeys(reasons))
 
@@ -454,13 +443,7 @@ class PrecompileGuard:
         code = getattr(frame, "f_code", None)
         name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
         reason = str(reasons[0]).strip().splitlines()[0][:200] if reasons and str(reasons[0]).strip() else ""
-        self.miss_reasons.append(
-            (
-                "recompiled",
-                f"Dynamo compiled `{name}` again: "
-                + (f"a guard failed ({reason})" if reason else "torch gave no reason"),
-            )
-        )
+        self.miss_reasons.append(MissReason(MissCause.GUARD_FAILED, name, reason))
 
     def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         key = getattr(pkg, "source_id", None)
@@ -488,7 +471,7 @@ class PrecompileGuard:
                 counters["dynamo_cache"]["dynamo_cache_hit"] -= 1
             counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             self.loaded_keys.discard(key)
-            self._fallback(key, "installing the saved entry", exc)
+            self._fallback(key, PrecompileStep.INSTALL, exc)
             raise RuntimeError(f"jupyter_compile_cache: precompile entry {key} set aside") from exc
         finally:
             self._installing = None
@@ -599,7 +582,7 @@ class PrecompileGuard:
             self._restored_guards.setdefault(target_code, []).append(guard_manager)
         return guard_manager
 
-    def _fallback(self, key: str | None, step: str, exc: BaseException) -> None:
+    def _fallback(self, key: str | None, step: PrecompileStep, exc: BaseException) -> None:
         """torch's precompile failed for one function: plain path for it, its entry set aside, one line."""
         from torch._dynamo.utils import counters
 
@@ -612,16 +595,13 @@ class PrecompileGuard:
                 return
             self._told.add(key)
         message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        self.warn(
-            f"Dynamo precompile failed while {step} ({type(exc).__name__}: {message}); "
-            "this function runs the plain torch.compile way (FX graph and AOTAutograd caches still apply)"
-        )
+        self.warn(PrecompileTrouble(step, f"{type(exc).__name__}: {message}", fallback=True))
 
-    def _tell(self, key: str, message: str) -> None:
-        """One line, once per function, for a failure that costs time later but changes no answer."""
-        if f"{key}:{message}" not in self._told:
-            self._told.add(f"{key}:{message}")
-            self.warn(message)
+    def _tell(self, key: str, step: PrecompileStep, exc: BaseException) -> None:
+        """Once per function and step, a failure that costs time later but changes no answer."""
+        if f"{key}:{step.value}" not in self._told:
+            self._told.add(f"{key}:{step.value}")
+            self.warn(PrecompileTrouble(step, str(exc), fallback=False))
 
     # -- when the cell saves --------------------------------------------------------------------------------------
     def save_entries(self, context: Any) -> None:
@@ -636,7 +616,7 @@ class PrecompileGuard:
                 return
             entries, _ = context.create_cache_entries()
         except Exception as exc:  # torch's failure: nothing saved for precompile
-            self._fallback(None, "collecting the entries to save", exc)
+            self._fallback(None, PrecompileStep.COLLECT, exc)
             return
         for key, entry in entries.items():
             if key in self.refused_keys:
@@ -644,7 +624,7 @@ class PrecompileGuard:
             try:
                 DynamoCache.write(entry, key)
             except Exception as exc:  # this entry is not saved; the function already ran, the others are saved
-                self._fallback(key, "saving the entry", exc)
+                self._fallback(key, PrecompileStep.SAVE, exc)
 
     def empty_keys(self, looked_up: Iterable[str]) -> set[str]:
         """Of the functions looked up, those torch made a package for that holds no compiled frame: Dynamo traced
@@ -690,7 +670,7 @@ class PrecompileGuard:
                 try:
                     sizes = frame_sizes.save(entry_dir, self.code_ids[key])
                 except Exception as exc:  # a later recompile in a restored kernel may then compile afresh
-                    self._tell(key, f"the input sizes of a compiled function were not saved ({exc})")
+                    self._tell(key, PrecompileStep.SAVE_SIZES, exc)
                 else:
                     written += [sizes] if sizes else []
         return written

@@ -3,6 +3,7 @@ and the single-flight lease, against a real redis-server and a port where nothin
 
 from __future__ import annotations
 
+from jupyter_compile_cache.core.events import HubUnavailable, NoTeamSecret
 from jupyter_compile_cache.core.hub_policy import HubPolicy, hub_config
 from jupyter_compile_cache.core.records import CellOptions, CellReport
 from jupyter_compile_cache.core.settings import CompileCache
@@ -10,10 +11,10 @@ from jupyter_compile_cache.storage.hub import HubError
 
 
 class _Told(list):
-    """The texts of the events the policy told, in order."""
+    """The events the policy told, in order."""
 
     def __call__(self, event, report=None):
-        self.append(event.text())
+        self.append(event)
 
 
 def _policy(url: str, secret: str = "team") -> tuple[HubPolicy, _Told, _Told]:
@@ -32,10 +33,10 @@ def test_a_hub_that_fails_is_told_once_then_left_alone_for_a_minute(free_port):
         failure = exc
     report = CellReport("cell")
     policy.failed(hub, failure, report)
-    assert len(warnings) == 1 and "carrying on without the hub" in warnings[0]
+    assert warnings == [HubUnavailable(hub.display_url, str(failure))]
     assert policy.for_cell(CellOptions()) is None  # down: no cell pays its timeout again for a minute
     policy.failed(hub, failure, report)  # a second failure of the same hub: in the report, not told again
-    assert len(warnings) == 1 and report.warnings == [str(failure)]
+    assert len(warnings) == 1 and report.warnings == [HubUnavailable(hub.display_url, str(failure))]
     state = policy.state()
     assert state.reachable is False and "not retried yet" in state.error
     forced = policy.state(force=True)  # `hub status` pings anyway
@@ -49,7 +50,7 @@ def test_a_failure_in_the_background_is_told_by_the_next_cell_that_would_use_the
     policy.failed(hub, HubError("connection refused"), None, quiet=True)
     assert warnings == []  # a background thread prints nothing
     assert policy.for_cell(CellOptions()) is None
-    assert warnings == ["connection refused; carrying on without the hub (the local store is unaffected)"]
+    assert warnings == [HubUnavailable(hub.display_url, "connection refused")]
     assert policy.for_cell(CellOptions()) is None and len(warnings) == 1
 
 
@@ -63,7 +64,7 @@ def test_no_hub_no_secret_and_the_hubs_state(redis_server):
     assert warnings == []  # listing or checking a hub says nothing of trust
     policy.trust(hub, None)  # a bundle moves: said once a session
     policy.trust(policy.for_cell(CellOptions()), None)
-    assert warnings == ["no team secret (JUPYTER_COMPILE_CACHE_SECRET): hub bundles are neither signed nor verified"]
+    assert warnings == [NoTeamSecret()]
     state = policy.state()
     assert state.reachable and not state.signed and state.kind == "redis" and state.latency_ms is not None
     assert state.namespace == "default"
@@ -78,7 +79,7 @@ def test_one_collaborator_holds_the_lease_the_other_compiles_too(redis_server):
     assert lease is not None and lease.held()
     assert bob.single_flight(hub_b, "net", "fp", "bob@b", opts, CellReport("net"), lambda: None) is None
     [said] = bob_out
-    assert said.startswith("'net' is being compiled by alice@a") and "compiling here too" in said
+    assert (said.name, said.holder, said.wait_seconds) == ("net", "alice@a", 0.0)  # compiling here too
     lease.release()
     assert not lease.held()
     alice.close()
@@ -99,7 +100,7 @@ def test_the_chunk_size_setting_reaches_the_hub_and_pushes_in_chunks_of_that_siz
     assert pushed.chunk_size == 256 << 10 and len(pushed.chunk_sha256) == -(-manifest.payload_bytes // (256 << 10))
 
 
-def test_a_cells_push_is_timed_and_a_long_one_says_how_fast_in_the_cells_line(tmp_path, redis_server):
+def test_a_cells_push_is_timed(tmp_path, redis_server):
     from helpers.store import make_bundle
 
     from jupyter_compile_cache.storage.store import LocalStore
@@ -110,7 +111,3 @@ def test_a_cells_push_is_timed_and_a_long_one_says_how_fast_in_the_cells_line(tm
     report = CellReport("net", saved_version=manifest.version, saved_bytes=manifest.payload_bytes, saved_files=3)
     policy.push(policy.for_cell(CellOptions()), store, manifest, report)
     assert warnings == [] and report.pushed and 0 < report.push_seconds < 60  # timed (a loaded CI is slow)
-    report.push_seconds = 0.3
-    assert "push" not in report.summary()  # a quick push adds nothing to the line
-    report.push_seconds = 2.0
-    assert "to the local store and the hub (push 2.0 s, 512.0 KB/s)" in report.summary()

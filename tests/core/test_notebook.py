@@ -99,7 +99,7 @@ def test_the_plan_gives_each_cell_its_reason(tmp_path):
     session = CompileCacheSession(store_dir=str(tmp_path / "store"))
     cells, problems = read_cells(path, parse_cell_line)
     result = plan(session, path, cells, problems)
-    assert result.headline() == "Run All will restore 1 of 5 %%compile_cache cells"
+    assert (result.restoring, len(result.cells)) == (1, 5)
     by_index = {c.index: c for c in result.cells}
     assert by_index[1].restores and by_index[1].source == "local" and by_index[1].reason is None
     assert "the cell's code changed since the save" in by_index[2].reason

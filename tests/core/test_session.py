@@ -6,6 +6,7 @@ import os
 
 from helpers.store import make_bundle, restored_whole
 
+from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellOptions
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.torch_adapter import fingerprint
@@ -110,6 +111,7 @@ def test_an_unreadable_manifest_beside_a_good_version_is_told_once_and_the_good_
 _FAULT_CELL = r"""
 import os, resource, signal, sys, torch
 import jupyter_compile_cache as jcc
+from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellOptions
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails with EFBIG instead of killing us
 fault, hub = sys.argv[1], sys.argv[2]
@@ -221,11 +223,11 @@ def test_a_pinned_version_is_the_one_restored_and_an_unknown_one_is_said(tmp_pat
     assert session.restore("pinned", quiet=True).version == newer.version  # unpinned: the newest that fits
     pinned = session.restore("pinned", options=CellOptions(quiet=True, version=short_id(older.version)))
     assert pinned.version == older.version and not pinned.skipped  # the others are passed over, not "skipped"
-    told: list[str] = []
-    session.listeners.append(lambda event: told.append(event.text()))
+    told: list[events.Event] = []
+    session.listeners.append(told.append)
     missing = session.restore("pinned", options=CellOptions(version="zzzzzzz"))
     assert not missing.restored
-    assert any("no version 'zzzzzzz' of 'pinned'" in line for line in told), told
+    assert events.NotRestored("pinned", (), (), "zzzzzzz") in told, told
     session.close()
 
 

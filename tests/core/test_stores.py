@@ -6,6 +6,7 @@ import pytest
 
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.commands import Commands
+from jupyter_compile_cache.core.events import CacheWarning, Step, StepFailed
 from jupyter_compile_cache.core.stores import Stores
 
 
@@ -18,7 +19,7 @@ class Collected:
     def __call__(self, event: events.Event) -> None:
         self.events.append(event)
 
-    def transfer(self, label: str) -> events.Transfer:
+    def transfer(self, moving: events.Moving, name: str) -> events.Transfer:
         return events.NO_TRANSFER
 
 
@@ -39,11 +40,11 @@ def test_stores_alone_list_and_tell_without_the_kernels_session(tmp_path):
         assert stores.compiled_code() == {}
         stores.warn("first")
         stores.warn("second")
-        words = [event.text() for event in told.events]
-        assert words[0] == "first" and words[-1] == "second", words
+        said = told.events
+        assert said[0] == CacheWarning("first") and said[-1] == CacheWarning("second"), said
         # the broken view was dropped, said once; the working one saw every event
-        assert sum("a view of this session stopped updating (RuntimeError: a closed panel)" in w for w in words) == 1
-        assert [e.text() for e in seen][-1] == "second" and broken not in stores.listeners
+        assert said.count(StepFailed(Step.VIEW, "RuntimeError: a closed panel")) == 1, said
+        assert seen[-1] == CacheWarning("second") and broken not in stores.listeners
     finally:
         stores.close()
 

@@ -142,7 +142,9 @@ def test_a_restore_from_the_panel_shows_its_progress_then_hides_it(session):
     seen = []
     panel.progress.observe(lambda change: seen.append(change["new"]), "value")
     panel.bundle_buttons[("local", "big", session.store().versions("big")[0].version, "restore")].click()
-    assert "restored 'big' from local" in panel.messages.outputs[-1]["text"]
+    # in the cell's words (wording.restore_line)
+    said = panel.messages.outputs[-1]["text"]
+    assert said.startswith("restored 'big' from the local store (") and " files, 40.0 MB) in " in said, said
     assert seen[-1] == 1.0 and len(seen) >= 4 and seen == sorted(seen)  # as the bytes land, never backwards
     assert panel.progress.layout.display == "none" and "big: 40.0 MB / 40.0 MB" in panel.progress.description
 

@@ -148,7 +148,8 @@ from jupyter_compile_cache.core.session import get_session
 i = 0
 with get_session().cell("noop", CellOptions(store_dir=sys.argv[1], no_hub=True)) as report:
     print("VALUES", torch.compile(lambda x: x + i)(torch.ones(2)).tolist())
-print("SUMMARY", report.summary())
+from jupyter_compile_cache.frontends.wording import cell_summary
+print("SUMMARY", cell_summary(report))
 """
 
 

@@ -1,0 +1,375 @@
+"""The sentences the session's events and a cell's report are told in: one per kind, shared by the magic's lines,
+the CLI's stderr and the panel, so the same result reads the same everywhere. Core, storage, the kernel machinery
+and the torch adapter hand over data; only this module (with render.py and tables.py for the commands' records)
+turns it into words."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..core import events
+from ..core.records import CellReport, RestoreResult
+from ..kernels.kernel_start import KernelStart
+from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, UNUSABLE, WRONG_SIGNATURE, Skip
+from ..units import count, human_bytes, speed
+
+if TYPE_CHECKING:  # the torch adapter's record, imported when a reason is worded: a listing imports none of it
+    from ..torch_adapter.miss_reasons import MissReason
+
+INSTALL_HINT = "`jupyter-compile-cache install-kernel` installs a kernel that starts with torch and its compiler loaded"
+
+
+@functools.singledispatch
+def event_text(event: events.Event) -> str:
+    """EVENT's one sentence."""
+    raise TypeError(f"no wording for {type(event).__name__}")  # a new event kind needs its sentence here
+
+
+@event_text.register
+def _(event: events.CacheWarning) -> str:
+    return event.message
+
+
+@event_text.register
+def _(event: events.PlainKernel) -> str:
+    if event.warm_spec:
+        return f"this kernel started cold ({event.why}); torch's compiler loads now"
+    return (
+        f"{event.why}: torch's compiler loads now, as at every start of such a kernel; `jupyter-compile-cache "
+        "install-kernel` installs a kernel whose every start has it loaded"
+    )
+
+
+@event_text.register
+def _(event: events.HubUnavailable) -> str:
+    return f"{event.reason.rstrip('. ')}; carrying on without the hub (the local store is unaffected)"
+
+
+@event_text.register
+def _(event: events.NoTorchRemote) -> str:
+    return (
+        f"--torch-remote: torch's own remote caches speak to a single Redis server, and the hub {event.hub} is "
+        f"{event.kind!s} storage; torch's caches stay on this machine (our bundles still use the hub)"
+    )
+
+
+@event_text.register
+def _(event: events.HubRefusal) -> str:
+    reason = event.reason.rstrip(". ")
+    if event.action == "write":
+        return f"{reason}; bundles stay in the local store (restoring from the hub is unaffected)"
+    return f"{reason}; carrying on with the local store"
+
+
+@event_text.register
+def _(event: events.NoTeamSecret) -> str:
+    return "no team secret (JUPYTER_COMPILE_CACHE_SECRET): hub bundles are neither signed nor verified"
+
+
+@event_text.register
+def _(event: events.Restored) -> str:
+    rate = f" ({speed(event.bytes, event.seconds)})" if event.seconds >= 1 else ""
+    pulled = f", pull {event.pull_seconds:.2f} s" if event.source == "hub" else ""
+    if event.retries:
+        broke = "once" if event.retries == 1 else count(event.retries, "time")
+        pulled += f" (the hub's connection broke {broke}: pulled again on a fresh one)"
+    if event.source == "hub":
+        where = f"the hub {event.hub}"
+    else:
+        where = "the local store" + (", pulled from the hub when the kernel started" if event.fetched_at_start else "")
+    return (
+        f"restored {event.name!r} from {where} ({count(event.files, 'file')}, {human_bytes(event.bytes)}) "
+        f"in {event.seconds:.2f} s{rate}{pulled}"
+    )
+
+
+@event_text.register
+def _(event: events.NotRestored) -> str:
+    reasons = list(event.problems)
+    if event.pinned is not None:
+        reasons.append(
+            f"no version {event.pinned!r} of {event.name!r} (`%compile_cache list {event.name}` shows its ids)"
+        )
+    reasons += [skip_line(skip) for skip in event.skipped]
+    return f"{event.name!r} not restored: " + "; ".join(reasons)
+
+
+@event_text.register
+def _(event: events.SkippedVersion) -> str:
+    return skip_warning(event.name, event.skip)
+
+
+@event_text.register
+def _(event: events.CollaboratorCompiling) -> str:
+    busy = f"{event.name!r} is being compiled by {event.holder} (for {event.for_seconds:.0f} s)"
+    if event.wait_seconds <= 0:
+        return f"{busy}; compiling here too (use --wait SECONDS to wait for it)"
+    return f"{busy}; waiting up to {event.wait_seconds:.0f} s for that bundle"
+
+
+@event_text.register
+def _(event: events.NoBundleArrived) -> str:
+    return f"no bundle for {event.name!r} arrived; compiling"
+
+
+@event_text.register
+def _(event: events.StoodAside) -> str:
+    if event.before_body:
+        return (
+            f"the cache stood aside for {event.name!r} ({event.error}); plain torch.compile runs it, nothing is saved"
+        )
+    return f"what {event.name!r} compiled was not saved ({event.error}); the cell's result stands"
+
+
+@event_text.register
+def _(event: events.PrecompileBypassed) -> str:
+    return (
+        f"torch does not package a function of this cell for precompile ({event.reason}); a restored kernel traces "
+        "it again, its compiled graph still from torch's AOTAutograd and FX graph caches"
+    )
+
+
+@event_text.register
+def _(event: events.CompiledOutsideCell) -> str:
+    what = f"`{event.function}`" if event.function else "a model"
+    return (
+        f"{what} was given to torch.compile outside a %%compile_cache cell, so torch made it no precompile "
+        "package: a restored kernel traces it again (its compiled graph still from torch's caches); call "
+        "torch.compile in the cell to restore it without tracing"
+    )
+
+
+@event_text.register
+def _(event: events.Evicted) -> str:
+    return (
+        f"store over {human_bytes(event.cap_bytes)}: evicted {event.count} least recently used "
+        f"version{'s' if event.count != 1 else ''} ({', '.join(event.names)})"
+    )
+
+
+@event_text.register
+def _(event: events.CompiledWhileLoading) -> str:
+    return (
+        f"{event.name!r} compiled while torch's compiler was still loading in the background, so it ran without "
+        "the cache this time (nothing saved); a cell that says `torch.compile` waits for the compiler"
+    )
+
+
+@event_text.register
+def _(event: events.NotPushedSignedElsewhere) -> str:
+    return (
+        f"not pushed {event.name!r} to the hub: its versions there are signed with another secret (is "
+        "JUPYTER_COMPILE_CACHE_SECRET the team's?); saved to the local store only"
+    )
+
+
+@event_text.register
+def _(event: events.NotListed) -> str:
+    names = ", ".join(event.names[:5]) + (" ..." if len(event.names) > 5 else "")
+    them = "it" if len(event.names) == 1 else "them"
+    return (
+        f"{count(len(event.names), 'bundle')} on {event.where} not listed: this user is not permitted to read {them} "
+        f"({names})"
+    )
+
+
+_STEP_FAILED = {
+    events.Step.SAVE: "could not save bundle {name!r} to {where}: {error}; the cell's result stands",
+    events.Step.EVICT: "could not evict old bundles from {where}: {error}",
+    events.Step.STATISTICS: "the store's statistics were not updated ({error}); the cell's result stands",
+    events.Step.PROBE_RESTORE: "the CPU probe programs were not restored ({error})",
+    events.Step.PROBE_SAVE: "could not save the CPU probe programs to {where}: {error}",
+    events.Step.PREWARM: (
+        "preparing torch's compiler in the background stopped ({error}); cells run as they would without it"
+    ),
+    events.Step.FIND_ELSEWHERE: "looking for another version of {name!r} for a function's code failed ({error})",
+    events.Step.VIEW: "a view of this session stopped updating ({error})",
+}
+
+
+@event_text.register
+def _(event: events.StepFailed) -> str:
+    return _STEP_FAILED[event.step].format(name=event.name, where=event.where, error=event.error)
+
+
+_PRECOMPILE_STEP = {
+    "record_function": "recording the compiled function",
+    "record_sources": "recording the sources it inlined",
+    "build_guards": "building the guards to save",
+    "load": "loading the saved entry",
+    "install": "installing the saved entry",
+    "collect": "collecting the entries to save",
+    "save": "saving the entry",
+    "keep_sizes": "the input sizes of a compiled function cannot be kept ({error})",
+    "find_by_code": "looking for a compiled function's entry by its code failed ({error})",
+    "use_saved_sizes": "the saved input sizes of a restored function were not used ({error})",
+    "save_sizes": "the input sizes of a compiled function were not saved ({error})",
+}
+
+
+@event_text.register
+def _(event: events.PrecompileFailed) -> str:
+    trouble = event.trouble
+    words = _PRECOMPILE_STEP[trouble.step.value]
+    if trouble.fallback:
+        return (
+            f"Dynamo precompile failed while {words} ({trouble.error}); this function runs the plain torch.compile "
+            "way (FX graph and AOTAutograd caches still apply)"
+        )
+    return words.format(error=trouble.error)
+
+
+@event_text.register
+def _(event: events.CellFinished) -> str:
+    return cell_summary(event.report)
+
+
+def restore_line(result: RestoreResult) -> str:
+    """What a restore did, in the words the cell's line uses."""
+    if result.restored:
+        restored = events.Restored(
+            result.name,
+            result.source or "",
+            result.hub_url,
+            False,
+            result.files,
+            result.bytes,
+            result.seconds,
+            result.pull_seconds,
+            result.retries,
+        )
+        return event_text(restored)
+    if result.skipped:
+        return event_text(events.NotRestored(result.name, tuple(result.skipped)))
+    return f"{result.name!r} not restored: no bundle of that name fits this machine"
+
+
+_MOVING = {
+    events.Moving.PULL: "pulling {name!r} from the hub",
+    events.Moving.RESTORE: "restoring {name!r}",
+    events.Moving.SAVE: "saving {name!r}",
+    events.Moving.PUSH: "pushing {name!r} to the hub",
+}
+
+
+def transfer_label(moving: events.Moving, name: str) -> str:
+    """A transfer's progress bar label."""
+    return _MOVING[moving].format(name=name)
+
+
+def skip_line(skip: Skip) -> str:
+    """Why a version was passed over, in one line: 'hub version V: incompatible (torch: ...)'."""
+    if skip.kind == INCOMPATIBLE:
+        return f"{skip.label}: incompatible ({skip.detail})"
+    if skip.kind in (WRONG_SIGNATURE, TRANSFER_FAILED, NOT_INSTALLED):  # the error's own words say what it is
+        return f"{skip.label}: {skip.detail}{_tries(skip)}"
+    moved = f"; moved to {skip.moved_to}" if skip.moved_to else ""
+    return f"{skip.label}: {skip.kind}: {skip.detail}{moved}"
+
+
+def skip_warning(name: str, skip: Skip) -> str:
+    """A skip worth telling even when a later version restored, as a warning line."""
+    if skip.kind == WRONG_SIGNATURE:
+        return f"{skip.detail}; refused"
+    if skip.kind == TRANSFER_FAILED:
+        return f"could not pull {name!r} from {skip.where}: {skip.detail}{_tries(skip)}"
+    if skip.kind == NOT_INSTALLED:
+        return f"could not restore bundle {name!r}: {skip.detail}"
+    if skip.kind == UNUSABLE:
+        return f"bundle {name!r} {skip.label} from {skip.where} is unusable: {skip.detail}"
+    return f"bundle {name!r} {skip.label} is {skip.kind}: {skip.detail}; moved to {skip.moved_to}"
+
+
+def _tries(skip: Skip) -> str:
+    return f" (tried {skip.tries} times, each on a fresh connection)" if skip.tries > 1 else ""
+
+
+def miss_line(reason: MissReason) -> str:
+    """Why one function of a restored cell compiled."""
+    from ..torch_adapter.miss_reasons import MissCause
+
+    cause, function = reason.cause, f"`{reason.function}`"
+    detail = f" ({reason.detail})" if reason.detail else ""
+    if cause is MissCause.NO_ENTRY:
+        return f"no saved entry for {function}"
+    if cause is MissCause.OTHER_CODE:
+        where = f": it differs at {', '.join(f'`{name}`' for name in reason.changed)}" if reason.changed else ""
+        return f"the saved entry of {function} was compiled for other code{where}"
+    if cause is MissCause.REFUSED:
+        return f"torch refused the saved entry of {function}{detail}"
+    if cause is MissCause.RESTORED_GUARD_FAILED:
+        return f"Dynamo compiled {function} again: a guard of its restored entry failed{detail}"
+    if cause is MissCause.GUARD_FAILED:
+        return f"Dynamo compiled {function} again: " + (f"a guard failed{detail}" if detail else "torch gave no reason")
+    return f"{count(reason.count, 'graph')} not in the bundle, no function named by torch"
+
+
+def miss_lines(recorded: Iterable[Any]) -> list[str]:
+    """The reasons a run's record kept (MissReason, or their JSON), as lines; an older record's [kind, line] as it
+    was said."""
+    from ..torch_adapter.miss_reasons import MissReason
+
+    lines = []
+    for item in recorded:
+        if isinstance(item, MissReason):
+            lines.append(miss_line(item))
+        elif isinstance(item, dict) and (reason := MissReason.from_json(item)) is not None:
+            lines.append(miss_line(reason))
+        elif isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], str):
+            lines.append(item[1])
+    return lines
+
+
+def cell_summary(report: CellReport) -> str:
+    """The one line a cell ends with."""
+    if not report.ok:
+        return (
+            f"{report.name!r} raised after {report.body_seconds:.2f} s: nothing saved "
+            "(what a failed cell compiled is not bundled)"
+        )
+    hits = sum(v["hits"] for v in report.layers.values())
+    misses = sum(v["misses"] for v in report.layers.values())
+    parts = [f"{report.name!r} ran in {report.body_seconds:.2f} s, {count(hits, 'cache hit')}, {count(misses, 'miss')}"]
+    reasons = miss_lines(report.miss_reasons)
+    if reasons and misses:
+        parts[0] += f" ({'; '.join(reasons)})"
+    elif reasons:  # Dynamo traced again, though every graph came from the caches
+        parts.append("traced again from the caches: " + "; ".join(reasons))
+    if report.compiled_elsewhere:
+        parts.append(f"the processes it started compiled {count(report.compiled_elsewhere, 'new file')}")
+    if report.stale_rejected:
+        parts.append(f"{count(report.stale_rejected, 'stale precompile entry')} refused (code changed)")
+    if report.precompile_fallbacks:
+        parts.append(
+            f"{count(report.precompile_fallbacks, 'function')} fell back from precompile to plain torch.compile"
+        )
+    if report.staged_wait_seconds >= 0.5:
+        parts.append(f"waited {report.staged_wait_seconds:.1f} s for its bundle, on its way from the hub")
+    if report.waited_seconds >= 0.5:
+        parts.append(f"waited {report.waited_seconds:.1f} s for torch's compiler to load (once per kernel)")
+    if report.saved_version:
+        where = "the local store and the hub" if report.pushed else "the local store"
+        if report.push_left_to is not None and not report.pushed:
+            where += f" (the hub gets {report.push_left_to}'s, compiled at the same time)"
+        took = (
+            f" in {report.save_seconds:.1f} s ({speed(report.saved_bytes, report.save_seconds)})"
+            if report.save_seconds >= 1
+            else ""
+        )
+        if report.pushed and report.push_seconds >= 1:
+            took += f" (push {report.push_seconds:.1f} s, {speed(report.saved_bytes, report.push_seconds)})"
+        parts.append(f"saved {count(report.saved_files, 'file')} ({human_bytes(report.saved_bytes)}) to {where}{took}")
+    else:
+        parts.append("nothing new to save")
+    return "; ".join(parts)
+
+
+def kernel_start_line(start: KernelStart) -> str:
+    """How this kernel started, for `status` and the panel."""
+    if start.how == "forked":
+        return f"forked from a warm template (pid {start.template_pid}) in {start.seconds:.2f} s"
+    if start.how == "cold":
+        return f"started cold in {start.seconds or 0:.2f} s: {start.why}"
+    return f"a plain kernel ({start.why or 'not the warm kernel spec'}); {INSTALL_HINT}"
