@@ -38,6 +38,7 @@ from .records import (
     NothingFits,
     Pulled,
     Pushed,
+    Refusal,
     Removed,
     RemoveOptions,
     SessionStatus,
@@ -283,8 +284,7 @@ class Commands:
             version = version_named(opts.name, versions, opts.version, where)
             plan = hub.remove(opts.name, version, dry_run=True)
             if not (opts.dry_run or yes) and len(plan) >= len(versions):
-                refused = f"this removes every version of {opts.name!r} from the team's hub"
-                return Removed(where, plan, dry_run=True, refused=refused)
+                return Removed(where, plan, dry_run=True, refused=Refusal.EVERY_HUB_VERSION)
             return Removed(where, plan if opts.dry_run else hub.remove(opts.name, version), opts.dry_run)
         store = self.session.store(opts.store_dir)
         versions = [m.version for m in store.versions(opts.name)]
@@ -309,7 +309,7 @@ class Commands:
         if opts.dry_run or not plan:
             return Removed(store.root, plan, opts.dry_run)
         if len(plan) == store.version_count() and not opts.yes:
-            return Removed(store.root, plan, dry_run=True, refused="this empties the store")
+            return Removed(store.root, plan, dry_run=True, refused=Refusal.EMPTIES_STORE)
         return Removed(store.root, store.gc(max_size, older_than=opts.older_than, unusable=unusable), dry_run=False)
 
     def export(self, name: str, path: str, store_dir: str | None = None) -> Exported:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..storage.sources import Skip
 from .records import CellReport
+from .settings import EnvProblem
 
 if TYPE_CHECKING:  # the torch adapter's record: a listing imports none of the torch adapter
     from ..torch_adapter.miss_reasons import PrecompileTrouble
@@ -40,6 +41,7 @@ __all__ = [
     "CacheWarning",
     "PlainKernel",
     "SkippedVersion",
+    "BadEnvironment",
     "Moving",
     "PrecompileFailed",
     "NotListed",
@@ -165,7 +167,15 @@ class PrecompileFailed(Event):
     level: ClassVar[str] = "warning"
 
 
-class Step(enum.Enum):
+@dataclass(frozen=True)
+class BadEnvironment(Event):
+    """An environment variable of ours could not be read (told once, when the session starts)."""
+
+    problem: EnvProblem
+    level: ClassVar[str] = "warning"
+
+
+class Step(str, enum.Enum):
     """A step of ours around a cell that can fail without touching the cell's result."""
 
     SAVE = "save"  # saving the cell's bundle to the local store
@@ -233,7 +243,7 @@ class CellFinished(Event):
     report: CellReport
 
 
-class Moving(enum.Enum):
+class Moving(str, enum.Enum):
     """What a transfer of bundle NAME does."""
 
     PULL = "pull"  # from the hub into the local store

@@ -26,9 +26,8 @@ from typing import Any
 
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
-from ..units import count as count_of
 from .machine_fit import MachineFit
-from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan
+from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan, NotRestoring
 from .stores import Stores
 
 SESSION_NAME_ENV = "JPY_SESSION_NAME"  # set by Jupyter servers: the notebook's path
@@ -133,31 +132,21 @@ def _where(cell: NotebookCell) -> tuple[str, str, str | None]:
 
 def _cell_plan(session: Stores, cell: NotebookCell, found: list[tuple[str, Manifest]], fit: MachineFit) -> CellPlan:
     if not cell.options.restore:
-        return CellPlan(cell.index, cell.name, False, None, "--no-restore: it compiles cold by choice")
+        return CellPlan(cell.index, cell.name, False, None, NotRestoring.BY_CHOICE)
     if not found:
-        return CellPlan(cell.index, cell.name, False, None, "no bundle saved yet: it compiles, then saves one")
+        return CellPlan(cell.index, cell.name, False, None, NotRestoring.NOTHING_SAVED)
     fitting = [(source, m) for source, m in found if fit.fits(m)]
     if not fitting:
         newest = max((m for _source, m in found), key=lambda m: m.created)
-        reason = fit.why_not(newest)
-        return CellPlan(cell.index, cell.name, False, None, f"its bundles were saved elsewhere ({reason})")
+        return CellPlan(cell.index, cell.name, False, None, NotRestoring.SAVED_ELSEWHERE, fit.why_not(newest) or "")
     source, manifest = max(fitting, key=lambda sm: sm[1].created)
     last_run = session.store(cell.options.store_dir).last_run(cell.name) or {}
     saved = manifest.stats.get("cell_digest")
     if isinstance(saved, str) and saved != cell.digest and not _ran_clean(last_run, manifest, cell.digest):
-        return CellPlan(
-            cell.index, cell.name, False, source, "the cell's code changed since the save: what changed compiles again"
-        )
+        return CellPlan(cell.index, cell.name, False, source, NotRestoring.CELL_CHANGED)
     refused = int(last_run.get("stale_rejected") or 0)
     if refused and (last_run.get("restore") or {}).get("version") == manifest.version:
-        return CellPlan(
-            cell.index,
-            cell.name,
-            False,
-            source,
-            f"code it calls changed since the save: its last restore refused {count_of(refused, 'entry')} "
-            "(they compile again)",
-        )
+        return CellPlan(cell.index, cell.name, False, source, NotRestoring.CALLS_CHANGED, refused=refused)
     return CellPlan(cell.index, cell.name, True, source, None)
 
 

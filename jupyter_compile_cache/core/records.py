@@ -3,6 +3,7 @@ panel, the CLI and scripts. No behaviour beyond checking options, so every layer
 
 from __future__ import annotations
 
+import enum
 import getpass
 import math
 import socket
@@ -110,6 +111,13 @@ class GcOptions:
     yes: bool = False
 
 
+class Refusal(str, enum.Enum):
+    """A removal left undone until the user says --yes."""
+
+    EMPTIES_STORE = "empties_store"  # a gc would remove every version in the store
+    EVERY_HUB_VERSION = "every_hub_version"  # removing every version of a name from the team's hub
+
+
 @dataclass
 class Removed:
     """What a delete removed (with `dry_run`, would remove) from `where`; `refused`: why it removed nothing."""
@@ -117,7 +125,7 @@ class Removed:
     where: str
     removals: list[Removal]
     dry_run: bool
-    refused: str | None = None
+    refused: Refusal | None = None
 
 
 @dataclass
@@ -341,16 +349,28 @@ class NotebookCell:
     digest: str
 
 
+class NotRestoring(str, enum.Enum):
+    """Why a notebook cell will not restore its bundle when Run All reaches it."""
+
+    BY_CHOICE = "by_choice"  # --no-restore
+    NOTHING_SAVED = "nothing_saved"  # no bundle of its name yet
+    SAVED_ELSEWHERE = "saved_elsewhere"  # its bundles fit another machine (`detail`: how)
+    CELL_CHANGED = "cell_changed"  # the cell's code changed since the save
+    CALLS_CHANGED = "calls_changed"  # code it calls changed: its last restore refused `refused` entries
+
+
 @dataclass
 class CellPlan:
-    """Whether one notebook cell's bundle will restore here; `source` 'local' or 'hub' where one fits, `reason`
+    """Whether one notebook cell's bundle will restore here; `source` 'local' or 'hub' where one fits, `why_not`
     why it will not restore (None: it will)."""
 
     index: int
     name: str
     restores: bool
     source: str | None
-    reason: str | None
+    why_not: NotRestoring | None
+    detail: str = ""  # SAVED_ELSEWHERE: what differs from this machine
+    refused: int = 0  # CALLS_CHANGED: the entries its last restore refused
 
 
 @dataclass

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
@@ -73,6 +74,16 @@ class SettingRefused(BaseException):
         return [f"UsageError: {self}"]
 
 
+@dataclass(frozen=True)
+class EnvProblem:
+    """An environment variable that could not be read: the error, and the value used instead (None: the setting is
+    off)."""
+
+    variable: str
+    error: str
+    using: str | None
+
+
 class CompileCache(Configurable):
     """Settings of jupyter_compile_cache (see the module docstring for the environment variables)."""
 
@@ -115,7 +126,7 @@ class CompileCache(Configurable):
     ).tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
-        self.env_problems: list[str] = []  # variables that could not be read; the session warns about them once
+        self.env_problems: list[EnvProblem] = []  # variables that could not be read; the session warns once
         super().__init__(**kwargs)
 
     def update_config(self, config: Any) -> None:
@@ -149,7 +160,7 @@ class CompileCache(Configurable):
         try:
             return check_url(value)
         except ValueError as exc:
-            self.env_problems.append(f"{ENV['hub']}: {exc}; no hub")
+            self.env_problems.append(EnvProblem(ENV["hub"], str(exc), None))
             return ""
 
     @default("namespace")
@@ -158,7 +169,7 @@ class CompileCache(Configurable):
         try:
             return check_namespace(value) if value else "default"
         except ValueError as exc:
-            self.env_problems.append(f"{ENV['namespace']}: {exc}; using 'default'")
+            self.env_problems.append(EnvProblem(ENV["namespace"], str(exc), "'default'"))
             return "default"
 
     @default("secret")
@@ -193,7 +204,7 @@ class CompileCache(Configurable):
             _SIZE_CHECKS[name](value)
             return value
         except ValueError as exc:
-            self.env_problems.append(f"{ENV[name]}: {exc}; using {fallback}")
+            self.env_problems.append(EnvProblem(ENV[name], str(exc), fallback))
             return fallback
 
     @default("precompile")
@@ -269,7 +280,7 @@ class CompileCache(Configurable):
             value = -1
         # a ttl may be 0 (no expiry); a timeout must be positive
         if not math.isfinite(value) or value < 0 or (value == 0 and kind is float):
-            self.env_problems.append(f"{ENV[name]}: not a number of seconds: {raw!r}; using {fallback}")
+            self.env_problems.append(EnvProblem(ENV[name], f"not a number of seconds: {raw!r}", f"{fallback}"))
             return fallback
         return value
 
@@ -278,7 +289,7 @@ class CompileCache(Configurable):
         try:
             return parse_bool(raw) if raw else True
         except ValueError as exc:
-            self.env_problems.append(f"{ENV[name]}: {exc}; using on")
+            self.env_problems.append(EnvProblem(ENV[name], str(exc), "on"))
             return True
 
     def resolved(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ class Stores:
         self.listeners: list[Callable[[Event], None]] = []
         self.settings.resolved()  # reads every environment variable now, so a bad one is told once, here
         for problem in self.settings.env_problems:
-            self.warn(problem)
+            self.tell(events.BadEnvironment(problem))
         self.hub_policy = HubPolicy(self.settings, self.tell)
         self.search = BundleSearch(self.hub_policy)
         self.history: list[CellReport] = []  # this process's %%compile_cache runs, oldest first

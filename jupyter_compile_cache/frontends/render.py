@@ -21,6 +21,7 @@ from ..core.records import (
     NothingFits,
     Pulled,
     Pushed,
+    Refusal,
     Removed,
     SessionStatus,
     StoreStatistics,
@@ -143,8 +144,13 @@ def not_found(exc: NotFound, names: list[str]) -> str:
 def refusal(record: Record) -> str | None:
     """For a change that did nothing on purpose (a gc that would empty the store, a hub rm of every version without
     --yes): why, and how to go on. The front end tells it as an error, after the plan `view` shows."""
-    if isinstance(record, Removed) and record.refused:
-        return f"{record.refused}: nothing removed; run again with --yes"
+    if isinstance(record, Removed) and record.refused is not None:
+        if record.refused is Refusal.EMPTIES_STORE:
+            why = "this empties the store"
+        else:
+            names = sorted({removal.name for removal in record.removals})
+            why = f"this removes every version of {', '.join(map(repr, names))} from the team's hub"
+        return f"{why}: nothing removed; run again with --yes"
     return None
 
 

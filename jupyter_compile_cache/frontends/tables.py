@@ -468,7 +468,7 @@ class NotebookPlanView(_View):
 
     def rows(self) -> list[list[Any]]:
         return [
-            [c.index, c.name, "restores" if c.restores else "compiles", c.source or "-", c.reason or ""]
+            [c.index, c.name, "restores" if c.restores else "compiles", c.source or "-", wording.why_not_line(c)]
             for c in self.data.cells
         ]
 

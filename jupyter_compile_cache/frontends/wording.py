@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..core import events
-from ..core.records import CellReport, RestoreResult
+from ..core.records import CellPlan, CellReport, NotRestoring, RestoreResult
 from ..kernels.kernel_start import KernelStart
 from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, UNUSABLE, WRONG_SIGNATURE, Skip
 from ..units import count, human_bytes, speed
@@ -173,6 +173,13 @@ def _(event: events.NotListed) -> str:
         f"{count(len(event.names), 'bundle')} on {event.where} not listed: this user is not permitted to read {them} "
         f"({names})"
     )
+
+
+@event_text.register
+def _(event: events.BadEnvironment) -> str:
+    problem = event.problem
+    using = "no hub" if problem.using is None else f"using {problem.using}"
+    return f"{problem.variable}: {problem.error}; {using}"
 
 
 _STEP_FAILED = {
@@ -364,6 +371,25 @@ def cell_summary(report: CellReport) -> str:
     else:
         parts.append("nothing new to save")
     return "; ".join(parts)
+
+
+def why_not_line(cell: CellPlan) -> str:
+    """Why a notebook cell will not restore when Run All reaches it ("" when it will)."""
+    why = cell.why_not
+    if why is None:
+        return ""
+    if why is NotRestoring.BY_CHOICE:
+        return "--no-restore: it compiles cold by choice"
+    if why is NotRestoring.NOTHING_SAVED:
+        return "no bundle saved yet: it compiles, then saves one"
+    if why is NotRestoring.SAVED_ELSEWHERE:
+        return f"its bundles were saved elsewhere ({cell.detail})"
+    if why is NotRestoring.CELL_CHANGED:
+        return "the cell's code changed since the save: what changed compiles again"
+    return (
+        f"code it calls changed since the save: its last restore refused {count(cell.refused, 'entry')} "
+        "(they compile again)"
+    )
 
 
 def kernel_start_line(start: KernelStart) -> str:

@@ -12,6 +12,7 @@ from helpers.cells import COMPILE, DEFINE
 from helpers.kernels import misses
 
 from jupyter_compile_cache.core.notebook import notebook_path, plan, read_cells, source_digest
+from jupyter_compile_cache.core.records import NotRestoring
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.cell_line import parse_cell_line
 from jupyter_compile_cache.storage.bundle import Manifest
@@ -101,11 +102,11 @@ def test_the_plan_gives_each_cell_its_reason(tmp_path):
     result = plan(session, path, cells, problems)
     assert (result.restoring, len(result.cells)) == (1, 5)
     by_index = {c.index: c for c in result.cells}
-    assert by_index[1].restores and by_index[1].source == "local" and by_index[1].reason is None
-    assert "the cell's code changed since the save" in by_index[2].reason
-    assert "saved elsewhere" in by_index[3].reason and "torch: bundle '0.0.1'" in by_index[3].reason
-    assert by_index[4].reason.startswith("no bundle saved yet")
-    assert by_index[5].reason.startswith("--no-restore")
+    assert by_index[1].restores and by_index[1].source == "local" and by_index[1].why_not is None
+    assert by_index[2].why_not is NotRestoring.CELL_CHANGED
+    assert by_index[3].why_not is NotRestoring.SAVED_ELSEWHERE and "torch: bundle '0.0.1'" in by_index[3].detail
+    assert by_index[4].why_not is NotRestoring.NOTHING_SAVED
+    assert by_index[5].why_not is NotRestoring.BY_CHOICE
     # an edited cell that then ran restoring that version with no miss (it compiled nothing new) restores again
     edited = store.versions("edited")[0]
     store.save_run(

@@ -7,6 +7,7 @@ import pytest
 
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellReport, RestoreResult
+from jupyter_compile_cache.core.settings import EnvProblem
 from jupyter_compile_cache.frontends import wording
 from jupyter_compile_cache.kernels.kernel_start import KernelStart
 from jupyter_compile_cache.storage import sources
@@ -45,6 +46,7 @@ ALL = [
     events.Evicted(1, ("old",), 20 << 30),
     events.CompiledWhileLoading("net"),
     events.NotPushedSignedElsewhere("net"),
+    events.BadEnvironment(EnvProblem("JUPYTER_COMPILE_CACHE_HUB_TTL", "not a number of seconds: 'x'", "0")),
     events.NotListed("the hub redis://h:1/0", ("secret-cnn", "secret-net")),
     *[events.StepFailed(step, "disk full", "net", "/s") for step in events.Step],
     *[events.PrecompileFailed(PrecompileTrouble(step, "OSError: disk full", True)) for step in PrecompileStep],
@@ -87,7 +89,8 @@ def test_the_golden_lines():
     assert "compiling here too" in said[13] and "waiting up to 30 s" in said[14]
     assert said[21] == "store over 20.0 GB: evicted 1 least recently used version (old)"
     assert wording.event_text(events.Evicted(2, ("a", "b"), 1 << 30)).endswith("2 least recently used versions (a, b)")
-    assert said[24] == (
+    assert said[24] == "JUPYTER_COMPILE_CACHE_HUB_TTL: not a number of seconds: 'x'; using 0"
+    assert said[25] == (
         "2 bundles on the hub redis://h:1/0 not listed: this user is not permitted to read them (secret-cnn, "
         "secret-net)"
     )
