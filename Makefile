@@ -67,7 +67,7 @@ format:
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
 bench:
-	$(BIN)/python benchmarks/bench.py --suite cpu
+	$(BIN)/python -m benchmarks bench --suite cpu
 
 # Re-run the quick start and the CPU notebooks here, then render every figure of README.md and docs/results.md from
 # its result file (docs/figures.py; `--check` is part of the tests).

@@ -18,8 +18,8 @@ torch replays its own counters on a cache hit); and what the process wrote that 
 in the cache dir, and in the machine's caches): work done again. And, file by file, what the cold process's cache
 dir ended up holding that the bundle does not (written after the cell's capture, e.g. by compile workers).
 
-    python benchmarks/autotune_restores.py --restores 5 --out benchmarks/results/autotune_restores_h100.json
-    python benchmarks/autotune_restores.py --profiles DIR ...   # py-spy (on PATH) the first two restores
+    python -m benchmarks autotune_restores --restores 5 --out benchmarks/results/autotune_restores_h100.json
+    python -m benchmarks autotune_restores --profiles DIR ...   # py-spy (on PATH) the first two restores
 """
 
 from __future__ import annotations
@@ -29,15 +29,13 @@ import getpass
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+from benchmarks import bench  # configs and the case runner
+from benchmarks.report import markdown_table
 
-import bench  # noqa: E402  (benchmarks/bench.py: configs and the case runner)
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 CONFIGS = ["transformer-max-autotune-infer", "lm-max-autotune-infer"]
 
@@ -178,12 +176,9 @@ def one_config(cfg: dict, work: str, restores: int, profiles: str | None = None)
 
 
 def table(results: list[dict]) -> str:
-    lines = [
-        "| config | cold | torch warm | mega | "
-        + " | ".join(f"ours #{i + 1}" for i in range(max(sum(r["case"] == "ours" for r in x["rows"]) for x in results)))
-        + " | worst ours / cold |",
-    ]
-    lines.append("|" + "---|" * (lines[0].count("|") - 1))
+    most = max(sum(r["case"] == "ours" for r in x["rows"]) for x in results)
+    headers = ["config", "cold", "torch warm", "mega", *(f"ours #{i + 1}" for i in range(most)), "worst ours / cold"]
+    lines = []
     for res in results:
         by = {r["case"]: r for r in res["rows"] if r["case"] != "ours"}
         ours = [r for r in res["rows"] if r["case"] == "ours"]
@@ -199,8 +194,8 @@ def table(results: list[dict]) -> str:
 
         worst = max((r.get("first_call_s", float("inf")) for r in ours), default=float("nan"))
         cells = [cell(by.get("cold")), cell(by.get("torch_warm")), cell(by.get("mega"))] + [cell(r) for r in ours]
-        lines.append(f"| {res['config']} | " + " | ".join(cells) + f" | {worst / cold:.3f}x |")
-    return "\n".join(lines)
+        lines.append([res["config"], *cells, f"{worst / cold:.3f}x"])
+    return markdown_table(headers, lines)
 
 
 def main() -> int:

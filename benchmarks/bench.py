@@ -15,9 +15,9 @@ Then: what `%%compile_cache` costs a cell with nothing to restore (overhead), an
 the hub (transfer). Needs redis-server on PATH (or --redis-server) for torch_remote, ours_hub and the hub parts;
 the other cases run without one.
 
-  python benchmarks/bench.py --suite cpu --out benchmarks/results/cpu.json --plot benchmarks/results/cpu.png
-  python benchmarks/bench.py --suite gpu --out gpu.json                  # on a CUDA machine
-  python benchmarks/bench.py --report a.json b.json --plot all.png        # tables and plot of earlier runs
+  python -m benchmarks bench --suite cpu --out benchmarks/results/cpu.json --plot benchmarks/results/cpu.png
+  python -m benchmarks bench --suite gpu --out gpu.json                  # on a CUDA machine
+  python -m benchmarks bench --report a.json b.json --plot all.png        # tables and plot of earlier runs
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ import sys
 import tempfile
 import time
 
+from benchmarks.report import markdown_table
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 
 CASES = ["eager", "cold", "torch_warm", "mega", "torch_remote", "ours_cold", "ours", "ours_hub"]
 TORCH_REMOTE_ENV = {
@@ -302,7 +303,7 @@ def _group(rows: list[dict]) -> dict[str, dict[str, dict]]:
 
 def table(rows: list[dict], metric: str, unit: str = "s") -> str:
     """Markdown: one row per config, the cases side by side, and ours against eager and cold."""
-    lines = ["| config | " + " | ".join(CASES) + " | ours / eager | ours / cold |", "|---" * (len(CASES) + 3) + "|"]
+    lines = []
     for name, cases in _group(rows).items():
 
         def value(case: str, cases: dict = cases) -> float | None:
@@ -319,28 +320,38 @@ def table(rows: list[dict], metric: str, unit: str = "s") -> str:
         ours, eager, cold = value("ours"), value("eager"), value("cold")
         ratio_e = f"{ours / eager:.2f}x" if ours and eager and unit == "s" else "-"
         ratio_c = f"{ours / cold:.3f}x" if ours and cold and unit == "s" else "-"
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {ratio_e} | {ratio_c} |")
-    return "\n".join(lines)
+        lines.append([name, *cells, ratio_e, ratio_c])
+    return markdown_table(["config", *CASES, "ours / eager", "ours / cold"], lines)
 
 
 def counters_table(rows: list[dict]) -> str:
     """torch's own counters per case: misses/hits of the FX graph, AOTAutograd and Dynamo precompile caches; matmul
     autotunings as torch's counter says (on a cache hit torch replays the cold compile's count) / really run."""
-    lines = ["| config | case | fx miss/hit | aot miss/hit | dynamo miss/hit | autotunings counted/run | recompiles |"]
-    lines.append("|---|---|---|---|---|---|---|")
+    headers = [
+        "config",
+        "case",
+        "fx miss/hit",
+        "aot miss/hit",
+        "dynamo miss/hit",
+        "autotunings counted/run",
+        "recompiles",
+    ]
+    lines = []
     for r in rows:
         c = r.get("counters")
         if not c:
             continue
         ind, aot, dyn = c.get("inductor", {}), c.get("aot_autograd", {}), c.get("dynamo_cache", {})
-        lines.append(
-            f"| {r['name']} | {r['case']} | {ind.get('fxgraph_cache_miss', 0)}/{ind.get('fxgraph_cache_hit', 0)} | "
-            f"{aot.get('autograd_cache_miss', 0)}/{aot.get('autograd_cache_hit', 0)} | "
-            f"{dyn.get('dynamo_cache_miss', 0)}/{dyn.get('dynamo_cache_hit', 0)} | "
-            f"{ind.get('select_algorithm_autotune', 0)}/{c.get('autotunes_run', '-')} | "
-            f"{sum(c.get('recompiles', {}).values())} |"
-        )
-    return "\n".join(lines)
+        lines.append([
+            r["name"],
+            r["case"],
+            f"{ind.get('fxgraph_cache_miss', 0)}/{ind.get('fxgraph_cache_hit', 0)}",
+            f"{aot.get('autograd_cache_miss', 0)}/{aot.get('autograd_cache_hit', 0)}",
+            f"{dyn.get('dynamo_cache_miss', 0)}/{dyn.get('dynamo_cache_hit', 0)}",
+            f"{ind.get('select_algorithm_autotune', 0)}/{c.get('autotunes_run', '-')}",
+            sum(c.get("recompiles", {}).values()),
+        ])  # fmt: skip
+    return markdown_table(headers, lines)
 
 
 def report(results: list[dict]) -> str:

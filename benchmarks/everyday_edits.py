@@ -13,8 +13,8 @@ cell starts with an import and a comment, restored into an empty dir), `ours_var
 MLP's activation, so it compiles and saves a newer version), `ours_original` (the original cells again, restored into
 an empty dir after the variant's version). Every time is the whole compile cell; the misses are torch's counters.
 
-  python benchmarks/everyday_edits.py --out benchmarks/results/everyday_edits_cpu.json
-  python benchmarks/everyday_edits.py --device cuda --out benchmarks/results/everyday_edits_h100.json
+  python -m benchmarks everyday_edits --out benchmarks/results/everyday_edits_cpu.json
+  python -m benchmarks everyday_edits --device cuda --out benchmarks/results/everyday_edits_h100.json
 """
 
 from __future__ import annotations
@@ -25,11 +25,8 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from warm_restart import machine  # noqa: E402
-
-from jupyter_compile_cache.kernels.kernel_runner import KernelRunner  # noqa: E402
+from benchmarks.warm_restart import machine
+from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
 DEFINE = {
     "mlp": """

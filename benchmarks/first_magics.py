@@ -5,8 +5,8 @@ Each round starts a real kernel through jupyter_client, runs `import torch` + `%
 in one cell, then one magic, timed from request to reply. `--code DIR` runs the same with the package of another
 checkout (a `git worktree` of an older commit, say), so before and after print in one table.
 
-    python benchmarks/first_magics.py --out benchmarks/results/first_magics_cpu.json
-    python benchmarks/first_magics.py --code before=/tmp/before --out benchmarks/results/first_magics_cpu.json
+    python -m benchmarks first_magics --out benchmarks/results/first_magics_cpu.json
+    python -m benchmarks first_magics --code before=/tmp/before --out benchmarks/results/first_magics_cpu.json
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import statistics
 import sys
 import tempfile
 import time
+
+from benchmarks.report import markdown_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -84,16 +86,13 @@ def main() -> None:
     print(
         f"\nfirst magic after %load_ext in a fresh kernel, median of {args.rounds}, seconds; torch {torch.__version__}"
     )
-    print("| magic | " + " | ".join(labels) + " |")
-    print("|---|" + "---|" * len(labels))
-    for name in MAGICS:
-        cells = [f"{statistics.median(results[label][name]):.2f}" for label in labels]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+    rows = [[name] + [f"{statistics.median(results[label][name]):.2f}" for label in labels] for name in MAGICS]
+    print(markdown_table(["magic", *labels], rows))
     if args.out:
         with open(args.out, "w") as f:
             meta = {
                 "date": time.strftime("%Y-%m-%d"),
-                "command": "python benchmarks/first_magics.py "
+                "command": "python -m benchmarks first_magics "
                 + " ".join(sys.argv[1:]).replace(f" --out {args.out}", ""),
                 "torch": torch.__version__,
                 "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,

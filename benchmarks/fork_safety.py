@@ -8,7 +8,7 @@ A parent imports torch and its compiler as a template does (NVML-based CUDA chec
    the process's OS threads against the set right after torch's import, and the bare count;
 3. forks a child after that matmul, which runs a CPU matmul under a 20 s alarm: the hazard the check guards.
 
-    python benchmarks/fork_safety.py [--out result.json]
+    python -m benchmarks fork_safety [--out result.json]
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ import argparse
 import json
 import os
 import signal
-import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 
 
 def in_child(work, timeout: float) -> dict:

@@ -8,7 +8,7 @@ callable attribute, so the restored entry really has dropped guards to check. Ea
   ours_cold  compiled inside `session.cell` (precompile on), then called outside it
   ours       a new process restores that bundle into an empty cache dir, then calls
 
-  python benchmarks/guard_overhead.py --device cpu --out benchmarks/results/guard_overhead_cpu.json
+  python -m benchmarks guard_overhead --device cpu --out benchmarks/results/guard_overhead_cpu.json
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from benchmarks.report import markdown_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -101,9 +103,8 @@ def main() -> None:
     medians = {
         c: statistics.median(x["median_us"] for x in rows if x["case"] == c) for c in ("plain", "ours_cold", "ours")
     }
-    print("\n| case | us per call (median) | vs plain torch.compile |\n|---|---|---|")
-    for case, us in medians.items():
-        print(f"| {case} | {us:.1f} | {us / medians['plain']:.3f}x |")
+    rows = [[case, f"{us:.1f}", f"{us / medians['plain']:.3f}x"] for case, us in medians.items()]
+    print("\n" + markdown_table(["case", "us per call (median)", "vs plain torch.compile"], rows))
     if args.out:
         import torch
 

@@ -3,7 +3,7 @@
 Each step runs in a fresh process (the package of `--src`, default this checkout), three times; the table shows the
 median seconds. A real redis-server is started on a free loopback port; the folder backend writes under --work.
 
-  python benchmarks/hub_backends.py --sizes 10 100 --baseline-src /path/to/older/checkout
+  python -m benchmarks hub_backends --sizes 10 100 --baseline-src /path/to/older/checkout
 """
 
 from __future__ import annotations

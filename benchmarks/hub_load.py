@@ -5,14 +5,14 @@ same over TLS, S3 (moto's server) and a shared folder. Prints a table (restores 
 duplicate versions pushed by cells that compiled instead of restoring; each process's wait, median and slowest,
 against one alone; the hub's throughput) and writes the figures as JSON.
 
-  python benchmarks/hub_load.py --processes 1 8 32 --backends redis rediss s3 file --size-mb 16 \
+  python -m benchmarks hub_load --processes 1 8 32 --backends redis rediss s3 file --size-mb 16 \
       --out benchmarks/results/hub_load_cpu.json
 
 With `--kernels N`, real Jupyter kernels instead: an author's kernel compiles and pushes the test model's cell, then
 N kernels of one machine (one local store, a cache dir each) run the same cell at once. Single flight holds when
 every kernel restores, none compiles, and the bundle was pulled once (Redis counts the chunk reads).
 
-  python benchmarks/hub_load.py --kernels 6 --backends redis rediss
+  python -m benchmarks hub_load --kernels 6 --backends redis rediss
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import json
 import os
 import pathlib
 import platform
-import sys
 import tempfile
 import time
 
+from benchmarks.report import markdown_table
+from tests.helpers import hub_load, hubs  # the same workers and servers as the hub tests
+from tests.helpers.hubs import hub_at, local_bundle
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-from helpers import hub_load, hubs  # noqa: E402  (the same workers and servers as the hub tests)
-from helpers.hubs import hub_at, local_bundle  # noqa: E402
 
 
 def main() -> None:
@@ -93,8 +93,8 @@ def kernels_at_once(backend: str, n: int) -> dict:
     import statistics
     import threading
 
-    from helpers.cells import COMPILE, DEFINE
-    from helpers.kernels import Kernel, misses
+    from tests.helpers.cells import COMPILE, DEFINE
+    from tests.helpers.kernels import Kernel, misses
 
     with tempfile.TemporaryDirectory(prefix="hub-kernels-") as work:
         root = pathlib.Path(work)
@@ -154,17 +154,20 @@ def kernels_at_once(backend: str, n: int) -> dict:
 
 
 def _kernel_table(rows: list[dict]) -> str:
-    lines = [
-        "| backend | kernels | restored | compiled | GETs at the hub | median cell (s) | slowest cell (s) |",
-        "|---|--:|--:|--:|--:|--:|--:|",
+    headers = ["backend", "kernels", "restored", "compiled", "GETs at the hub", "median cell (s)", "slowest cell (s)"]
+    cells = [
+        [
+            r["backend"],
+            r["kernels"],
+            r["restored"],
+            r["compiled"],
+            "-" if r["chunk_reads"] is None else r["chunk_reads"],
+            f"{r['median_cell_seconds']:.2f}",
+            f"{r['slowest_cell_seconds']:.2f}",
+        ]
+        for r in rows
     ]
-    for r in rows:
-        reads = "-" if r["chunk_reads"] is None else str(r["chunk_reads"])
-        lines.append(
-            f"| {r['backend']} | {r['kernels']} | {r['restored']} | {r['compiled']} | {reads} | "
-            f"{r['median_cell_seconds']:.2f} | {r['slowest_cell_seconds']:.2f} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(headers, cells, "lrrrrrr")
 
 
 def _gets(server) -> int | None:
@@ -184,20 +187,27 @@ def _line(s: dict) -> str:
 
 
 def _table(rows: list[dict]) -> str:
-    head = (
-        "| backend | scenario | processes | restores lost | retries | duplicates pushed | median wait (s) "
-        "| vs one alone | slowest (s) | hub throughput (MB/s) | pulls |"
-    )
-    lines = [head, "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    for s in rows:
-        pulls = "-" if s["pulls"] is None else f"{s['pulls']:g}"
-        lines.append(
-            f"| {s['backend']} | {s['scenario']} | {s['processes']} | {s['restores_lost']} | {s['retries']} | "
-            f"{s['duplicates_pushed']} | {s['median_wait_seconds']:.2f} | "
-            f"{s['median_wait_vs_alone']:.1f}x | {s['max_wait_seconds']:.2f} | "
-            f"{s['hub_throughput_bytes_per_second'] / 1e6:.0f} | {pulls} |"
-        )
-    return "\n".join(lines)
+    headers = [
+        "backend", "scenario", "processes", "restores lost", "retries", "duplicates pushed", "median wait (s)",
+        "vs one alone", "slowest (s)", "hub throughput (MB/s)", "pulls",
+    ]  # fmt: skip
+    cells = [
+        [
+            s["backend"],
+            s["scenario"],
+            s["processes"],
+            s["restores_lost"],
+            s["retries"],
+            s["duplicates_pushed"],
+            f"{s['median_wait_seconds']:.2f}",
+            f"{s['median_wait_vs_alone']:.1f}x",
+            f"{s['max_wait_seconds']:.2f}",
+            f"{s['hub_throughput_bytes_per_second'] / 1e6:.0f}",
+            "-" if s["pulls"] is None else f"{s['pulls']:g}",
+        ]
+        for s in rows
+    ]
+    return markdown_table(headers, cells, "llrrrrrrrrr")
 
 
 if __name__ == "__main__":

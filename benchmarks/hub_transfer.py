@@ -13,7 +13,7 @@ Ours and the floor alternate, `--repeat` times each (medians and the spread in t
 part of every figure), for every `--sizes` (MB). The memory check: the peak over imports must not grow with the
 bundle (a 4 GB bundle's within 10 % of a 1 GB one's).
 
-  python benchmarks/hub_transfer.py --backends redis s3 file --sizes 1000 4000 --repeat 5 \\
+  python -m benchmarks hub_transfer --backends redis s3 file --sizes 1000 4000 --repeat 5 \\
       --out benchmarks/results/hub_transfer_cpu.json
 """
 
@@ -30,10 +30,11 @@ import sys
 import tempfile
 import time
 
+from benchmarks.report import markdown_table
+from tests.helpers import hubs  # the servers the hub tests use
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-from helpers import hubs  # noqa: E402  (the servers the hub tests use)
 
 CHUNK = 4 << 20
 
@@ -216,21 +217,22 @@ def run(kind: str, sizes: list[int], repeat: int, work: pathlib.Path) -> list[di
 
 
 def table(rows: list[dict]) -> str:
-    lines = [
-        "| backend | bundle | step | ours: median (min-max) | floor: median (min-max) | ratio (target <= 1.3x) "
-        "| ours: peak memory over imports | floor's |",
-        "|---|--:|---|--:|--:|--:|--:|--:|",
-    ]
+    headers = [
+        "backend", "bundle", "step", "ours: median (min-max)", "floor: median (min-max)", "ratio (target <= 1.3x)",
+        "ours: peak memory over imports", "floor's",
+    ]  # fmt: skip
+    cells = []
     for row in rows:
         for step in ("push", "pull"):
             ours, floor = row[step], row[f"floor-{step}"]
-            lines.append(
-                f"| {row['backend']} | {row['size_mb']} MB | {step} | {ours['median_s']:.2f} s "
-                f"({ours['min_s']:.2f}-{ours['max_s']:.2f}) | {floor['median_s']:.2f} s "
-                f"({floor['min_s']:.2f}-{floor['max_s']:.2f}) | {ours['median_s'] / floor['median_s']:.2f}x "
-                f"| {ours['peak_over_imports_mb']:.0f} MB | {floor['peak_over_imports_mb']:.0f} MB |"
-            )
-    return "\n".join(lines)
+            cells.append([
+                row["backend"], f"{row['size_mb']} MB", step,
+                f"{ours['median_s']:.2f} s ({ours['min_s']:.2f}-{ours['max_s']:.2f})",
+                f"{floor['median_s']:.2f} s ({floor['min_s']:.2f}-{floor['max_s']:.2f})",
+                f"{ours['median_s'] / floor['median_s']:.2f}x",
+                f"{ours['peak_over_imports_mb']:.0f} MB", f"{floor['peak_over_imports_mb']:.0f} MB",
+            ])  # fmt: skip
+    return markdown_table(headers, cells, "lrlrrrrr")
 
 
 def main() -> None:

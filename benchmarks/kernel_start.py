@@ -19,8 +19,8 @@ Then, on the warm spec: two restarts 2 s apart (how each started), `--at-once` k
 (each forked? each cell's answer equal to eager's?), and the memory of 4 forked kernels against 4 plain ones that
 imported the same modules (PSS, the template counted once).
 
-    python benchmarks/kernel_start.py --out benchmarks/results/kernel_start_cpu.json
-    python benchmarks/kernel_start.py --device cuda --at-once 8 --out benchmarks/results/kernel_start_h100.json
+    python -m benchmarks kernel_start --out benchmarks/results/kernel_start_cpu.json
+    python -m benchmarks kernel_start --device cuda --at-once 8 --out benchmarks/results/kernel_start_h100.json
 """
 
 from __future__ import annotations
@@ -29,16 +29,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
-
-from warm_restart import (  # noqa: E402
+from benchmarks.report import markdown_table
+from benchmarks.warm_restart import (
     CALL,
     MODEL,
     JupyterClientFrontEnd,
@@ -48,6 +44,8 @@ from warm_restart import (  # noqa: E402
     run_cell,
     template_ready,
 )
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 WARM = "python3-compile-cache"
 LOAD = "import torch\n%load_ext jupyter_compile_cache"
@@ -250,20 +248,31 @@ def main() -> int:
 
     v = results["variants"]
     base, warm = v.get("plain_eager", {}).get("median_s"), v.get("torch_warm", {}).get("median_s")
-    print("\n| variant | new kernel to the compiled cell's end (median s) | / plain eager | / torch warm |")
-    print("|---|---|---|---|")
-    for name, r in v.items():
-        ratio = f"{r['median_s'] / base:.2f}x" if base else "-"
-        to_warm = f"{r['median_s'] / warm:.2f}x" if warm else "-"
-        print(f"| {name} | {r['median_s']:.2f} | {ratio} | {to_warm} |")
+    headers = ["variant", "new kernel to the compiled cell's end (median s)", "/ plain eager", "/ torch warm"]
+    rows = [
+        [
+            name,
+            f"{r['median_s']:.2f}",
+            f"{r['median_s'] / base:.2f}x" if base else "-",
+            f"{r['median_s'] / warm:.2f}x" if warm else "-",
+        ]
+        for name, r in v.items()
+    ]
+    print("\n" + markdown_table(headers, rows))
     if "misfit" in results:
         m = results["misfit"]
-        print("\n| empty cache dir, the bundle restored | kernels | median s | ready (median s) | restored cell |")
-        print("|---|---|---|---|---|")
-        for name, r in m.items():
-            ready = statistics.median(x["ready_s"] for x in r["rounds"])
-            cell = statistics.median(x["cells_s"][-1] for x in r["rounds"])
-            print(f"| {name} | {len(r['rounds'])} | {r['median_s']:.2f} | {ready:.2f} | {cell:.2f} |")
+        headers = ["empty cache dir, the bundle restored", "kernels", "median s", "ready (median s)", "restored cell"]
+        rows = [
+            [
+                name,
+                len(r["rounds"]),
+                f"{r['median_s']:.2f}",
+                f"{statistics.median(x['ready_s'] for x in r['rounds']):.2f}",
+                f"{statistics.median(x['cells_s'][-1] for x in r['rounds']):.2f}",
+            ]
+            for name, r in m.items()
+        ]
+        print("\n" + markdown_table(headers, rows))
         print(f"ours_misfit / ours_new_dir: {m['ours_misfit']['median_s'] / m['ours_new_dir']['median_s']:.2f}x")
     if args.no_extras:
         return _write(results, args)
@@ -275,10 +284,8 @@ def main() -> int:
     print(f"{len(hows)} kernels at once: {hows.count('forked')} forked, {sum(rights)} right; "
           f"slowest {slowest:.2f} s, all done in {once['wall_s']:.2f} s")  # fmt: skip
     mem = results["memory"]
-    print("\n| 4 kernels | PSS (template counted once) | RSS |")
-    print("|---|---|---|")
-    for name, m in mem.items():
-        print(f"| {name} | {m['pss_bytes'] / 2**20:.0f} MiB | {m['rss_bytes'] / 2**20:.0f} MiB |")
+    rows = [[name, f"{m['pss_bytes'] / 2**20:.0f} MiB", f"{m['rss_bytes'] / 2**20:.0f} MiB"] for name, m in mem.items()]
+    print("\n" + markdown_table(["4 kernels", "PSS (template counted once)", "RSS"], rows))
     return _write(results, args)
 
 

@@ -10,7 +10,7 @@ restoring into an empty cache dir (the restore, then the whole cell). Every step
 not pay for the disk still writing out the step before; each case runs `--repeat` times (fresh stores, a flushed
 Redis) and the table shows the median, with the fastest and slowest beside it in the JSON.
 
-  python benchmarks/large_bundles.py --out benchmarks/results/large_bundles_cpu.json [--sizes 10,100,1000]
+  python -m benchmarks large_bundles --out benchmarks/results/large_bundles_cpu.json [--sizes 10,100,1000]
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ import sys
 import tempfile
 import time
 
+from benchmarks.bench import redis_server  # a loopback redis-server, as the other benchmarks use
+from benchmarks.report import markdown_table
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from bench import redis_server  # noqa: E402  (a loopback redis-server, as the other benchmarks use)
 
 SECRET = "large-bundles-benchmark"
 
@@ -266,11 +267,11 @@ TARGETS_1GB = {"save": 3.0, "push": 2.5, "pull": 2.5, "restore": 1.5}
 
 
 def table(rows: list[dict]) -> str:
-    lines = [
-        "| bundle | save | push | pull | restore (+ cell after it) | peak RSS, max of steps | copy | dd | dd+fsync "
-        "| dd, new memory | sha256 | redis SET / GET, 1 client |",
-        "|" + "---|" * 12,
-    ]
+    headers = [
+        "bundle", "save", "push", "pull", "restore (+ cell after it)", "peak RSS, max of steps", "copy", "dd",
+        "dd+fsync", "dd, new memory", "sha256", "redis SET / GET, 1 client",
+    ]  # fmt: skip
+    lines = []
     for r in rows:
         f = r["floors"]
         steps = [r[k] for k in ("save", "push", "pull", "restore") if "peak_rss_mb" in r[k]]
@@ -285,18 +286,14 @@ def table(rows: list[dict]) -> str:
         wire = (
             f"{f['redis_set_mb_s']:.0f} / {f['redis_get_mb_s']:.0f} MB/s" if "redis_get_mb_s" in f else "not measured"
         )
-        lines.append(
-            f"| {r['size_mb']} MB {r['kind']} | {_secs(r['save'])} | {_secs(r['push'])} | {_secs(r['pull'])} | {rest} "
-            f"| {rss:.0f} MB ({own:.0f} MB over the imports) | {f['copy_s']:.2f} s | {f['dd_s']:.2f} s "
-            f"| {f['dd_fsync_s']:.2f} s "
-            f"| {f['dd_kept_s']:.2f} s | {f['sha256_read_s']:.2f} s | {wire} |"
-        )
-    lines.append(
-        "| target, 1 GB | "
-        + " | ".join(f"<= {TARGETS_1GB[k]:.1f} s" for k in ("save", "push", "pull", "restore"))
-        + " | <= 500 MB | | | | | | |"
-    )
-    return "\n".join(lines)
+        lines.append([
+            f"{r['size_mb']} MB {r['kind']}", _secs(r["save"]), _secs(r["push"]), _secs(r["pull"]), rest,
+            f"{rss:.0f} MB ({own:.0f} MB over the imports)", f"{f['copy_s']:.2f} s", f"{f['dd_s']:.2f} s",
+            f"{f['dd_fsync_s']:.2f} s", f"{f['dd_kept_s']:.2f} s", f"{f['sha256_read_s']:.2f} s", wire,
+        ])  # fmt: skip
+    targets = [f"<= {TARGETS_1GB[k]:.1f} s" for k in ("save", "push", "pull", "restore")]
+    lines.append(["target, 1 GB", *targets, "<= 500 MB", *[""] * 6])
+    return markdown_table(headers, lines)
 
 
 def main() -> None:

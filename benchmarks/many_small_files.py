@@ -2,10 +2,10 @@
 step per process, with the package found at CODE: so two versions of the code can be timed against each other in
 paired runs, for example with a worktree of the commit before at /tmp/before:
 
-  python benchmarks/many_small_files.py prep /tmp/before /tmp/store-before
-  python benchmarks/many_small_files.py prep . /tmp/store-now
-  farm-bench -n 8 --vs "python benchmarks/many_small_files.py restore /tmp/before /tmp/store-before" \\
-      -- python benchmarks/many_small_files.py restore . /tmp/store-now
+  python -m benchmarks many_small_files prep /tmp/before /tmp/store-before
+  python -m benchmarks many_small_files prep . /tmp/store-now
+  farm-bench -n 8 --vs "python -m benchmarks many_small_files restore /tmp/before /tmp/store-before" \\
+      -- python -m benchmarks many_small_files restore . /tmp/store-now
   (and the same with `save`)
 """
 

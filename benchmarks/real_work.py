@@ -23,8 +23,8 @@ same colleague whose kernel knows its notebook, JPY_SESSION_NAME, as under a Jup
 the bundle while the model is built). Each time is the whole cell, as a user sees it; the model is built in an
 earlier cell, not timed. What each of our cells said (restores, fallbacks, misses) is kept in the JSON.
 
-  python benchmarks/real_work.py --size tiny --out benchmarks/results/real_work_cpu.json
-  python benchmarks/real_work.py --size real --device cuda --out benchmarks/results/real_work_h100.json
+  python -m benchmarks real_work --size tiny --out benchmarks/results/real_work_cpu.json
+  python -m benchmarks real_work --size real --device cuda --out benchmarks/results/real_work_h100.json
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 
+from benchmarks.report import markdown_table
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
 CASES = ("eager", "cold", "torch_warm", "mega", "ours_cold", "ours", "ours_warm", "ours_hub", "ours_staged")
@@ -424,46 +425,49 @@ def _x(a: float | None, b: float | None, digits: int = 2) -> str:
 
 
 def table(rows: list[dict], hub: str = "a shared-folder hub") -> str:
-    head = (
-        "| workload | eager | torch cold | torch warm | mega (+load) | ours cold | **ours restored** | /eager "
-        "| /torch warm | /cold | ours restored, warm kernel | /torch warm |"
-    )
-    lines = [head, "|" + "---|" * 12]
+    headers = [
+        "workload", "eager", "torch cold", "torch warm", "mega (+load)", "ours cold", "**ours restored**", "/eager",
+        "/torch warm", "/cold", "ours restored, warm kernel", "/torch warm",
+    ]  # fmt: skip
+    cells = []
     for r in rows:
         ours, warm = r.get("ours"), r.get("ours_warm")
-        lines.append(
-            f"| {r['workload']} | {_c(r, 'eager')} | {_c(r, 'cold')} | {_c(r, 'torch_warm')} | "
-            f"{_c(r, 'mega')} (+{_c(r, 'mega_load_s')}) | {_c(r, 'ours_cold')} | **{_c(r, 'ours')}** | "
-            f"{_x(ours, r.get('eager'))} | {_x(ours, r.get('torch_warm'))} | {_x(ours, r.get('cold'), 3)} | "
-            f"{_c(r, 'ours_warm')} | {_x(warm, r.get('torch_warm'))} |"
-        )
+        cells.append([
+            r["workload"], _c(r, "eager"), _c(r, "cold"), _c(r, "torch_warm"),
+            f"{_c(r, 'mega')} (+{_c(r, 'mega_load_s')})", _c(r, "ours_cold"), f"**{_c(r, 'ours')}**",
+            _x(ours, r.get("eager")), _x(ours, r.get("torch_warm")), _x(ours, r.get("cold"), 3),
+            _c(r, "ours_warm"), _x(warm, r.get("torch_warm")),
+        ])  # fmt: skip
+    lines = [markdown_table(headers, cells)]
     lines += ["", "From a new kernel to the cell's answer (%load_ext + build cell + compiled cell), seconds:", ""]
-    lines += [
-        "| workload | eager | torch cold | torch warm | ours restored | /eager | /torch warm | ours, warm kernel "
-        "| /torch warm |",
-        "|" + "---|" * 9,
-    ]
+    headers = [
+        "workload", "eager", "torch cold", "torch warm", "ours restored", "/eager", "/torch warm", "ours, warm kernel",
+        "/torch warm",
+    ]  # fmt: skip
+    cells = []
     for r in rows:
         t = {case: total(r, case) for case in ("eager", "cold", "torch_warm", "ours", "ours_warm")}
         t.update({key: value for key, value in r.items() if key.endswith("_error")})
-        lines.append(
-            f"| {r['workload']} | {_c(t, 'eager')} | {_c(t, 'cold')} | {_c(t, 'torch_warm')} | **{_c(t, 'ours')}** | "
-            f"{_x(t['ours'], t['eager'])} | {_x(t['ours'], t['torch_warm'])} | {_c(t, 'ours_warm')} | "
-            f"{_x(t['ours_warm'], t['torch_warm'])} |"
-        )
+        cells.append([
+            r["workload"], _c(t, "eager"), _c(t, "cold"), _c(t, "torch_warm"), f"**{_c(t, 'ours')}**",
+            _x(t["ours"], t["eager"]), _x(t["ours"], t["torch_warm"]), _c(t, "ours_warm"),
+            _x(t["ours_warm"], t["torch_warm"]),
+        ])  # fmt: skip
+    lines.append(markdown_table(headers, cells))
     if any(r.get("ours_hub") is not None or r.get("ours_staged") is not None for r in rows):
         lines += ["", f"A colleague's new kernel, the bundle on {hub} (compiled cell, seconds):", ""]
-        lines += [
-            "| workload | eager | torch warm | pulled by the cell | **fetched at %load_ext (notebook known)** | /eager "
-            "| /torch warm |",
-            "|" + "---|" * 7,
-        ]
+        headers = [
+            "workload", "eager", "torch warm", "pulled by the cell", "**fetched at %load_ext (notebook known)**",
+            "/eager", "/torch warm",
+        ]  # fmt: skip
+        cells = []
         for r in rows:
             staged = r.get("ours_staged")
-            lines.append(
-                f"| {r['workload']} | {_c(r, 'eager')} | {_c(r, 'torch_warm')} | {_c(r, 'ours_hub')} | "
-                f"**{_c(r, 'ours_staged')}** | {_x(staged, r.get('eager'))} | {_x(staged, r.get('torch_warm'))} |"
-            )
+            cells.append([
+                r["workload"], _c(r, "eager"), _c(r, "torch_warm"), _c(r, "ours_hub"), f"**{_c(r, 'ours_staged')}**",
+                _x(staged, r.get("eager")), _x(staged, r.get("torch_warm")),
+            ])  # fmt: skip
+        lines.append(markdown_table(headers, cells))
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@
    bytes in the same 4 MB objects. Ratios and peak memory (in chunks) in the table.
 3. Listing 10,000 objects by prefix.
 
-  python benchmarks/s3_hub.py --out benchmarks/results/s3_hub_cpu_<date>.json [--sizes 10,1000]
+  python -m benchmarks s3_hub --out benchmarks/results/s3_hub_cpu_<date>.json [--sizes 10,1000]
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import sys
 import tempfile
 import time
 
+from benchmarks.large_bundles import floors, make_cache, save_push_pull_restore
+from benchmarks.report import markdown_table
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-from large_bundles import floors, make_cache, save_push_pull_restore  # noqa: E402
 
 CHUNK = 4 << 20
 CONCURRENCY = 8
@@ -166,17 +166,18 @@ def _s(result: dict, key: str = "seconds") -> float | None:
 
 def report(meta: dict, client_rows: list[dict], big: dict, listed: dict) -> str:
     lines = [f"{meta}", "", "## 1. The client (same bytes, same server, a fresh process each)", ""]
-    lines += ["| bytes | client | as | put | get | peak memory over imports |", "|---|---|---|---|---|---|"]
+    cells: list[list[object]] = []
     for r in client_rows:
         if "error" in r:
-            lines.append(f"| {r['size_mb']} MB | {r['client']} | {r['mode']} | FAILED | | |")
+            cells.append([f"{r['size_mb']} MB", r["client"], r["mode"], "FAILED", "", ""])
             continue
         mb = r["size_mb"]
-        lines.append(
-            f"| {mb} MB | {r['client']} | {'one object' if r['mode'] == 'object' else '4 MB objects, 8 at once'} "
-            f"| {r['put_s']:.2f} s ({mb / r['put_s']:.0f} MB/s) | {r['get_s']:.2f} s ({mb / r['get_s']:.0f} MB/s) "
-            f"| {r['peak_over_imports_mb']:.0f} MB |"
-        )
+        cells.append([
+            f"{mb} MB", r["client"], "one object" if r["mode"] == "object" else "4 MB objects, 8 at once",
+            f"{r['put_s']:.2f} s ({mb / r['put_s']:.0f} MB/s)", f"{r['get_s']:.2f} s ({mb / r['get_s']:.0f} MB/s)",
+            f"{r['peak_over_imports_mb']:.0f} MB",
+        ])  # fmt: skip
+    lines.append(markdown_table(["bytes", "client", "as", "put", "get", "peak memory over imports"], cells))
     f = big["floors"]
     save, push, pull = _s(big["save"]), _s(big["push"]), _s(big["pull"])
     restore = _s(big["restore"], "restore_s")
@@ -199,16 +200,43 @@ def report(meta: dict, client_rows: list[dict], big: dict, listed: dict) -> str:
         "",
         f"## 2. A {big['size_mb']} MB bundle: ours against the floors of the same run",
         "",
-        "| step | ours | floor | floor's time | ratio (target <= 1.3x) | peak memory over imports |",
-        "|---|---|---|---|---|---|",
-        f"| save | {secs(save)} | max(dd+fsync, sha256) of the same bytes | {save_floor:.2f} s "
-        f"| {ratio(save, save_floor)} | {memory(big['save'])} |",
-        f"| push | {secs(push)} | boto3 put of the payload in 4 MB objects, 8 at once | {secs(raw.get('put_s'))} "
-        f"| {ratio(push, raw.get('put_s'))} | {memory(big['push'])} |",
-        f"| pull | {secs(pull)} | boto3 get of the same objects, 8 at once | {secs(raw.get('get_s'))} "
-        f"| {ratio(pull, raw.get('get_s'))} | {memory(big['pull'])} |",
-        f"| restore | {secs(restore)} | max(dd+fsync, sha256) | {save_floor:.2f} s "
-        f"| {ratio(restore, save_floor)} | {memory(big['restore'])} |",
+        markdown_table(
+            ["step", "ours", "floor", "floor's time", "ratio (target <= 1.3x)", "peak memory over imports"],
+            [
+                [
+                    "save",
+                    secs(save),
+                    "max(dd+fsync, sha256) of the same bytes",
+                    f"{save_floor:.2f} s",
+                    ratio(save, save_floor),
+                    memory(big["save"]),
+                ],
+                [
+                    "push",
+                    secs(push),
+                    "boto3 put of the payload in 4 MB objects, 8 at once",
+                    secs(raw.get("put_s")),
+                    ratio(push, raw.get("put_s")),
+                    memory(big["push"]),
+                ],
+                [
+                    "pull",
+                    secs(pull),
+                    "boto3 get of the same objects, 8 at once",
+                    secs(raw.get("get_s")),
+                    ratio(pull, raw.get("get_s")),
+                    memory(big["pull"]),
+                ],
+                [
+                    "restore",
+                    secs(restore),
+                    "max(dd+fsync, sha256)",
+                    f"{save_floor:.2f} s",
+                    ratio(restore, save_floor),
+                    memory(big["restore"]),
+                ],
+            ],
+        ),  # fmt: skip
         "",
         f"Floors alone: dd {f['dd_s']:.2f} s, dd+fsync {f['dd_fsync_s']:.2f} s, sha256 {f['sha256_read_s']:.2f} s, "
         f"copy {f['copy_s']:.2f} s; boto3's own multipart transfer of the payload as one object: put "
@@ -226,7 +254,7 @@ def main() -> None:
     p.add_argument("--bundle", type=int, default=1000, help="MB of the bundle ours moves")
     p.add_argument("--out", required=True, help="JSON file; a .md report is written beside it")
     args = p.parse_args()
-    from helpers import s3_server
+    from tests.helpers import s3_server
 
     with tempfile.TemporaryDirectory(prefix="s3-hub-") as work:
         server = None
@@ -249,7 +277,7 @@ def main() -> None:
                 server.stop()
     meta = {
         "time": time.ctime(),
-        "command": "python benchmarks/s3_hub.py",
+        "command": "python -m benchmarks s3_hub",
         "cpus": os.cpu_count(),
         "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.machine()}",
         "server": "moto (loopback)" if server is not None else os.environ["AWS_ENDPOINT_URL"],

@@ -4,8 +4,8 @@ Each direction delivers a chunk one-way-latency after its last byte could have c
 order, so a request-reply pays the round trip and a large value pays its size / rate.
 
   redis-server --port 6390 --save '' &
-  python benchmarks/slow_link.py --listen 6391 --to 127.0.0.1:6390 --rtt-ms 20 --mbps 100 &
-  python benchmarks/real_work.py --hub redis://127.0.0.1:6391/0 --cases ours_cold,ours_hub,ours_staged ...
+  python -m benchmarks slow_link --listen 6391 --to 127.0.0.1:6390 --rtt-ms 20 --mbps 100 &
+  python -m benchmarks real_work --hub redis://127.0.0.1:6391/0 --cases ours_cold,ours_hub,ours_staged ...
 """
 
 from __future__ import annotations

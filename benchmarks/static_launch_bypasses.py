@@ -5,26 +5,25 @@ Triton's compiler (slow, and at times compiled again). torch logs each such kern
 StaticallyLaunchedCudaKernel due to ..."); this compiles the named models cold, with Inductor's compile workers off
 so that the check runs (and logs) in this process, and prints the reasons per model.
 
-  python benchmarks/static_launch_bypasses.py t5,bart            # torch as it is
-  JCC_FIXES=1 python benchmarks/static_launch_bypasses.py t5     # with our cache_load_patches() applied
+  python -m benchmarks static_launch_bypasses t5,bart            # torch as it is
+  JCC_FIXES=1 python -m benchmarks static_launch_bypasses t5     # with our cache_load_patches() applied
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import logging
 import os
-import sys
 import tempfile
 
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="jcc-bypass-")
 os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from zoo import first_tensor, zoo_models  # noqa: E402
+import torch
+import transformers
+
+from benchmarks.zoo import first_tensor, zoo_models
 
 
 class _Reasons(logging.Handler):
@@ -39,7 +38,9 @@ class _Reasons(logging.Handler):
 
 
 def main() -> None:
-    names = sys.argv[1].split(",")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", help=f"comma-separated, of {', '.join(zoo_models())}")
+    names = parser.parse_args().models.split(",")
     reasons = _Reasons()
     logger = logging.getLogger("torch._inductor.runtime.triton_heuristics")
     logger.setLevel(logging.INFO)

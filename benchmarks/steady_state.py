@@ -14,8 +14,8 @@ over torch's; the table shows the median of the pairs' ratios and their spread (
 the median is at most `--gate` (1.02). Each kernel's torch miss counters after the timed calls are kept: a
 recompile during the calls would show there. Both kinds' answers must be equal to the bit.
 
-  python benchmarks/steady_state.py --size tiny --out benchmarks/results/steady_state_cpu.json
-  python benchmarks/steady_state.py --size real --device cuda --out benchmarks/results/steady_state_gpu.json
+  python -m benchmarks steady_state --size tiny --out benchmarks/results/steady_state_cpu.json
+  python -m benchmarks steady_state --size real --device cuda --out benchmarks/results/steady_state_gpu.json
 
 Workloads (real_work.py's model code): generate (HF static-cache generate), decode (the explicit recipe), train (a
 compiled forward, backward and a compiled AdamW step), flex (a FlexAttention block), vision (ViT) and encoder (a
@@ -33,12 +33,10 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from real_work import BUILD, CELLS, SETUP, SIZES  # noqa: E402
-from warm_restart import machine  # noqa: E402
-
-from jupyter_compile_cache.kernels.kernel_runner import KernelRunner  # noqa: E402
+from benchmarks.real_work import BUILD, CELLS, SETUP, SIZES
+from benchmarks.report import markdown_table
+from benchmarks.warm_restart import machine
+from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
 BUILD = {
     **BUILD,
@@ -245,27 +243,27 @@ def run_workload(
 
 
 def table(rows: list[dict], gate: float) -> str:
-    lines = [
-        "| workload | torch warm, ms/call (median of pairs) | ours restored | ours / torch, median | spread (min-max) "
-        f"| pairs | same answers | misses during calls (ours) | run-time autotunes, torch / ours | gate <= {gate} |",
-        "|" + "---|" * 10,
-    ]
+    headers = [
+        "workload", "torch warm, ms/call (median of pairs)", "ours restored", "ours / torch, median",
+        "spread (min-max)", "pairs", "same answers", "misses during calls (ours)", "run-time autotunes, torch / ours",
+        f"gate <= {gate}",
+    ]  # fmt: skip
+    lines = []
     for r in rows:
         if not r.get("ratios"):
-            lines.append(f"| {r['workload']} | failed: {r.get('error', '')[:80]} |" + " |" * 8)
+            lines.append([r["workload"], f"failed: {r.get('error', '')[:80]}", *[""] * 8])
             continue
         tuned = {kind: sum(len(p[kind].get("autotuned", [])) for p in r["kernels"]) for kind in KINDS}
         ours_misses = sorted(
             {f"{n}={v}" for p in r["kernels"] for n, v in p["ours"]["counters"].items() if n != "unique_graphs"}
         )
-        lines.append(
-            f"| {r['workload']} | {statistics.median(r['torch_ms']):.3f} | {statistics.median(r['ours_ms']):.3f} | "
-            f"**{r['median_ratio']:.3f}x** | {min(r['ratios']):.3f}-{max(r['ratios']):.3f} | {len(r['ratios'])} | "
-            f"{'yes' if r['same_answers'] else 'NO'} | {', '.join(ours_misses) or 'none'} | "
-            f"{tuned['torch']} / {tuned['ours']} | "
-            f"{'pass' if r['median_ratio'] <= gate else 'FAIL'} |"
-        )
-    return "\n".join(lines)
+        lines.append([
+            r["workload"], f"{statistics.median(r['torch_ms']):.3f}", f"{statistics.median(r['ours_ms']):.3f}",
+            f"**{r['median_ratio']:.3f}x**", f"{min(r['ratios']):.3f}-{max(r['ratios']):.3f}", len(r["ratios"]),
+            "yes" if r["same_answers"] else "NO", ", ".join(ours_misses) or "none",
+            f"{tuned['torch']} / {tuned['ours']}", "pass" if r["median_ratio"] <= gate else "FAIL",
+        ])  # fmt: skip
+    return markdown_table(headers, lines)
 
 
 def main() -> None:

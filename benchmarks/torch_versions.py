@@ -2,7 +2,7 @@
 the README's support table (`make docs` renders it).
 
     python -m venv /tmp/torch2.10 && /tmp/torch2.10/bin/pip install torch==2.10.0 -e ".[test]"
-    python benchmarks/torch_versions.py --python /tmp/torch2.10/bin/python --suite restore \\
+    python -m benchmarks torch_versions --python /tmp/torch2.10/bin/python --suite restore \\
         --out benchmarks/results/torch_versions/2.10.0_cpu.json
 
 `--suite all` is the README's test command without ruff, pyright and the notebooks; `restore` the restore tests
@@ -78,7 +78,7 @@ def main() -> int:
     result = {
         "meta": {
             "date": time.strftime("%Y-%m-%d"),
-            "command": "python benchmarks/torch_versions.py "
+            "command": "python -m benchmarks torch_versions "
             + (f"--rerun {args.rerun}" if args.rerun else f"--suite {args.suite}"),
             **about,
         },

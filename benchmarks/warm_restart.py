@@ -22,8 +22,8 @@ Each kernel runs its notebook once (filling the caches and the store), then, `--
 seconds (a user reading; the warm kernel's template gets ready meanwhile, and the time it needed is reported), then
 restart + Run All, timed from the restart request to the last cell's reply. Medians are compared to `plain_eager`.
 
-    python benchmarks/warm_restart.py --out benchmarks/results/warm_restart_cpu.json
-    python benchmarks/warm_restart.py --device cuda --out benchmarks/results/warm_restart_h100.json
+    python -m benchmarks warm_restart --out benchmarks/results/warm_restart_cpu.json
+    python -m benchmarks warm_restart --device cuda --out benchmarks/results/warm_restart_h100.json
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ import sys
 import tempfile
 import time
 
+from benchmarks.report import markdown_table
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
 
 MODEL = """class Net(torch.nn.Module):
     def __init__(self):
@@ -290,15 +291,17 @@ def main() -> int:
             print(f"{name}:", flush=True)
             results[name] = measure(name, args.device, args.rounds, args.pause, work)
     base = results.get("plain_eager", {}).get("median_s")
-    print("\n| variant | restart + Run All (median s) | / plain eager | restart (old kernel's exit) | cell 1 | cell 2 "
-          "| cell 3 |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    headers = [
+        "variant", "restart + Run All (median s)", "/ plain eager", "restart (old kernel's exit)", "cell 1", "cell 2",
+        "cell 3",
+    ]  # fmt: skip
+    rows = []
     for name, r in results.items():
         median_round = sorted(r["rounds"], key=lambda x: x["total_s"])[len(r["rounds"]) // 2]
-        ratio = f"{r['median_s'] / base:.2f}x" if base else "-"
-        cells = " | ".join(f"{s:.2f}" for s in median_round["cells_s"])
         restart = f"{median_round['restart_s']:.2f} ({median_round['shutdown_s']:.2f})"
-        print(f"| {name} | {r['median_s']:.2f} | {ratio} | {restart} | {cells} |")
+        ratio = f"{r['median_s'] / base:.2f}x" if base else "-"
+        rows.append([name, f"{r['median_s']:.2f}", ratio, restart, *(f"{s:.2f}" for s in median_round["cells_s"])])
+    print("\n" + markdown_table(headers, rows))
     for name in ("ours_warm", "ours_raw"):
         if results.get(name, {}).get("template_ready_s"):
             ready = [round(s, 2) for s in results[name]["template_ready_s"]]

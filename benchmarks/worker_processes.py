@@ -12,7 +12,7 @@ DDP training job of tests/end_to_end/test_worker_processes.py, wider (`--width`)
 is one (each rank its own GPU, or all sharing the one), else on the CPU with gloo; `--mode max-autotune` makes the
 compile most of the job's time, as it is for a real model on a GPU.
 
-    python benchmarks/worker_processes.py --ranks 1 2 4 --out benchmarks/results/worker_processes_cpu.json
+    python -m benchmarks worker_processes --ranks 1 2 4 --out benchmarks/results/worker_processes_cpu.json
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ import sys
 import tempfile
 import time
 
+from benchmarks.report import markdown_table
+from benchmarks.warm_restart import machine
 from jupyter_compile_cache.storage.store import LocalStore
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from warm_restart import machine  # noqa: E402
 
 TRAIN = """
 import os, torch, torch.distributed as dist
@@ -143,14 +142,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="worker-processes-") as work:
         for n in args.ranks:
             results["rows"][n] = row(n, work, args.width, args.mode, args.again)
-    print("\n| ranks | cold s | torch warm s | ours cold s | ours restored s | ours / torch warm | ours / cold | "
-          "FX misses per rank (ours) | losses equal |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    headers = [
+        "ranks", "cold s", "torch warm s", "ours cold s", "ours restored s", "ours / torch warm", "ours / cold",
+        "FX misses per rank (ours)", "losses equal",
+    ]  # fmt: skip
+    rows = []
     for n, r in results["rows"].items():
         ours, warm, cold = r["ours"]["seconds"], r["torch_warm"]["seconds"], r["cold"]["seconds"]
         same = all(r[case]["same_losses"] for case in ("cold", "torch_warm", "ours_cold", "ours"))
-        print(f"| {n} | {cold:.2f} | {warm:.2f} | {r['ours_cold']['seconds']:.2f} | {ours:.2f} | {ours / warm:.2f}x "
-              f"| {ours / cold:.2f}x | {r['ours']['fx_misses']} | {same} |")  # fmt: skip
+        rows.append([
+            n, f"{cold:.2f}", f"{warm:.2f}", f"{r['ours_cold']['seconds']:.2f}", f"{ours:.2f}", f"{ours / warm:.2f}x",
+            f"{ours / cold:.2f}x", r["ours"]["fx_misses"], same,
+        ])  # fmt: skip
+    print("\n" + markdown_table(headers, rows))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -16,9 +16,9 @@ as in bench.py), restored / eager, and whether the restore ran a precompiled ent
 path (AOTAutograd and FX graph hits). The compiler stack's import is paid once per process, before the first model,
 and not timed: it is per-process work that no bundle carries (see the README's limitations).
 
-  python benchmarks/zoo.py --device cuda --out benchmarks/results/zoo_gpu.json
-  ZOO_MODELS=gpt2,timm_vit_tiny ZOO_PROFILE=DIR python benchmarks/zoo.py ...   # some models; profile the restores
-  ZOO_VERBOSE=1 python benchmarks/zoo.py ...   # also print what each cell says (restores, fallbacks)
+  python -m benchmarks zoo --device cuda --out benchmarks/results/zoo_gpu.json
+  ZOO_MODELS=gpt2,timm_vit_tiny ZOO_PROFILE=DIR python -m benchmarks zoo ...   # some models; profile the restores
+  ZOO_VERBOSE=1 python -m benchmarks zoo ...   # also print what each cell says (restores, fallbacks)
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ import tempfile
 import time
 from typing import Any
 
+from benchmarks.report import markdown_table
+from tests.helpers.zoo_models import first_tensor, zoo_models  # the models of tests/end_to_end/test_model_zoo.py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-from helpers.zoo_models import first_tensor, zoo_models  # noqa: E402  the same models as tests/end_to_end/test_model_zoo.py
 
 CASES = ("eager", "cold", "torch_warm", "ours_cold", "ours")
 
@@ -185,20 +186,18 @@ def table(rows: list[dict]) -> str:
     heads.append("restored / eager")
     heads.append("restore used")
     heads.append("same answer")
-    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    cells = []
     for m in models:
         eager, cold, warm, ours_cold, ours = (by.get((m, c)) for c in CASES)
         if ours is None or eager is None:
             continue
         used = restore_path(ours)
         same = all(by[(m, c)]["matches_eager"] for c in CASES[1:] if (m, c) in by)
-        lines.append(
-            f"| {m} | {eager['first_call_s']:.3f} | {cold['first_call_s']:.3f} | {warm['first_call_s']:.3f} "
-            f"| {ours_cold['first_call_s']:.3f} "
-            f"| {ours['first_call_s']:.3f} | {ours['restore_s']:.3f} "
-            f"| {ours['first_call_s'] / eager['first_call_s']:.2f}x | {used} | {same} |"
-        )
-    lines.append("")
+        cells.append([
+            m, *(f"{case['first_call_s']:.3f}" for case in (eager, cold, warm, ours_cold, ours)),
+            f"{ours['restore_s']:.3f}", f"{ours['first_call_s'] / eager['first_call_s']:.2f}x", used, same,
+        ])  # fmt: skip
+    lines = [markdown_table(heads, cells), ""]
     lines.append("Files a restored first call wrote (work done again), and whether the cold cell's bundle lacked them:")
     for m in models:
         ours, cold = by.get((m, "ours")), by.get((m, "ours_cold"))
@@ -239,7 +238,7 @@ def main() -> None:
             env.update(JUPYTER_COMPILE_CACHE_DIR=store, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE)] + sys.path))
             env.pop("JUPYTER_COMPILE_CACHE_HUB", None)
             print(f"{case}: a fresh process", file=sys.stderr, flush=True)
-            cmd = [sys.executable, os.path.abspath(__file__), "--case", case, "--device", args.device]
+            cmd = [sys.executable, "-m", "benchmarks.zoo", "--case", case, "--device", args.device]
             out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
             rows += json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
     import torch

@@ -140,7 +140,7 @@ def _where(files: list[str], runs: list[dict]) -> str:
         m = data.get("meta", {})
         command = m.get("command") or COMMANDS.get(_kind_of(name), "?")
         if _kind_of(name) == "real_work" and "size" in m:
-            command = f"python benchmarks/real_work.py --size {m['size']} --device {m.get('device', 'cpu')}"
+            command = f"python -m benchmarks real_work --size {m['size']} --device {m.get('device', 'cpu')}"
             if m.get("think_s"):
                 command += f" --think {m['think_s']:g}"
         torch = f", torch {m['torch']}" if m.get("torch") else ""
@@ -170,14 +170,14 @@ def _kind_of(name: str) -> str:
 
 
 COMMANDS = {
-    "warm_restart": "python benchmarks/warm_restart.py",
-    "real_work": "python benchmarks/real_work.py --size real --device cuda",
-    "first_magics": "python benchmarks/first_magics.py",
-    "torch_versions": "python benchmarks/torch_versions.py",
-    "hub_backends": "python benchmarks/hub_backends.py --sizes 10 100",
-    "large_bundles": "python benchmarks/large_bundles.py",
-    "kernel_start": "python benchmarks/kernel_start.py",
-    "s3_hub": "python benchmarks/s3_hub.py",
+    "warm_restart": "python -m benchmarks warm_restart",
+    "real_work": "python -m benchmarks real_work --size real --device cuda",
+    "first_magics": "python -m benchmarks first_magics",
+    "torch_versions": "python -m benchmarks torch_versions",
+    "hub_backends": "python -m benchmarks hub_backends --sizes 10 100",
+    "large_bundles": "python -m benchmarks large_bundles",
+    "kernel_start": "python -m benchmarks kernel_start",
+    "s3_hub": "python -m benchmarks s3_hub",
 }
 
 

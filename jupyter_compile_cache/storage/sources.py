@@ -138,7 +138,7 @@ NOT_INSTALLED = "not installed"  # the cache dir could not take it (the walk sto
 class Skip:
     """A version a walk passed over: its id and source (`label`: 'version V' or 'hub version V'), why (`kind`, one
     of the names above), the cause in its own words (`detail`: a field mismatch, an error's message), and where a
-    quarantined copy went. Core words it for the user (core/events.py); a test reads its fields."""
+    quarantined copy went. The front ends word it (frontends/wording.py); a test reads its fields."""
 
     label: str
     kind: str

@@ -15,15 +15,16 @@ import tempfile
 import time
 from typing import Any
 
-from helpers import s3_server
-from helpers.clock import JumpingClock
-from helpers.redis_server import RedisClusterServers, RedisServer, TlsRedisServer
-from helpers.s3_server import S3Server
-from helpers.tcp_proxy import HoldingProxy
 from jupyter_compile_cache.storage.backends.keys import braced
 from jupyter_compile_cache.storage.bundle import Manifest
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.store import LocalStore
+
+from . import s3_server
+from .clock import JumpingClock
+from .redis_server import RedisClusterServers, RedisServer, TlsRedisServer
+from .s3_server import S3Server
+from .tcp_proxy import HoldingProxy
 
 KINDS = ("redis", "redis-cluster", "rediss", "s3", "file")
 

@@ -11,8 +11,8 @@ import time
 import urllib.request
 import uuid
 
-from helpers.redis_server import free_port
-from helpers.tcp_proxy import HoldingProxy
+from .redis_server import free_port
+from .tcp_proxy import HoldingProxy
 
 REGION = "us-east-1"
 
