@@ -175,7 +175,7 @@ def _tell_a_cold_start(session: Any) -> None:
 
     start = this_kernel_start()
     if start.how != "forked":
-        session.tell(PlainKernel(start.why or "a plain kernel", warm_spec=start.how == "cold"))
+        session.tell(PlainKernel(start))
 
 
 def _stage_notebook(ipython: Any, session: Any) -> None:

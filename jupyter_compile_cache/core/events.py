@@ -17,7 +17,8 @@ from ..storage.sources import Skip
 from .records import CellReport
 from .settings import EnvProblem
 
-if TYPE_CHECKING:  # the torch adapter's record: a listing imports none of the torch adapter
+if TYPE_CHECKING:  # the launcher's and the torch adapter's records: a listing imports neither
+    from ..kernels.kernel_start import KernelStart
     from ..torch_adapter.miss_reasons import PrecompileTrouble
 
 __all__ = [
@@ -64,10 +65,10 @@ class CacheWarning(Event):
 
 @dataclass(frozen=True)
 class PlainKernel(Event):
-    """Told once, at `%load_ext` in a kernel that did not start warm."""
+    """Told once, at `%load_ext` in a kernel that did not start warm: a plain kernel, or one of the warm kernel's
+    spec that its launcher started cold (and why)."""
 
-    why: str  # "a plain kernel", or why the warm kernel's launcher started this one cold
-    warm_spec: bool  # the warm kernel's spec: its next start is forked
+    start: KernelStart
 
 
 @dataclass(frozen=True)

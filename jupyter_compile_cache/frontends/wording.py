@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import events
 from ..core.records import CellPlan, CellReport, NotRestoring, RestoreResult
-from ..kernels.kernel_start import KernelStart
+from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, UNUSABLE, WRONG_SIGNATURE, Skip
 from ..units import count, human_bytes, speed
 
@@ -34,10 +34,10 @@ def _(event: events.CacheWarning) -> str:
 
 @event_text.register
 def _(event: events.PlainKernel) -> str:
-    if event.warm_spec:
-        return f"this kernel started cold ({event.why}); torch's compiler loads now"
+    if event.start.how == "cold":
+        return f"this kernel started cold ({cold_start_line(event.start)}); torch's compiler loads now"
     return (
-        f"{event.why}: torch's compiler loads now, as at every start of such a kernel; `jupyter-compile-cache "
+        "a plain kernel: torch's compiler loads now, as at every start of such a kernel; `jupyter-compile-cache "
         "install-kernel` installs a kernel whose every start has it loaded"
     )
 
@@ -397,5 +397,35 @@ def kernel_start_line(start: KernelStart) -> str:
     if start.how == "forked":
         return f"forked from a warm template (pid {start.template_pid}) in {start.seconds:.2f} s"
     if start.how == "cold":
-        return f"started cold in {start.seconds or 0:.2f} s: {start.why}"
-    return f"a plain kernel ({start.why or 'not the warm kernel spec'}); {INSTALL_HINT}"
+        return f"started cold in {start.seconds or 0:.2f} s: {cold_start_line(start)}"
+    return f"a plain kernel (not the warm kernel spec); {INSTALL_HINT}"
+
+
+_COLD = {
+    Cold.OFF: "{detail}",
+    Cold.NO_FORK: "no warm templates on {detail}",
+    Cold.NO_RUNTIME_DIR: "no private runtime folder for templates",
+    Cold.LOOKUP_FAILED: "looking for a warm template failed ({detail})",
+    Cold.NO_FIT: "no warm template fits this launch ({detail})",
+    Cold.REFUSED: "the warm template refused: {detail}",
+    Cold.TEMPLATE_SILENT: "the warm template did not answer ({detail})",
+    Cold.NONE_YET: "no warm template for this environment yet",
+    Cold.KERNEL_SILENT: "the kernel's process did not answer",
+}
+_NEXT = {
+    Next.KEPT: "",
+    Next.WARMING: "; the template for it is still warming up",
+    Next.FAILED: "; the last template for it could not warm up ({detail})",
+    Next.NOT_STARTED: "; a template could not be started",
+    Next.STARTED: "; one is warming up for the next kernel",
+}
+
+
+def cold_start_line(start: KernelStart) -> str:
+    """Why the warm kernel's launcher started this kernel cold, and what it did for the next one."""
+    why = _COLD[start.cold].format(detail=start.detail or "no answer") if start.cold else "not forked"
+    if start.retired:
+        why += f" (the last one retired: {start.retired})"
+    if start.next is not None:
+        why += _NEXT[start.next].format(detail=start.next_detail)
+    return why

@@ -4,9 +4,34 @@ kernel's connection file; `%compile_cache status`, the panel and `%load_ext` rea
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 from dataclasses import dataclass
+
+
+class Cold(str, enum.Enum):
+    """Why a launch of the warm kernel spec was not forked (`detail` says more where there is more)."""
+
+    OFF = "off"  # the templates are switched off (detail: the variable)
+    NO_FORK = "no_fork"  # no fork server on this platform (detail: the platform)
+    NO_RUNTIME_DIR = "no_runtime_dir"  # no private runtime folder for templates
+    LOOKUP_FAILED = "lookup_failed"  # looking for a template failed (detail: the error)
+    NO_FIT = "no_fit"  # no template fits this launch (detail: what differs)
+    REFUSED = "refused"  # the template that fits refused (detail: its reason)
+    TEMPLATE_SILENT = "template_silent"  # the template did not answer (detail: the error's type)
+    NONE_YET = "none_yet"  # no template for this environment yet
+    KERNEL_SILENT = "kernel_silent"  # the kernel's process did not answer
+
+
+class Next(str, enum.Enum):
+    """What the launcher did about a template for the next launch like this one."""
+
+    KEPT = "kept"  # this launch's own template refused this once: it stays for the next
+    WARMING = "warming"  # the template for it is still warming up
+    FAILED = "failed"  # the last template for it could not warm up (next_detail: why)
+    STARTED = "started"  # one is warming up for the next kernel
+    NOT_STARTED = "not_started"  # a template could not be started
 
 
 @dataclass
@@ -14,7 +39,11 @@ class KernelStart:
     how: str  # "forked" (from a warm template), "cold" (the launcher started it plainly), "plain" (not our spec)
     seconds: float | None = None  # from the launcher's start to the kernel's process answering
     template_pid: int | None = None
-    why: str | None = None  # why it was not forked
+    cold: Cold | None = None  # why it was not forked
+    detail: str = ""
+    next: Next | None = None  # what happens for the next launch
+    next_detail: str = ""
+    retired: str = ""  # why the last template for this environment retired, if it did
 
     @property
     def warm(self) -> bool:
@@ -38,6 +67,9 @@ def this_kernel_start() -> KernelStart:
 
         with open(start_path(get_connection_file()), encoding="utf-8") as f:
             data = json.load(f)
-        return KernelStart(**{k: data.get(k) for k in KernelStart.__dataclass_fields__})
+        fields = {k: data[k] for k in KernelStart.__dataclass_fields__ if data.get(k) is not None}
+        fields["cold"] = Cold(fields["cold"]) if "cold" in fields else None
+        fields["next"] = Next(fields["next"]) if "next" in fields else None
+        return KernelStart(**fields)
     except Exception:  # not a kernel of our spec, or not in a kernel at all
         return KernelStart("plain")

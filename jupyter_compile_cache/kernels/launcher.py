@@ -33,7 +33,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from . import protocol
-from .kernel_start import KernelStart, write_start
+from .kernel_start import Cold, KernelStart, Next, write_start
 from .protocol import KERNEL_MODULE, KernelRequest, read_answer, send_request
 from .runtime_dir import process_alive, runtime_dir
 from .template_fit import TemplateInfo, install_stamp, launch_key, template_env
@@ -85,12 +85,12 @@ class SignalForwarder:
             signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
 
 
-def templates_enabled(env: dict[str, str]) -> str | None:
-    """Why this launch gets no template (None: it may)."""
+def templates_enabled(env: dict[str, str]) -> KernelStart | None:
+    """Why this launch gets no template, as the start it makes (None: it may)."""
     if env.get(TEMPLATE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-        return f"{TEMPLATE_ENV}=0"
+        return KernelStart("cold", cold=Cold.OFF, detail=f"{TEMPLATE_ENV}=0")
     if not sys.platform.startswith("linux") or not hasattr(socket, "send_fds") or not hasattr(os, "fork"):
-        return f"no warm templates on {sys.platform}"
+        return KernelStart("cold", cold=Cold.NO_FORK, detail=sys.platform)
     return None
 
 
@@ -105,27 +105,27 @@ def main(argv: list[str] | None = None) -> int:
     off = templates_enabled(env)
     directory = runtime_dir(env) if off is None else None
     if directory is None:
-        off = off or "no private runtime folder for templates"
+        off = off or KernelStart("cold", cold=Cold.NO_RUNTIME_DIR)
     else:
         request = KernelRequest.here(args, started)
         try:
             stamp = install_stamp()
             kernel, why = ask_templates(directory, request, stamp)
             if kernel is None:
-                why = _start_template_if_needed(directory, env, stamp, why)
+                _start_template_if_needed(directory, env, stamp, why)
         except Exception as exc:  # the templates are a speed-up: whatever fails there, the kernel starts
-            kernel, why = None, f"looking for a warm template failed ({type(exc).__name__}: {exc})"
+            kernel, why = None, KernelStart("cold", cold=Cold.LOOKUP_FAILED, detail=f"{type(exc).__name__}: {exc}")
         if kernel is None:
             kernel = start_cold_kernel(request)
         if kernel is not None:
             conn, pid, process, template = kernel
-            seconds = time.time() - started
-            how = KernelStart("forked", seconds, template) if template else KernelStart("cold", seconds, why=why)
-            write_start(connection_file, how)
+            why.seconds = time.time() - started
+            write_start(connection_file, KernelStart("forked", why.seconds, template) if template else why)
             forwarder.forward_to(pid)
             return stand_in(conn, forwarder, process)
-        off = "the kernel's process did not answer"
-    write_start(connection_file, KernelStart("cold", time.time() - started, why=off))
+        off = KernelStart("cold", cold=Cold.KERNEL_SILENT)
+    off.seconds = time.time() - started
+    write_start(connection_file, off)
     forwarder.uninstall()
     for sig in forwarder.pending:  # arrived before the exec: as if sent to a kernel that had not started yet
         os.kill(os.getpid(), sig)
@@ -149,7 +149,7 @@ def prepare_template() -> int:
     stamp = install_stamp()
     if any(info.mismatch(sys.executable, env, stamp) is None for info in templates(directory)):
         return 0
-    _start_template_if_needed(directory, env, stamp, "no template")
+    _start_template_if_needed(directory, env, stamp, KernelStart("cold", cold=Cold.NONE_YET))
     return 0
 
 
@@ -178,14 +178,14 @@ def templates(directory: str) -> list[TemplateInfo]:
     return [info for _, info in sorted(found, key=lambda x: -x[0])]
 
 
-def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[Kernel | None, str]:
-    """A kernel forked by the first template that fits and answers; else (None, why none did)."""
-    refused: list[str] = []  # what the templates that fit said, which tells more than those that do not fit
-    mismatches: list[str] = []
+def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[Kernel | None, KernelStart]:
+    """A kernel forked by the first template that fits and answers; else (None, why none did, as a cold start)."""
+    refused: list[KernelStart] = []  # what the templates that fit said, which tells more than those that do not fit
+    mismatches: list[KernelStart] = []
     for info in templates(directory):
         mismatch = info.mismatch(sys.executable, request.env, stamp)
         if mismatch is not None:
-            mismatches.append(f"no warm template fits this launch ({mismatch})")
+            mismatches.append(KernelStart("cold", cold=Cold.NO_FIT, detail=mismatch))
             continue
         for attempt in range(2):  # a connection reset while it was busy with another launch: once more
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -195,47 +195,47 @@ def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[K
                 send_request(conn, request, _stdio())
                 answer = read_answer(conn)
                 if "pid" in answer:
-                    return (conn, int(answer["pid"]), None, info.pid), ""
-                refused.append(f"the warm template refused: {answer.get('refused', 'no answer')}")
+                    return (conn, int(answer["pid"]), None, info.pid), KernelStart("forked")
+                refused.append(KernelStart("cold", cold=Cold.REFUSED, detail=str(answer.get("refused", ""))))
             except ConnectionError as exc:  # reset or closed under us: it may have retired meanwhile
                 conn.close()
                 if attempt == 0 and process_alive(info.pid) and os.path.exists(info.socket):
                     time.sleep(0.1)
                     continue
-                refused.append(f"the warm template did not answer ({type(exc).__name__})")
+                refused.append(KernelStart("cold", cold=Cold.TEMPLATE_SILENT, detail=type(exc).__name__))
             except (OSError, ValueError, KeyError, TypeError) as exc:  # died, stopped, or not a template
-                refused.append(f"the warm template did not answer ({type(exc).__name__})")
+                refused.append(KernelStart("cold", cold=Cold.TEMPLATE_SILENT, detail=type(exc).__name__))
             conn.close()
             break
-    return None, (refused or mismatches or ["no warm template for this environment yet"])[0]
+    return None, (refused or mismatches or [KernelStart("cold", cold=Cold.NONE_YET)])[0]
 
 
-def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, why: str) -> str:
-    """Start a template for launches like this one unless one is being made; `why` with what happens next."""
+def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, why: KernelStart) -> None:
+    """Start a template for launches like this one unless one is being made; what happens next goes into WHY."""
     key = launch_key(sys.executable, env, stamp)
     if any(info.launch_key == key for info in templates(directory)):
-        return why  # this launch's own template refused this once (see why): it stays for the next
+        why.next = Next.KEPT  # this launch's own template refused this once (see why): it stays for the next
+        return
     warming = protocol.warming_path(directory, key)
     with contextlib.suppress(OSError, ValueError), open(warming, encoding="utf-8") as f:
         if process_alive(int(f.read().strip())):
-            return f"{why}; the template for it is still warming up"
+            why.next = Next.WARMING
+            return
     failed = protocol.failure_path(directory, key)
     with contextlib.suppress(OSError):
         if time.time() - os.stat(failed).st_mtime < RETRY_FAILED_AFTER:
             with open(failed, encoding="utf-8") as f:
-                reason = f.read().strip()
-            print(f"jupyter_compile_cache launcher: the warm template could not warm up ({reason})", file=sys.stderr)
-            return f"{why}; the last template for it could not warm up ({reason})"
+                why.next, why.next_detail = Next.FAILED, f.read().strip()
+            print(f"jupyter_compile_cache launcher: warm template failed: {why.next_detail}", file=sys.stderr)
+            return
         os.unlink(failed)
     retired = protocol.retired_path(directory, key)
     with contextlib.suppress(OSError):
         with open(retired, encoding="utf-8") as f:
-            why += f" (the last one retired: {f.read().strip()})"
+            why.retired = f.read().strip()
         os.unlink(retired)
     _make_room(directory, env)
-    if start_template(directory, env, key) is None:
-        return f"{why}; a template could not be started"
-    return f"{why}; one is warming up for the next kernel"
+    why.next = Next.NOT_STARTED if start_template(directory, env, key) is None else Next.STARTED
 
 
 def _make_room(directory: str, env: dict[str, str]) -> None:

@@ -9,7 +9,7 @@ from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellReport, RestoreResult
 from jupyter_compile_cache.core.settings import EnvProblem
 from jupyter_compile_cache.frontends import wording
-from jupyter_compile_cache.kernels.kernel_start import KernelStart
+from jupyter_compile_cache.kernels.kernel_start import Cold, KernelStart, Next
 from jupyter_compile_cache.storage import sources
 from jupyter_compile_cache.torch_adapter.miss_reasons import (
     MissCause,
@@ -23,8 +23,8 @@ SIGNED = sources.Skip("hub version v2", sources.WRONG_SIGNATURE, "bundle 'net' v
 
 ALL = [
     events.CacheWarning("a message of torch's own"),
-    events.PlainKernel("a plain kernel", False),
-    events.PlainKernel("no warm template fits this launch", True),
+    events.PlainKernel(KernelStart("plain")),
+    events.PlainKernel(KernelStart("cold", 1.5, cold=Cold.NO_FIT, detail="OMP_NUM_THREADS differs", next=Next.STARTED)),
     events.HubUnavailable("redis://h:1/0", "hub redis://h:1/0: Error 111 connecting. Connection refused."),
     events.NoTorchRemote("s3://b/p", "s3"),
     events.HubRefusal("redis://h:1/0", "user alice may not write to namespace team.", "write"),
@@ -191,8 +191,18 @@ def test_how_a_kernel_started():
     assert (
         wording.kernel_start_line(KernelStart("forked", 0.31, 42)) == "forked from a warm template (pid 42) in 0.31 s"
     )
-    assert (
-        wording.kernel_start_line(KernelStart("cold", 2.0, None, "no template"))
-        == "started cold in 2.00 s: no template"
+    assert wording.kernel_start_line(KernelStart("cold", 2.0, cold=Cold.NONE_YET)) == (
+        "started cold in 2.00 s: no warm template for this environment yet"
     )
     assert wording.kernel_start_line(KernelStart("plain")).startswith("a plain kernel (not the warm kernel spec); ")
+    # every reason and every next step has its words, and the launcher's record reads back as it was written
+    for cold in Cold:
+        for next_ in (*Next, None):
+            start = KernelStart("cold", 1.0, cold=cold, detail="d", next=next_, next_detail="e", retired="r")
+            line = wording.kernel_start_line(start)
+            assert "None" not in line and "{" not in line and "(the last one retired: r)" in line, line
+    said = wording.event_text(ALL[2])
+    assert said == (
+        "this kernel started cold (no warm template fits this launch (OMP_NUM_THREADS differs); one is warming up "
+        "for the next kernel); torch's compiler loads now"
+    )

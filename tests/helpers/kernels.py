@@ -175,7 +175,7 @@ def _log_start(connection_file: str) -> None:
         with open(connection_file[: -len(".json")] + "-start.json") as f:
             record = json.load(f)
     except (OSError, ValueError) as exc:
-        record = {"how": "unknown", "why": str(exc)}
+        record = {"how": "unknown", "detail": str(exc)}
     log = os.environ.get("JCC_TEST_KERNELS_LOG")
     if log:
         test = os.environ.get("PYTEST_CURRENT_TEST", "")

@@ -89,7 +89,7 @@ def test_the_first_start_is_cold_then_every_start_is_forked_and_is_a_fresh_kerne
     front_end = {"JPY_PARENT_PID": str(os.getpid())}  # as jupyter_client sets it: ipykernel reads it when imported
     fe = warm.launch(MY_SETTING="launch-env", **front_end)
     record = fe.start_record()
-    assert record["how"] == "cold" and "one is warming up for the next kernel" in record["why"], record
+    assert (record["how"], record["next"]) == ("cold", "started"), record  # one is warming up for the next kernel
     fe.run("state = 41")
     cold = fe.observe()
     template = warm.template()
@@ -187,7 +187,8 @@ def test_a_launch_no_template_fits_starts_cold_with_its_own_settings_then_gets_i
     main = warm.template()
     one = warm.launch(OMP_NUM_THREADS="1", JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE="4")
     record = one.start_record()
-    assert record["how"] == "cold" and "OMP_NUM_THREADS differs" in record["why"], record
+    assert (record["how"], record["cold"]) == ("cold", "no_fit"), record
+    assert "OMP_NUM_THREADS differs" in record["detail"], record
     assert one.value("torch.get_num_threads()", "import torch\n") == 1
     own = wait_for_template(warm.directory, exclude=(main.pid,))
     assert own.selecting["OMP_NUM_THREADS"] == "1"
@@ -200,7 +201,7 @@ def test_a_launch_no_template_fits_starts_cold_with_its_own_settings_then_gets_i
 
     logs = warm.launch(TORCH_LOGS="+dynamo", JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE="1")  # its template: not needed
     record = logs.start_record()
-    assert record["how"] == "cold" and "TORCH_LOGS differs" in record["why"], record
+    assert (record["how"], record["cold"]) == ("cold", "no_fit") and "TORCH_LOGS differs" in record["detail"], record
     level = logs.value("logging.getLogger('torch._dynamo').getEffectiveLevel()", "import logging, torch._dynamo\n")
     assert level == 10  # DEBUG, as in a fresh kernel with that environment
     assert logs.shutdown() == 0
@@ -211,7 +212,8 @@ def test_a_module_in_the_kernels_folder_that_would_shadow_an_import_means_a_cold
     (tmp_path / "sympy.py").write_text("SHADOW = True\n")
     fe = warm.launch(cwd=str(tmp_path))
     record = fe.start_record()
-    assert record["how"] == "cold" and "sympy.py in the kernel's folder would shadow" in record["why"], (
+    assert record["how"] == "cold" and record["cold"] == "refused", record
+    assert "sympy.py in the kernel's folder would shadow" in record["detail"], (
         record,
         os.listdir(warm.directory),
     )
@@ -277,7 +279,7 @@ def test_a_template_killed_while_asked_or_between_starts_means_a_cold_start(warm
 
     fe = warm.front_end().launch(cwd=warm.folder, meanwhile=kill_it)
     record = fe.start_record()
-    assert record["how"] == "cold" and "did not answer" in record["why"], record
+    assert (record["how"], record["cold"]) == ("cold", "template_silent"), record  # it did not answer
     assert fe.value("6 * 7") == 42
 
     second = warm.launch()  # its files are left behind: the next launch removes them and starts cold
