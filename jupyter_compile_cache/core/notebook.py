@@ -27,7 +27,7 @@ from typing import Any
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
 from .machine_fit import MachineFit
-from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan, NotRestoring
+from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan, NotRestoring, PlanProblem, PlanTrouble
 from .stores import Stores
 
 SESSION_NAME_ENV = "JPY_SESSION_NAME"  # set by Jupyter servers: the notebook's path
@@ -66,10 +66,10 @@ def source_digest(body: str) -> str:
     return hashlib.sha256("\n".join(line for line in lines if line).encode()).hexdigest()[:16]
 
 
-def read_cells(path: str, parse: LineParser) -> tuple[list[NotebookCell], list[str]]:
+def read_cells(path: str, parse: LineParser) -> tuple[list[NotebookCell], list[PlanProblem]]:
     """The `%%compile_cache` cells of the notebook at PATH, in order, and what could not be read (one line each).
     `index` counts the notebook's code cells from 1, as a reader counts them."""
-    problems: list[str] = []
+    problems: list[PlanProblem] = []
     try:
         with open(path, encoding="utf-8") as f:
             notebook = json.load(f)
@@ -77,7 +77,7 @@ def read_cells(path: str, parse: LineParser) -> tuple[list[NotebookCell], list[s
         if not isinstance(raw_cells, list):
             raise TypeError("'cells' is not a list")
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [], [f"could not read the notebook {path}: {exc}"]
+        return [], [PlanProblem(PlanTrouble.UNREADABLE_NOTEBOOK, path, str(exc))]
     cells: list[NotebookCell] = []
     index = 0
     for raw in raw_cells:
@@ -93,13 +93,15 @@ def read_cells(path: str, parse: LineParser) -> tuple[list[NotebookCell], list[s
         try:
             name, options = parse(line)
         except ValueError as exc:
-            problems.append(f"cell {index}: {str(exc).splitlines()[0]}")
+            problems.append(PlanProblem(PlanTrouble.BAD_CELL_LINE, str(index), str(exc).splitlines()[0]))
             continue
         cells.append(NotebookCell(index, name, options, source_digest(body)))
     return cells, problems
 
 
-def plan(session: Stores, path: str, cells: list[NotebookCell], problems: list[str] | None = None) -> NotebookPlan:
+def plan(
+    session: Stores, path: str, cells: list[NotebookCell], problems: list[PlanProblem] | None = None
+) -> NotebookPlan:
     """Cell by cell, whether Run All will restore its bundle here, and why not. Hubs are asked (not pulled from);
     one that does not answer is left for a minute and said by the next cell that uses it, as a cell's failure is."""
     problems = list(problems or [])
@@ -117,7 +119,7 @@ def plan(session: Stores, path: str, cells: list[NotebookCell], problems: list[s
                 found += [("hub", m) for m in hub.versions(cell.name)]
             except HubError as exc:
                 session.hub_policy.failed(hub, exc, None, quiet=True)
-                problems.append(f"the hub {hub.display_url} did not answer ({exc}): only local bundles were looked at")
+                problems.append(PlanProblem(PlanTrouble.HUB_SILENT, hub.display_url, str(exc)))
         versions[key] = found
     fit = MachineFit()
     planned = [_cell_plan(session, cell, versions.get(_where(cell), []), fit) for cell in cells]
@@ -174,7 +176,7 @@ class NotebookStage:
         self._state: dict[str, str] = {}  # name -> "queued", "fetching", "done", or "cell" (left to its cell)
         self._fetched_event: dict[str, threading.Event] = {}
 
-    def start(self, path: str, read: Callable[[], tuple[list[NotebookCell], list[str]]]) -> None:
+    def start(self, path: str, read: Callable[[], tuple[list[NotebookCell], list[PlanProblem]]]) -> None:
         """Read the notebook at PATH (READ gives its cells) and stage its bundles, in a background thread."""
         if self.thread is not None:
             return
@@ -203,7 +205,7 @@ class NotebookStage:
         if self.thread is not None:
             self.thread.join(timeout)
 
-    def _run(self, path: str, read: Callable[[], tuple[list[NotebookCell], list[str]]]) -> None:
+    def _run(self, path: str, read: Callable[[], tuple[list[NotebookCell], list[PlanProblem]]]) -> None:
         start = time.perf_counter()
         try:
             cells, problems = read()

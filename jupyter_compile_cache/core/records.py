@@ -373,13 +373,28 @@ class CellPlan:
     refused: int = 0  # CALLS_CHANGED: the entries its last restore refused
 
 
+class PlanTrouble(str, enum.Enum):
+    """What a notebook's plan could not read."""
+
+    UNREADABLE_NOTEBOOK = "unreadable_notebook"  # where: the notebook's path
+    BAD_CELL_LINE = "bad_cell_line"  # where: the cell's number; detail: what is wrong with its %%compile_cache line
+    HUB_SILENT = "hub_silent"  # where: the hub; its bundles were not looked at
+
+
+@dataclass(frozen=True)
+class PlanProblem:
+    trouble: PlanTrouble
+    where: str
+    detail: str  # the error, in its own words
+
+
 @dataclass
 class NotebookPlan:
     """What Run All will do with the notebook's `%%compile_cache` cells, before any of them runs."""
 
     path: str
     cells: list[CellPlan]
-    problems: list[str] = field(default_factory=list)  # cells or hubs that could not be read
+    problems: list[PlanProblem] = field(default_factory=list)  # cells or hubs that could not be read
 
     @property
     def restoring(self) -> int:

@@ -464,7 +464,7 @@ class NotebookPlanView(_View):
     def preamble(self) -> list[str]:
         d: NotebookPlan = self.data
         lines = [f"{plan_headline(d)} of {d.path} (as last saved)"]
-        return lines + [f"note: {problem}" for problem in d.problems]
+        return lines + [f"note: {wording.plan_problem_line(problem)}" for problem in d.problems]
 
     def rows(self) -> list[list[Any]]:
         return [

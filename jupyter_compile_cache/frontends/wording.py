@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..core import events
-from ..core.records import CellPlan, CellReport, NotRestoring, RestoreResult
+from ..core.records import CellPlan, CellReport, NotRestoring, PlanProblem, PlanTrouble, RestoreResult
 from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, UNUSABLE, WRONG_SIGNATURE, Skip
 from ..units import count, human_bytes, speed
@@ -390,6 +390,18 @@ def why_not_line(cell: CellPlan) -> str:
         f"code it calls changed since the save: its last restore refused {count(cell.refused, 'entry')} "
         "(they compile again)"
     )
+
+
+_PLAN_TROUBLE = {
+    PlanTrouble.UNREADABLE_NOTEBOOK: "could not read the notebook {where}: {detail}",
+    PlanTrouble.BAD_CELL_LINE: "cell {where}: {detail}",
+    PlanTrouble.HUB_SILENT: "the hub {where} did not answer ({detail}): only local bundles were looked at",
+}
+
+
+def plan_problem_line(problem: PlanProblem) -> str:
+    """What a notebook's plan could not read."""
+    return _PLAN_TROUBLE[problem.trouble].format(where=problem.where, detail=problem.detail)
 
 
 def kernel_start_line(start: KernelStart) -> str:

@@ -12,7 +12,7 @@ from helpers.cells import COMPILE, DEFINE
 from helpers.kernels import misses
 
 from jupyter_compile_cache.core.notebook import notebook_path, plan, read_cells, source_digest
-from jupyter_compile_cache.core.records import NotRestoring
+from jupyter_compile_cache.core.records import NotRestoring, PlanTrouble
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.cell_line import parse_cell_line
 from jupyter_compile_cache.storage.bundle import Manifest
@@ -66,10 +66,14 @@ def test_the_notebooks_cells_are_read_with_the_magics_parser(tmp_path):
     assert [(c.index, c.name) for c in cells] == [(2, "net"), (4, "other")]
     assert cells[0].options.no_hub and cells[0].digest == source_digest("y = f(x)\n")
     assert cells[1].options.store_dir == "/somewhere" and not cells[1].options.restore
-    assert len(problems) == 1 and problems[0].startswith("cell 3: ") and "invalid bundle name" in problems[0]
+    [problem] = problems
+    assert (problem.trouble, problem.where) == (
+        PlanTrouble.BAD_CELL_LINE,
+        "3",
+    ) and "invalid bundle name" in problem.detail
     (tmp_path / "broken.ipynb").write_text("{not json")
     cells, problems = read_cells(str(tmp_path / "broken.ipynb"), parse_cell_line)
-    assert cells == [] and problems[0].startswith("could not read the notebook")
+    assert cells == [] and problems[0].trouble is PlanTrouble.UNREADABLE_NOTEBOOK
 
 
 def _bundle(store: LocalStore, name: str, body: str, now: dict, tmp_path) -> Manifest:

@@ -187,6 +187,17 @@ def test_each_transfer_is_labelled():
     assert labels == ["pulling 'net' from the hub", "restoring 'net'", "saving 'net'", "pushing 'net' to the hub"]
 
 
+def test_what_a_notebooks_plan_could_not_read():
+    from jupyter_compile_cache.core.records import PlanProblem, PlanTrouble
+
+    lines = [wording.plan_problem_line(PlanProblem(trouble, "W", "D")) for trouble in PlanTrouble]
+    assert lines == [
+        "could not read the notebook W: D",
+        "cell W: D",
+        "the hub W did not answer (D): only local bundles were looked at",
+    ]
+
+
 def test_how_a_kernel_started():
     assert (
         wording.kernel_start_line(KernelStart("forked", 0.31, 42)) == "forked from a warm template (pid 42) in 0.31 s"
