@@ -6,10 +6,11 @@ way (for what is saved), records the dropped guards with a digest of the code (c
 entry whose code or objects changed, and gives a restored entry its dropped guards back as one identity check
 (identity_checks.py). Any failure of torch's precompile machinery falls back to the plain path, told in one line.
 
-Over 400 lines on purpose: `PrecompileGuard` is one object wrapping four of torch's functions (guard building,
-loading, installing, saving) that share its load scope, its refused keys and its fallbacks; its helpers live in
-code_digest.py, identity_checks.py, installed_entries.py and torch_logs.py, the records beside the entries on disk in
-entry_records.py, and which guards precompile drops in guard_policy.py.
+Over 400 lines on purpose: `PrecompileGuard` is one object deciding for four of torch's steps (guard building,
+loading, installing, saving) that share its load scope, its refused keys and its fallbacks. The patches that hand
+those steps to it are in precompile_patches.py; its helpers live in code_digest.py, identity_checks.py,
+installed_entries.py and torch_logs.py, the records beside the entries on disk in entry_records.py, which guards
+precompile drops in guard_policy.py, and what it reports (miss reasons, failures) as data in miss_reasons.py.
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ import contextlib
 import inspect
 import logging
 import os
-import types
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import entry_records, fixes, frame_sizes, guard_policy
+from . import entry_records, frame_sizes, guard_policy, precompile_patches
 from .code_digest import changed_parts, code_digest, code_parts
 from .fixes import Patch
 from .identity_checks import LoadScope, identity_check, innermost, load_scope, never, resolve, sha
@@ -129,108 +129,7 @@ class PrecompileGuard:
             # again breaks them): the session whose cell runs now. The other installs itself again at its next cell.
             _INSTALLED.uninstall()
         _INSTALLED = self
-        from torch._dynamo import convert_frame, guards, package
-
-        cache = package.DynamoCache
-        cfm = guards.CheckFunctionManager
-        compile_package = package.CompilePackage
-        orig = {
-            "load": cache.load,  # bound method of the singleton
-            "record": cache.record_package,
-            "install": compile_package.install,
-            "initialize": compile_package.initialize,
-            "inlined": compile_package.add_inlined_source,
-            "init": cfm.__init__,
-            "load_gm": package.load_guard_manager,
-            "load_state": package.load_guards_state,
-            "user_fn": getattr(compile_package, "_add_user_function", None),
-            "reasons": getattr(convert_frame, "get_and_maybe_log_recompilation_reasons", None),
-        }
-        signature = inspect.signature(orig["init"])
-        me = self
-
-        def load(fn: Any) -> Any:
-            return me._load(fn, orig["load"])
-
-        def record_package(pkg: Any) -> None:
-            try:
-                orig["record"](pkg)
-            except Exception as exc:  # torch's failure: this function runs the plain way
-                me._fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_FUNCTION, exc)
-
-        def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
-            me._install(pkg, orig["install"], args, kwargs)
-
-        def initialize(pkg: Any, fn: Any, dynamo: Any = None, *args: Any, **kwargs: Any) -> None:
-            try:
-                orig["initialize"](pkg, fn, dynamo, *args, **kwargs)
-                if dynamo is None and getattr(pkg, "source_id", None):
-                    me.fresh[pkg.source_id] = weakref.ref(pkg)
-            except RuntimeError as exc:  # torch's own check refused a saved entry: it compiles afresh (its fallback)
-                if dynamo is not None:
-                    me._refused_by_torch(fn, exc)
-                raise
-
-        def add_inlined_source(pkg: Any, sources: Any, *args: Any, **kwargs: Any) -> None:
-            # Under IPython, inspect.getmodule names `collections.abc` for code of `_collections_abc`, and torch
-            # compared that code with the other module's source ("Source mismatch for collections.abc", HF models
-            # in a kernel). In a plain process getmodule finds no module for such code and torch records nothing:
-            # we leave it out the same way. Any other failure: this function is not precompiled.
-            try:
-                orig["inlined"](pkg, [code for code in sources if _module_holds(code)], *args, **kwargs)
-            except Exception as exc:  # torch's failure: this function is not precompiled
-                with contextlib.suppress(Exception):
-                    pkg.bypass_current_entry()
-                me._fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_SOURCES, exc)
-
-        def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
-            try:
-                orig["user_fn"](pkg, code, *args, **kwargs)
-            except Exception:  # torch's failure: this frame is left out (below)
-                # e.g. PackageError "Cannot find module for code" (a dataclass __init__, HF T5 on torch 2.11, which
-                # Dynamo compiles as a frame of its own): that frame is left out of the package (a bypass, as torch
-                # counts its own) and compiles the plain way; the function that calls it is still precompiled.
-                from torch._dynamo.utils import counters
-
-                counters[COUNTER_GROUP]["precompile_bypass"] += 1
-                module = inspect.getmodule(code)
-                pkg._add_function(code, module.__name__ if module else "__main__")
-                pkg._codes[code].bypassed = True
-
-        def recompilation_reasons(cache_entries: Any, frame: Any, *args: Any, **kwargs: Any) -> Any:
-            reasons = orig["reasons"](cache_entries, frame, *args, **kwargs)
-            with contextlib.suppress(Exception):  # only words for the cell's line: never in torch's way
-                me._recompiled(frame, list(reasons or ()))
-            return reasons
-
-        def check_function_manager_init(cfm_self: Any, *args: Any, **kwargs: Any) -> None:
-            me._build_guards(cfm_self, orig["init"], signature, args, kwargs)
-
-        def load_guards_state(state: bytes, *args: Any, **kwargs: Any) -> Any:
-            me._state_sha = sha(state)
-            return orig["load_state"](state, *args, **kwargs)
-
-        def load_guard_manager(*args: Any, **kwargs: Any) -> Any:
-            return me._with_identity_guard(orig["load_gm"](*args, **kwargs), args, kwargs)
-
-        self._patches = [
-            *fixes.patches(),
-            Patch(cache, "load", load),  # instance attribute shadows the method
-            Patch(cache, "record_package", record_package),
-            Patch(compile_package, "install", install_package),
-            Patch(compile_package, "initialize", initialize),
-            Patch(compile_package, "add_inlined_source", add_inlined_source),
-            *([Patch(compile_package, "_add_user_function", add_user_function)] if orig["user_fn"] else []),
-            Patch(cfm, "__init__", check_function_manager_init),
-            Patch(package, "load_guards_state", load_guards_state),
-            Patch(package, "load_guard_manager", load_guard_manager),
-            # why a restored function compiled again, for the cell's line (torch computes the reasons anyway)
-            *(
-                [Patch(convert_frame, "get_and_maybe_log_recompilation_reasons", recompilation_reasons)]
-                if orig["reasons"]
-                else []
-            ),
-        ]
+        self._patches = precompile_patches.wire(self)
         for logger in self._loggers:
             logger.addFilter(self._log_filter)
         self.installed = True
@@ -674,13 +573,3 @@ class PrecompileGuard:
                 else:
                     written += [sizes] if sizes else []
         return written
-
-
-def _module_holds(code: types.CodeType) -> bool:
-    """Whether the module inspect finds for `code` is the file the code comes from."""
-    module = inspect.getmodule(code)
-    path = getattr(module, "__file__", None)
-    try:
-        return bool(path) and os.path.samefile(path, code.co_filename)
-    except OSError:
-        return False

@@ -1,0 +1,138 @@
+"""The patches that put the precompile guard between torch and its Dynamo precompile: each wraps one of torch's
+functions and hands the call to the guard (precompile.py), which decides what happens; the guard's `uninstall`
+undoes them together. torch's failure in a wrapped step falls back to the plain path there, never into the cell."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import types
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from . import fixes
+from .fixes import Patch
+from .identity_checks import sha
+from .layers import COUNTER_GROUP
+from .miss_reasons import PrecompileStep
+
+if TYPE_CHECKING:
+    from .precompile import PrecompileGuard
+
+
+def wire(guard: PrecompileGuard) -> list[Patch]:
+    """The patches, applied: torch's DynamoCache load, CompilePackage's record/install/initialize steps, the guard
+    builder and loaders, and the recompilation reasons, each handing its call to GUARD."""
+    from torch._dynamo import convert_frame, guards, package
+
+    cache = package.DynamoCache
+    cfm = guards.CheckFunctionManager
+    compile_package = package.CompilePackage
+    orig = {
+        "load": cache.load,  # bound method of the singleton
+        "record": cache.record_package,
+        "install": compile_package.install,
+        "initialize": compile_package.initialize,
+        "inlined": compile_package.add_inlined_source,
+        "init": cfm.__init__,
+        "load_gm": package.load_guard_manager,
+        "load_state": package.load_guards_state,
+        "user_fn": getattr(compile_package, "_add_user_function", None),
+        "reasons": getattr(convert_frame, "get_and_maybe_log_recompilation_reasons", None),
+    }
+    signature = inspect.signature(orig["init"])
+    me = guard
+
+    def load(fn: Any) -> Any:
+        return me._load(fn, orig["load"])
+
+    def record_package(pkg: Any) -> None:
+        try:
+            orig["record"](pkg)
+        except Exception as exc:  # torch's failure: this function runs the plain way
+            me._fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_FUNCTION, exc)
+
+    def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
+        me._install(pkg, orig["install"], args, kwargs)
+
+    def initialize(pkg: Any, fn: Any, dynamo: Any = None, *args: Any, **kwargs: Any) -> None:
+        try:
+            orig["initialize"](pkg, fn, dynamo, *args, **kwargs)
+            if dynamo is None and getattr(pkg, "source_id", None):
+                me.fresh[pkg.source_id] = weakref.ref(pkg)
+        except RuntimeError as exc:  # torch's own check refused a saved entry: it compiles afresh (its fallback)
+            if dynamo is not None:
+                me._refused_by_torch(fn, exc)
+            raise
+
+    def add_inlined_source(pkg: Any, sources: Any, *args: Any, **kwargs: Any) -> None:
+        # Under IPython, inspect.getmodule names `collections.abc` for code of `_collections_abc`, and torch
+        # compared that code with the other module's source ("Source mismatch for collections.abc", HF models
+        # in a kernel). In a plain process getmodule finds no module for such code and torch records nothing:
+        # we leave it out the same way. Any other failure: this function is not precompiled.
+        try:
+            orig["inlined"](pkg, [code for code in sources if _module_holds(code)], *args, **kwargs)
+        except Exception as exc:  # torch's failure: this function is not precompiled
+            with contextlib.suppress(Exception):
+                pkg.bypass_current_entry()
+            me._fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_SOURCES, exc)
+
+    def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            orig["user_fn"](pkg, code, *args, **kwargs)
+        except Exception:  # torch's failure: this frame is left out (below)
+            # e.g. PackageError "Cannot find module for code" (a dataclass __init__, HF T5 on torch 2.11, which
+            # Dynamo compiles as a frame of its own): that frame is left out of the package (a bypass, as torch
+            # counts its own) and compiles the plain way; the function that calls it is still precompiled.
+            from torch._dynamo.utils import counters
+
+            counters[COUNTER_GROUP]["precompile_bypass"] += 1
+            module = inspect.getmodule(code)
+            pkg._add_function(code, module.__name__ if module else "__main__")
+            pkg._codes[code].bypassed = True
+
+    def recompilation_reasons(cache_entries: Any, frame: Any, *args: Any, **kwargs: Any) -> Any:
+        reasons = orig["reasons"](cache_entries, frame, *args, **kwargs)
+        with contextlib.suppress(Exception):  # only words for the cell's line: never in torch's way
+            me._recompiled(frame, list(reasons or ()))
+        return reasons
+
+    def check_function_manager_init(cfm_self: Any, *args: Any, **kwargs: Any) -> None:
+        me._build_guards(cfm_self, orig["init"], signature, args, kwargs)
+
+    def load_guards_state(state: bytes, *args: Any, **kwargs: Any) -> Any:
+        me._state_sha = sha(state)
+        return orig["load_state"](state, *args, **kwargs)
+
+    def load_guard_manager(*args: Any, **kwargs: Any) -> Any:
+        return me._with_identity_guard(orig["load_gm"](*args, **kwargs), args, kwargs)
+
+    return [
+        *fixes.patches(),
+        Patch(cache, "load", load),  # instance attribute shadows the method
+        Patch(cache, "record_package", record_package),
+        Patch(compile_package, "install", install_package),
+        Patch(compile_package, "initialize", initialize),
+        Patch(compile_package, "add_inlined_source", add_inlined_source),
+        *([Patch(compile_package, "_add_user_function", add_user_function)] if orig["user_fn"] else []),
+        Patch(cfm, "__init__", check_function_manager_init),
+        Patch(package, "load_guards_state", load_guards_state),
+        Patch(package, "load_guard_manager", load_guard_manager),
+        # why a restored function compiled again, for the cell's line (torch computes the reasons anyway)
+        *(
+            [Patch(convert_frame, "get_and_maybe_log_recompilation_reasons", recompilation_reasons)]
+            if orig["reasons"]
+            else []
+        ),
+    ]
+
+
+def _module_holds(code: types.CodeType) -> bool:
+    """Whether the module inspect finds for `code` is the file the code comes from."""
+    module = inspect.getmodule(code)
+    path = getattr(module, "__file__", None)
+    try:
+        return bool(path) and os.path.samefile(path, code.co_filename)
+    except OSError:
+        return False
