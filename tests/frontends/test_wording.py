@@ -65,8 +65,8 @@ def test_every_event_is_one_line_without_a_prefix_or_doubled_punctuation(event):
 
 def test_every_kind_of_event_has_its_sentence():
     kinds = {type(event) for event in ALL}
-    declared = {getattr(events, name) for name in dir(events)}
-    declared = {k for k in declared if isinstance(k, type) and issubclass(k, events.Event)} - {events.Event}
+    found = [getattr(events, name) for name in dir(events)]
+    declared = {k for k in found if isinstance(k, type) and issubclass(k, events.Event)} - {events.Event}
     assert declared <= kinds
     unworded = {k.__name__ for k in declared if wording.event_text.dispatch(k) is wording.event_text.dispatch(object)}
     assert not unworded, unworded
