@@ -74,6 +74,17 @@ class SettingRefused(BaseException):
         return [f"UsageError: {self}"]
 
 
+def _seconds(raw: str, kind: type) -> float:
+    """RAW as a number of seconds of KIND: a ttl (int) may be 0 (no expiry), a timeout (float) must be positive."""
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = -1
+    if not math.isfinite(value) or value < 0 or (value == 0 and kind is float):
+        raise ValueError(f"not a number of seconds: {raw!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class EnvProblem:
     """An environment variable that could not be read: the error, and the value used instead (None: the setting is
@@ -275,14 +286,10 @@ class CompileCache(Configurable):
     def _env_number(self, name: str, fallback: float, kind: type) -> float:
         raw = os.environ.get(ENV[name], "").strip()
         try:
-            value = kind(raw) if raw else fallback
-        except ValueError:
-            value = -1
-        # a ttl may be 0 (no expiry); a timeout must be positive
-        if not math.isfinite(value) or value < 0 or (value == 0 and kind is float):
-            self.env_problems.append(EnvProblem(ENV[name], f"not a number of seconds: {raw!r}", f"{fallback}"))
+            return _seconds(raw, kind) if raw else fallback
+        except ValueError as exc:
+            self.env_problems.append(EnvProblem(ENV[name], str(exc), str(fallback)))
             return fallback
-        return value
 
     def _env_bool(self, name: str) -> bool:
         raw = os.environ.get(ENV[name], "").strip()

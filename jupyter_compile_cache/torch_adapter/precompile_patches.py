@@ -9,7 +9,7 @@ import inspect
 import os
 import types
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import fixes
 from .fixes import Patch
@@ -17,11 +17,25 @@ from .identity_checks import sha
 from .layers import COUNTER_GROUP
 from .miss_reasons import PrecompileStep
 
-if TYPE_CHECKING:
-    from .precompile import PrecompileGuard
+
+class Guard(Protocol):
+    """What the patches hand torch's calls to: precompile.py's PrecompileGuard, which decides."""
+
+    fresh: dict[str, weakref.ref[Any]]
+    _state_sha: str | None
+
+    def _load(self, fn: Any, orig_load: Any) -> Any: ...
+    def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None: ...
+    def _fallback(self, key: str | None, step: PrecompileStep, exc: BaseException) -> None: ...
+    def _refused_by_torch(self, fn: Any, exc: BaseException) -> None: ...
+    def _recompiled(self, frame: Any, reasons: list[str]) -> None: ...
+    def _build_guards(
+        self, cfm: Any, orig_init: Any, signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]
+    ) -> None: ...
+    def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any: ...
 
 
-def wire(guard: PrecompileGuard) -> list[Patch]:
+def wire(guard: Guard) -> list[Patch]:
     """The patches, applied: torch's DynamoCache load, CompilePackage's record/install/initialize steps, the guard
     builder and loaders, and the recompilation reasons, each handing its call to GUARD."""
     from torch._dynamo import convert_frame, guards, package
