@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..storage.sources import Skip
+from ..storage.store import UnreadableManifest
 from .records import CellReport
 from .settings import EnvProblem
 
@@ -60,6 +61,22 @@ class Event:
 @dataclass(frozen=True)
 class CacheWarning(Event):
     message: str
+    level: ClassVar[str] = "warning"
+
+
+@dataclass(frozen=True)
+class ManifestQuarantined(Event):
+    """A manifest the local store could not read, moved to quarantine, beside a version that restored."""
+
+    problem: UnreadableManifest
+    level: ClassVar[str] = "warning"
+
+
+@dataclass(frozen=True)
+class CachingPrecompileEverywhere(Event):
+    """TORCH_CACHING_PRECOMPILE=1 in the kernel's environment: torch's Dynamo precompile is on outside our cells too,
+    where no guard of ours checks edits."""
+
     level: ClassVar[str] = "warning"
 
 
@@ -120,7 +137,7 @@ class Restored(Event):
 class NotRestored(Event):
     name: str
     skipped: tuple[Skip, ...]  # the versions passed over, and why
-    problems: tuple[str, ...] = ()  # what else went wrong, in the error's words (a manifest the store could not read)
+    problems: tuple[UnreadableManifest, ...] = ()  # what else went wrong: a manifest the store could not read
     pinned: str | None = None  # the version asked for, when no version of NAME had that id
 
 

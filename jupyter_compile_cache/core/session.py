@@ -58,11 +58,7 @@ class CompileCacheSession(Stores):
     ) -> None:
         super().__init__(store_dir, settings, reporter)
         if os.environ.get("TORCH_CACHING_PRECOMPILE") == "1":  # read from the environment: torch is not imported yet
-            self.warn(
-                "TORCH_CACHING_PRECOMPILE=1 turns torch's Dynamo precompile on outside %%compile_cache cells too, "
-                "where it drops identity guards and no guard of ours checks edits: plain torch.compile may return "
-                "stale results after a helper is redefined. Unset it: our cells switch precompile on themselves"
-            )
+            self.tell(events.CachingPrecompileEverywhere())
         self.guard = PrecompileGuard(warn=lambda trouble: self.tell(events.PrecompileFailed(trouble)))
         self._stats_failed = False
         self.toolchain = Toolchain(lambda: self.settings.store_dir, self.hub_policy, self.search, self.tell)
@@ -183,8 +179,8 @@ class CompileCacheSession(Stores):
         result.retries = len(found.retries)
         result.seconds = time.perf_counter() - start
         if result.restored:  # what went wrong on the way is worth telling: a wrong secret, a damaged version
-            for message in found.problems:
-                self.warn(message, report)
+            for problem in found.problems:
+                self.tell(events.ManifestQuarantined(problem), report)
             for skip in found.skipped:
                 if skip.worth_telling:
                     self.tell(events.SkippedVersion(name, skip), report)
@@ -450,8 +446,8 @@ class CompileCacheSession(Stores):
         except Exception as exc:  # the restored version stands; this function compiles as plain torch.compile would
             self.tell(events.StepFailed(events.Step.FIND_ELSEWHERE, str(exc), name))
             return False
-        for message in found.problems:  # a manifest the store could not read (the restore told the rest)
-            self.warn(message)
+        for problem in found.problems:  # a manifest the store could not read (the restore told the rest)
+            self.tell(events.ManifestQuarantined(problem))
         if found.manifest is None:
             return False
         tried.add(found.manifest.version)

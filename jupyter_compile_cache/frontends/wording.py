@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from ..core import events
 from ..core.records import CellPlan, CellReport, NotRestoring, PlanProblem, PlanTrouble, RestoreResult
 from ..kernels.kernel_start import Cold, KernelStart, Next
+from ..kernels.protocol import FIT_TROUBLES, TemplateProblem, TemplateTrouble
 from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, UNUSABLE, WRONG_SIGNATURE, Skip
+from ..storage.store import UnreadableManifest
 from ..units import count, human_bytes, speed
 
 if TYPE_CHECKING:  # the torch adapter's record, imported when a reason is worded: a listing imports none of it
@@ -86,9 +88,27 @@ def _(event: events.Restored) -> str:
     )
 
 
+def unreadable_manifest_text(problem: UnreadableManifest) -> str:
+    return f"bundle {problem.name!r} version {problem.version}: unreadable manifest, quarantined ({problem.error})"
+
+
+@event_text.register
+def _(event: events.ManifestQuarantined) -> str:
+    return unreadable_manifest_text(event.problem)
+
+
+@event_text.register
+def _(event: events.CachingPrecompileEverywhere) -> str:
+    return (
+        "TORCH_CACHING_PRECOMPILE=1 turns torch's Dynamo precompile on outside %%compile_cache cells too, where it "
+        "drops identity guards and no guard of ours checks edits: plain torch.compile may return stale results after "
+        "a helper is redefined. Unset it: our cells switch precompile on themselves"
+    )
+
+
 @event_text.register
 def _(event: events.NotRestored) -> str:
-    reasons = list(event.problems)
+    reasons = [unreadable_manifest_text(problem) for problem in event.problems]
     if event.pinned is not None:
         reasons.append(
             f"no version {event.pinned!r} of {event.name!r} (`%compile_cache list {event.name}` shows its ids)"
@@ -419,8 +439,8 @@ _COLD = {
     Cold.NO_FORK: "no warm templates on {detail}",
     Cold.NO_RUNTIME_DIR: "no private runtime folder for templates",
     Cold.LOOKUP_FAILED: "looking for a warm template failed ({detail})",
-    Cold.NO_FIT: "no warm template fits this launch ({detail})",
-    Cold.REFUSED: "the warm template refused: {detail}",
+    Cold.NO_FIT: "no warm template fits this launch ({problem})",
+    Cold.REFUSED: "the warm template refused: {problem}",
     Cold.TEMPLATE_SILENT: "the warm template did not answer ({detail})",
     Cold.NONE_YET: "no warm template for this environment yet",
     Cold.KERNEL_SILENT: "the kernel's process did not answer",
@@ -434,11 +454,36 @@ _NEXT = {
 }
 
 
+_TEMPLATE_TROUBLE = {
+    TemplateTrouble.OTHER_PYTHON: "another Python ({detail})",
+    TemplateTrouble.PACKAGES_CHANGED: "installed packages changed since it started",
+    TemplateTrouble.VARIABLE_DIFFERS: "{detail} differs",
+    TemplateTrouble.THREAD_RUNNING: "a thread is running in the template",
+    TemplateTrouble.THREADS_AFTER_IMPORT: "threads started in the template after torch's import (a CPU thread pool?): "
+    "{detail}",
+    TemplateTrouble.CUDA_INITIALIZED: "CUDA was initialized in the template",
+    TemplateTrouble.SHADOWED: "{detail} in the kernel's folder would shadow a module the template imported",
+    TemplateTrouble.FORK_FAILED: "fork failed ({detail})",
+    TemplateTrouble.IDLE: "idle",
+    TemplateTrouble.HOLDERS_GONE: "the processes that launched kernels from it are gone",
+    TemplateTrouble.FILE_REMOVED: "its file was removed",
+}
+
+
+def template_problem_text(problem: TemplateProblem | None, refused: bool = False) -> str:
+    """A template's trouble; as a refusal, one of fit says the template did not fit."""
+    if problem is None:
+        return "no answer"
+    text = _TEMPLATE_TROUBLE[problem.trouble].format(detail=problem.detail)
+    return f"the template does not fit ({text})" if refused and problem.trouble in FIT_TROUBLES else text
+
+
 def cold_start_line(start: KernelStart) -> str:
     """Why the warm kernel's launcher started this kernel cold, and what it did for the next one."""
-    why = _COLD[start.cold].format(detail=start.detail or "no answer") if start.cold else "not forked"
-    if start.retired:
-        why += f" (the last one retired: {start.retired})"
+    problem = template_problem_text(start.problem, refused=start.cold is Cold.REFUSED)
+    why = _COLD[start.cold].format(detail=start.detail or "no answer", problem=problem) if start.cold else "not forked"
+    if start.retired is not None:
+        why += f" (the last one retired: {template_problem_text(start.retired)})"
     if start.next is not None:
         why += _NEXT[start.next].format(detail=start.next_detail)
     return why

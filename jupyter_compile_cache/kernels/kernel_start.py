@@ -8,6 +8,9 @@ import enum
 import json
 import os
 from dataclasses import dataclass
+from typing import Any
+
+from .protocol import TemplateProblem
 
 
 class Cold(str, enum.Enum):
@@ -17,8 +20,8 @@ class Cold(str, enum.Enum):
     NO_FORK = "no_fork"  # no fork server on this platform (detail: the platform)
     NO_RUNTIME_DIR = "no_runtime_dir"  # no private runtime folder for templates
     LOOKUP_FAILED = "lookup_failed"  # looking for a template failed (detail: the error)
-    NO_FIT = "no_fit"  # no template fits this launch (detail: what differs)
-    REFUSED = "refused"  # the template that fits refused (detail: its reason)
+    NO_FIT = "no_fit"  # no template fits this launch (problem: what differs)
+    REFUSED = "refused"  # the template that fits refused (problem: why)
     TEMPLATE_SILENT = "template_silent"  # the template did not answer (detail: the error's type)
     NONE_YET = "none_yet"  # no template for this environment yet
     KERNEL_SILENT = "kernel_silent"  # the kernel's process did not answer
@@ -41,13 +44,29 @@ class KernelStart:
     template_pid: int | None = None
     cold: Cold | None = None  # why it was not forked
     detail: str = ""
+    problem: TemplateProblem | None = None  # the template's trouble, for NO_FIT and REFUSED
     next: Next | None = None  # what happens for the next launch
     next_detail: str = ""
-    retired: str = ""  # why the last template for this environment retired, if it did
+    retired: TemplateProblem | None = None  # why the last template for this environment retired, if it did
 
     @property
     def warm(self) -> bool:
         return self.how == "forked"
+
+    def to_json(self) -> dict[str, Any]:
+        data = dict(vars(self))
+        for key in ("problem", "retired"):
+            data[key] = data[key].to_json() if data[key] is not None else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KernelStart:
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if data.get(k) is not None}
+        fields["cold"] = Cold(fields["cold"]) if "cold" in fields else None
+        fields["next"] = Next(fields["next"]) if "next" in fields else None
+        for key in ("problem", "retired"):
+            fields[key] = TemplateProblem.from_json(fields.get(key))
+        return cls(**fields)
 
 
 def start_path(connection_file: str) -> str:
@@ -57,7 +76,7 @@ def start_path(connection_file: str) -> str:
 def write_start(connection_file: str | None, start: KernelStart) -> None:
     if connection_file:
         with contextlib.suppress(OSError), open(start_path(connection_file), "w", encoding="utf-8") as f:
-            json.dump(vars(start), f)
+            json.dump(start.to_json(), f)
 
 
 def this_kernel_start() -> KernelStart:
@@ -66,10 +85,6 @@ def this_kernel_start() -> KernelStart:
         from ipykernel.connect import get_connection_file
 
         with open(start_path(get_connection_file()), encoding="utf-8") as f:
-            data = json.load(f)
-        fields = {k: data[k] for k in KernelStart.__dataclass_fields__ if data.get(k) is not None}
-        fields["cold"] = Cold(fields["cold"]) if "cold" in fields else None
-        fields["next"] = Next(fields["next"]) if "next" in fields else None
-        return KernelStart(**fields)
+            return KernelStart.from_json(json.load(f))
     except Exception:  # not a kernel of our spec, or not in a kernel at all
         return KernelStart("plain")

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from . import protocol
 from .kernel_start import Cold, KernelStart, Next, write_start
-from .protocol import KERNEL_MODULE, KernelRequest, read_answer, send_request
+from .protocol import KERNEL_MODULE, KernelRequest, TemplateProblem, read_answer, send_request
 from .runtime_dir import process_alive, runtime_dir
 from .template_fit import TemplateInfo, install_stamp, launch_key, template_env
 
@@ -185,7 +185,7 @@ def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[K
     for info in templates(directory):
         mismatch = info.mismatch(sys.executable, request.env, stamp)
         if mismatch is not None:
-            mismatches.append(KernelStart("cold", cold=Cold.NO_FIT, detail=mismatch))
+            mismatches.append(KernelStart("cold", cold=Cold.NO_FIT, problem=mismatch))
             continue
         for attempt in range(2):  # a connection reset while it was busy with another launch: once more
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -196,7 +196,8 @@ def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[K
                 answer = read_answer(conn)
                 if "pid" in answer:
                     return (conn, int(answer["pid"]), None, info.pid), KernelStart("forked")
-                refused.append(KernelStart("cold", cold=Cold.REFUSED, detail=str(answer.get("refused", ""))))
+                problem = TemplateProblem.from_json(answer.get("refused"))
+                refused.append(KernelStart("cold", cold=Cold.REFUSED, problem=problem))
             except ConnectionError as exc:  # reset or closed under us: it may have retired meanwhile
                 conn.close()
                 if attempt == 0 and process_alive(info.pid) and os.path.exists(info.socket):
@@ -231,8 +232,8 @@ def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, w
         os.unlink(failed)
     retired = protocol.retired_path(directory, key)
     with contextlib.suppress(OSError):
-        with open(retired, encoding="utf-8") as f:
-            why.retired = f.read().strip()
+        with contextlib.suppress(ValueError), open(retired, encoding="utf-8") as f:
+            why.retired = TemplateProblem.from_json(json.load(f))
         os.unlink(retired)
     _make_room(directory, env)
     why.next = Next.NOT_STARTED if start_template(directory, env, key) is None else Next.STARTED

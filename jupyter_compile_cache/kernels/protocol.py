@@ -5,14 +5,16 @@ A launch, over a Unix socket (a template's) or a socket pair (a cold kernel proc
 
 1. the launcher sends one `KernelRequest` (its length, then its JSON) with its stdin, stdout and stderr as file
    descriptors;
-2. the other side answers one JSON line: `{"pid": N}` (N is the kernel), or `{"refused": "why"}`;
+2. the other side answers one JSON line: `{"pid": N}` (N is the kernel), or `{"refused": PROBLEM}` (a
+   `TemplateProblem`'s JSON);
 3. the connection stays open while the kernel runs; its last line says how the kernel ended: `exit CODE` (said by
    the kernel once its exit handlers ran, or by its template after an `os._exit`) or `signal N` (its template saw
    it killed).
 
 The runtime folder: each ready template has `<name>.json` (a `TemplateInfo`: what it fits) and `<name>.sock` (where
 it listens); each launch key (one environment) may have `<key>.warming` (the pid of a template warming up),
-`<key>.failed` (why the last warm-up failed) and `<key>.retired` (why the last template went).
+`<key>.failed` (why the last warm-up failed) and `<key>.retired` (why the last template went: a `TemplateProblem`'s
+JSON).
 
 Only the standard library here: the launcher imports this module on every kernel start.
 """
@@ -20,6 +22,7 @@ Only the standard library here: the launcher imports this module on every kernel
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import socket
@@ -37,6 +40,46 @@ KERNEL_MODULE = "ipykernel_launcher"  # what each of them becomes, as a plain ke
 
 HEADER = struct.Struct("!I")  # the request's length, ahead of its JSON
 ANSWER_LIMIT = 4096  # bytes an answer line may take: a peer that never ends its line is not a template
+
+
+class TemplateTrouble(str, enum.Enum):
+    """Why a template does not fork a launch, or why it retired (`TemplateProblem.detail` says more where noted)."""
+
+    OTHER_PYTHON = "other_python"  # the launch runs another Python (detail: the template's)
+    PACKAGES_CHANGED = "packages_changed"  # installed packages changed since the template started
+    VARIABLE_DIFFERS = "variable_differs"  # an environment variable the template read differs (detail: its name)
+    THREAD_RUNNING = "thread_running"  # a thread is running in the template
+    THREADS_AFTER_IMPORT = "threads_after_import"  # threads started after torch's import (detail: which)
+    CUDA_INITIALIZED = "cuda_initialized"  # CUDA was initialised in the template
+    SHADOWED = "shadowed"  # a file in the kernel's folder would shadow a module the template imported (detail)
+    FORK_FAILED = "fork_failed"  # detail: the error
+    IDLE = "idle"  # no fork for the idle time
+    HOLDERS_GONE = "holders_gone"  # the processes that launched kernels from it are gone
+    FILE_REMOVED = "file_removed"  # its file in the runtime folder was removed
+
+
+FIT_TROUBLES = frozenset(
+    {TemplateTrouble.OTHER_PYTHON, TemplateTrouble.PACKAGES_CHANGED, TemplateTrouble.VARIABLE_DIFFERS}
+)
+
+
+@dataclass(frozen=True)
+class TemplateProblem:
+    """One trouble of a template, as it crosses the socket and the retired file; the front ends word it."""
+
+    trouble: TemplateTrouble
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"trouble": self.trouble.value, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, data: Any) -> TemplateProblem | None:
+        """The problem DATA holds, or None where it holds none this version knows."""
+        try:
+            return cls(TemplateTrouble(data["trouble"]), str(data.get("detail", "")))
+        except (TypeError, KeyError, ValueError, AttributeError):
+            return None
 
 
 @dataclass
@@ -106,7 +149,7 @@ def receive_request(conn: socket.socket) -> tuple[KernelRequest, list[int]] | No
 
 
 def answer(conn: socket.socket, message: dict[str, Any]) -> None:
-    """Step 2: `{"pid": N}` or `{"refused": why}`."""
+    """Step 2: `{"pid": N}` or `{"refused": PROBLEM}`."""
     conn.sendall(json.dumps(message).encode() + b"\n")
 
 

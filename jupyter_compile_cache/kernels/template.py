@@ -46,7 +46,7 @@ from typing import Any
 
 from . import protocol
 from .kernel_process import become_kernel
-from .protocol import KernelRequest, answer, receive_request
+from .protocol import KernelRequest, TemplateProblem, TemplateTrouble, answer, receive_request
 from .runtime_dir import process_alive, runtime_dir
 from .template_fit import EnvironReads, TemplateInfo, install_stamp, per_launch, read_natively
 
@@ -223,7 +223,7 @@ class Template:
         # the template is the kernel's parent, the only process that can learn how it ended and tell the launcher.
         self.kernels: dict[int, tuple[socket.socket, int | None]] = {}
         self.stamp_checked = time.monotonic()
-        self.retired: str | None = None
+        self.retired: TemplateProblem | None = None
         ours = (__package__ or "jupyter_compile_cache").partition(".")[0]  # forgotten by a child: imported anew
         self.imported = {name.partition(".")[0] for name in sys.modules} - {ours, "__main__"}
         self.path0 = sys.path[0] if sys.path else ""
@@ -271,7 +271,7 @@ class Template:
             try:
                 pid = os.fork()
             except OSError as exc:
-                refusal = f"fork failed ({exc})"
+                refusal = TemplateProblem(TemplateTrouble.FORK_FAILED, str(exc))
             else:
                 if pid == 0:
                     self._forget_for_child()
@@ -283,7 +283,7 @@ class Template:
                     os.utime(self.info_path)  # the least recently used template is the first to go
         if refusal is not None:
             with contextlib.suppress(OSError):
-                answer(conn, {"refused": refusal})
+                answer(conn, {"refused": refusal.to_json()})
         for fd in stdio:
             os.close(fd)
         if refusal is not None:
@@ -303,31 +303,31 @@ class Template:
                 os.close(exit_fd)
         self.kernels.clear()
 
-    def _fork_problem(self, request: KernelRequest) -> str | None:
+    def _fork_problem(self, request: KernelRequest) -> TemplateProblem | None:
         """Why a child of this process would not be a fresh kernel of that launch (or would hang), or None."""
         mismatch = self.info.mismatch(sys.executable, request.env, self.info.stamp)
         if mismatch is not None:
-            return f"the template does not fit ({mismatch})"
+            return mismatch
         problem = self._permanent_problem()
         if problem is not None:
             self.retired = problem
             return problem
         shadowing = self._shadowed(request.cwd)
         if shadowing:
-            return f"{shadowing} in the kernel's folder would shadow a module the template imported"
+            return TemplateProblem(TemplateTrouble.SHADOWED, shadowing)
         return None
 
-    def _permanent_problem(self) -> str | None:
+    def _permanent_problem(self) -> TemplateProblem | None:
         if threading.active_count() != 1:
-            return "a thread is running in the template"
+            return TemplateProblem(TemplateTrouble.THREAD_RUNNING)
         extra = settled_threads(self.baseline_threads, timeout=1.0)
         if extra:
-            return f"threads started in the template after torch's import (a CPU thread pool?): {extra}"
+            return TemplateProblem(TemplateTrouble.THREADS_AFTER_IMPORT, str(extra))
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_initialized():
-            return "CUDA was initialized in the template"
+            return TemplateProblem(TemplateTrouble.CUDA_INITIALIZED)
         if install_stamp() != self.info.stamp:
-            return "installed packages changed since the template started"
+            return TemplateProblem(TemplateTrouble.PACKAGES_CHANGED)
         return None
 
     def _shadowed(self, cwd: str) -> str | None:
@@ -344,22 +344,22 @@ class Template:
                 return name
         return None
 
-    def _retire_reason(self) -> str | None:
+    def _retire_reason(self) -> TemplateProblem | None:
         if self.idle and time.monotonic() - self.last_used > self.idle:
-            return "idle"
+            return TemplateProblem(TemplateTrouble.IDLE)
         self.holders = {pid for pid in self.holders if process_alive(pid)}
         if self.holders:
             self.holders_gone_at = None
         elif self.holders_gone_at is None:
             self.holders_gone_at = time.monotonic()
         elif time.monotonic() - self.holders_gone_at > HOLDER_GRACE:
-            return "the processes that launched kernels from it are gone"
+            return TemplateProblem(TemplateTrouble.HOLDERS_GONE)
         if not os.path.exists(self.info_path):
-            return "its file was removed"
+            return TemplateProblem(TemplateTrouble.FILE_REMOVED)
         if time.monotonic() - self.stamp_checked > STAMP_EVERY:  # a few ms of stat calls: not every second
             self.stamp_checked = time.monotonic()
             if install_stamp() != self.info.stamp:
-                return "installed packages changed"
+                return TemplateProblem(TemplateTrouble.PACKAGES_CHANGED)
         return None
 
     def _reap(self) -> bool:
@@ -390,7 +390,7 @@ class Template:
         if self.retired is not None:  # the next launch that finds no template says why this one went
             retired = protocol.retired_path(self.directory, self.info.launch_key)
             with contextlib.suppress(OSError), open(retired, "w", encoding="utf-8") as f:
-                f.write(self.retired)
+                json.dump(self.retired.to_json(), f)
 
     def linger(self) -> None:
         """After `close`: the kernels it forked are its children, so it stays (listening to nobody) until they have

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from .protocol import TemplateProblem, TemplateTrouble
+
 PER_LAUNCH_PREFIXES = ("JPY_",)
 NATIVE_NAMES = frozenset({"HOME", "PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "USER", "LOGNAME"})
 NATIVE_PREFIXES = (
@@ -145,18 +147,18 @@ class TemplateInfo:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 
-    def mismatch(self, python: str, env: dict[str, str], stamp: str) -> str | None:
+    def mismatch(self, python: str, env: dict[str, str], stamp: str) -> TemplateProblem | None:
         """Why this template does not fit the launch (the first difference found), or None if it fits."""
         if python != self.python:
-            return f"another Python ({self.python})"
+            return TemplateProblem(TemplateTrouble.OTHER_PYTHON, self.python)
         if stamp != self.stamp:
-            return "installed packages changed since it started"
+            return TemplateProblem(TemplateTrouble.PACKAGES_CHANGED)
         for name, value in self.selecting.items():
             if env.get(name) != value:
-                return f"{name} differs"
+                return TemplateProblem(TemplateTrouble.VARIABLE_DIFFERS, name)
         for name in env:
             if read_natively(name) and not per_launch(name) and name not in self.selecting:
-                return f"{name} differs"
+                return TemplateProblem(TemplateTrouble.VARIABLE_DIFFERS, name)
         return None
 
 

@@ -17,7 +17,7 @@ from .backends.base import HubConnectionLost
 from .bundle import BundleError, Manifest, UnsafeBundle
 from .chunks import DamagedChunk
 from .hub import Hub, HubError, SignatureError, check_signature
-from .store import LocalStore, Removal
+from .store import LocalStore, Removal, UnreadableManifest
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
 T = TypeVar("T")
@@ -33,7 +33,7 @@ class Source(Protocol):
 
     def names(self) -> list[str]: ...
 
-    def versions(self, name: str, problems: list[str] | None = None) -> list[Manifest]:
+    def versions(self, name: str, problems: list[UnreadableManifest] | None = None) -> list[Manifest]:
         """NAME's versions, newest first; what could not be read is added to PROBLEMS (and left out)."""
         ...
 
@@ -64,7 +64,7 @@ class LocalSource:
     def names(self) -> list[str]:
         return self.store.names()
 
-    def versions(self, name: str, problems: list[str] | None = None) -> list[Manifest]:
+    def versions(self, name: str, problems: list[UnreadableManifest] | None = None) -> list[Manifest]:
         return self.store.versions(name, problems)  # an unreadable manifest is quarantined and said
 
     def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
@@ -97,7 +97,7 @@ class HubSource:
     def names(self) -> list[str]:
         return self.hub.names()
 
-    def versions(self, name: str, problems: list[str] | None = None) -> list[Manifest]:
+    def versions(self, name: str, problems: list[UnreadableManifest] | None = None) -> list[Manifest]:
         return self.hub.versions(name)  # an unreadable hub manifest is skipped by the hub itself
 
     def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
@@ -165,7 +165,7 @@ class Found:
     installed: Any = None
     fetch_seconds: float = 0.0
     skipped: list[Skip] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[UnreadableManifest] = field(default_factory=list)
     down: list[tuple[Source, HubError]] = field(default_factory=list)  # sources that did not answer
     wrong_signatures: int = 0  # hub versions refused as not signed with this team's secret
     retries: list[str] = field(default_factory=list)  # connections lost and tried again: each error's words

@@ -58,6 +58,15 @@ class Removal(NamedTuple):
     bytes: int
 
 
+@dataclass(frozen=True)
+class UnreadableManifest:
+    """A manifest the store could not read, moved to quarantine; the caller tells it."""
+
+    name: str
+    version: str
+    error: str
+
+
 @dataclass
 class StoredBundle:
     manifest: Manifest
@@ -111,7 +120,7 @@ class LocalStore:
         except OSError:
             return []
 
-    def versions(self, name: str, problems: list[str] | None = None) -> list[Manifest]:
+    def versions(self, name: str, problems: list[UnreadableManifest] | None = None) -> list[Manifest]:
         """Committed versions of NAME, newest first. Unreadable manifests are quarantined, and said in `problems`
         when the caller passes a list to tell them."""
         directory = self._name_dir(name)
@@ -134,7 +143,7 @@ class LocalStore:
                 version = fname[: -len(".json")]
                 self._quarantine_files(name, version, f"unreadable manifest: {exc}")
                 if problems is not None:
-                    problems.append(f"bundle {name!r} version {version}: unreadable manifest, quarantined ({exc})")
+                    problems.append(UnreadableManifest(name, version, str(exc)))
                 continue
             result.append(manifest)
         return result

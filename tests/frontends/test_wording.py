@@ -3,6 +3,8 @@ said one way; the golden lines below hold the wording (other tests assert the re
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jupyter_compile_cache.core import events
@@ -10,7 +12,9 @@ from jupyter_compile_cache.core.records import CellReport, RestoreResult
 from jupyter_compile_cache.core.settings import EnvProblem
 from jupyter_compile_cache.frontends import wording
 from jupyter_compile_cache.kernels.kernel_start import Cold, KernelStart, Next
+from jupyter_compile_cache.kernels.protocol import TemplateProblem, TemplateTrouble
 from jupyter_compile_cache.storage import sources
+from jupyter_compile_cache.storage.store import UnreadableManifest
 from jupyter_compile_cache.torch_adapter.miss_reasons import (
     MissCause,
     MissReason,
@@ -18,13 +22,16 @@ from jupyter_compile_cache.torch_adapter.miss_reasons import (
     PrecompileTrouble,
 )
 
+OMP_DIFFERS = TemplateProblem(TemplateTrouble.VARIABLE_DIFFERS, "OMP_NUM_THREADS")
+IDLE = TemplateProblem(TemplateTrouble.IDLE)
+UNREADABLE = UnreadableManifest("net", "v3", "Expecting value")
 INCOMPATIBLE = sources.Skip("version v1", sources.INCOMPATIBLE, "torch: bundle '2.9' vs this kernel '2.13'")
 SIGNED = sources.Skip("hub version v2", sources.WRONG_SIGNATURE, "bundle 'net' version v2 has a wrong signature")
 
 ALL = [
     events.CacheWarning("a message of torch's own"),
     events.PlainKernel(KernelStart("plain")),
-    events.PlainKernel(KernelStart("cold", 1.5, cold=Cold.NO_FIT, detail="OMP_NUM_THREADS differs", next=Next.STARTED)),
+    events.PlainKernel(KernelStart("cold", 1.5, cold=Cold.NO_FIT, problem=OMP_DIFFERS, next=Next.STARTED)),
     events.HubUnavailable("redis://h:1/0", "hub redis://h:1/0: Error 111 connecting. Connection refused."),
     events.NoTorchRemote("s3://b/p", "s3"),
     events.HubRefusal("redis://h:1/0", "user alice may not write to namespace team.", "write"),
@@ -48,6 +55,9 @@ ALL = [
     events.NotPushedSignedElsewhere("net"),
     events.BadEnvironment(EnvProblem("JUPYTER_COMPILE_CACHE_HUB_TTL", "not a number of seconds: 'x'", "0")),
     events.NotListed("the hub redis://h:1/0", ("secret-cnn", "secret-net")),
+    events.ManifestQuarantined(UNREADABLE),
+    events.NotRestored("net", (), (UNREADABLE,)),
+    events.CachingPrecompileEverywhere(),
     *[events.StepFailed(step, "disk full", "net", "/s") for step in events.Step],
     *[events.PrecompileFailed(PrecompileTrouble(step, "OSError: disk full", True)) for step in PrecompileStep],
     *[events.PrecompileFailed(PrecompileTrouble(step, "disk full", False)) for step in PrecompileStep],
@@ -97,6 +107,9 @@ def test_the_golden_lines():
         "2 bundles on the hub redis://h:1/0 not listed: this user is not permitted to read them (secret-cnn, "
         "secret-net)"
     )
+    assert said[26] == "bundle 'net' version v3: unreadable manifest, quarantined (Expecting value)"
+    assert said[27] == "'net' not restored: " + said[26]
+    assert said[28].startswith("TORCH_CACHING_PRECOMPILE=1 turns torch's Dynamo precompile on outside")
     broke = events.Restored("net", "hub", "h", False, 3, 1 << 20, 0.5, 0.4, 2)
     assert "connection broke 2 times: pulled again on a fresh one" in wording.event_text(broke)
     assert said[-1] == "'net' raised after 0.50 s: nothing saved (what a failed cell compiled is not bundled)"
@@ -212,11 +225,31 @@ def test_how_a_kernel_started():
     # every reason and every next step has its words, and the launcher's record reads back as it was written
     for cold in Cold:
         for next_ in (*Next, None):
-            start = KernelStart("cold", 1.0, cold=cold, detail="d", next=next_, next_detail="e", retired="r")
+            start = KernelStart("cold", 1.0, cold=cold, detail="d", next=next_, next_detail="e", retired=IDLE)
             line = wording.kernel_start_line(start)
-            assert "None" not in line and "{" not in line and "(the last one retired: r)" in line, line
+            assert "None" not in line and "{" not in line and "(the last one retired: idle)" in line, line
+            assert KernelStart.from_json(json.loads(json.dumps(start.to_json()))) == start
     said = wording.event_text(ALL[2])
     assert said == (
         "this kernel started cold (no warm template fits this launch (OMP_NUM_THREADS differs); one is warming up "
         "for the next kernel); torch's compiler loads now"
+    )
+
+
+def test_every_template_trouble_has_its_words_and_a_refusal_of_fit_says_it_did_not_fit():
+    for trouble in TemplateTrouble:
+        text = wording.template_problem_text(TemplateProblem(trouble, "D"))
+        assert text and "{" not in text, trouble
+    shadow = TemplateProblem(TemplateTrouble.SHADOWED, "sympy.py")
+    refused = KernelStart("cold", 1.0, cold=Cold.REFUSED, problem=shadow)
+    assert wording.cold_start_line(refused) == (
+        "the warm template refused: sympy.py in the kernel's folder would shadow a module the template imported"
+    )
+    unfit = KernelStart("cold", 1.0, cold=Cold.REFUSED, problem=OMP_DIFFERS)
+    assert (
+        wording.cold_start_line(unfit)
+        == "the warm template refused: the template does not fit (OMP_NUM_THREADS differs)"
+    )
+    assert (
+        wording.cold_start_line(KernelStart("cold", 1.0, cold=Cold.REFUSED)) == "the warm template refused: no answer"
     )

@@ -20,6 +20,7 @@ import pytest
 from helpers.kernels import process_gone
 from helpers.warm_kernels import RawFrontEnd, end_templates, tiny_wheel, wait_for_template
 
+from jupyter_compile_cache.kernels import protocol
 from jupyter_compile_cache.kernels.launcher import templates
 from jupyter_compile_cache.kernels.protocol import warming_path
 from jupyter_compile_cache.kernels.runtime_dir import process_alive
@@ -188,7 +189,7 @@ def test_a_launch_no_template_fits_starts_cold_with_its_own_settings_then_gets_i
     one = warm.launch(OMP_NUM_THREADS="1", JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE="4")
     record = one.start_record()
     assert (record["how"], record["cold"]) == ("cold", "no_fit"), record
-    assert "OMP_NUM_THREADS differs" in record["detail"], record
+    assert record["problem"] == {"trouble": "variable_differs", "detail": "OMP_NUM_THREADS"}, record
     assert one.value("torch.get_num_threads()", "import torch\n") == 1
     own = wait_for_template(warm.directory, exclude=(main.pid,))
     assert own.selecting["OMP_NUM_THREADS"] == "1"
@@ -198,10 +199,12 @@ def test_a_launch_no_template_fits_starts_cold_with_its_own_settings_then_gets_i
     assert one.value("torch.get_num_threads()", "import torch\n") == 1  # forked, with that launch's threads
     assert one.shutdown() == 0
     assert process_gone(own.pid, timeout=20)  # idle for its 4 s: it exits
+    with open(protocol.retired_path(warm.directory, own.launch_key), encoding="utf-8") as f:
+        assert json.load(f) == {"trouble": "idle", "detail": ""}  # the next launch of its key says why it went
 
     logs = warm.launch(TORCH_LOGS="+dynamo", JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE="1")  # its template: not needed
     record = logs.start_record()
-    assert (record["how"], record["cold"]) == ("cold", "no_fit") and "TORCH_LOGS differs" in record["detail"], record
+    assert (record["how"], record["cold"]) == ("cold", "no_fit") and record["problem"]["detail"] == "TORCH_LOGS", record
     level = logs.value("logging.getLogger('torch._dynamo').getEffectiveLevel()", "import logging, torch._dynamo\n")
     assert level == 10  # DEBUG, as in a fresh kernel with that environment
     assert logs.shutdown() == 0
@@ -213,7 +216,7 @@ def test_a_module_in_the_kernels_folder_that_would_shadow_an_import_means_a_cold
     fe = warm.launch(cwd=str(tmp_path))
     record = fe.start_record()
     assert record["how"] == "cold" and record["cold"] == "refused", record
-    assert "sympy.py in the kernel's folder would shadow" in record["detail"], (
+    assert record["problem"] == {"trouble": "shadowed", "detail": "sympy.py"}, (
         record,
         os.listdir(warm.directory),
     )

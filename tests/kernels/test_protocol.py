@@ -4,6 +4,7 @@ last line read apart from it."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 
@@ -77,3 +78,11 @@ def test_the_module_paths_are_modules_and_the_folder_s_names_are_told_apart(tmp_
     per_key = {protocol.warming_path(str(tmp_path), "key"), protocol.failure_path(str(tmp_path), "key")}
     per_key.add(protocol.retired_path(str(tmp_path), "key"))
     assert len(per_key) == 3 and not any(protocol.is_info_file(os.path.basename(p)) for p in per_key)
+
+
+def test_a_template_problem_crosses_as_json_and_what_is_not_one_reads_as_none():
+    for trouble in protocol.TemplateTrouble:
+        problem = protocol.TemplateProblem(trouble, "detail")
+        assert protocol.TemplateProblem.from_json(json.loads(json.dumps(problem.to_json()))) == problem
+    for junk in (None, "idle", {"trouble": "a newer trouble"}, {"detail": "x"}, [1]):
+        assert protocol.TemplateProblem.from_json(junk) is None

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from jupyter_compile_cache.kernels.protocol import TemplateProblem, TemplateTrouble
 from jupyter_compile_cache.kernels.template_fit import EnvironReads, TemplateInfo, install_stamp, launch_key
 
 
@@ -53,12 +54,19 @@ def test_a_template_fits_a_launch_whose_selecting_variables_all_match():
     template = _template(TORCH_LOGS=None, TORCHINDUCTOR_CACHE_DIR="/c", OMP_NUM_THREADS=None)
     env = {"TORCHINDUCTOR_CACHE_DIR": "/c", "MY_SETTING": "anything", "JPY_PARENT_PID": "7", "JPY_SESSION_NAME": "n"}
     assert template.mismatch(sys.executable, env, "s") is None  # unread and per-launch variables never select
-    assert template.mismatch(sys.executable, {**env, "TORCH_LOGS": "+dynamo"}, "s") == "TORCH_LOGS differs"
-    assert template.mismatch(sys.executable, {"MY_SETTING": "x"}, "s") == "TORCHINDUCTOR_CACHE_DIR differs"
+    assert template.mismatch(sys.executable, {**env, "TORCH_LOGS": "+dynamo"}, "s") == TemplateProblem(
+        TemplateTrouble.VARIABLE_DIFFERS, "TORCH_LOGS"
+    )
+    assert template.mismatch(sys.executable, {"MY_SETTING": "x"}, "s") == TemplateProblem(
+        TemplateTrouble.VARIABLE_DIFFERS, "TORCHINDUCTOR_CACHE_DIR"
+    )
     # read by native code when a library loads: selects even though no recorder saw it
-    assert template.mismatch(sys.executable, {**env, "MKL_NUM_THREADS": "1"}, "s") == "MKL_NUM_THREADS differs"
-    assert template.mismatch(sys.executable, env, "other") == "installed packages changed since it started"
-    assert template.mismatch("/other/python", env, "s") == f"another Python ({sys.executable})"
+    assert template.mismatch(sys.executable, {**env, "MKL_NUM_THREADS": "1"}, "s") == TemplateProblem(
+        TemplateTrouble.VARIABLE_DIFFERS, "MKL_NUM_THREADS"
+    )
+    packages = TemplateProblem(TemplateTrouble.PACKAGES_CHANGED)
+    assert template.mismatch(sys.executable, env, "other") == packages
+    assert template.mismatch("/other/python", env, "s") == TemplateProblem(TemplateTrouble.OTHER_PYTHON, sys.executable)
 
 
 def test_the_install_stamp_and_launch_key_are_the_same_in_another_process():

@@ -11,7 +11,7 @@ import pytest
 
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.bundle import Manifest, UnsafeBundle
-from jupyter_compile_cache.storage.store import LocalStore
+from jupyter_compile_cache.storage.store import LocalStore, UnreadableManifest
 
 
 def _manifest(name="m", fp="a" * 12):
@@ -90,9 +90,9 @@ def test_unreadable_manifest_is_quarantined_and_reported(tmp_path):
     m = _write(store, tmp_path)
     with open(store.manifest_path(m), "w") as f:
         f.write("{not json")
-    problems: list[str] = []
+    problems: list[UnreadableManifest] = []
     assert store.versions("m", problems) == []
-    assert len(problems) == 1 and "quarantined" in problems[0]
+    assert [(p.name, p.version) for p in problems] == [("m", m.version)] and problems[0].error
     assert os.path.exists(os.path.join(store.root, "quarantine", "m", m.version + ".reason"))
 
 
