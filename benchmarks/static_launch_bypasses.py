@@ -46,9 +46,9 @@ def main() -> None:
     logger.setLevel(logging.INFO)
     logger.addHandler(reasons)
     if os.environ.get("JCC_FIXES"):
-        from jupyter_compile_cache.torch_adapter import fixes as torch_fixes
+        from jupyter_compile_cache.torch_adapter import kernel_load_fixes
 
-        print("applied:", [p.name for p in torch_fixes.cache_load_patches()])
+        print("applied:", [p.name for p in kernel_load_fixes.cache_load_patches(print)])
     namespace = {"torch": torch, "T": transformers}
     try:
         import timm

@@ -135,11 +135,12 @@ def __getattr__(name: str) -> Any:
 def load_ipython_extension(ipython: Any) -> None:
     from IPython.core.error import UsageError
 
+    from .frontends.wording import torch_problem_text
     from .torch_adapter.compiler import torch_problem
 
     problem = torch_problem()
-    if problem:
-        raise UsageError(problem)
+    if problem is not None:
+        raise UsageError(torch_problem_text(problem))
     from .core import session as sessions
     from .core.session import CompileCacheSession
     from .core.settings import CompileCache

@@ -20,6 +20,7 @@ from .settings import EnvProblem
 
 if TYPE_CHECKING:  # the launcher's and the torch adapter's records: a listing imports neither
     from ..kernels.kernel_start import KernelStart
+    from ..torch_adapter.kernel_load_fixes import LoadFixTrouble
     from ..torch_adapter.miss_reasons import PrecompileTrouble
 
 __all__ = [
@@ -69,6 +70,14 @@ class ManifestQuarantined(Event):
     """A manifest the local store could not read, moved to quarantine, beside a version that restored."""
 
     problem: UnreadableManifest
+    level: ClassVar[str] = "warning"
+
+
+@dataclass(frozen=True)
+class LoadFixFailed(Event):
+    """One of our fixes to torch's loading of cached Triton kernels failed: torch's own way was kept."""
+
+    trouble: LoadFixTrouble
     level: ClassVar[str] = "warning"
 
 

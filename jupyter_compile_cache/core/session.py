@@ -89,6 +89,9 @@ class CompileCacheSession(Stores):
         self._cache_load_patches = None
         super().close()
 
+    def _load_fix_failed(self, trouble: kernel_load_fixes.LoadFixTrouble) -> None:
+        self.tell(events.LoadFixFailed(trouble))
+
     # -- restore ------------------------------------------------------------------------------------------------
     def restore(
         self,
@@ -231,7 +234,8 @@ class CompileCacheSession(Stores):
             try:
                 self.prewarm.join()  # before touching torch's compiler: importing it from two threads deadlocks
                 if self._cache_load_patches is None and opts.compiles_here:
-                    self._cache_load_patches = kernel_load_fixes.cache_load_patches()
+                    warn = self._load_fix_failed
+                    self._cache_load_patches = kernel_load_fixes.cache_load_patches(warn)
                 # torch's switch is left alone where nothing compiles (and Dynamo is not imported for it)
                 previous_precompile = self._set_precompile(precompile) if opts.compiles_here else None
                 if opts.restore:

@@ -17,7 +17,8 @@ from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, UNUS
 from ..storage.store import UnreadableManifest
 from ..units import count, human_bytes, speed
 
-if TYPE_CHECKING:  # the torch adapter's record, imported when a reason is worded: a listing imports none of it
+if TYPE_CHECKING:  # the torch adapter's records, imported when a reason is worded: a listing imports none of it
+    from ..torch_adapter.compiler import TorchProblem
     from ..torch_adapter.miss_reasons import MissReason
 
 INSTALL_HINT = "`jupyter-compile-cache install-kernel` installs a kernel that starts with torch and its compiler loaded"
@@ -95,6 +96,24 @@ def unreadable_manifest_text(problem: UnreadableManifest) -> str:
 @event_text.register
 def _(event: events.ManifestQuarantined) -> str:
     return unreadable_manifest_text(event.problem)
+
+
+def torch_problem_text(problem: TorchProblem) -> str:
+    """Why `%load_ext` cannot go on: torch missing or too old."""
+    if problem.found is None:
+        return "jupyter_compile_cache needs PyTorch: pip install torch (2.9 or newer)"
+    return f"jupyter_compile_cache needs PyTorch 2.9 or newer with torch.compiler caches; found {problem.found}"
+
+
+_LOAD_FIX = {  # by kernel_load_fixes.LoadFix's values: a listing imports nothing of the torch adapter
+    "long_name_launcher": "kept torch's launcher for a long-named Triton kernel ({error})",
+    "autotune_recheck": "kept torch's autotune recheck ({error})",
+}
+
+
+@event_text.register
+def _(event: events.LoadFixFailed) -> str:
+    return _LOAD_FIX[event.trouble.fix].format(error=event.trouble.error)
 
 
 @event_text.register

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from .layers import COUNTER_GROUP
@@ -37,16 +38,23 @@ COMPILE_HINT = re.compile(
 )
 
 
-def torch_problem() -> str | None:
+@dataclass(frozen=True)
+class TorchProblem:
+    """Why torch cannot be used with this extension: not installed (`found` None), or too old (its version)."""
+
+    found: str | None
+
+
+def torch_problem() -> TorchProblem | None:
     """Why torch cannot be used with this extension, or None."""
     try:
         import torch
     except ImportError:
-        return "jupyter_compile_cache needs PyTorch: pip install torch (2.9 or newer)"
+        return TorchProblem(None)
     version = tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2])
     compiler = getattr(torch, "compiler", None)
     if version < MIN_TORCH or not hasattr(compiler, "save_cache_artifacts"):
-        return f"jupyter_compile_cache needs PyTorch 2.9 or newer with torch.compiler caches; found {torch.__version__}"
+        return TorchProblem(torch.__version__)
     return None
 
 

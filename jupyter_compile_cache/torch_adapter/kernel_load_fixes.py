@@ -9,26 +9,52 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import importlib
 import importlib.util
 import inspect
 import os
 import shutil
-import sys
 import types
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .patch import Patch
 
 
-def cache_load_patches() -> list[Patch]:
+class LoadFix(str, enum.Enum):
+    """A fix that gave way to torch's own path, told once per kernel."""
+
+    LONG_NAME_LAUNCHER = "long_name_launcher"  # torch's launcher kept for a long-named Triton kernel
+    AUTOTUNE_RECHECK = "autotune_recheck"  # torch's own autotune recheck kept
+
+
+@dataclass(frozen=True)
+class LoadFixTrouble:
+    fix: LoadFix
+    error: str  # "TypeName: message"
+
+
+def cache_load_patches(warn: Callable[[LoadFixTrouble], None]) -> list[Patch]:
     """Fixes to how torch saves and loads cached Triton kernels, whether or not precompile is on; undo each with
-    `undo`."""
-    return [*_recheck_autotune_patch(), *_long_kernel_name_patch()]
+    `undo`. A fix that fails keeps torch's way and is told to WARN, once per fix."""
+    return [*_recheck_autotune_patch(_once(warn)), *_long_kernel_name_patch(_once(warn))]
 
 
-def _long_kernel_name_patch() -> list[Patch]:
+def _once(warn: Callable[[LoadFixTrouble], None]) -> Callable[[LoadFix, Exception], None]:
+    told: list[LoadFix] = []
+
+    def tell(fix: LoadFix, exc: Exception) -> None:
+        if not told:
+            told.append(fix)
+            warn(LoadFixTrouble(fix, f"{type(exc).__name__}: {exc}"))
+
+    return tell
+
+
+def _long_kernel_name_patch(tell: Callable[[LoadFix, Exception], None]) -> list[Patch]:
     """Let a Triton kernel whose name is longer than Triton's cache file names be launched statically.
 
     Triton names a kernel's cache files after the first 150 characters of its name. torch (2.11 and 2.13, at least)
@@ -80,10 +106,8 @@ def _long_kernel_name_patch() -> list[Patch]:
             try:
                 launch_long_names_statically(self)
             except Exception as exc:  # ours failed: torch's launcher
-                _tell_once(told, f"kept torch's launcher for a long-named Triton kernel ({type(exc).__name__}: {exc})")
+                tell(LoadFix.LONG_NAME_LAUNCHER, exc)
         return original_precompile(self, warm_cache_only, *args, **kwargs)
-
-    told: list[str] = []
 
     def launch_long_names_statically(self: Any) -> None:
         results = list(self.compile_results)
@@ -143,13 +167,7 @@ def _triton_heuristics() -> types.ModuleType | None:
     return triton_heuristics
 
 
-def _tell_once(told: list[str], line: str) -> None:
-    if not told:
-        told.append(line)
-        print(f"compile_cache: warning: {line}", file=sys.stderr)
-
-
-def _recheck_autotune_patch() -> list[Patch]:
+def _recheck_autotune_patch(tell: Callable[[LoadFix, Exception], None]) -> list[Patch]:
     """Give a Triton kernel loaded from the FX graph cache its autotune result back.
 
     A kernel loaded from the FX graph cache ("static autotuner", pickled when it was compiled) keeps the path of
@@ -192,10 +210,8 @@ def _recheck_autotune_patch() -> list[Patch]:
         try:
             return backport(self, reload_kernel_from_src)
         except Exception as exc:  # torch's own method then: the kernel is tuned again, nothing else changes
-            _tell_once(told, f"kept torch's autotune recheck ({type(exc).__name__}: {exc})")
+            tell(LoadFix.AUTOTUNE_RECHECK, exc)
             return original(self, reload_kernel_from_src)
-
-    told: list[str] = []
 
     def backport(self: Any, reload_kernel_from_src: Any) -> None:
         configs = [result.config for result in self.compile_results]

@@ -15,6 +15,7 @@ from jupyter_compile_cache.kernels.kernel_start import Cold, KernelStart, Next
 from jupyter_compile_cache.kernels.protocol import TemplateProblem, TemplateTrouble
 from jupyter_compile_cache.storage import sources
 from jupyter_compile_cache.storage.store import UnreadableManifest
+from jupyter_compile_cache.torch_adapter.kernel_load_fixes import LoadFix, LoadFixTrouble
 from jupyter_compile_cache.torch_adapter.miss_reasons import (
     MissCause,
     MissReason,
@@ -58,6 +59,7 @@ ALL = [
     events.ManifestQuarantined(UNREADABLE),
     events.NotRestored("net", (), (UNREADABLE,)),
     events.CachingPrecompileEverywhere(),
+    *[events.LoadFixFailed(LoadFixTrouble(fix, "RuntimeError: x")) for fix in LoadFix],
     *[events.StepFailed(step, "disk full", "net", "/s") for step in events.Step],
     *[events.PrecompileFailed(PrecompileTrouble(step, "OSError: disk full", True)) for step in PrecompileStep],
     *[events.PrecompileFailed(PrecompileTrouble(step, "disk full", False)) for step in PrecompileStep],
@@ -110,6 +112,10 @@ def test_the_golden_lines():
     assert said[26] == "bundle 'net' version v3: unreadable manifest, quarantined (Expecting value)"
     assert said[27] == "'net' not restored: " + said[26]
     assert said[28].startswith("TORCH_CACHING_PRECOMPILE=1 turns torch's Dynamo precompile on outside")
+    assert said[29:31] == [
+        "kept torch's launcher for a long-named Triton kernel (RuntimeError: x)",
+        "kept torch's autotune recheck (RuntimeError: x)",
+    ]
     broke = events.Restored("net", "hub", "h", False, 3, 1 << 20, 0.5, 0.4, 2)
     assert "connection broke 2 times: pulled again on a fresh one" in wording.event_text(broke)
     assert said[-1] == "'net' raised after 0.50 s: nothing saved (what a failed cell compiled is not bundled)"
@@ -253,3 +259,10 @@ def test_every_template_trouble_has_its_words_and_a_refusal_of_fit_says_it_did_n
     assert (
         wording.cold_start_line(KernelStart("cold", 1.0, cold=Cold.REFUSED)) == "the warm template refused: no answer"
     )
+
+
+def test_why_torch_cannot_be_used_is_said_with_what_was_found():
+    from jupyter_compile_cache.torch_adapter.compiler import TorchProblem
+
+    assert wording.torch_problem_text(TorchProblem(None)).endswith("pip install torch (2.9 or newer)")
+    assert wording.torch_problem_text(TorchProblem("2.3.1")).endswith("torch.compiler caches; found 2.3.1")
