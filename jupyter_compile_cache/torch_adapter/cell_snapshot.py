@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import compiler, layers
 from .precompile import PrecompileGuard
@@ -47,37 +48,50 @@ class CellSnapshot:
     def precompile_fallbacks(self) -> int:
         return compiler.fallback_count() - self.fallbacks
 
-    def save_precompile_entries(self) -> set[str]:
-        """Write the Dynamo precompile entries to the cache dir; return the keys this cell compiled or restored."""
+    def share(self) -> CellShare:
+        """The cell's share, after its body: what torch counted and compiled since, and (with precompile) its
+        entries written to the cache dir with their records."""
+        share = CellShare(
+            frames=self.frames_compiled(), stale_rejected=self.stale_rejected(), fallbacks=self.precompile_fallbacks()
+        )
         guard = self.guard
-        if guard is None:
-            return set()
-        try:
-            from torch._dynamo.precompile_context import PrecompileContext
-        except ImportError:
-            return set()
-        entries = getattr(PrecompileContext, "_dynamo_cache_entries", {})
-        compiled = {key for key, entry in entries.items() if self.context.get(key) != id(entry)}
-        # torch rewrites every entry of the process when saving (with new bytes each time): only save when this
-        # cell compiled something, or a warm re-run would look like new work.
-        if compiled:
-            guard.save_entries(PrecompileContext)
-        # Entries whose precompile failed in torch stay out of bundles (and out of the cache dir).
-        return (compiled | (guard.loaded_keys - self.loaded)) - guard.refused_keys
+        context = _precompile_context_class() if guard is not None else None
+        if guard is not None and context is not None:
+            entries = getattr(context, "_dynamo_cache_entries", {})
+            compiled = {key for key, entry in entries.items() if self.context.get(key) != id(entry)}
+            looked_up = guard.lookups[self.lookups :]
+            share.precompile_keys, share.record_files = guard.save_cell_entries(
+                context, compiled, guard.loaded_keys - self.loaded, looked_up
+            )
+        share.layers = layers.counter_delta(self.counters, layers.counter_snapshot())  # after the save: as before
+        return share
 
-    def empty_functions(self) -> set[str]:
-        """Functions wrapped in this cell of which Dynamo traced nothing (no entry to save, yet no miss)."""
-        if self.guard is None:
-            return set()
-        try:
-            return self.guard.empty_keys(self.guard.lookups[self.lookups :])
-        except ImportError:
-            return set()
+
+@dataclass
+class CellShare:
+    """What a cell did, from its snapshot: per layer, the hits, misses and bypasses torch counted; the frames
+    Dynamo compiled; stale graphs rejected and precompile fallbacks; its precompile entries' keys (what its bundle
+    carries of them) and the record files written beside them."""
+
+    frames: int = 0
+    stale_rejected: int = 0
+    fallbacks: int = 0
+    precompile_keys: set[str] = field(default_factory=set)
+    record_files: list[str] = field(default_factory=list)
+    layers: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def session_counts() -> dict[str, dict[str, int]]:
     """Per layer, the hits, misses and bypasses torch counted in this process."""
     return layers.counter_delta({}, layers.counter_snapshot())
+
+
+def _precompile_context_class() -> Any:
+    try:
+        from torch._dynamo.precompile_context import PrecompileContext
+    except ImportError:
+        return None
+    return PrecompileContext
 
 
 def _precompile_context() -> dict[str, int]:

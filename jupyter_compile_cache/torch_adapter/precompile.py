@@ -503,6 +503,21 @@ class PrecompileGuard:
             self.warn(PrecompileTrouble(step, str(exc), fallback=False))
 
     # -- when the cell saves --------------------------------------------------------------------------------------
+    def save_cell_entries(
+        self, context: Any, compiled: set[str], loaded_since: set[str], looked_up: Iterable[str]
+    ) -> tuple[set[str], list[str]]:
+        """A cell's precompile entries written to the cache dir (`compiled`: those it compiled), each with its record;
+        returns the keys its bundle carries (compiled, restored and used, or traced to nothing) and the record
+        files written."""
+        # torch rewrites every entry of the process when saving (with new bytes each time): only save when this
+        # cell compiled something, or a warm re-run would look like new work.
+        if compiled:
+            self.save_entries(context)
+        # Entries whose precompile failed in torch stay out of bundles (and out of the cache dir).
+        keys = (compiled | loaded_since) - self.refused_keys
+        empty = self.empty_keys(looked_up)
+        return keys | empty, self.write_digests(keys, empty)
+
     def save_entries(self, context: Any) -> None:
         """Write the process's precompile entries to the cache dir, one by one: torch's own save_to_dynamo_cache
         stops at the first entry it cannot pickle (torch 2.11: "Can't pickle local object
@@ -545,6 +560,7 @@ class PrecompileGuard:
         from torch._dynamo import package
 
         written = []
+        sized = []  # (key, entry_dir) of saved entries whose function's input sizes this kernel remembers
         prefix = package.DynamoCache.path_prefix()
         empty = set(empty)
         for key in (keys | empty) - self.refused_keys:
@@ -566,10 +582,12 @@ class PrecompileGuard:
                 record["function"], record["parts"] = self.functions[key]
             written.append(entry_records.write_record(entry_dir, record))
             if has_entry and self.code_ids.get(key) is not None:
-                try:
-                    sizes = frame_sizes.save(entry_dir, self.code_ids[key])
-                except Exception as exc:  # a later recompile in a restored kernel may then compile afresh
-                    self._tell(key, PrecompileStep.SAVE_SIZES, exc)
-                else:
-                    written += [sizes] if sizes else []
+                sized.append((key, entry_dir))
+        for key, entry_dir in sized:
+            try:
+                sizes = frame_sizes.save(entry_dir, self.code_ids[key])
+            except Exception as exc:  # a later recompile in a restored kernel may then compile afresh
+                self._tell(key, PrecompileStep.SAVE_SIZES, exc)
+            else:
+                written += [sizes] if sizes else []
         return written

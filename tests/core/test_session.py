@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from helpers.store import make_bundle, restored_whole
 
@@ -54,8 +55,10 @@ def test_a_cell_run_without_the_compiler_that_compiled_after_all_says_so_and_sav
     err = io.StringIO()
     session = CompileCacheSession(store_dir=str(tmp_path / "store"), reporter=TextReporter(io.StringIO(), err))
     helper = torch.compile(lambda x: x.cos() + 1)
-    with session._cell_without_compiler("sneaky", CellOptions(body="y = helper(x)")) as report:
+    session.prewarm.thread = threading.current_thread()  # the compiler still loading: its import not done
+    with session.cell("sneaky", CellOptions(body="y = helper(x)")) as report:
         y = helper(torch.ones(3))
+    session.prewarm.thread = None
     assert torch.equal(y, torch.ones(3).cos() + 1) and report.ok
     assert "'sneaky' compiled while torch's compiler was still loading" in err.getvalue(), err.getvalue()
     assert session.store().names() == [] and [r.name for r in session.history] == ["sneaky"]
@@ -256,29 +259,35 @@ def test_a_failure_of_ours_around_the_body_is_told_once_and_the_body_runs_as_wit
     import pytest
     import torch._dynamo.config as dynamo_config
 
+    from jupyter_compile_cache.core import record_stage
     from jupyter_compile_cache.core.events import StoodAside
     from jupyter_compile_cache.frontends.reporter import TextReporter
     from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    for stage, said in (("_lease_stage", "stood aside for 'net'"), ("_record_and_save_stages", "was not saved")):
+    for before, said in ((True, "stood aside for 'net'"), (False, "was not saved")):
         err = io.StringIO()
-        session = CompileCacheSession(store_dir=str(tmp_path / stage), reporter=TextReporter(io.StringIO(), err))
+        session = CompileCacheSession(store_dir=str(tmp_path / str(before)), reporter=TextReporter(io.StringIO(), err))
 
         def broken(*_args, **_kwargs):
             raise RuntimeError("ours broke")
 
-        monkeypatch.setattr(session, stage, broken)
+        if before:  # the lease stage, before the body
+            monkeypatch.setattr(session.hub_policy, "single_flight", broken)
+        else:  # the record stage, after it
+            monkeypatch.setattr(record_stage, "record", broken)
         told: list = []
         session.listeners.append(told.append)
         ran = []
         with session.cell("net", CellOptions()) as report:
             ran.append(bool(dynamo_config.caching_precompile))
+        monkeypatch.undo()
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
         # precompile, our cells' switch, stays off for a body the cache stood aside from
-        assert ran == [stage != "_lease_stage" and PrecompileGuard.available()] and report.ok
+        assert ran == [not before and PrecompileGuard.available()] and report.ok
         assert err.getvalue().count("(RuntimeError: ours broke)") == 1 and said in err.getvalue(), err.getvalue()
         stood_aside = [e for e in told if isinstance(e, StoodAside)]
-        assert stood_aside == [StoodAside("net", stage == "_lease_stage", "RuntimeError: ours broke")]
+        assert stood_aside == [StoodAside("net", before, "RuntimeError: ours broke")]
         assert [r.name for r in session.history] == ["net"] and session.store().names() == []
         with pytest.raises(ZeroDivisionError):  # the user's own exception is still theirs
             with session.cell("net", CellOptions()):

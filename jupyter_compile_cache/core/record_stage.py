@@ -1,0 +1,59 @@
+"""A cell's record stage, after a body that ran to its end: what it compiled and used, from the snapshot taken
+before it (torch's counters, its precompile entries written with their records) and the files it wrote or read
+(what a save bundles); why a restored cell compiled; what torch would not package."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..torch_adapter import capture
+from ..torch_adapter.miss_reasons import MissCause, MissReason
+from ..torch_adapter.precompile import PrecompileGuard
+from . import events
+from .records import CellOptions, CellReport
+from .run_stage import Watch
+
+Tell = Callable[..., None]  # Stores.tell
+
+
+@dataclass
+class Recorded:
+    """What the save stage bundles: the cell's files, its precompile entries' keys, and whether it compiled
+    anything new (files of a graph loaded from a cache are no new work)."""
+
+    files: capture.CellFiles
+    precompile_keys: set[str]
+    compiled_new: bool
+    precompile: bool  # whether the cell ran with precompile (its entries' records name their code)
+
+
+def record(report: CellReport, opts: CellOptions, watched: Watch, guard: PrecompileGuard, tell: Tell) -> Recorded:
+    """The report's counts per layer, why it compiled after a restore, and the files the cell wrote or used, with
+    its precompile entries' keys."""
+    restored = report.restore is not None and report.restore.restored
+    if restored:  # a cold cell's misses need no reason
+        report.miss_reasons = guard.take_miss_reasons()
+    share = watched.before.share()
+    keys = share.precompile_keys
+    if opts.whole_cache:
+        keys |= capture.all_precompile_keys(watched.roots)
+        share.record_files += capture.all_files(watched.roots)
+    cell_files = watched.watcher.collect(keys if watched.precompile else None, share.record_files)
+    for layer_name, counts in share.layers.items():
+        counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
+    report.layers = share.layers
+    report.processes = cell_files.processes
+    report.compiled_elsewhere = cell_files.compiled_elsewhere()
+    misses = sum(counts.get("misses", 0) for counts in share.layers.values())
+    if report.miss_reasons == [] and misses and restored:
+        # torch named no function (no precompile here, or a graph's files were missing): still, say so
+        report.miss_reasons = [MissReason(MissCause.NEW_GRAPHS, count=misses)]
+    report.stale_rejected = share.stale_rejected
+    report.precompile_fallbacks = share.fallbacks
+    for reason in guard.new_bypass_reasons() if watched.precompile else ():
+        tell(events.PrecompileBypassed(reason), report, opts.quiet)
+    for function in guard.new_unpackaged() if watched.precompile else ():
+        tell(events.CompiledOutsideCell(function), report, opts.quiet)
+    compiled_new = cell_files.compiled_new(report.layers, share.frames)
+    return Recorded(cell_files, keys, compiled_new, watched.precompile)

@@ -1,0 +1,184 @@
+"""A cell's restore stage: the newest version of NAME that fits this machine (the local store, then the hub),
+installed into torch's cache dirs and told; and, while the body runs, another version of NAME whose precompile
+entry is for a function's code (`install_version_with`, asked by the precompile guard). `restore()` of the script
+API and `%compile_cache restore` come here too."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import IO, Any
+
+from ..storage import bundle
+from ..storage.bundle import Manifest, matching_versions
+from ..storage.sources import HubSource, Progress, Source
+from ..torch_adapter import capture
+from ..torch_adapter.entry_records import alternate_member
+from ..torch_adapter.precompile import PrecompileGuard
+from . import events
+from .notebook import NotebookStage
+from .records import CellOptions, CellReport, RestoreResult
+from .stores import Stores
+
+PASSED_OVER = "not the version asked for"
+
+
+class RestoreStage:
+    def __init__(self, stores: Stores, guard: PrecompileGuard, notebook: NotebookStage) -> None:
+        self.stores = stores
+        self.guard = guard
+        self.notebook = notebook  # what the kernel fetched ahead of its cells: a restore from it says so
+        self.restored_paths: dict[str, list[str]] = {}  # NAME -> the files its last restore installed
+        # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
+        self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}
+        self._to_refresh: list[str] = []  # files the last restore wrote, for the precompile guard's refresh
+        self._alternates: dict[str, set[str]] = {}  # NAME -> versions whose entries were installed beside its own
+
+    def restore(
+        self,
+        name: str,
+        opts: CellOptions,
+        report: CellReport | None,
+        hub: HubSource | None,
+        progress: Progress | None = None,
+    ) -> RestoreResult:
+        """The newest version of NAME that fits, installed and told (or why none was). `progress(done, total)` is
+        told the bytes pulled, then restored (else the front end's bar shows what takes over a second)."""
+        stores = self.stores
+        result = RestoreResult(name)
+        store = stores.store(opts.store_dir)
+        start = time.perf_counter()
+        roots = capture.cache_roots()
+
+        def pull_bar(source: Source, _manifest: Manifest) -> Progress | None:
+            if source.kind != "hub":
+                return None
+            return progress or stores.transfer(events.Moving.PULL, name, opts.quiet)
+
+        def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
+            bar = None if progress is not None else stores.transfer(events.Moving.RESTORE, name, opts.quiet)
+            try:
+                return self._install(manifest, payload, roots, progress or bar)
+            finally:
+                if bar is not None:
+                    bar.close()
+
+        pinned = opts.version
+
+        def wanted(manifest: Manifest) -> str | None:
+            if pinned is not None and not matching_versions([manifest.version], pinned):
+                return PASSED_OVER
+            return None
+
+        found = stores.search.newest(name, store, hub, wanted=wanted, install=install, progress=pull_bar, report=report)
+        found.skipped = [skip for skip in found.skipped if skip.detail != PASSED_OVER]
+        # a version asked for that NAME has not
+        unknown_version = pinned if pinned is not None and found.manifest is None and not found.skipped else None
+        result.skipped = list(found.skipped)
+        from_hub = hub if hub is not None and found.source is hub else None
+        if found.manifest is not None and found.source is not None:
+            manifest = found.manifest
+            self.restored_paths[name] = found.installed
+            result.source, result.version = found.source.kind, manifest.version
+            result.files, result.bytes = len(found.installed), manifest.payload_bytes
+            result.uses_cpu_kernels = manifest.uses_cpu_kernels
+            cold = manifest.stats.get("body_seconds")
+            result.cold_seconds = float(cold) if isinstance(cold, (int, float)) else None
+            if from_hub is not None:
+                stores.hub_policy.trust(from_hub, report)
+                result.hub_url, result.pull_seconds = from_hub.display_url, found.fetch_seconds
+        result.hub_signed_elsewhere = found.wrong_signatures > 0 and from_hub is None
+        result.retries = len(found.retries)
+        result.seconds = time.perf_counter() - start
+        if result.restored:  # what went wrong on the way is worth telling: a wrong secret, a damaged version
+            for problem in found.problems:
+                stores.tell(events.ManifestQuarantined(problem), report)
+            for skip in found.skipped:
+                if skip.worth_telling:
+                    stores.tell(events.SkippedVersion(name, skip), report)
+            fetched_at_start = result.source == "local" and name in self.notebook.fetched
+            if fetched_at_start and hub is not None:
+                stores.hub_policy.trust(hub, report)
+            restored = events.Restored(
+                name,
+                result.source or "",
+                result.hub_url,
+                fetched_at_start,
+                result.files,
+                result.bytes,
+                result.seconds,
+                result.pull_seconds,
+                result.retries,
+            )
+            stores.tell(restored, report, opts.quiet)
+        elif found.skipped or found.problems or unknown_version is not None:  # one line says it all, each reason once
+            not_restored = events.NotRestored(name, tuple(found.skipped), tuple(found.problems), unknown_version)
+            stores.tell(not_restored, report, opts.quiet)
+        return result
+
+    def refresh_loaded(self) -> None:
+        """Newer precompile entries a restore brought for functions this kernel already loaded, installed now."""
+        paths, self._to_refresh = self._to_refresh, []
+        if paths:
+            self.guard.refresh(paths)
+
+    def _install(
+        self, manifest: Manifest, payload: IO[bytes], roots: dict[str, str], progress: Progress | None = None
+    ) -> list[str]:
+        """Extract a version into the cache dirs, unless this session put it there and every file is as it left
+        it (same size, same modification time): restoring NAME and then running its cell passes over it once."""
+        key = (manifest.name, manifest.version, tuple(sorted(roots.items())))
+        stamps = self._installed.get(key)
+        if stamps is not None and all(_stamp(path) == stamp for path, stamp in stamps):
+            return [path for path, _stamp_now in stamps]
+        paths = bundle.extract(payload, manifest, roots, progress)
+        self._installed[key] = [(path, _stamp(path)) for path in paths]
+        self._to_refresh += paths  # a function this kernel already loaded may have a newer entry here
+        return paths
+
+    def install_version_with(
+        self, name: str, digest: str, installed: str, opts: CellOptions, watcher: capture.CellCapture
+    ) -> bool:
+        """Another version of NAME (local store, then the hub) whose precompile entries include one for this code
+        digest, installed beside the restored one: each function of the cell takes the entry made for its code, and a
+        colleague's variant of the cell, saved as a newer version, never makes the original's kernel compile.
+        Whether one was installed."""
+        if not opts.restore or opts.version is not None:  # a pinned version is the only one
+            return False
+        stores = self.stores
+        tried = self._alternates.setdefault(name, set())  # installed beside it already in this kernel
+        roots = capture.cache_roots()
+
+        def wanted(manifest: Manifest) -> str | None:
+            functions = manifest.stats.get("functions")
+            if manifest.version in tried or manifest.version == installed or not isinstance(functions, dict):
+                return "not this code"
+            if not any(isinstance(f, dict) and f.get("digest") == digest for f in functions.values()):
+                return "not this code"
+            return None
+
+        def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
+            paths = bundle.extract(payload, manifest, roots, None, lambda m: alternate_member(m, manifest.version))
+            watcher.add_restored(paths)  # not this cell's work: carried into its bundle only if used
+            return paths
+
+        hub = stores.hub_policy.for_cell(opts)  # None while it is being left alone after a failure
+        try:
+            found = stores.search.newest(name, stores.store(opts.store_dir), hub, wanted=wanted, install=install)
+        except Exception as exc:  # the restored version stands; this function compiles as plain torch.compile would
+            stores.tell(events.StepFailed(events.Step.FIND_ELSEWHERE, str(exc), name))
+            return False
+        for problem in found.problems:  # a manifest the store could not read (the restore told the rest)
+            stores.tell(events.ManifestQuarantined(problem))
+        if found.manifest is None:
+            return False
+        tried.add(found.manifest.version)
+        return True
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
