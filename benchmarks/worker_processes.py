@@ -10,7 +10,9 @@
 Each row also says every rank's FX-graph misses and whether its losses equal the cold run's. The script is the
 DDP training job of tests/end_to_end/test_worker_processes.py, wider (`--width`), on the GPU with NCCL when there
 is one (each rank its own GPU, or all sharing the one), else on the CPU with gloo; `--mode max-autotune` makes the
-compile most of the job's time, as it is for a real model on a GPU.
+compile most of the job's time, as it is for a real model on a GPU. `--layers N` gives the model N layers of
+distinct widths (each its own matmul shapes, tuned apart under max-autotune) and `--compile-step` compiles the
+AdamW step too: a job with more to compile, whose process start, `import torch` and NCCL set-up weigh less.
 
     python -m benchmarks worker_processes --ranks 1 2 4 --out benchmarks/results/worker_processes_cpu.json
 """
@@ -41,15 +43,19 @@ if cuda:
     torch.cuda.set_device(device)
 torch.manual_seed(0)
 W = int(os.environ["BENCH_WIDTH"])
-model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(W, W), torch.nn.GELU())]).to(device)
+LAYERS = int(os.environ["BENCH_LAYERS"])
+widths = [W] * (LAYERS + 1) if LAYERS == 4 else [W + 64 * i for i in range(LAYERS)] + [W]
+layers = [m for i in range(LAYERS) for m in (torch.nn.Linear(widths[i], widths[i + 1]), torch.nn.GELU())]
+model = torch.nn.Sequential(*layers).to(device)
 ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model, mode=os.environ["BENCH_MODE"] or None))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+step = torch.compile(opt.step) if os.environ["BENCH_COMPILE_STEP"] == "1" else opt.step
 losses = []
 for _ in range(3):
-    x = torch.randn(32, W, device=device)
+    x = torch.randn(32, widths[0], device=device)
     loss = ddp(x).pow(2).mean()
     loss.backward()
-    opt.step()
+    step()
     opt.zero_grad()
     losses.append(round(loss.item(), 5))
 print(f"RANK {rank} LOSSES {losses} MISSES {counters['inductor']['fxgraph_cache_miss']}", flush=True)
@@ -57,7 +63,7 @@ dist.destroy_process_group()
 """
 
 
-def run(command: list[str], env: dict[str, str]) -> tuple[float, dict[int, tuple[str, int]], str]:
+def run(command: list[str], env: dict[str, str], label: str = "") -> tuple[float, dict[int, tuple[str, int]], str]:
     start = time.perf_counter()
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     seconds = time.perf_counter() - start
@@ -66,6 +72,8 @@ def run(command: list[str], env: dict[str, str]) -> tuple[float, dict[int, tuple
     ranks = {
         int(r): (losses, int(m)) for r, losses, m in re.findall(r"RANK (\d+) LOSSES (\[.*?\]) MISSES (\d+)", out.stdout)
     }
+    if label:  # as each case ends: a run cut short still says what it measured
+        print(f"  {label}: {seconds:.2f} s", flush=True)
     return seconds, ranks, out.stderr
 
 
@@ -73,28 +81,38 @@ def _files(root: str) -> set[str]:
     return {os.path.relpath(os.path.join(d, f), root) for d, _, names in os.walk(root) for f in names}
 
 
-def row(ranks: int, work: str, width: int, mode: str, again: bool = False) -> dict:
+def row(
+    ranks: int, work: str, width: int, mode: str, again: bool = False, layers: int = 4, compile_step: bool = False
+) -> dict:
     script = os.path.join(work, "train.py")
     with open(script, "w") as f:
         f.write(TRAIN)
     job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), script]
     ours = [sys.executable, "-m", "jupyter_compile_cache", "run", "bench", "--no-hub", "--store"]
-    base = dict(os.environ, BENCH_WIDTH=str(width), BENCH_MODE=mode, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    base = dict(
+        os.environ,
+        BENCH_WIDTH=str(width),
+        BENCH_MODE=mode,
+        BENCH_LAYERS=str(layers),
+        BENCH_COMPILE_STEP="1" if compile_step else "0",
+        PYTHONWARNINGS="ignore",
+        OMP_NUM_THREADS="1",
+    )
 
     def env(name: str) -> dict[str, str]:
         return dict(base, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{ranks}-{mode}-{name}"))
 
     out = {}
-    out["cold"] = run(job, env("torch"))
+    out["cold"] = run(job, env("torch"), f"{ranks} rank(s) cold")
     torch_files = [_files(env("torch")["TORCHINDUCTOR_CACHE_DIR"])]
-    out["torch_warm"] = run(job, env("torch"))
+    out["torch_warm"] = run(job, env("torch"), f"{ranks} rank(s) torch_warm")
     torch_files.append(_files(env("torch")["TORCHINDUCTOR_CACHE_DIR"]))
     store = os.path.join(work, f"store-{ranks}-{mode}")
-    out["ours_cold"] = run([*ours, store, "--", *job], env("ours-a"))
-    out["ours"] = run([*ours, store, "--", *job], env("ours-b"))
+    out["ours_cold"] = run([*ours, store, "--", *job], env("ours-a"), f"{ranks} rank(s) ours_cold")
+    out["ours"] = run([*ours, store, "--", *job], env("ours-b"), f"{ranks} rank(s) ours")
     versions_after_ours = len(LocalStore(store).versions("bench"))
     if again:  # once more on another empty dir: does a restored job's saving end after one time?
-        out["ours_again"] = run([*ours, store, "--", *job], env("ours-c"))
+        out["ours_again"] = run([*ours, store, "--", *job], env("ours-c"), f"{ranks} rank(s) ours_again")
     # What a restored job saved anew, if it did: the members of the newest version that the one before lacks.
     versions = LocalStore(store).versions("bench")
     new_members = (
@@ -131,6 +149,8 @@ def main() -> int:
     parser.add_argument(
         "--mode", default="", help="torch.compile's mode (max-autotune: a job whose compile is most of its time)"
     )
+    parser.add_argument("--layers", type=int, default=4, help="layers; other than 4, each of a distinct width")
+    parser.add_argument("--compile-step", action="store_true", help="compile the AdamW step too")
     parser.add_argument("--again", action="store_true", help="restore once more, on another empty dir")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -138,10 +158,11 @@ def main() -> int:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     meta = {**machine(device), "gpus": torch.cuda.device_count(), "width": args.width, "mode": args.mode}
+    meta.update(layers=args.layers, compile_step=args.compile_step)
     results: dict = {"rows": {}, "meta": meta}
     with tempfile.TemporaryDirectory(prefix="worker-processes-") as work:
         for n in args.ranks:
-            results["rows"][n] = row(n, work, args.width, args.mode, args.again)
+            results["rows"][n] = row(n, work, args.width, args.mode, args.again, args.layers, args.compile_step)
     headers = [
         "ranks", "cold s", "torch warm s", "ours cold s", "ours restored s", "ours / torch warm", "ours / cold",
         "FX misses per rank (ours)", "losses equal",

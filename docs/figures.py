@@ -139,6 +139,8 @@ def _where(files: list[str], runs: list[dict]) -> str:
     for name, data in zip(files, runs):
         m = data.get("meta", {})
         command = m.get("command") or COMMANDS.get(_kind_of(name), "?")
+        if "width" in m and "gpus" in m:  # worker_processes.py's meta, whatever its file is named
+            command = _worker_command(m, list(data.get("rows", {})))
         if _kind_of(name) == "real_work" and "size" in m:
             command = f"python -m benchmarks real_work --size {m['size']} --device {m.get('device', 'cpu')}"
             if m.get("think_s"):
@@ -447,6 +449,38 @@ def render_s3_hub(files: list[str], runs: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + _where(files, runs)
 
 
+def _worker_command(meta: dict, ranks: list[str]) -> str:
+    command = f"python -m benchmarks worker_processes --ranks {' '.join(ranks)} --width {meta.get('width', 256)}"
+    if meta.get("mode"):
+        command += f" --mode {meta['mode']}"
+    if meta.get("layers", 4) != 4:
+        command += f" --layers {meta['layers']}"
+    return command + (" --compile-step" if meta.get("compile_step") else "")
+
+
+def render_worker_processes(files: list[str], runs: list[dict]) -> str:
+    """A job's ranks (torchrun) cold, on torch's warm cache and restored by `jupyter-compile-cache run`, per file
+    and rank count."""
+    lines = [
+        "| machine | job | ranks | cold | torch warm | ours restored | ours / torch warm | ours / cold "
+        "| FX misses per rank (ours) | losses equal |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, data in zip(files, runs):
+        meta = data.get("meta", {})
+        job = f"width {meta.get('width', 256)}" + (f", {meta['mode']}" if meta.get("mode") else "")
+        job += ", AdamW step compiled" if meta.get("compile_step") else ""
+        for ranks, row in data["rows"].items():
+            cold, warm, ours = (row[case]["seconds"] for case in ("cold", "torch_warm", "ours"))
+            misses = sum(row["ours"]["fx_misses"].values())
+            same = all(row[case]["same_losses"] for case in ("cold", "torch_warm", "ours_cold", "ours"))
+            lines.append(
+                f"| {_device(name, meta)} | {job} | {ranks} | {cold:.1f} s | {warm:.1f} s | {ours:.1f} s "
+                f"| {ours / warm:.2f}x | {ours / cold:.2f}x | {misses} in all | {'yes' if same else 'no'} |"
+            )
+    return "\n".join(lines) + "\n\n" + _where(files, runs)
+
+
 RENDERERS: dict[str, Callable[[list[str], list[dict]], str]] = {
     "quickstart": render_quickstart,
     "real-work": render_real_work,
@@ -458,6 +492,7 @@ RENDERERS: dict[str, Callable[[list[str], list[dict]], str]] = {
     "hub-backends": render_hub_backends,
     "large-bundles": render_large_bundles,
     "s3-hub": render_s3_hub,
+    "worker-processes": render_worker_processes,
 }
 
 
