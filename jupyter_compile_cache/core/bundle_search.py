@@ -32,24 +32,19 @@ class BundleSearch:
         hub: HubSource | None,
         *,
         local: bool = True,
-        wanted: Callable[[Manifest], str | None] | None = None,
+        wanted: Callable[[Manifest], bool] | None = None,
         install: Install | None = None,
         progress: Callable[[Source, Manifest], Progress | None] | None = None,
         report: CellReport | None = None,
         on_down: OnDown = "tell",
     ) -> Found:
         """The newest version of NAME that fits this machine, in `store` (fetched from the hub if it was not there)
-        and, with `install`, installed. `local`: whether `store` itself is searched first; `wanted(manifest)`: why a
-        version is not the one asked for (another pinned version, another code digest), or None."""
-        fit = MachineFit()
-
-        def misfit(manifest: Manifest) -> str | None:
-            return (wanted(manifest) if wanted is not None else None) or fit.why_not(manifest)
-
+        and, with `install`, installed. `local`: whether `store` itself is searched first; `wanted(manifest)`: whether
+        a version is one asked for (not another pinned version, not for another code digest)."""
         sources: list[Source] = [LocalSource(store)] if local else []
         if hub is not None:
             sources.append(hub)
-        walk = Walk(name, sources, store, misfit, progress)
+        walk = Walk(name, sources, store, MachineFit().mismatches, progress, wanted)
         found = install_newest(walk, install) if install is not None else walk.first()
         for source, exc in found.down:
             if hub is None or source is not hub:

@@ -187,7 +187,7 @@ class Commands:
                     files=len(m.members),
                     created=m.created,
                     writer=m.writer,
-                    reason=verdict.reason,
+                    mismatches=verdict.mismatches,
                     fields=verdict.checks,
                     short_id=short_id(m.version),
                     functions=_functions_against(m, compiled),
@@ -422,7 +422,7 @@ def bundle_row(m: Manifest, fit: MachineFit, last_used: float | None, where: str
         writer=m.writer,
         where=where,
         compatible=fit.fits(m),
-        reason=fit.why_not(m),
+        mismatches=fit.mismatches(m),
         fingerprint_id=m.fingerprint_id,
     )
 

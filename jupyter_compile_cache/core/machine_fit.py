@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..storage.bundle import Manifest
+from ..storage.bundle import FieldMismatch, Manifest
 
 if TYPE_CHECKING:
     from ..torch_adapter import fingerprint
@@ -15,19 +15,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Fit:
-    """A version against this machine: `reason` None when it fits; `checks` field by field (what `explain` shows)."""
+    """A version against this machine: `mismatches`, the blocking fields that differ (none when it fits); `checks`
+    field by field (what `explain` shows)."""
 
-    reason: str | None
+    mismatches: tuple[FieldMismatch, ...]
     checks: list[fingerprint.FieldCheck]
 
     @property
     def fits(self) -> bool:
-        return self.reason is None
+        return not self.mismatches
 
 
 class MachineFit:
-    def __init__(self) -> None:
-        self._now: dict[bool, dict[str, Any]] = {}
+    def __init__(self, now: dict[str, Any] | None = None) -> None:
+        """Against this machine, or the machine whose fingerprint is NOW (another node's, in a test)."""
+        self._now: dict[bool, dict[str, Any]] = {} if now is None else {False: now, True: now}
 
     def fingerprint(self, with_gpu: bool) -> dict[str, Any]:
         """This machine's fingerprint; `with_gpu` also names its GPU (torch imported)."""
@@ -47,11 +49,13 @@ class MachineFit:
 
         now = self.fingerprint(manifest.uses_gpu)
         checks = fingerprint.compare(manifest.fingerprint, now, manifest.uses_gpu, manifest.uses_cpu_kernels)
-        return Fit(fingerprint.mismatch_reason(checks), checks)
+        mismatches = tuple(FieldMismatch(c.field, c.saved, c.current) for c in checks if c.blocking and not c.ok)
+        return Fit(mismatches, checks)
 
-    def why_not(self, manifest: Manifest) -> str | None:
-        """Why MANIFEST cannot restore here, or None: what storage's `find` takes to pass over a version."""
-        return self.of(manifest).reason
+    def mismatches(self, manifest: Manifest) -> tuple[FieldMismatch, ...]:
+        """The fields on which MANIFEST cannot restore here (none: it can): what storage's walk takes to pass over
+        a version."""
+        return self.of(manifest).mismatches
 
     def fits(self, manifest: Manifest) -> bool:
-        return self.why_not(manifest) is None
+        return not self.mismatches(manifest)

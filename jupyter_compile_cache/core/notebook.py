@@ -140,7 +140,7 @@ def _cell_plan(session: Stores, cell: NotebookCell, found: list[tuple[str, Manif
     fitting = [(source, m) for source, m in found if fit.fits(m)]
     if not fitting:
         newest = max((m for _source, m in found), key=lambda m: m.created)
-        return CellPlan(cell.index, cell.name, False, None, NotRestoring.SAVED_ELSEWHERE, fit.why_not(newest) or "")
+        return CellPlan(cell.index, cell.name, False, None, NotRestoring.SAVED_ELSEWHERE, fit.mismatches(newest))
     source, manifest = max(fitting, key=lambda sm: sm[1].created)
     last_run = session.store(cell.options.store_dir).last_run(cell.name) or {}
     saved = manifest.stats.get("cell_digest")

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..storage.backends import check_url
-from ..storage.bundle import Manifest, check_name
+from ..storage.bundle import FieldMismatch, Manifest, check_name
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
 from ..storage.namespace import check_namespace
 from ..storage.sources import Skip
@@ -369,7 +369,7 @@ class CellPlan:
     restores: bool
     source: str | None
     why_not: NotRestoring | None
-    detail: str = ""  # SAVED_ELSEWHERE: what differs from this machine
+    mismatches: tuple[FieldMismatch, ...] = ()  # SAVED_ELSEWHERE: what differs from this machine
     refused: int = 0  # CALLS_CHANGED: the entries its last restore refused
 
 
@@ -449,20 +449,20 @@ class BundleRow:
     where: str
     compatible: bool  # restores on this machine (same torch, Python, GPU...)
     fingerprint_id: str
-    reason: str | None = None  # why it does not restore here (None: it does)
+    mismatches: tuple[FieldMismatch, ...] = ()  # why it does not restore here (none: it does)
     missing_chunks: int = 0  # a hub version's chunks that are gone (evicted, expired): it cannot be pulled
 
 
 @dataclass
 class VersionFit:
-    """Field by field, whether one version would restore here (`reason` None: it would)."""
+    """Field by field, whether one version would restore here (no `mismatches`: it would)."""
 
     version: str
     bytes: int
     files: int
     created: float
     writer: str
-    reason: str | None
+    mismatches: tuple[FieldMismatch, ...]  # why it would not restore here (none: it would)
     fields: list[Any]  # fingerprint.FieldCheck
     short_id: str = ""
     # The functions its precompile entries are for, each with "this kernel's code", "other code than this kernel's"

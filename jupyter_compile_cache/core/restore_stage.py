@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from ..storage import bundle
 from ..storage.bundle import Manifest, matching_versions
-from ..storage.sources import HubSource, Progress, Source
+from ..storage.sources import NOT_WANTED, HubSource, Progress, Source
 from ..torch_adapter import capture
 from ..torch_adapter.entry_records import alternate_member
 from ..torch_adapter.precompile import PrecompileGuard
@@ -19,8 +19,6 @@ from . import events
 from .notebook import NotebookStage
 from .records import CellOptions, CellReport, RestoreResult
 from .stores import Stores
-
-PASSED_OVER = "not the version asked for"
 
 
 class RestoreStage:
@@ -65,13 +63,11 @@ class RestoreStage:
 
         pinned = opts.version
 
-        def wanted(manifest: Manifest) -> str | None:
-            if pinned is not None and not matching_versions([manifest.version], pinned):
-                return PASSED_OVER
-            return None
+        def wanted(manifest: Manifest) -> bool:
+            return pinned is None or bool(matching_versions([manifest.version], pinned))
 
         found = stores.search.newest(name, store, hub, wanted=wanted, install=install, progress=pull_bar, report=report)
-        found.skipped = [skip for skip in found.skipped if skip.detail != PASSED_OVER]
+        found.skipped = [skip for skip in found.skipped if skip.kind != NOT_WANTED]
         # a version asked for that NAME has not
         unknown_version = pinned if pinned is not None and found.manifest is None and not found.skipped else None
         result.skipped = list(found.skipped)
@@ -149,13 +145,11 @@ class RestoreStage:
         tried = self._alternates.setdefault(name, set())  # installed beside it already in this kernel
         roots = capture.cache_roots()
 
-        def wanted(manifest: Manifest) -> str | None:
+        def wanted(manifest: Manifest) -> bool:  # not tried yet, with an entry for this code
             functions = manifest.stats.get("functions")
             if manifest.version in tried or manifest.version == installed or not isinstance(functions, dict):
-                return "not this code"
-            if not any(isinstance(f, dict) and f.get("digest") == digest for f in functions.values()):
-                return "not this code"
-            return None
+                return False
+            return any(isinstance(f, dict) and f.get("digest") == digest for f in functions.values())
 
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
             paths = bundle.extract(payload, manifest, roots, None, lambda m: alternate_member(m, manifest.version))

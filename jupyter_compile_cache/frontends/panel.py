@@ -374,7 +374,7 @@ class Panel:
         self.bundle_buttons = {}
         for b in rows:
             key = (b.where, b.name, b.version)
-            fits = "yes" if b.compatible else f"no: {b.reason}" if b.reason else "no"
+            fits = "yes" if b.compatible else f"no: {wording.mismatch_text(b.mismatches)}" if b.mismatches else "no"
             if b.missing_chunks:
                 fits = f"no: {count(b.missing_chunks, 'chunk')} gone from the hub"
             buttons = []

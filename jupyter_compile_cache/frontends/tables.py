@@ -376,12 +376,12 @@ class Explanation(_View):
         restored = (run.get("restore") or {}).get("version")
         for v in d.versions:
             created = _dt.datetime.fromtimestamp(v.created).isoformat(timespec="seconds")
-            verdict = "WOULD RESTORE" if v.reason is None else "would NOT restore"
+            verdict = "WOULD RESTORE" if not v.mismatches else "would NOT restore"
             refused = int(run.get("stale_rejected") or 0) if restored == v.version else 0
-            if v.reason is None and v.other_code:  # it fits this machine, not the code this kernel compiled
+            if not v.mismatches and v.other_code:  # it fits this machine, not the code this kernel compiled
                 names = ", ".join(f"`{f}`" for f in v.other_code[:3])
                 verdict = f"fits this machine, but its entries are for other code than this kernel's ({names})"
-            elif v.reason is None and refused:  # it fits this machine, but its last restore found code changed since
+            elif not v.mismatches and refused:  # it fits this machine, but its last restore found code changed since
                 verdict = (
                     f"fits this machine, but its last restore refused {count(refused, 'entry')} whose code had changed "
                     "(those compile again)"

@@ -13,7 +13,16 @@ from ..core import events
 from ..core.records import CellPlan, CellReport, NotRestoring, PlanProblem, PlanTrouble, RestoreResult
 from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..kernels.protocol import FIT_TROUBLES, TemplateProblem, TemplateTrouble
-from ..storage.sources import INCOMPATIBLE, NOT_INSTALLED, TRANSFER_FAILED, UNUSABLE, WRONG_SIGNATURE, Skip
+from ..storage.bundle import FieldMismatch
+from ..storage.sources import (
+    INCOMPATIBLE,
+    NOT_INSTALLED,
+    NOT_WANTED,
+    TRANSFER_FAILED,
+    UNUSABLE,
+    WRONG_SIGNATURE,
+    Skip,
+)
 from ..storage.store import UnreadableManifest
 from ..units import count, human_bytes, speed
 
@@ -306,10 +315,17 @@ def transfer_label(moving: events.Moving, name: str) -> str:
     return _MOVING[moving].format(name=name)
 
 
+def mismatch_text(mismatches: Iterable[FieldMismatch]) -> str:
+    """The fields on which a version does not fit this machine: "torch: bundle '2.9' vs this kernel '2.13'"."""
+    return "; ".join(f"{m.field}: bundle {m.saved!r} vs this kernel {m.current!r}" for m in mismatches)
+
+
 def skip_line(skip: Skip) -> str:
     """Why a version was passed over, in one line: 'hub version V: incompatible (torch: ...)'."""
     if skip.kind == INCOMPATIBLE:
-        return f"{skip.label}: incompatible ({skip.detail})"
+        return f"{skip.label}: incompatible ({mismatch_text(skip.mismatches)})"
+    if skip.kind == NOT_WANTED:
+        return f"{skip.label}: not the version asked for"
     if skip.kind in (WRONG_SIGNATURE, TRANSFER_FAILED, NOT_INSTALLED):  # the error's own words say what it is
         return f"{skip.label}: {skip.detail}{_tries(skip)}"
     moved = f"; moved to {skip.moved_to}" if skip.moved_to else ""
@@ -423,7 +439,7 @@ def why_not_line(cell: CellPlan) -> str:
     if why is NotRestoring.NOTHING_SAVED:
         return "no bundle saved yet: it compiles, then saves one"
     if why is NotRestoring.SAVED_ELSEWHERE:
-        return f"its bundles were saved elsewhere ({cell.detail})"
+        return f"its bundles were saved elsewhere ({mismatch_text(cell.mismatches)})"
     if why is NotRestoring.CELL_CHANGED:
         return "the cell's code changed since the save: what changed compiles again"
     return (

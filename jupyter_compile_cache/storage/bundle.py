@@ -54,6 +54,15 @@ class UnsafeBundle(BundleError):
     pass
 
 
+@dataclass(frozen=True)
+class FieldMismatch:
+    """A field of a version's machine fingerprint that differs from this machine's: why it cannot restore here."""
+
+    field: str
+    saved: Any  # the version's
+    current: Any  # this machine's
+
+
 @dataclass
 class Member:
     name: str

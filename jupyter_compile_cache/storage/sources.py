@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from .backends.base import HubConnectionLost
-from .bundle import BundleError, Manifest, UnsafeBundle
+from .bundle import BundleError, FieldMismatch, Manifest, UnsafeBundle
 from .chunks import DamagedChunk
 from .hub import Hub, HubError, SignatureError, check_signature
 from .store import LocalStore, Removal, UnreadableManifest
@@ -125,7 +125,8 @@ class HubSource:
 
 
 # Why a walk passed over a version (Skip.kind).
-INCOMPATIBLE = "incompatible"  # it cannot restore on this machine (the detail: which field differs)
+NOT_WANTED = "not wanted"  # not the version asked for (another pinned version, another code digest)
+INCOMPATIBLE = "incompatible"  # it cannot restore on this machine (`mismatches`: the fields that differ)
 WRONG_SIGNATURE = "wrong signature"  # signed with another team's secret, or not signed
 TRANSFER_FAILED = "transfer failed"  # the hub failed while sending it, retries included (the walk leaves that source)
 UNUSABLE = "unusable"  # its payload could not be read or verified (a chunk damaged or gone: older versions are tried)
@@ -146,12 +147,13 @@ class Skip:
     moved_to: str | None = None
     where: str = ""  # the source it came from ("the hub redis://..."), for a transfer that failed
     tries: int = 1  # how many times the transfer was tried (a lost connection is retried on a fresh one)
+    mismatches: tuple[FieldMismatch, ...] = ()  # INCOMPATIBLE: the fields of its fingerprint that differ from here
 
     @property
     def worth_telling(self) -> bool:
         """Whether a user should hear of it even when a later version restored (a wrong secret, a damaged bundle);
-        a version made for another machine is no news."""
-        return self.kind != INCOMPATIBLE
+        a version made for another machine, or not asked for, is no news."""
+        return self.kind not in (INCOMPATIBLE, NOT_WANTED)
 
 
 @dataclass
@@ -203,19 +205,21 @@ class Walk:
     quarantines the local copy and goes on to the next; `give_up` (the cache dir could not take it) ends the walk
     with nothing. What was passed over, and why, is in `found`.
 
-    `misfit(manifest)` says why a version cannot restore on this machine (another torch, GPU...), or None;
-    `progress(source, manifest)` gives a fetch its progress bar (None: none)."""
+    `wanted(manifest)` says whether a version is one asked for (None: each is); `misfit(manifest)` the fields on
+    which it cannot restore on this machine (another torch, GPU...: none where it can); `progress(source, manifest)`
+    gives a fetch its progress bar (None: none)."""
 
     def __init__(
         self,
         name: str,
         sources: list[Source],
         store: LocalStore,
-        misfit: Callable[[Manifest], str | None],
+        misfit: Callable[[Manifest], tuple[FieldMismatch, ...]],
         progress: Callable[[Source, Manifest], Progress | None] | None = None,
+        wanted: Callable[[Manifest], bool] | None = None,
     ) -> None:
         self.name, self.sources, self.store = name, sources, store
-        self.misfit, self.progress = misfit, progress
+        self.misfit, self.progress, self.wanted = misfit, progress, wanted
         self.found = Found()
         self._ended = False
 
@@ -239,9 +243,12 @@ class Walk:
 
     def _fetch(self, source: Source, manifest: Manifest, tag: str) -> Candidate | None | Literal[False]:
         found = self.found
-        reason = self.misfit(manifest)
-        if reason:
-            found.skipped.append(Skip(tag, INCOMPATIBLE, reason))
+        if self.wanted is not None and not self.wanted(manifest):
+            found.skipped.append(Skip(tag, NOT_WANTED, ""))
+            return None
+        mismatches = self.misfit(manifest)
+        if mismatches:
+            found.skipped.append(Skip(tag, INCOMPATIBLE, "", mismatches=mismatches))
             return None
         start = time.perf_counter()
         bar = self.progress(source, manifest) if self.progress else None

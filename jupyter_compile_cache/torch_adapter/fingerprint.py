@@ -251,16 +251,3 @@ def compare(saved: dict[str, Any], now: dict[str, Any], uses_gpu: bool, uses_cpu
     checks += [FieldCheck(f, saved.get(f), now.get(f), True, uses_cpu_kernels) for f in CPU_FIELDS]
     checks += [FieldCheck(f, saved.get(f), now.get(f), False, True) for f in SOFT_FIELDS]
     return checks
-
-
-def mismatch_reason(checks: list[FieldCheck]) -> str | None:
-    """One line naming the blocking fields that differ, or None when the bundle is usable here."""
-    bad = [c for c in checks if c.blocking and not c.ok]
-    if not bad:
-        return None
-    return "; ".join(f"{c.field}: bundle {c.saved!r} vs this kernel {c.current!r}" for c in bad)
-
-
-def incompatibility(manifest: Any, now: dict[str, Any]) -> str | None:
-    """Why a bundle (its Manifest) cannot be used in a kernel with fingerprint `now`, or None if it can."""
-    return mismatch_reason(compare(manifest.fingerprint, now, manifest.uses_gpu, manifest.uses_cpu_kernels))

@@ -8,6 +8,7 @@ import dataclasses
 from helpers.store import make_bundle
 
 from jupyter_compile_cache.core.machine_fit import MachineFit
+from jupyter_compile_cache.storage.bundle import FieldMismatch
 from jupyter_compile_cache.storage.store import LocalStore
 from jupyter_compile_cache.torch_adapter import fingerprint
 
@@ -17,12 +18,12 @@ def test_a_version_fits_or_says_which_field_blocks_it(tmp_path):
     here = make_bundle(store, "net", now=fingerprint.current(with_gpu=False))
     other_torch = make_bundle(store, "net", now={**fingerprint.current(with_gpu=False), "torch": "9.9"})
     fit = MachineFit()
-    assert fit.fits(here) and fit.of(here).reason is None
+    assert fit.fits(here) and fit.of(here).mismatches == ()
     verdict = fit.of(other_torch)
-    assert not verdict.fits and verdict.reason is not None and verdict.reason.startswith("torch: bundle '9.9'")
+    assert not verdict.fits and verdict.mismatches == (FieldMismatch("torch", "9.9", here.fingerprint["torch"]),)
     blocked = [c.field for c in verdict.checks if c.blocking and not c.ok]
     assert blocked == ["torch"]
-    assert fit.why_not(other_torch) == verdict.reason
+    assert fit.mismatches(other_torch) == verdict.mismatches
 
 
 def test_the_gpu_is_asked_only_for_a_version_with_gpu_kernels(tmp_path):

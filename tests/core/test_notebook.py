@@ -108,7 +108,8 @@ def test_the_plan_gives_each_cell_its_reason(tmp_path):
     by_index = {c.index: c for c in result.cells}
     assert by_index[1].restores and by_index[1].source == "local" and by_index[1].why_not is None
     assert by_index[2].why_not is NotRestoring.CELL_CHANGED
-    assert by_index[3].why_not is NotRestoring.SAVED_ELSEWHERE and "torch: bundle '0.0.1'" in by_index[3].detail
+    assert by_index[3].why_not is NotRestoring.SAVED_ELSEWHERE
+    assert [(m.field, m.saved) for m in by_index[3].mismatches] == [("torch", "0.0.1")]
     assert by_index[4].why_not is NotRestoring.NOTHING_SAVED
     assert by_index[5].why_not is NotRestoring.BY_CHOICE
     # an edited cell that then ran restoring that version with no miss (it compiled nothing new) restores again

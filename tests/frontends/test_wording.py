@@ -14,6 +14,7 @@ from jupyter_compile_cache.frontends import wording
 from jupyter_compile_cache.kernels.kernel_start import Cold, KernelStart, Next
 from jupyter_compile_cache.kernels.protocol import TemplateProblem, TemplateTrouble
 from jupyter_compile_cache.storage import sources
+from jupyter_compile_cache.storage.bundle import FieldMismatch
 from jupyter_compile_cache.storage.store import UnreadableManifest
 from jupyter_compile_cache.torch_adapter.kernel_load_fixes import LoadFix, LoadFixTrouble
 from jupyter_compile_cache.torch_adapter.miss_reasons import (
@@ -26,7 +27,7 @@ from jupyter_compile_cache.torch_adapter.miss_reasons import (
 OMP_DIFFERS = TemplateProblem(TemplateTrouble.VARIABLE_DIFFERS, "OMP_NUM_THREADS")
 IDLE = TemplateProblem(TemplateTrouble.IDLE)
 UNREADABLE = UnreadableManifest("net", "v3", "Expecting value")
-INCOMPATIBLE = sources.Skip("version v1", sources.INCOMPATIBLE, "torch: bundle '2.9' vs this kernel '2.13'")
+INCOMPATIBLE = sources.Skip("version v1", sources.INCOMPATIBLE, "", mismatches=(FieldMismatch("torch", "2.9", "2.13"),))
 SIGNED = sources.Skip("hub version v2", sources.WRONG_SIGNATURE, "bundle 'net' version v2 has a wrong signature")
 
 ALL = [
@@ -142,6 +143,13 @@ def test_a_skipped_version_is_worded_once_each_kind_in_its_own_words():
     assert wording.skip_warning("net", SIGNED).endswith("; refused")
     assert wording.skip_line(INCOMPATIBLE) == "version v1: incompatible (torch: bundle '2.9' vs this kernel '2.13')"
     assert not INCOMPATIBLE.worth_telling and SIGNED.worth_telling
+    not_asked = sources.Skip("version v3", sources.NOT_WANTED, "")
+    assert wording.skip_line(not_asked) == "version v3: not the version asked for" and not not_asked.worth_telling
+    two = (FieldMismatch("torch", "2.9", "2.13"), FieldMismatch("gpu_name", "NVIDIA H100", None))
+    assert (
+        wording.mismatch_text(two)
+        == "torch: bundle '2.9' vs this kernel '2.13'; gpu_name: bundle 'NVIDIA H100' vs this kernel None"
+    )
     damaged = sources.Skip("version V", sources.DAMAGED, "member k0.so: sha256 differs", "/q/net/V")
     assert wording.skip_line(damaged) == "version V: damaged: member k0.so: sha256 differs; moved to /q/net/V"
     assert (

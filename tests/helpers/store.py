@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Callable
 
 from jupyter_compile_cache.core.bundle_search import Install, install_newest
-from jupyter_compile_cache.storage.bundle import Manifest
+from jupyter_compile_cache.storage.bundle import FieldMismatch, Manifest
 from jupyter_compile_cache.storage.sources import Found, Source, Walk
 from jupyter_compile_cache.storage.store import LocalStore
 from jupyter_compile_cache.torch_adapter import fingerprint
@@ -59,7 +59,7 @@ def newest(
     name: str,
     sources: list[Source],
     store: LocalStore,
-    misfit: Callable[[Manifest], str | None],
+    misfit: Callable[[Manifest], tuple[FieldMismatch, ...]],
     install: Install | None = None,
 ) -> Found:
     """The search's walk and install loop (core/bundle_search.py) with a made-up machine's `misfit`: the newest

@@ -19,6 +19,7 @@ from helpers.store import make_bundle, new_manifest, newest, restored_whole
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from jupyter_compile_cache.core.machine_fit import MachineFit
 from jupyter_compile_cache.storage import bundle, sources
 from jupyter_compile_cache.storage.bundle import BundleError, DamagedBundle, Manifest, Member
 from jupyter_compile_cache.storage.sources import LocalSource
@@ -255,4 +256,4 @@ def test_a_crafted_archive_is_refused_or_restores_only_regular_files_inside_the_
 
 
 def _misfit(now):
-    return lambda manifest: fingerprint.incompatibility(manifest, now)
+    return MachineFit(now).mismatches

@@ -17,11 +17,11 @@ import traceback
 import pytest
 from helpers.store import make_bundle, newest, restored_whole
 
+from jupyter_compile_cache.core.machine_fit import MachineFit
 from jupyter_compile_cache.storage import bundle
 from jupyter_compile_cache.storage.hub import Hub, HubConfig, HubError
 from jupyter_compile_cache.storage.sources import HubSource, LocalSource
 from jupyter_compile_cache.storage.store import LocalStore
-from jupyter_compile_cache.torch_adapter import fingerprint
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,7 +40,7 @@ def _restore(name: str, sources: list, store: LocalStore, scratch: str) -> tuple
             name,
             sources,
             store,
-            lambda m: fingerprint.incompatibility(m, NOW),
+            MachineFit(NOW).mismatches,
             lambda m, p: bundle.extract(p, m, {"inductor": cache}),
         )
         if found.manifest is None:

@@ -9,6 +9,7 @@ import os
 from helpers.store import make_bundle, newest, restored_whole
 
 from jupyter_compile_cache.storage import bundle, sources
+from jupyter_compile_cache.storage.bundle import FieldMismatch
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.sources import HubSource, LocalSource
 from jupyter_compile_cache.storage.store import LocalStore
@@ -16,8 +17,11 @@ from jupyter_compile_cache.storage.store import LocalStore
 OTHER_MACHINE = "f" * 12
 
 
-def _misfit(manifest) -> str | None:
-    return "another torch" if manifest.fingerprint_id == OTHER_MACHINE else None
+TORCH_DIFFERS = (FieldMismatch("torch", "2.9", "2.13"),)
+
+
+def _misfit(manifest) -> tuple[FieldMismatch, ...]:
+    return TORCH_DIFFERS if manifest.fingerprint_id == OTHER_MACHINE else ()
 
 
 def _install_into(cache: str):
@@ -32,7 +36,7 @@ def test_the_newest_version_that_fits_wins_and_the_others_say_why(tmp_path):
     found = newest("net", [LocalSource(store)], store, _misfit, _install_into(cache))
     assert found.manifest is not None and found.manifest.version == fits.version and found.source.kind == "local"
     (skip,) = found.skipped
-    assert (skip.kind, skip.detail, skip.worth_telling) == (sources.INCOMPATIBLE, "another torch", False)
+    assert (skip.kind, skip.mismatches, skip.worth_telling) == (sources.INCOMPATIBLE, TORCH_DIFFERS, False)
     assert restored_whole(found.installed)
 
 
