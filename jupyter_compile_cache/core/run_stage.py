@@ -27,20 +27,25 @@ class Watch:
 
 
 def watch(
-    name: str, opts: CellOptions, report: CellReport, restoring: RestoreStage, guard: PrecompileGuard, precompile: bool
+    name: str,
+    opts: CellOptions,
+    report: CellReport,
+    restore_stage: RestoreStage,
+    guard: PrecompileGuard,
+    precompile: bool,
 ) -> Watch:
     """Right before the body: the cache files and torch's counters as they are, the guard set to find another
     version of NAME for a function whose code the restored one does not hold, and what was restored loaded (this
     cell's hits)."""
     capture.export_cache_dirs()  # processes the cell starts use, and fill, the same caches
     roots = capture.cache_roots()
-    watcher = capture.CellCapture(roots, restoring.restored_paths.get(name, ()))
+    watcher = capture.CellCapture(roots, restore_stage.restored_paths.get(name, ()))
     before = CellSnapshot.take(guard if precompile else None)
     guard.take_miss_reasons()  # what happened outside this cell is not its to tell
     installed = report.restore.version if report.restore is not None else None
     if installed is not None:  # nothing fitted at all: no other version of NAME will
-        guard.find_elsewhere = lambda digest: restoring.install_version_with(name, digest, installed, opts, watcher)
-    restoring.refresh_loaded()
+        guard.find_elsewhere = lambda digest: restore_stage.install_version_with(name, digest, installed, opts, watcher)
+    restore_stage.refresh_loaded()
     return Watch(watcher, before, roots, precompile)
 
 

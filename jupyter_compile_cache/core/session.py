@@ -62,7 +62,7 @@ class CompileCacheSession(Stores):
             listing=lambda: capture.listing(capture.cache_roots()),
         )
         self.notebook = NotebookStage(self)  # the kernel's notebook, its bundles fetched ahead (%load_ext starts it)
-        self.restoring = RestoreStage(self, self.guard, self.notebook)
+        self.restore_stage = RestoreStage(self, self.guard, self.notebook)
         self.ending = Ending(self)
         self._cache_load_patches: list[Any] | None = None  # kernel_load_fixes, from the first cell to close()
 
@@ -94,8 +94,8 @@ class CompileCacheSession(Stores):
         """Restore the newest compatible version of NAME into torch's cache dirs: local store, then the hub.
         `progress(done, total)` is told the bytes pulled, then restored (else a bar shows what takes over a second)."""
         opts = options or CellOptions(store_dir=store_dir, quiet=quiet)
-        result = self.restoring.restore(check_name(name), opts, None, self.hub_policy.for_cell(opts), progress)
-        self.restoring.refresh_loaded()
+        result = self.restore_stage.restore(check_name(name), opts, None, self.hub_policy.for_cell(opts), progress)
+        self.restore_stage.refresh_loaded()
         return result
 
     # -- the cell -----------------------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ class CompileCacheSession(Stores):
                     previous_precompile = self._set_precompile(precompile) if opts.compiles_here else None
                     if opts.restore:  # after the kernel's own fetch of NAME, if one is running
                         report.staged_wait_seconds = self.notebook.wait_for(name)
-                        report.restore = self.restoring.restore(name, opts, report, hub)
+                        report.restore = self.restore_stage.restore(name, opts, report, hub)
                     fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
                     lease = self.hub_policy.single_flight(
                         hub,
@@ -142,10 +142,10 @@ class CompileCacheSession(Stores):
                         writer(),
                         opts,
                         report,
-                        lambda: self.restoring.restore(name, opts, report, hub),
+                        lambda: self.restore_stage.restore(name, opts, report, hub),
                     )
                     self._compiler_stage(opts, report, hub)
-                    watched = run_stage.watch(name, opts, report, self.restoring, self.guard, precompile)
+                    watched = run_stage.watch(name, opts, report, self.restore_stage, self.guard, precompile)
             except Exception as exc:  # ours failed before the body: it runs without the cache around it
                 self.tell(events.StoodAside(name, True, f"{type(exc).__name__}: {exc}"), report)
                 watched = None
