@@ -62,7 +62,8 @@ def test_a_torchrun_cell_saves_what_its_ranks_compiled_and_a_job_elsewhere_resto
     k.run("%load_ext jupyter_compile_cache").check()
     out = k.run(f"%%compile_cache ddp\n!{' '.join(_job(str(script)))} 2>/dev/null").check().stdout
     cold = _ranks(out)
-    assert sorted(cold) == [0, 1] and all(m > 0 for _, m in cold.values()), out
+    # cold: the ranks compile (one may find the graph the other just wrote in their shared cache dir, as plain torch)
+    assert sorted(cold) == [0, 1] and any(m > 0 for _, m in cold.values()), out
     assert "the processes it started compiled" in out and "saved" in out and "the hub" in out, out
 
     # Another node: the same job from a terminal, the notebook's bundle restored from the hub before it starts.
@@ -101,7 +102,7 @@ def test_a_job_run_from_a_terminal_saves_and_a_notebook_cell_elsewhere_restores_
                          text=True, timeout=300)  # fmt: skip
     assert job.returncode == 0, job.stderr
     cold = _ranks(job.stdout)
-    assert all(m > 0 for _, m in cold.values()) and "the local store and the hub" in job.stderr, job.stderr
+    assert any(m > 0 for _, m in cold.values()) and "the local store and the hub" in job.stderr, job.stderr
 
     # Then a notebook on another machine: the same ranks from a cell restore the job's bundle and compile nothing.
     k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=tmp_path / "cache_nb", JUPYTER_COMPILE_CACHE_DIR=tmp_path / "store_nb",
@@ -213,7 +214,8 @@ def test_a_notebook_launcher_cell_saves_what_its_forked_processes_compiled_and_r
     k.run(LAUNCHED).check()
     said = k.run(launch).check().stdout
     cold = ranks()
-    assert sorted(cold) == [0, 1] and all(m > 0 for _, m in cold.values()), said
+    # cold: the ranks compile (one may find the graph the other just wrote in their shared cache dir, as plain torch)
+    assert sorted(cold) == [0, 1] and any(m > 0 for _, m in cold.values()), said
     assert "the processes it started compiled" in said and "saved" in said, said
 
     # After a restart on an empty cache dir: the bundle is restored before the fork, and no rank compiles a graph.
