@@ -171,25 +171,6 @@ def test_manifest_json_round_trip(tmp_path):
     assert again == m
 
 
-def test_session_enforces_the_store_size_cap(tmp_path, monkeypatch, capsys):
-    from jupyter_compile_cache.core.records import CellReport
-    from jupyter_compile_cache.core.session import CompileCacheSession
-
-    store = LocalStore(str(tmp_path / "s"))
-    old = _write(store, tmp_path, name="old", size=200_000)
-    past = time.time() - 3600
-    os.utime(store.manifest_path(old), (past, past))
-    new = _write(store, tmp_path, name="new", size=200_000)
-    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_MAX_SIZE", str(new.payload_bytes + 1000))
-    from jupyter_compile_cache.core.save_stage import enforce_size_cap
-    from jupyter_compile_cache.frontends.reporter import TextReporter
-
-    session = CompileCacheSession(store_dir=store.root, reporter=TextReporter())
-    enforce_size_cap(session, store, CellReport("new"), quiet=False)
-    assert store.versions("old") == [] and store.versions("new")
-    assert "evicted 1 least recently used version (old)" in capsys.readouterr().out
-
-
 def _tree_bytes(root) -> dict[str, bytes]:
     out = {}
     for folder, _dirs, files in os.walk(root):
