@@ -87,6 +87,7 @@ def session_counts() -> dict[str, dict[str, int]]:
 
 
 def _precompile_context_class() -> Any:
+    """torch's PrecompileContext, or None where this torch has none."""
     try:
         from torch._dynamo.precompile_context import PrecompileContext
     except ImportError:
@@ -95,8 +96,6 @@ def _precompile_context_class() -> Any:
 
 
 def _precompile_context() -> dict[str, int]:
-    try:
-        from torch._dynamo.precompile_context import PrecompileContext
-    except ImportError:
-        return {}
-    return {key: id(entry) for key, entry in getattr(PrecompileContext, "_dynamo_cache_entries", {}).items()}
+    """The entries in torch's precompile context now, each by its object's id."""
+    context = _precompile_context_class()
+    return {key: id(entry) for key, entry in getattr(context, "_dynamo_cache_entries", {}).items()}

@@ -27,6 +27,11 @@ def _torchs_steps() -> dict[str, object]:
 
 
 def test_the_guard_wraps_each_of_torchs_precompile_steps_and_gives_them_back():
+    # One guard wraps torch at a time: one installed here takes over from a session an earlier test left installed,
+    # and its uninstall leaves torch's own functions.
+    earlier = PrecompileGuard()
+    earlier.install()
+    earlier.uninstall()
     before = _torchs_steps()
     guard = PrecompileGuard()
     guard.install()
