@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
 from ..storage.hub import HubError
-from ..storage.sources import HubSource, LocalSource, Progress, Source
+from ..storage.sources import HubSource, LocalSource, Place, Progress, Source
+from ..storage.store import LocalStore
 from . import events
 from .machine_fit import MachineFit
 from .records import (
@@ -43,6 +44,7 @@ from .records import (
     RemoveOptions,
     SessionStatus,
     StoreStatistics,
+    SwitchScope,
     TimeSaved,
     VersionFit,
 )
@@ -97,7 +99,7 @@ class Commands:
         layer_states = []
         for layer in layers.LAYERS:
             counts = totals.get(layer.name, {})
-            scope = self.switch_scope(layer) if loading is None else "loading"
+            scope = self.switch_scope(layer) if loading is None else SwitchScope.LOADING
             on_disk = usage.get(layer.name, {})
             layer_states.append(
                 LayerState(
@@ -174,7 +176,7 @@ class Commands:
         store = self.session.store(store_dir)
         manifests = store.versions(name)
         if not manifests:
-            raise NotFound(name, store.root)
+            raise NotFound(name, store_where(store))
         fit = MachineFit()
         versions = []
         compiled = self.session.compiled_code()
@@ -267,7 +269,7 @@ class Commands:
         store = self.session.store()
         versions = store.versions(check_name(name))
         if not versions:
-            raise NotFound(name, store.root)
+            raise NotFound(name, store_where(store))
         start = time.perf_counter()
         pushed = hub.push(versions[0], store, progress)
         return Pushed(pushed, hub_where(hub), time.perf_counter() - start)
@@ -289,9 +291,9 @@ class Commands:
         store = self.session.store(opts.store_dir)
         versions = [m.version for m in store.versions(opts.name)]
         if not versions:
-            raise NotFound(opts.name, store.root)
-        version = version_named(opts.name, versions, opts.version, store.root)
-        return Removed(store.root, LocalSource(store).remove(opts.name, version, opts.dry_run), opts.dry_run)
+            raise NotFound(opts.name, store_where(store))
+        version = version_named(opts.name, versions, opts.version, store_where(store))
+        return Removed(store_where(store), LocalSource(store).remove(opts.name, version, opts.dry_run), opts.dry_run)
 
     def gc(self, opts: GcOptions) -> Removed:
         """Evict versions unused for more than `older_than` seconds, those that cannot restore on this machine
@@ -307,17 +309,19 @@ class Commands:
             unusable = lambda m, fit=MachineFit(): not fit.fits(m)  # noqa: E731
         plan = store.gc(max_size, dry_run=True, older_than=opts.older_than, unusable=unusable)
         if opts.dry_run or not plan:
-            return Removed(store.root, plan, opts.dry_run)
+            return Removed(store_where(store), plan, opts.dry_run)
         if len(plan) == store.version_count() and not opts.yes:
-            return Removed(store.root, plan, dry_run=True, refused=Refusal.EMPTIES_STORE)
-        return Removed(store.root, store.gc(max_size, older_than=opts.older_than, unusable=unusable), dry_run=False)
+            return Removed(store_where(store), plan, dry_run=True, refused=Refusal.EMPTIES_STORE)
+        return Removed(
+            store_where(store), store.gc(max_size, older_than=opts.older_than, unusable=unusable), dry_run=False
+        )
 
     def export(self, name: str, path: str, store_dir: str | None = None) -> Exported:
         """The newest local version of NAME written to one file (storage/bundle_file.py)."""
         store = self.session.store(store_dir)
         versions = store.versions(check_name(name))
         if not versions:
-            raise NotFound(name, store.root)
+            raise NotFound(name, store_where(store))
         from ..storage import bundle_file
 
         bundle_file.export_bundle(store, versions[0], path)
@@ -392,22 +396,27 @@ class Commands:
 
         return [layer.name for layer in layers.LAYERS]
 
-    def switch_scope(self, layer: layers.Layer) -> str:
-        """Where LAYER applies now, in words: 'off', '%%compile_cache cells', 'this kernel' or 'everywhere'."""
+    def switch_scope(self, layer: layers.Layer) -> SwitchScope:
+        """Where LAYER applies now."""
         if not layer.supported():
-            return "n/a"
+            return SwitchScope.NOT_AVAILABLE
         if layer.name == "dynamo_precompile":
             if layer.switch_value():  # torch's own switch, set outside us (TORCH_CACHING_PRECOMPILE=1, say)
-                return "everywhere"
-            return "%%compile_cache cells" if self.kernel.precompile_default else "off"
+                return SwitchScope.EVERYWHERE
+            return SwitchScope.CELLS if self.kernel.precompile_default else SwitchScope.OFF
         if layer.switch is None:
-            return "this kernel"
-        return "this kernel" if layer.switch_value() else "off"
+            return SwitchScope.KERNEL
+        return SwitchScope.KERNEL if layer.switch_value() else SwitchScope.OFF
 
 
-def hub_where(hub: HubSource) -> str:
-    """The hub and namespace a command works on, as its lines name them."""
-    return f"the hub {hub.display_url} namespace {hub.namespace!r}"
+def hub_where(hub: HubSource) -> Place:
+    """The hub and namespace a command works on."""
+    return Place(hub.kind, hub.display_url, hub.namespace)
+
+
+def store_where(store: LocalStore) -> Place:
+    """The local store a command works on."""
+    return LocalSource(store).where
 
 
 def bundle_row(m: Manifest, fit: MachineFit, last_used: float | None, where: str) -> BundleRow:
@@ -427,7 +436,7 @@ def bundle_row(m: Manifest, fit: MachineFit, last_used: float | None, where: str
     )
 
 
-def version_named(name: str, versions: list[str], given: str | None, where: str) -> str | None:
+def version_named(name: str, versions: list[str], given: str | None, where: Place) -> str | None:
     """The one version `given` names among NAME's (None: all of them); a ValueError says when it names none or
     several, and which there are."""
     if given is None or not versions:  # no such NAME: the removal says so

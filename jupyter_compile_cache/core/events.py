@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from ..storage.sources import Skip
+from ..storage.sources import Place, Skip
 from ..storage.store import UnreadableManifest
 from .records import CellReport
 from .settings import EnvProblem
@@ -181,7 +181,7 @@ class NotPushedSignedElsewhere(Event):
 class NotListed(Event):
     """Bundles on the hub this user may not read: left out of a listing, never an error."""
 
-    where: str  # "the hub redis://..."
+    where: Place
     names: tuple[str, ...]
     level: ClassVar[str] = "warning"
 

@@ -39,6 +39,7 @@ def record(report: CellReport, opts: CellOptions, watched: Watch, guard: Precomp
     if opts.whole_cache:
         keys |= capture.all_precompile_keys(watched.roots)
         share.record_files += capture.all_files(watched.roots)
+    watched.watcher.add_restored(watched.installed_beside)  # another version's, installed while the body ran
     cell_files = watched.watcher.collect(keys if watched.precompile else None, share.record_files)
     for layer_name, counts in share.layers.items():
         counts["written"] = cell_files.new_by_layer.get(layer_name, 0)

@@ -15,7 +15,7 @@ from ..storage.backends import check_url
 from ..storage.bundle import FieldMismatch, Manifest, check_name
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
 from ..storage.namespace import check_namespace
-from ..storage.sources import Skip
+from ..storage.sources import Place, Skip
 from ..storage.store import Removal
 
 if TYPE_CHECKING:  # the launcher's record, and the torch adapter's: neither is imported for a listing
@@ -122,7 +122,7 @@ class Refusal(str, enum.Enum):
 class Removed:
     """What a delete removed (with `dry_run`, would remove) from `where`; `refused`: why it removed nothing."""
 
-    where: str
+    where: Place
     removals: list[Removal]
     dry_run: bool
     refused: Refusal | None = None
@@ -145,7 +145,7 @@ class Pushed:
     """A version put on the hub `where`, and how long the transfer took."""
 
     manifest: Manifest
-    where: str
+    where: Place
     seconds: float
 
 
@@ -161,54 +161,37 @@ class Pulled:
 
 
 class NotFound(LookupError):
-    """No bundle NAME (or no version of it) in WHERE: a command's answer that each front end tells as it tells errors
-    (a usage error in a notebook, exit status 1 in a shell), in these words."""
+    """No bundle NAME (or no version of it) in WHERE: a command's answer that each front end words and tells as it
+    tells errors (a usage error in a notebook, exit status 1 in a shell)."""
 
-    def __init__(self, name: str, where: str) -> None:
+    def __init__(self, name: str, where: Place) -> None:
         super().__init__(name, where)
         self.name, self.where = name, where
-
-    def __str__(self) -> str:
-        return f"no bundle named {self.name!r} in {self.where}"
 
 
 class NoSuchVersion(NotFound):
     """NAME is in WHERE, but none of its versions is VERSION (`known`: the short ids it has)."""
 
-    def __init__(self, name: str, where: str, version: str, known: str) -> None:
+    def __init__(self, name: str, where: Place, version: str, known: str) -> None:
         super().__init__(name, where)
         self.version, self.known = version, known
-
-    def __str__(self) -> str:
-        return f"{self.name!r} has no version {self.version!r} in {self.where}; its versions: {self.known}"
 
 
 class NothingFits(NotFound):
     """NAME is in WHERE, but no version of it can be pulled here: each one's reason in `skipped`; `wrong_signatures`
     when versions were refused as signed with another team's secret."""
 
-    def __init__(self, name: str, where: str, skipped: list[Skip], wrong_signatures: bool) -> None:
+    def __init__(self, name: str, where: Place, skipped: list[Skip], wrong_signatures: bool) -> None:
         super().__init__(name, where)
         self.skipped, self.wrong_signatures = skipped, wrong_signatures
 
-    def __str__(self) -> str:
-        lead = (
-            f"wrong signature (another team's secret?): no version of {self.name!r} in {self.where} is signed with "
-            "this JUPYTER_COMPILE_CACHE_SECRET"
-            if self.wrong_signatures
-            else f"no version of {self.name!r} in {self.where} fits this machine"
-        )
-        return lead  # the front ends add each version's reason (`skipped`) in their words
-
 
 class NoHub(ValueError):
-    """A hub command with no hub: none configured, or the one configured failed a moment ago."""
+    """A hub command with no hub: none configured, or the one configured failed a moment ago (the front ends say
+    how to set one)."""
 
     def __str__(self) -> str:
-        return (
-            "no hub: pass --hub redis://host:port/0 (or s3://bucket/prefix, file:///shared/folder), set "
-            "JUPYTER_COMPILE_CACHE_HUB, or %compile_cache hub URL in a notebook"
-        )
+        return "no hub"
 
 
 @dataclass
@@ -303,13 +286,24 @@ class CellReport:
 
 
 # -- what the front ends show: status, list, explain, stats ---------------------------------------------------------
+class SwitchScope(str, enum.Enum):
+    """Where one of torch's cache layers applies now."""
+
+    OFF = "off"
+    NOT_AVAILABLE = "n/a"  # this torch has no such layer
+    CELLS = "cells"  # only while a %%compile_cache cell runs (Dynamo precompile)
+    KERNEL = "kernel"  # this kernel
+    EVERYWHERE = "everywhere"  # torch's own switch, set outside us
+    LOADING = "loading"  # torch's compiler is still loading: not asked yet
+
+
 @dataclass
 class LayerState:
     """One of torch's cache layers in this kernel: its switch, what is on disk, what this kernel counted."""
 
     layer: str
     title: str
-    scope: str  # 'off', 'n/a', '%%compile_cache cells', 'this kernel' or 'everywhere'
+    scope: SwitchScope
     enabled: bool
     supported: bool
     switch: str | None  # torch's config switch, dotted; None when always on
@@ -430,7 +424,7 @@ class SessionStatus:
 class HubListing:
     """The hub's versions (`hub ls`), with where they are: the hub's URL and namespace."""
 
-    where: str
+    where: Place
     rows: list[BundleRow]
 
 

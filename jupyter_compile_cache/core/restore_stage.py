@@ -1,29 +1,45 @@
-"""A cell's restore stage: the newest version of NAME that fits this machine (the local store, then the hub),
-installed into torch's cache dirs and told; and, while the body runs, another version of NAME whose precompile
-entry is for a function's code (`install_version_with`, asked by the precompile guard). `restore()` of the script
-API and `%compile_cache restore` come here too."""
+"""A cell's restore stage (`restore_for_cell`): the newest version of NAME that fits this machine (the local store,
+then the hub), installed into torch's cache dirs and told; if none, NAME's lease on the hub (one
+kernel compiles while the others wait for its bundle); and the precompile guard set to ask, while the body runs, for
+another version of NAME whose precompile entry is for a function's code (`install_version_with`). `restore()` of the
+script API and `%compile_cache restore` come here too."""
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..storage import bundle
 from ..storage.bundle import Manifest, matching_versions
-from ..storage.sources import NOT_WANTED, HubSource, Progress, Source
-from ..torch_adapter import capture
+from ..storage.hub import Lease
+from ..storage.sources import HubSource, Progress, SkipKind, Source
+from ..torch_adapter import capture, fingerprint
 from ..torch_adapter.entry_records import alternate_member
 from ..torch_adapter.precompile import PrecompileGuard
 from . import events
 from .notebook import NotebookStage
-from .records import CellOptions, CellReport, RestoreResult
+from .records import CellOptions, CellReport, RestoreResult, writer
 from .stores import Stores
+
+
+@dataclass
+class CellRestore:
+    """What a cell's restore stage leaves the rest of the cell: NAME's lease on the hub, if it took one (released at
+    the cell's end), the files the restore installed, and those installed beside them while the body runs (another
+    version's entries, for a function's code): not the cell's work, carried into its bundle only if used."""
+
+    lease: Lease | None = None
+    files: list[str] = field(default_factory=list)
+    installed_beside: list[str] = field(default_factory=list)
 
 
 class RestoreStage:
     def __init__(self, stores: Stores, guard: PrecompileGuard, notebook: NotebookStage) -> None:
         self.stores = stores
+        self.tell = stores.tell  # what happens, to the front end
+        self.transfer = stores.transfer  # a pull's or an install's progress, shown by the front end
         self.guard = guard
         self.notebook = notebook  # what the kernel fetched ahead of its cells: a restore from it says so
         self.restored_paths: dict[str, list[str]] = {}  # NAME -> the files its last restore installed
@@ -31,6 +47,26 @@ class RestoreStage:
         self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}
         self._to_refresh: list[str] = []  # files the last restore wrote, for the precompile guard's refresh
         self._alternates: dict[str, set[str]] = {}  # NAME -> versions whose entries were installed beside its own
+
+    def restore_for_cell(self, name: str, opts: CellOptions, report: CellReport, hub: HubSource | None) -> CellRestore:
+        """The restore stage of a cell: the newest version of NAME that fits; if none, NAME's lease on the hub (the
+        hub policy's single flight); and the guard set to find another version of NAME for a function whose code
+        the restored one does not hold."""
+        if opts.restore:
+            report.restore = self.restore(name, opts, report, hub)
+        fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
+
+        def again() -> RestoreResult:  # while a collaborator compiles NAME, until their bundle arrives
+            return self.restore(name, opts, report, hub)
+
+        lease = self.stores.hub_policy.single_flight(hub, name, fingerprint_id, writer(), opts, report, again)
+        cell = CellRestore(lease, self.restored_paths.get(name, []))
+        installed = report.restore.version if report.restore is not None else None
+        if installed is not None:  # nothing fitted at all: no other version of NAME will
+            self.guard.find_elsewhere = lambda digest: self.install_version_with(
+                name, digest, installed, opts, cell.installed_beside
+            )
+        return cell
 
     def restore(
         self,
@@ -51,10 +87,10 @@ class RestoreStage:
         def pull_bar(source: Source, _manifest: Manifest) -> Progress | None:
             if source.kind != "hub":
                 return None
-            return progress or stores.transfer(events.Moving.PULL, name, opts.quiet)
+            return progress or self.transfer(events.Moving.PULL, name, opts.quiet)
 
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
-            bar = None if progress is not None else stores.transfer(events.Moving.RESTORE, name, opts.quiet)
+            bar = None if progress is not None else self.transfer(events.Moving.RESTORE, name, opts.quiet)
             try:
                 return self._install(manifest, payload, roots, progress or bar)
             finally:
@@ -67,7 +103,7 @@ class RestoreStage:
             return pinned is None or bool(matching_versions([manifest.version], pinned))
 
         found = stores.search.newest(name, store, hub, wanted=wanted, install=install, progress=pull_bar, report=report)
-        found.skipped = [skip for skip in found.skipped if skip.kind != NOT_WANTED]
+        found.skipped = [skip for skip in found.skipped if skip.kind != SkipKind.NOT_WANTED]
         # a version asked for that NAME has not
         unknown_version = pinned if pinned is not None and found.manifest is None and not found.skipped else None
         result.skipped = list(found.skipped)
@@ -88,10 +124,10 @@ class RestoreStage:
         result.seconds = time.perf_counter() - start
         if result.restored:  # what went wrong on the way is worth telling: a wrong secret, a damaged version
             for problem in found.problems:
-                stores.tell(events.ManifestQuarantined(problem), report)
+                self.tell(events.ManifestQuarantined(problem), report)
             for skip in found.skipped:
                 if skip.worth_telling:
-                    stores.tell(events.SkippedVersion(name, skip), report)
+                    self.tell(events.SkippedVersion(name, skip), report)
             fetched_at_start = result.source == "local" and name in self.notebook.fetched
             if fetched_at_start and hub is not None:
                 stores.hub_policy.trust(hub, report)
@@ -106,10 +142,10 @@ class RestoreStage:
                 result.pull_seconds,
                 result.retries,
             )
-            stores.tell(restored, report, opts.quiet)
+            self.tell(restored, report, opts.quiet)
         elif found.skipped or found.problems or unknown_version is not None:  # one line says it all, each reason once
             not_restored = events.NotRestored(name, tuple(found.skipped), tuple(found.problems), unknown_version)
-            stores.tell(not_restored, report, opts.quiet)
+            self.tell(not_restored, report, opts.quiet)
         return result
 
     def refresh_loaded(self) -> None:
@@ -133,12 +169,12 @@ class RestoreStage:
         return paths
 
     def install_version_with(
-        self, name: str, digest: str, installed: str, opts: CellOptions, watcher: capture.CellCapture
+        self, name: str, digest: str, installed: str, opts: CellOptions, beside: list[str] | None = None
     ) -> bool:
         """Another version of NAME (local store, then the hub) whose precompile entries include one for this code
         digest, installed beside the restored one: each function of the cell takes the entry made for its code, and a
-        colleague's variant of the cell, saved as a newer version, never makes the original's kernel compile.
-        Whether one was installed."""
+        colleague's variant of the cell, saved as a newer version, never makes the original's kernel compile. The
+        files it installed are added to `beside`. Whether one was installed."""
         if not opts.restore or opts.version is not None:  # a pinned version is the only one
             return False
         stores = self.stores
@@ -153,17 +189,18 @@ class RestoreStage:
 
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
             paths = bundle.extract(payload, manifest, roots, None, lambda m: alternate_member(m, manifest.version))
-            watcher.add_restored(paths)  # not this cell's work: carried into its bundle only if used
+            if beside is not None:
+                beside.extend(paths)
             return paths
 
         hub = stores.hub_policy.for_cell(opts)  # None while it is being left alone after a failure
         try:
             found = stores.search.newest(name, stores.store(opts.store_dir), hub, wanted=wanted, install=install)
         except Exception as exc:  # the restored version stands; this function compiles as plain torch.compile would
-            stores.tell(events.StepFailed(events.Step.FIND_ELSEWHERE, str(exc), name))
+            self.tell(events.StepFailed(events.Step.FIND_ELSEWHERE, str(exc), name))
             return False
         for problem in found.problems:  # a manifest the store could not read (the restore told the rest)
-            stores.tell(events.ManifestQuarantined(problem))
+            self.tell(events.ManifestQuarantined(problem))
         if found.manifest is None:
             return False
         tried.add(found.manifest.version)

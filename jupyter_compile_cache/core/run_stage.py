@@ -1,62 +1,67 @@
-"""A cell's run stage: right before the body, the cache files and torch's counters as they are (`watch`); then the
-body, timed, its cache files watched (`run`)."""
+"""A cell's run stage: right before the body, the cache files and torch's counters as they are (the `Watch` the
+record stage compares against); then the body, timed, its cache files watched."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..torch_adapter import capture
 from ..torch_adapter.cell_snapshot import CellSnapshot
 from ..torch_adapter.precompile import PrecompileGuard
-from .records import CellOptions, CellReport
-from .restore_stage import RestoreStage
+from .records import CellReport
+from .restore_stage import CellRestore
 
 
 @dataclass
 class Watch:
     """What the record stage compares the body's work against: the cache files and torch's counters as they were
-    before it."""
+    before it, and what the restore stage installed beside the restored version while it ran."""
 
     watcher: capture.CellCapture
     before: CellSnapshot
     roots: dict[str, str]
     precompile: bool
+    installed_beside: list[str]
 
 
-def watch(
-    name: str,
-    opts: CellOptions,
-    report: CellReport,
-    restore_stage: RestoreStage,
-    guard: PrecompileGuard,
-    precompile: bool,
-) -> Watch:
-    """Right before the body: the cache files and torch's counters as they are, the guard set to find another
-    version of NAME for a function whose code the restored one does not hold, and what was restored loaded (this
-    cell's hits)."""
+def watch(restored: CellRestore, guard: PrecompileGuard, precompile: bool, refresh: Callable[[], None]) -> Watch:
+    """Right before the body: the cache files and torch's counters as they are, then what was restored loaded
+    (`refresh`: this cell's hits)."""
     capture.export_cache_dirs()  # processes the cell starts use, and fill, the same caches
     roots = capture.cache_roots()
-    watcher = capture.CellCapture(roots, restore_stage.restored_paths.get(name, ()))
+    watcher = capture.CellCapture(roots, restored.files)
     before = CellSnapshot.take(guard if precompile else None)
     guard.take_miss_reasons()  # what happened outside this cell is not its to tell
-    installed = report.restore.version if report.restore is not None else None
-    if installed is not None:  # nothing fitted at all: no other version of NAME will
-        guard.find_elsewhere = lambda digest: restore_stage.install_version_with(name, digest, installed, opts, watcher)
-    restore_stage.refresh_loaded()
-    return Watch(watcher, before, roots, precompile)
+    refresh()
+    return Watch(watcher, before, roots, precompile, restored.installed_beside)
 
 
 @contextlib.contextmanager
-def run(report: CellReport, watched: Watch | None, guard: PrecompileGuard) -> Iterator[None]:
-    """The body, timed, its cache files watched; a body that raises leaves the report not ok."""
-    if watched is not None:
-        watched.watcher.start()
+def run(
+    report: CellReport,
+    restored: CellRestore | None,
+    guard: PrecompileGuard,
+    precompile: bool,
+    refresh: Callable[[], None],
+    stand_aside: Callable[[Exception], None],
+) -> Iterator[Watch | None]:
+    """The body, timed, its cache files watched (none when `restored` is None: the cell runs without its stages); a
+    body that raises leaves the report not ok. A watch that fails is handed to `stand_aside`, and the body runs
+    unwatched."""
+    watched = None
+    if restored is not None:
+        try:
+            watched = watch(restored, guard, precompile, refresh)
+            watched.watcher.start()
+        except Exception as exc:  # ours failed before the body: it runs without the cache around it
+            watched = None
+            stand_aside(exc)
     start = time.perf_counter()
     try:
-        yield
+        yield watched
     except BaseException:
         report.ok = False
         if watched is not None:

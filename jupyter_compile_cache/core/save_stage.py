@@ -19,71 +19,75 @@ from .records import CellOptions, CellReport, writer
 from .stores import Stores
 
 
-def save(
-    stores: Stores, name: str, recorded: Recorded, report: CellReport, opts: CellOptions, hub: HubSource | None
-) -> None:
-    """A new version of NAME from what the cell recorded: the local store, then the hub. A failure is told; the
-    cell's result stands."""
-    store = stores.store(opts.store_dir)
-    cell_files = recorded.files
-    stats = {"body_seconds": report.body_seconds, "layers": report.layers, "layer_bytes": cell_files.layer_bytes()}
-    functions = saved_functions(recorded.precompile_keys) if recorded.precompile else {}
-    if functions:  # which code each precompile entry is for: another kernel finds the version that fits its code
-        stats["functions"] = functions
-    if opts.source_digest:  # the notebook's plan compares it with the saved cell's body
-        stats["cell_digest"] = opts.source_digest
-    now = fingerprint.current()
-    manifest = Manifest.new(name, now, fingerprint.digest(now), writer(), stats)
-    start = time.perf_counter()
-    bar = stores.transfer(events.Moving.SAVE, name, opts.quiet)
-    try:
-        manifest = store.write(manifest, cell_files.files, bar)
-    except OSError as exc:
-        stores.tell(events.StepFailed(events.Step.SAVE, str(exc), name, store.root), report)
-        return
-    finally:
-        bar.close()
-    report.saved_version = manifest.version
-    report.saved_bytes = manifest.payload_bytes
-    report.saved_files = len(manifest.members)
-    report.save_seconds = time.perf_counter() - start
-    enforce_size_cap(stores, store, report, opts.quiet)
-    if hub is not None and report.restore is not None and report.restore.hub_signed_elsewhere:
-        # The team's versions of NAME did not verify with our secret: a version signed with it would be refused
-        # by the team in turn. Most likely our secret is not the team's.
-        stores.tell(events.NotPushedSignedElsewhere(name), report)
-        return
-    if hub is None:
-        return
-    if report.push_left_to is not None:  # a collaborator compiled NAME at the same time: one version goes up
-        started = time.time() - report.body_seconds - report.save_seconds - 60  # 60: clocks of two machines
-        report.push_left_to = stores.hub_policy.push_left_to(hub, name, manifest.fingerprint_id, started)
-    if report.push_left_to is None:
-        stores.hub_policy.push(hub, store, manifest, report, stores.transfer(events.Moving.PUSH, name, opts.quiet))
-
-
-def enforce_size_cap(stores: Stores, store: LocalStore, report: CellReport, quiet: bool) -> None:
-    """Evict least recently used versions past `CompileCache.max_size`."""
-    cap = stores.settings.max_bytes
-    try:
-        evicted = store.gc(cap)
-    except OSError as exc:
-        stores.tell(events.StepFailed(events.Step.EVICT, str(exc), where=store.root), report)
-        return
-    if evicted:
-        names = tuple(sorted({name for name, _, _ in evicted}))
-        stores.tell(events.Evicted(len(evicted), names, cap), report, quiet)
-
-
-class Ending:
-    """Every cell's ending: its run kept (in the store it named), the statistics counted (a store that cannot take
-    them is told once a session), its line told."""
+class SaveStage:
+    """A cell's save stage (`save`) and every cell's ending (`end`)."""
 
     def __init__(self, stores: Stores) -> None:
         self.stores = stores
-        self._stats_failed = False
+        self.tell = stores.tell  # what happens, to the front end
+        self.transfer = stores.transfer  # a save's or a push's progress, shown by the front end
+        self._stats_failed = False  # a store that cannot take the statistics is told once a session
+
+    def save(self, name: str, recorded: Recorded, report: CellReport, opts: CellOptions, hub: HubSource | None) -> None:
+        """A new version of NAME from what the cell recorded: the local store, then the hub. A failure is told; the
+        cell's result stands."""
+        stores = self.stores
+        store = stores.store(opts.store_dir)
+        cell_files = recorded.files
+        stats = {
+            "body_seconds": report.body_seconds,
+            "layers": report.layers,
+            "layer_bytes": cell_files.layer_bytes(),
+        }
+        functions = saved_functions(recorded.precompile_keys) if recorded.precompile else {}
+        if functions:  # which code each precompile entry is for: another kernel finds the version that fits its code
+            stats["functions"] = functions
+        if opts.source_digest:  # the notebook's plan compares it with the saved cell's body
+            stats["cell_digest"] = opts.source_digest
+        now = fingerprint.current()
+        manifest = Manifest.new(name, now, fingerprint.digest(now), writer(), stats)
+        start = time.perf_counter()
+        bar = self.transfer(events.Moving.SAVE, name, opts.quiet)
+        try:
+            manifest = store.write(manifest, cell_files.files, bar)
+        except OSError as exc:
+            self.tell(events.StepFailed(events.Step.SAVE, str(exc), name, store.root), report)
+            return
+        finally:
+            bar.close()
+        report.saved_version = manifest.version
+        report.saved_bytes = manifest.payload_bytes
+        report.saved_files = len(manifest.members)
+        report.save_seconds = time.perf_counter() - start
+        self.enforce_size_cap(store, report, opts.quiet)
+        if hub is not None and report.restore is not None and report.restore.hub_signed_elsewhere:
+            # The team's versions of NAME did not verify with our secret: a version signed with it would be refused
+            # by the team in turn. Most likely our secret is not the team's.
+            self.tell(events.NotPushedSignedElsewhere(name), report)
+            return
+        if hub is None:
+            return
+        if report.push_left_to is not None:  # a collaborator compiled NAME at the same time: one version goes up
+            started = time.time() - report.body_seconds - report.save_seconds - 60  # 60: clocks of two machines
+            report.push_left_to = stores.hub_policy.push_left_to(hub, name, manifest.fingerprint_id, started)
+        if report.push_left_to is None:
+            stores.hub_policy.push(hub, store, manifest, report, self.transfer(events.Moving.PUSH, name, opts.quiet))
+
+    def enforce_size_cap(self, store: LocalStore, report: CellReport, quiet: bool) -> None:
+        """Evict least recently used versions past `CompileCache.max_size`."""
+        cap = self.stores.settings.max_bytes
+        try:
+            evicted = store.gc(cap)
+        except OSError as exc:
+            self.tell(events.StepFailed(events.Step.EVICT, str(exc), where=store.root), report)
+            return
+        if evicted:
+            names = tuple(sorted({name for name, _, _ in evicted}))
+            self.tell(events.Evicted(len(evicted), names, cap), report, quiet)
 
     def end(self, report: CellReport, opts: CellOptions) -> None:
+        """Every cell's ending, whether its body ran to the end or raised: its run kept (in the store it named), the
+        statistics counted, its line told."""
         stores = self.stores
         report.finished = time.time()
         stores.history.append(report)
@@ -94,7 +98,7 @@ class Ending:
         try:  # statistics are worth a cell's nothing: a store that cannot take them is left as it is
             store.add_stats(report.stats_outcome())
         except Exception as exc:  # statistics must never break a cell
-            if not self._stats_failed:  # told once a session
+            if not self._stats_failed:
                 self._stats_failed = True
-                stores.tell(events.StepFailed(events.Step.STATISTICS, str(exc)))
-        stores.tell(events.CellFinished(report), None, opts.quiet)
+                self.tell(events.StepFailed(events.Step.STATISTICS, str(exc)))
+        self.tell(events.CellFinished(report), None, opts.quiet)

@@ -1,12 +1,13 @@
 """The cell flow behind `%%compile_cache`: restore before a cell, watch it, save after it.
 
 One `CompileCacheSession` lives in each kernel (`get_session`). `cell` runs a cell's stages in order, each in its
-module: restore (restore_stage.py, through the one bundle search: the local store, then the hub), lease (the hub
-policy's single flight), compiler ready (the prewarm joined), run (run_stage.py: the body under
-`capture.CellCapture`, with one `CellSnapshot` of torch's counters), record (record_stage.py) and save
-(save_stage.py: the local store, then the hub policy's push), and one ending. Nothing here raises into the user's
-cell except the user's own exception: store and hub failures become warnings, and the cell's result stands. What
-the front ends show and manage besides cells (status, list, explain, stats, gc...) is commands.py.
+module: restore and lease (restore_stage.py: after the kernel's own fetch of NAME, the one bundle search, the local
+store then the hub; if nothing fits, the hub policy's single flight), compiler ready (the prewarm joined), run
+(run_stage.py: the body under `capture.CellCapture`, with one `CellSnapshot` of torch's counters), record
+(record_stage.py) and save (save_stage.py: the local store, then the hub policy's push), and one ending
+(`SaveStage.end`). Nothing here raises into the user's cell except the user's own exception: store and hub failures
+become warnings, and the cell's result stands. What the front ends show and manage besides cells (status, list,
+explain, stats, gc...) is commands.py.
 """
 
 from __future__ import annotations
@@ -18,16 +19,15 @@ from typing import Any
 
 from ..kernels.prewarm import Prewarm
 from ..storage.bundle import check_name
-from ..storage.hub import Lease
 from ..storage.sources import HubSource, Progress
-from ..torch_adapter import capture, compiler, fingerprint, kernel_load_fixes
+from ..torch_adapter import capture, compiler, kernel_load_fixes
 from ..torch_adapter.precompile import PrecompileGuard
-from . import events, record_stage, run_stage, save_stage
+from . import events, record_stage, run_stage
 from .events import Reporter
 from .notebook import NotebookStage
-from .records import CellOptions, CellReport, RestoreResult, writer
-from .restore_stage import RestoreStage
-from .save_stage import Ending
+from .records import CellOptions, CellReport, RestoreResult
+from .restore_stage import CellRestore, RestoreStage
+from .save_stage import SaveStage
 from .settings import CompileCache
 from .stores import Stores
 from .toolchain import Toolchain
@@ -63,7 +63,7 @@ class CompileCacheSession(Stores):
         )
         self.notebook = NotebookStage(self)  # the kernel's notebook, its bundles fetched ahead (%load_ext starts it)
         self.restore_stage = RestoreStage(self, self.guard, self.notebook)
-        self.ending = Ending(self)
+        self.save_stage = SaveStage(self)
         self._cache_load_patches: list[Any] | None = None  # kernel_load_fixes, from the first cell to close()
 
     # -- plumbing -----------------------------------------------------------------------------------------------
@@ -103,26 +103,35 @@ class CompileCacheSession(Stores):
     def cell(self, name: str, options: CellOptions | None = None) -> Iterator[CellReport]:
         """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts.
 
-        The stages, in order, each in its own module: restore (restore_stage.py: the local store, then the hub),
-        lease (the hub policy's single flight: one kernel compiles NAME while the others wait for its bundle),
-        compiler ready (the background prewarm joined), run (run_stage.py: the body, its cache files watched),
+        The stages, in order, each in its own module: restore and lease (restore_stage.py: the local store, then the
+        hub; if nothing fits, the hub policy's single flight: one kernel compiles NAME while the others wait for its
+        bundle), compiler ready (the background prewarm joined), run (run_stage.py: the body, its cache files watched),
         record (record_stage.py: what it compiled and used) and save (save_stage.py: the local store, then the hub).
-        Success and failure end the same way (`Ending.end`). A cell that compiles nothing while torch's compiler
+        Success and failure end the same way (`SaveStage.end`). A cell that compiles nothing while torch's compiler
         is still loading, with nothing to restore, runs at once without the stages. A failure of ours before the body
         lets it run as plain torch.compile would; one after it leaves the cell's result standing: either is told,
         never raised."""
         opts = options or CellOptions()
-        check_name(name)
-        report = CellReport(name, source_digest=opts.source_digest)
+        report = CellReport(check_name(name), source_digest=opts.source_digest)
         loading = self._compiles_nothing(opts) and not (opts.restore and name in self.store(opts.store_dir).names())
         frames = compiler.frames_compiled() if loading else 0
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
         precompile = precompile and PrecompileGuard.available()
         hub = None if loading else self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use it
-        lease: Lease | None = None
+        restored: CellRestore | None = None
         previous_precompile: bool | None = None
-        watched: run_stage.Watch | None = None
         ran = False
+
+        def stand_aside(exc: Exception) -> None:  # ours failed before the body: it runs without the cache around it
+            nonlocal restored, previous_precompile
+            self.tell(events.StoodAside(name, True, f"{type(exc).__name__}: {exc}"), report)
+            self._set_precompile(previous_precompile)  # torch's own switch back for the body
+            previous_precompile = None
+            self.guard.find_elsewhere = None
+            if restored is not None and restored.lease is not None:
+                restored.lease.release()
+            restored = None
+
         try:
             try:
                 if not loading:
@@ -133,26 +142,13 @@ class CompileCacheSession(Stores):
                     previous_precompile = self._set_precompile(precompile) if opts.compiles_here else None
                     if opts.restore:  # after the kernel's own fetch of NAME, if one is running
                         report.staged_wait_seconds = self.notebook.wait_for(name)
-                        report.restore = self.restore_stage.restore(name, opts, report, hub)
-                    fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
-                    lease = self.hub_policy.single_flight(
-                        hub,
-                        name,
-                        fingerprint_id,
-                        writer(),
-                        opts,
-                        report,
-                        lambda: self.restore_stage.restore(name, opts, report, hub),
-                    )
+                    restored = self.restore_stage.restore_for_cell(name, opts, report, hub)
                     self._compiler_stage(opts, report, hub)
-                    watched = run_stage.watch(name, opts, report, self.restore_stage, self.guard, precompile)
-            except Exception as exc:  # ours failed before the body: it runs without the cache around it
-                self.tell(events.StoodAside(name, True, f"{type(exc).__name__}: {exc}"), report)
-                watched = None
-                self._set_precompile(previous_precompile)  # torch's own switch back for the body
-                previous_precompile = None
+            except Exception as exc:
+                stand_aside(exc)
             ran = True
-            with run_stage.run(report, watched, self.guard):
+            refresh = self.restore_stage.refresh_loaded
+            with run_stage.run(report, restored, self.guard, precompile, refresh, stand_aside) as watched:
                 yield report
             if watched is not None:
                 try:
@@ -160,7 +156,7 @@ class CompileCacheSession(Stores):
                     if recorded.files.processes and recorded.files.probe_programs:  # kept for the next processes
                         self.toolchain.save(recorded.files.probe_programs)
                     if opts.save and recorded.files.files and (recorded.compiled_new or opts.force_save):
-                        save_stage.save(self, name, recorded, report, opts, hub)
+                        self.save_stage.save(name, recorded, report, opts, hub)
                 except Exception as exc:  # ours failed after the body: its result stands
                     self.tell(events.StoodAside(name, False, f"{type(exc).__name__}: {exc}"), report)
         finally:
@@ -168,10 +164,10 @@ class CompileCacheSession(Stores):
             if loading and ran and compiler.frames_compiled() > frames:  # through code out of the cell's sight
                 self.tell(events.CompiledWhileLoading(name), report)
             if ran:  # the body ran: its ending, whichever way it went
-                self.ending.end(report, opts)
+                self.save_stage.end(report, opts)
             self._set_precompile(previous_precompile)
-            if lease is not None:
-                lease.release()
+            if restored is not None and restored.lease is not None:
+                restored.lease.release()
 
     def _compiler_stage(self, opts: CellOptions, report: CellReport, hub: HubSource | None) -> None:
         """torch's compiler ready for the body: the prewarm's work it needs done, and torch's own remote caches

@@ -36,9 +36,8 @@ from ..core.events import NoTeamSecret
 from ..core.records import NoHub, NotFound, RemoveOptions
 from ..core.stores import Stores
 from ..storage.backends.base import HubError
-from . import arguments, render, store_commands
+from . import arguments, render, store_commands, wording
 from .reporter import TextReporter, TransferBar
-from .wording import event_text
 
 OK, NOT_FOUND, USAGE, REFUSED, HUB_FAILED, ERROR = 0, 1, 2, 3, 4, 5
 
@@ -187,11 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if advice:
             print(f"  {advice}", file=sys.stderr)
         return HUB_FAILED
-    except ValueError as exc:  # a bad name, an ambiguous version id: the input, said with what to type
-        print(f"error: {exc}", file=sys.stderr)
+    except ValueError as exc:  # a bad name, an ambiguous version id, no hub: the input, said with what to type
+        print(f"error: {wording.error_text(exc)}", file=sys.stderr)
         return USAGE
     except COMMAND_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {wording.error_text(exc)}", file=sys.stderr)
         return ERROR
     return OK
 
@@ -317,7 +316,7 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
             bar.close()
     if args.hub_command == "pull":
         if hub.hub.config.secret is None:  # as kernels say it: what is pulled is not verified as the team's
-            print(f"warning: {event_text(NoTeamSecret())}", file=sys.stderr)
+            print(f"warning: {wording.event_text(NoTeamSecret())}", file=sys.stderr)
         bars = lambda _source, m: TransferBar(f"pulling {m.name!r}", stream=sys.stderr)  # noqa: E731
         return _show(commands.hub_pull(hub, args.name, bars))
     if args.hub_command == "rm":

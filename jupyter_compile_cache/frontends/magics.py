@@ -18,7 +18,7 @@ from ..core.commands import Commands
 from ..core.notebook import notebook_path
 from ..core.records import NotFound, bundle_name
 from ..core.session import CompileCacheSession
-from . import render, store_commands, tables
+from . import render, store_commands, tables, wording
 from .cell_line import Parser, cell_parser, options_from
 
 
@@ -163,8 +163,8 @@ class CompileCacheMagics(Magics):
             except NotFound as exc:
                 names = commands.session.store(getattr(args, "store_dir", None)).names()
                 raise UsageError(render.not_found(exc, names)) from None
-            except ValueError as exc:  # a bad name or version: said with the usage
-                raise UsageError(f"{exc}\nusage: {line_usage()}") from None
+            except ValueError as exc:  # a bad name or version, no hub: said with the usage
+                raise UsageError(f"{wording.error_text(exc)}\nusage: {line_usage()}") from None
             return _show(record, getattr(args, "json", False))
         if args.command in ("enable", "disable"):
             try:

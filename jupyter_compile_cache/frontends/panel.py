@@ -337,7 +337,7 @@ class Panel:
             switch = row.switch.rsplit(".", 1)[-1] if row.switch else "always on"
             cells += [
                 toggle,
-                self._html(_cell(row.title, title=f"{row.title}: {row.scope}")),
+                self._html(_cell(row.title, title=f"{row.title}: {wording.scope_text(row.scope)}")),
                 self._html(_cell(row.store_files, align="right")),
                 self._html(_cell(human_bytes(row.store_bytes), align="right", data={"bytes": row.store_bytes})),
                 self._html(_count_cell(row.hits, GREEN)),
@@ -445,12 +445,12 @@ class Panel:
             try:
                 self.say(repr(render.view(self.commands.push(b.name))))
             except (NotFound, *COMMAND_ERRORS) as exc:
-                self.say(f"not pushed: {exc}", error=True)
+                self.say(f"not pushed: {wording.error_text(exc)}", error=True)
         elif action == "explain":
             try:
                 self.say(repr(render.view(self.commands.explain(b.name))))
             except NotFound as exc:  # a hub-only bundle: nothing in the local store to explain yet
-                self.say(f"{exc} (pull or restore it first)")
+                self.say(f"{wording.not_found_text(exc)} (pull or restore it first)")
             return
         self.update()
 

@@ -1,6 +1,6 @@
 """Every record a command returns, in words: one renderer per record type, shared by the magic (text and HTML), the
 CLI (text) and `--json` (the same data in both). A front end asks `view` for what to show, `refusal` for a change
-that did nothing and says why, `as_json` for `--json`, and tells a NotFound (`str(exc)`) as its errors."""
+that did nothing and says why, `as_json` for `--json`, and tells a NotFound (`wording.not_found_text`) as its errors."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from ..core.records import (
     Removed,
     SessionStatus,
     StoreStatistics,
+    SwitchScope,
     short_id,
 )
 from ..units import count, human_bytes, speed
@@ -40,23 +41,24 @@ Record = (
 )  # fmt: skip
 
 
-def switch_line(layer: Layer, scope: str) -> str:
+def switch_line(layer: Layer, scope: SwitchScope) -> str:
     """What `enable` / `disable` changed: LAYER, on where `Commands.switch_scope` says now; for the magic and the
     panel."""
     if layer.name == "dynamo_precompile":
-        if scope == "everywhere":
+        if scope is SwitchScope.EVERYWHERE:
             return (
                 f"{layer.title}: torch's own caching_precompile is on, so plain torch.compile outside our cells "
                 "drops identity guards too; unset TORCH_CACHING_PRECOMPILE (our cells switch it on themselves)"
             )
-        if scope == "off":
+        if scope is SwitchScope.OFF:
             return f"{layer.title} off (CompileCache.precompile = False)"
         return (
             f"{layer.title} on in %%compile_cache cells only (CompileCache.precompile = True; torch's "
             "caching_precompile is on only while such a cell runs)"
         )
     switch = ".".join(layer.switch) if layer.switch else "always on"
-    return f"{layer.title} {'on' if scope != 'off' else 'off'} in this kernel ({switch} = {layer.switch_value()})"
+    state = "off" if scope is SwitchScope.OFF else "on"
+    return f"{layer.title} {state} in this kernel ({switch} = {layer.switch_value()})"
 
 
 def _removed(r: Removed) -> list[str]:
@@ -68,7 +70,7 @@ def _pushed(r: Pushed) -> list[str]:
     m = r.manifest
     return [
         f"pushed {m.name!r} version {short_id(m.version)} ({human_bytes(m.payload_bytes)}, "
-        f"{count(len(m.chunk_sha256 or []), 'chunk')}) to {r.where} in {r.seconds:.2f} s "
+        f"{count(len(m.chunk_sha256 or []), 'chunk')}) to {wording.place_text(r.where)} in {r.seconds:.2f} s "
         f"({speed(m.payload_bytes, r.seconds)})"
     ]
 
@@ -93,7 +95,7 @@ def _exported(r: Exported) -> list[str]:
 
 def _hub_listing(r: HubListing) -> Any:
     view = tables.BundleTable(r.rows)
-    view.title = r.where.removeprefix("the ")
+    view.title = wording.place_text(r.where).removeprefix("the ")
     return view
 
 
@@ -110,7 +112,7 @@ _LINES: dict[type, Callable[[Any], list[str]]] = {
     Pulled: _pulled,
     Imported: _imported,
     Exported: _exported,
-    HubState: lambda h: [f"hub {tables.hub_line(h)}" if h.url else f"no hub ({tables.NO_HUB_HINT})"],
+    HubState: lambda h: [f"hub {tables.hub_line(h)}" if h.url else f"no hub ({wording.NO_HUB_HINT})"],
 }
 
 
@@ -128,7 +130,7 @@ def not_found(exc: NotFound, names: list[str]) -> str:
     """A NotFound in words that say what to do next: the names it may have meant, else where to see them."""
     import difflib
 
-    text = str(exc)
+    text = wording.not_found_text(exc)
     if isinstance(exc, NothingFits):
         return text + "".join(f"\n  {wording.skip_line(skip)}" for skip in exc.skipped)
     if isinstance(exc, NoSuchVersion) or exc.name in names:

@@ -22,8 +22,10 @@ from ..core.records import (
     Removal,
     SessionStatus,
     StoreStatistics,
+    SwitchScope,
     short_id,
 )
+from ..storage.sources import Place
 from ..units import count, human_bytes
 from . import wording
 
@@ -201,8 +203,9 @@ class StatusView(_View):
     def rows(self) -> list[list[Any]]:
         out = []
         for row in self.data.layers:
-            scope = row.scope
-            enabled = scope if scope in ("n/a", "off", "loading") else f"on ({scope})"
+            scope = wording.scope_text(row.scope)
+            off = row.scope in (SwitchScope.NOT_AVAILABLE, SwitchScope.OFF, SwitchScope.LOADING)
+            enabled = scope if off else f"on ({scope})"
             out.append(
                 [
                     row.title,
@@ -473,17 +476,10 @@ class NotebookPlanView(_View):
         ]
 
 
-NO_HUB_HINT = (
-    "%compile_cache hub redis://host:port/0, s3://bucket/prefix or file:///shared/folder, "
-    "%config CompileCache.hub = ..., or "
-    "JUPYTER_COMPILE_CACHE_HUB"
-)
-
-
 def hub_line(hub: HubState) -> str:
     """'redis://host:6379/0 namespace 'team': reachable (0.4 ms); ...', or 'none (how to set one)'."""
     if not hub.url:
-        return f"none ({NO_HUB_HINT})"
+        return f"none ({wording.NO_HUB_HINT})"
     kind = {"redis cluster": "Redis Cluster, ", "folder": "shared folder, ", "s3": "S3, "}.get(hub.kind or "", "")
     state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"unreachable: {hub.error}"
     signed = "bundles signed with the team secret" if hub.signed else "no team secret: pulled bundles trusted"
@@ -503,8 +499,9 @@ class Lines:
         return "".join(f"<div>{html.escape(line)}</div>" for line in self.lines)
 
 
-def removal_lines(removals: Sequence[Removal], where: str, dry_run: bool) -> list[str]:
+def removal_lines(removals: Sequence[Removal], place: Place, dry_run: bool) -> list[str]:
     """What a delete removed (or would remove): a total, then one line per version, oldest use first."""
+    where = wording.place_text(place)
     total = human_bytes(sum(r.bytes for r in removals))
     verb = "would remove" if dry_run else "removed"
     if not removals:

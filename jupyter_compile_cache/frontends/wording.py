@@ -10,19 +10,23 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..core import events
-from ..core.records import CellPlan, CellReport, NotRestoring, PlanProblem, PlanTrouble, RestoreResult
+from ..core.records import (
+    CellPlan,
+    CellReport,
+    NoHub,
+    NoSuchVersion,
+    NotFound,
+    NothingFits,
+    NotRestoring,
+    PlanProblem,
+    PlanTrouble,
+    RestoreResult,
+    SwitchScope,
+)
 from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..kernels.protocol import FIT_TROUBLES, TemplateProblem, TemplateTrouble
 from ..storage.bundle import FieldMismatch
-from ..storage.sources import (
-    INCOMPATIBLE,
-    NOT_INSTALLED,
-    NOT_WANTED,
-    TRANSFER_FAILED,
-    UNUSABLE,
-    WRONG_SIGNATURE,
-    Skip,
-)
+from ..storage.sources import Place, Skip, SkipKind
 from ..storage.store import UnreadableManifest
 from ..units import count, human_bytes, speed
 
@@ -219,8 +223,8 @@ def _(event: events.NotListed) -> str:
     names = ", ".join(event.names[:5]) + (" ..." if len(event.names) > 5 else "")
     them = "it" if len(event.names) == 1 else "them"
     return (
-        f"{count(len(event.names), 'bundle')} on {event.where} not listed: this user is not permitted to read {them} "
-        f"({names})"
+        f"{count(len(event.names), 'bundle')} on {place_text(event.where)} not listed: this user is not permitted to "
+        f"read {them} ({names})"
     )
 
 
@@ -320,29 +324,91 @@ def mismatch_text(mismatches: Iterable[FieldMismatch]) -> str:
     return "; ".join(f"{m.field}: bundle {m.saved!r} vs this kernel {m.current!r}" for m in mismatches)
 
 
+_SCOPE = {
+    SwitchScope.OFF: "off",
+    SwitchScope.NOT_AVAILABLE: "n/a",
+    SwitchScope.CELLS: "%%compile_cache cells",
+    SwitchScope.KERNEL: "this kernel",
+    SwitchScope.EVERYWHERE: "everywhere",
+    SwitchScope.LOADING: "loading",
+}
+
+
+def scope_text(scope: SwitchScope) -> str:
+    """Where a cache layer applies now: 'off', '%%compile_cache cells', 'this kernel'..."""
+    return _SCOPE[scope]
+
+
+def place_text(place: Place) -> str:
+    """Where versions are, as the lines name it: 'the local store /path', 'the hub redis://h:6379/0' (with the
+    namespace where a command names the one it works on)."""
+    if place.kind == "local":
+        return f"the local store {place.location}"
+    namespace = f" namespace {place.namespace!r}" if place.namespace is not None else ""
+    return f"the hub {place.location}{namespace}"
+
+
+def not_found_text(exc: NotFound) -> str:
+    """No bundle NAME, or no version of it, where a command looked."""
+    where = place_text(exc.where)
+    if isinstance(exc, NothingFits) and exc.wrong_signatures:
+        return (
+            f"wrong signature (another team's secret?): no version of {exc.name!r} in {where} is signed with this "
+            "JUPYTER_COMPILE_CACHE_SECRET"
+        )
+    if isinstance(exc, NothingFits):  # each version's reason follows, in skip_line's words
+        return f"no version of {exc.name!r} in {where} fits this machine"
+    if isinstance(exc, NoSuchVersion):
+        return f"{exc.name!r} has no version {exc.version!r} in {where}; its versions: {exc.known}"
+    return f"no bundle named {exc.name!r} in {where}"
+
+
+# How to name a hub: the status lines and the error of a hub command without one say it alike.
+NO_HUB_HINT = (
+    "%compile_cache hub redis://host:port/0, s3://bucket/prefix or file:///shared/folder, "
+    "%config CompileCache.hub = ..., or "
+    "JUPYTER_COMPILE_CACHE_HUB"
+)
+
+
+def error_text(exc: BaseException) -> str:
+    """An error a command raised, as the front ends tell it: ours in these words, any other in its own."""
+    if isinstance(exc, NotFound):
+        return not_found_text(exc)
+    if isinstance(exc, NoHub):
+        return f"no hub: pass --hub URL in a shell; in a notebook {NO_HUB_HINT}"
+    return str(exc)
+
+
+def skip_label(skip: Skip) -> str:
+    """'version V', or 'hub version V' for one on the hub."""
+    return f"{'hub ' if skip.where.kind == 'hub' else ''}version {skip.version}"
+
+
 def skip_line(skip: Skip) -> str:
     """Why a version was passed over, in one line: 'hub version V: incompatible (torch: ...)'."""
-    if skip.kind == INCOMPATIBLE:
-        return f"{skip.label}: incompatible ({mismatch_text(skip.mismatches)})"
-    if skip.kind == NOT_WANTED:
-        return f"{skip.label}: not the version asked for"
-    if skip.kind in (WRONG_SIGNATURE, TRANSFER_FAILED, NOT_INSTALLED):  # the error's own words say what it is
-        return f"{skip.label}: {skip.detail}{_tries(skip)}"
+    label = skip_label(skip)
+    if skip.kind == SkipKind.INCOMPATIBLE:
+        return f"{label}: incompatible ({mismatch_text(skip.mismatches)})"
+    if skip.kind == SkipKind.NOT_WANTED:
+        return f"{label}: not the version asked for"
+    if skip.kind in (SkipKind.WRONG_SIGNATURE, SkipKind.TRANSFER_FAILED, SkipKind.NOT_INSTALLED):  # its own words
+        return f"{label}: {skip.detail}{_tries(skip)}"
     moved = f"; moved to {skip.moved_to}" if skip.moved_to else ""
-    return f"{skip.label}: {skip.kind}: {skip.detail}{moved}"
+    return f"{label}: {skip.kind.value}: {skip.detail}{moved}"
 
 
 def skip_warning(name: str, skip: Skip) -> str:
     """A skip worth telling even when a later version restored, as a warning line."""
-    if skip.kind == WRONG_SIGNATURE:
+    if skip.kind == SkipKind.WRONG_SIGNATURE:
         return f"{skip.detail}; refused"
-    if skip.kind == TRANSFER_FAILED:
-        return f"could not pull {name!r} from {skip.where}: {skip.detail}{_tries(skip)}"
-    if skip.kind == NOT_INSTALLED:
+    if skip.kind == SkipKind.TRANSFER_FAILED:
+        return f"could not pull {name!r} from {place_text(skip.where)}: {skip.detail}{_tries(skip)}"
+    if skip.kind == SkipKind.NOT_INSTALLED:
         return f"could not restore bundle {name!r}: {skip.detail}"
-    if skip.kind == UNUSABLE:
-        return f"bundle {name!r} {skip.label} from {skip.where} is unusable: {skip.detail}"
-    return f"bundle {name!r} {skip.label} is {skip.kind}: {skip.detail}; moved to {skip.moved_to}"
+    if skip.kind == SkipKind.UNUSABLE:
+        return f"bundle {name!r} {skip_label(skip)} from {place_text(skip.where)} is unusable: {skip.detail}"
+    return f"bundle {name!r} {skip_label(skip)} is {skip.kind.value}: {skip.detail}; moved to {skip.moved_to}"
 
 
 def _tries(skip: Skip) -> str:

@@ -226,8 +226,7 @@ def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, w
     with contextlib.suppress(OSError):
         if time.time() - os.stat(failed).st_mtime < RETRY_FAILED_AFTER:
             with open(failed, encoding="utf-8") as f:
-                why.next, why.next_detail = Next.FAILED, f.read().strip()
-            print(f"jupyter_compile_cache launcher: warm template failed: {why.next_detail}", file=sys.stderr)
+                why.next, why.next_detail = Next.FAILED, f.read().strip()  # the kernel's start line says it
             return
         os.unlink(failed)
     retired = protocol.retired_path(directory, key)

@@ -8,6 +8,7 @@ or fails a check, with the reason recorded, and yields each version it fetched w
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,9 +28,19 @@ T = TypeVar("T")
 RETRIES = 2
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where versions are: the local store (`location`: its folder) or a hub (`location`: its URL, the password
+    hidden; `namespace` where a command names the one it works on). The front ends word it."""
+
+    kind: str  # "local" or "hub"
+    location: str
+    namespace: str | None = None
+
+
 class Source(Protocol):
     kind: str  # "local" or "hub": RestoreResult.source
-    where: str  # for messages: "the local store /path", "the hub redis://host:6379/0"
+    where: Place
 
     def names(self) -> list[str]: ...
 
@@ -59,7 +70,7 @@ class LocalSource:
 
     def __init__(self, store: LocalStore) -> None:
         self.store = store
-        self.where = f"the local store {store.root}"
+        self.where = Place(self.kind, store.root)
 
     def names(self) -> list[str]:
         return self.store.names()
@@ -92,7 +103,7 @@ class HubSource:
         self.url = hub.config.url
         self.display_url = hub.display_url  # the URL with its password hidden
         self.namespace = hub.config.namespace
-        self.where = f"the hub {hub.display_url}"
+        self.where = Place(self.kind, hub.display_url)
 
     def names(self) -> list[str]:
         return self.hub.names()
@@ -124,28 +135,30 @@ class HubSource:
         self.hub.backend.reconnect()
 
 
-# Why a walk passed over a version (Skip.kind).
-NOT_WANTED = "not wanted"  # not the version asked for (another pinned version, another code digest)
-INCOMPATIBLE = "incompatible"  # it cannot restore on this machine (`mismatches`: the fields that differ)
-WRONG_SIGNATURE = "wrong signature"  # signed with another team's secret, or not signed
-TRANSFER_FAILED = "transfer failed"  # the hub failed while sending it, retries included (the walk leaves that source)
-UNUSABLE = "unusable"  # its payload could not be read or verified (a chunk damaged or gone: older versions are tried)
-DAMAGED = "damaged"  # installing it found a damaged member (the local copy is quarantined)
-UNSAFE = "refused (unsafe)"  # a member would land outside the cache dirs (quarantined)
-NOT_INSTALLED = "not installed"  # the cache dir could not take it (the walk stops there)
+class SkipKind(str, enum.Enum):
+    """Why a walk passed over a version."""
+
+    NOT_WANTED = "not wanted"  # not the version asked for (another pinned version, another code digest)
+    INCOMPATIBLE = "incompatible"  # it cannot restore on this machine (`mismatches`: the fields that differ)
+    WRONG_SIGNATURE = "wrong signature"  # signed with another team's secret, or not signed
+    TRANSFER_FAILED = "transfer failed"  # the hub failed while sending it, retries included (the walk leaves it)
+    UNUSABLE = "unusable"  # its payload could not be read or verified (a chunk damaged or gone: older ones are tried)
+    DAMAGED = "damaged"  # installing it found a damaged member (the local copy is quarantined)
+    UNSAFE = "refused (unsafe)"  # a member would land outside the cache dirs (quarantined)
+    NOT_INSTALLED = "not installed"  # the cache dir could not take it (the walk stops there)
 
 
 @dataclass(frozen=True)
 class Skip:
-    """A version a walk passed over: its id and source (`label`: 'version V' or 'hub version V'), why (`kind`, one
-    of the names above), the cause in its own words (`detail`: a field mismatch, an error's message), and where a
-    quarantined copy went. The front ends word it (frontends/wording.py); a test reads its fields."""
+    """A version a walk passed over: its id and where it was, why (`kind`), the cause in its own words (`detail`:
+    an error's message), and where a quarantined copy went. The front ends word it (frontends/wording.py); a test
+    reads its fields."""
 
-    label: str
-    kind: str
-    detail: str
+    version: str
+    where: Place
+    kind: SkipKind
+    detail: str = ""
     moved_to: str | None = None
-    where: str = ""  # the source it came from ("the hub redis://..."), for a transfer that failed
     tries: int = 1  # how many times the transfer was tried (a lost connection is retried on a fresh one)
     mismatches: tuple[FieldMismatch, ...] = ()  # INCOMPATIBLE: the fields of its fingerprint that differ from here
 
@@ -153,7 +166,7 @@ class Skip:
     def worth_telling(self) -> bool:
         """Whether a user should hear of it even when a later version restored (a wrong secret, a damaged bundle);
         a version made for another machine, or not asked for, is no news."""
-        return self.kind not in (INCOMPATIBLE, NOT_WANTED)
+        return self.kind not in (SkipKind.INCOMPATIBLE, SkipKind.NOT_WANTED)
 
 
 @dataclass
@@ -190,11 +203,10 @@ def _retrying(call: Callable[[], T], source: Source, found: Found) -> T:
 @dataclass(frozen=True)
 class Candidate:
     """A version the walk fetched whole into the local store: its manifest as the store keeps it, where it came
-    from, its label for messages ('version V', 'hub version V') and how long the fetch took."""
+    from and how long the fetch took."""
 
     manifest: Manifest
     source: Source
-    label: str
     fetch_seconds: float = 0.0
 
 
@@ -231,9 +243,8 @@ class Walk:
             except HubError as exc:
                 found.down.append((source, exc))
                 continue
-            label = "" if source.kind == "local" else f"{source.kind} "
             for manifest in versions:
-                candidate = self._fetch(source, manifest, f"{label}version {manifest.version}")
+                candidate = self._fetch(source, manifest)
                 if candidate is False:  # the source failed under the transfer: leave it
                     break
                 if candidate is not None:
@@ -241,40 +252,44 @@ class Walk:
                 if self._ended:
                     return
 
-    def _fetch(self, source: Source, manifest: Manifest, tag: str) -> Candidate | None | Literal[False]:
+    def _fetch(self, source: Source, manifest: Manifest) -> Candidate | None | Literal[False]:
         found = self.found
+
+        def skip(kind: SkipKind, detail: str = "", **more: Any) -> None:
+            found.skipped.append(Skip(manifest.version, source.where, kind, detail, **more))
+
         if self.wanted is not None and not self.wanted(manifest):
-            found.skipped.append(Skip(tag, NOT_WANTED, ""))
+            skip(SkipKind.NOT_WANTED)
             return None
         mismatches = self.misfit(manifest)
         if mismatches:
-            found.skipped.append(Skip(tag, INCOMPATIBLE, "", mismatches=mismatches))
+            skip(SkipKind.INCOMPATIBLE, mismatches=mismatches)
             return None
         start = time.perf_counter()
         bar = self.progress(source, manifest) if self.progress else None
         try:
             local = _retrying(lambda: source.fetch(manifest, self.store, bar), source, found)
         except SignatureError as exc:
-            found.skipped.append(Skip(tag, WRONG_SIGNATURE, str(exc)))
+            skip(SkipKind.WRONG_SIGNATURE, str(exc))
             found.wrong_signatures += 1
             return None
         except DamagedChunk as exc:  # this version is bad, not the hub: an older one may be whole
-            found.skipped.append(Skip(tag, UNUSABLE, str(exc), where=source.where))
+            skip(SkipKind.UNUSABLE, str(exc))
             return None
         except HubError as exc:  # the transfer failed, retried: the hub is the problem, not this version
             tries = RETRIES + 1 if isinstance(exc, HubConnectionLost) else 1
-            found.skipped.append(Skip(tag, TRANSFER_FAILED, str(exc), where=source.where, tries=tries))
+            skip(SkipKind.TRANSFER_FAILED, str(exc), tries=tries)
             return False
         except FileNotFoundError:  # pruned by another kernel between listing and reading
             return None
         except (BundleError, OSError) as exc:
-            found.skipped.append(Skip(tag, UNUSABLE, str(exc), where=source.where))
+            skip(SkipKind.UNUSABLE, str(exc))
             return None
         finally:
             close = getattr(bar, "close", None)
             if close is not None:
                 close()
-        return Candidate(local, source, tag, time.perf_counter() - start)
+        return Candidate(local, source, time.perf_counter() - start)
 
     def take(self, candidate: Candidate, installed: Any = None) -> Found:
         """The walk ends with CANDIDATE (`installed`: what installing it gave, e.g. the paths written)."""
@@ -288,12 +303,13 @@ class Walk:
     def reject(self, candidate: Candidate, exc: BundleError) -> None:
         """Installing CANDIDATE found a damaged or unsafe member: the local copy goes to quarantine, the walk on."""
         moved = self.store.quarantine(candidate.manifest, str(exc))
-        kind = UNSAFE if isinstance(exc, UnsafeBundle) else DAMAGED
-        self.found.skipped.append(Skip(candidate.label, kind, str(exc), moved))
+        kind = SkipKind.UNSAFE if isinstance(exc, UnsafeBundle) else SkipKind.DAMAGED
+        self.found.skipped.append(Skip(candidate.manifest.version, candidate.source.where, kind, str(exc), moved))
 
     def give_up(self, candidate: Candidate, exc: OSError) -> None:
         """The cache dir could not take CANDIDATE (full, read-only): no older version would fare better."""
-        self.found.skipped.append(Skip(candidate.label, NOT_INSTALLED, str(exc)))
+        skip = Skip(candidate.manifest.version, candidate.source.where, SkipKind.NOT_INSTALLED, str(exc))
+        self.found.skipped.append(skip)
         self._ended = True
 
     def first(self) -> Found:

@@ -49,13 +49,13 @@ def test_the_newest_that_fits_is_installed_or_the_version_asked_for_the_rest_pas
     assert found.manifest is not None and found.manifest.version == newer.version and found.source.kind == "local"
     assert restored_whole(found.installed)
     [skip] = found.skipped
-    assert (skip.label, skip.kind) == (f"version {other_machine.version}", sources.INCOMPATIBLE) and skip.mismatches
+    assert (skip.version, skip.kind) == (other_machine.version, sources.SkipKind.INCOMPATIBLE) and skip.mismatches
 
     pinned = search.newest("net", store, None, wanted=lambda m: m.version == older.version, install=install)
     assert pinned.manifest is not None and pinned.manifest.version == older.version
-    assert [(s.label, s.kind) for s in pinned.skipped] == [
-        (f"version {other_machine.version}", sources.NOT_WANTED),
-        (f"version {newer.version}", sources.NOT_WANTED),
+    assert [(s.version, s.kind) for s in pinned.skipped] == [
+        (other_machine.version, sources.SkipKind.NOT_WANTED),
+        (newer.version, sources.SkipKind.NOT_WANTED),
     ]
     assert told == []
 

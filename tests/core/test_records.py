@@ -7,7 +7,7 @@ import json
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellReport, RestoreResult
 from jupyter_compile_cache.core.settings import EnvProblem
-from jupyter_compile_cache.storage.sources import INCOMPATIBLE, WRONG_SIGNATURE, Skip
+from jupyter_compile_cache.storage.sources import Place, Skip, SkipKind
 from jupyter_compile_cache.torch_adapter.miss_reasons import (
     MissCause,
     MissReason,
@@ -17,7 +17,8 @@ from jupyter_compile_cache.torch_adapter.miss_reasons import (
 
 
 def test_a_report_with_every_kind_of_warning_and_miss_reason_is_kept_as_json_and_read_back():
-    skip = Skip("hub version v2", WRONG_SIGNATURE, "bundle 'net' version v2 has a wrong signature")
+    hub = Place("hub", "redis://h:1/0")
+    skip = Skip("v2", hub, SkipKind.WRONG_SIGNATURE, "bundle 'net' version v2 has a wrong signature")
     warnings = [
         events.CacheWarning("a message"),
         events.HubUnavailable("redis://h:1/0", "timed out"),
@@ -26,7 +27,7 @@ def test_a_report_with_every_kind_of_warning_and_miss_reason_is_kept_as_json_and
         events.StoodAside("net", True, "OSError: disk full"),
         events.CompiledWhileLoading("net"),
         events.NotPushedSignedElsewhere("net"),
-        events.NotListed("the hub", ("a", "b")),
+        events.NotListed(hub, ("a", "b")),
         events.BadEnvironment(EnvProblem("JUPYTER_COMPILE_CACHE_HUB_TTL", "not a number", "0")),
         events.PrecompileFailed(PrecompileTrouble(PrecompileStep.LOAD, "IndexError: 3", True)),
         *[events.StepFailed(step, "disk full", "net", "/s") for step in events.Step],
@@ -34,7 +35,7 @@ def test_a_report_with_every_kind_of_warning_and_miss_reason_is_kept_as_json_and
     assert all(event.level == "warning" for event in warnings)
     report = CellReport(
         "net",
-        restore=RestoreResult("net", skipped=[Skip("version v1", INCOMPATIBLE, "torch: '2.9' vs '2.13'")]),
+        restore=RestoreResult("net", skipped=[Skip("v1", Place("local", "/s"), SkipKind.INCOMPATIBLE)]),
         miss_reasons=[MissReason(cause, "f", "d", ("g",), 2) for cause in MissCause],
         warnings=warnings,
     )
@@ -48,6 +49,6 @@ def test_a_report_with_every_kind_of_warning_and_miss_reason_is_kept_as_json_and
         "where": "/s",
     }
     assert [MissReason.from_json(r) for r in kept["miss_reasons"]] == report.miss_reasons
-    assert kept["restore"]["skipped"][0]["kind"] == INCOMPATIBLE
+    assert kept["restore"]["skipped"][0]["kind"] == SkipKind.INCOMPATIBLE.value
     outcome = report.stats_outcome()
     assert (outcome["missed_code_changed"], outcome["missed_recompiled"], outcome["missed_no_entry"]) == (2, 2, 1)

@@ -11,7 +11,6 @@ from helpers.store import make_bundle
 
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellOptions, CellReport
-from jupyter_compile_cache.core.save_stage import enforce_size_cap
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.reporter import TextReporter
 from jupyter_compile_cache.storage.store import LocalStore
@@ -28,7 +27,7 @@ def test_the_least_recently_used_version_past_the_cap_is_evicted_and_told(tmp_pa
     session = CompileCacheSession(store_dir=store.root, reporter=TextReporter(out, io.StringIO()))
     told: list = []
     session.listeners.append(told.append)
-    enforce_size_cap(session, store, CellReport("new"), quiet=False)
+    session.save_stage.enforce_size_cap(store, CellReport("new"), quiet=False)
     assert store.versions("old") == [] and store.versions("new")
     assert [e for e in told if isinstance(e, events.Evicted)] == [events.Evicted(1, ("old",), new.payload_bytes + 1000)]
     assert "evicted 1 least recently used version (old)" in out.getvalue()
@@ -44,7 +43,7 @@ def test_the_ending_keeps_the_run_in_the_store_the_cell_named_and_tells_its_line
     named = str(tmp_path / "named")
     ok, failed = CellReport("net", body_seconds=0.5), CellReport("bad", ok=False, body_seconds=0.1)
     for report in (ok, failed):
-        session.ending.end(report, CellOptions(store_dir=named))
+        session.save_stage.end(report, CellOptions(store_dir=named))
     assert session.history == [ok, failed] and all(r.finished for r in (ok, failed))
     assert LocalStore(named).last_run("net") is not None  # a run that raised is not kept as the last run
     assert LocalStore(named).last_run("bad") is None
@@ -60,7 +59,7 @@ def test_statistics_a_store_cannot_take_are_told_once_and_the_cell_ends(tmp_path
     err = io.StringIO()
     session = CompileCacheSession(store_dir=str(tmp_path / "s"), reporter=TextReporter(io.StringIO(), err))
     for _ in range(2):
-        session.ending.end(CellReport("net", body_seconds=0.1), CellOptions(store_dir=str(blocked)))
+        session.save_stage.end(CellReport("net", body_seconds=0.1), CellOptions(store_dir=str(blocked)))
     assert len(session.history) == 2
     failed = [line for line in err.getvalue().splitlines() if "statistics" in line]
     assert len(failed) == 1, err.getvalue()

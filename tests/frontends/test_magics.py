@@ -333,7 +333,7 @@ def test_explain_of_a_name_the_store_does_not_hold_says_so(shell, tmp_path):
     shell.load()
     with pytest.raises(UsageError) as caught:
         shell.run_line_magic("compile_cache", f"explain boom --store {tmp_path}")
-    assert str(caught.value) == f"no bundle named 'boom' in {tmp_path}, which holds no bundle yet"
+    assert str(caught.value) == f"no bundle named 'boom' in the local store {tmp_path}, which holds no bundle yet"
 
 
 def test_status_as_json_is_the_same_record_as_the_table(shell):

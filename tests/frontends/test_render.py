@@ -38,15 +38,16 @@ def test_a_refused_change_shows_its_plan_and_says_why_once(tmp_path):
 def test_what_a_layer_switch_changed_is_worded_once_for_the_magic_and_the_panel():
     """Golden lines: `enable` / `disable` as the magic prints them and the panel says them (from where
     `Commands.switch_scope` says the layer applies)."""
+    from jupyter_compile_cache.core.records import SwitchScope
     from jupyter_compile_cache.torch_adapter import layers
 
     precompile, fx = layers.resolve("precompile"), layers.resolve("fx")
-    assert render.switch_line(precompile, "off") == "Dynamo precompile off (CompileCache.precompile = False)"
-    assert render.switch_line(precompile, "%%compile_cache cells").startswith(
+    assert render.switch_line(precompile, SwitchScope.OFF) == "Dynamo precompile off (CompileCache.precompile = False)"
+    assert render.switch_line(precompile, SwitchScope.CELLS).startswith(
         "Dynamo precompile on in %%compile_cache cells only (CompileCache.precompile = True;"
     )
-    assert "unset TORCH_CACHING_PRECOMPILE" in render.switch_line(precompile, "everywhere")
+    assert "unset TORCH_CACHING_PRECOMPILE" in render.switch_line(precompile, SwitchScope.EVERYWHERE)
     value = fx.switch_value()
-    assert render.switch_line(fx, "this kernel" if value else "off") == (
+    assert render.switch_line(fx, SwitchScope.KERNEL if value else SwitchScope.OFF) == (
         f"FX graph {'on' if value else 'off'} in this kernel (torch._inductor.config.fx_graph_cache = {value})"
     )

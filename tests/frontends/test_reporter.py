@@ -35,13 +35,14 @@ def test_each_event_is_one_line_warnings_on_stderr_and_quiet_cells_say_only_warn
     from jupyter_compile_cache.core import events
     from jupyter_compile_cache.core.session import CompileCacheSession
     from jupyter_compile_cache.storage.bundle import FieldMismatch
-    from jupyter_compile_cache.storage.sources import INCOMPATIBLE, Skip
+    from jupyter_compile_cache.storage.sources import Place, Skip, SkipKind
 
     out, err = io.StringIO(), io.StringIO()
     session = CompileCacheSession(store_dir=str(tmp_path), reporter=TextReporter(out, err))
     session.tell(events.Restored("net", "local", None, False, 8, 376_627, 0.01))
     session.tell(events.HubUnavailable("redis://h:1/0", "Error 111 connecting to h:1. Connection refused."))
-    incompatible = Skip("version v1", INCOMPATIBLE, "", mismatches=(FieldMismatch("torch", "2.9", "2.13"),))
+    mismatches = (FieldMismatch("torch", "2.9", "2.13"),)
+    incompatible = Skip("v1", Place("local", str(tmp_path)), SkipKind.INCOMPATIBLE, mismatches=mismatches)
     session.tell(events.NotRestored("net", (incompatible,)), quiet=True)
     assert out.getvalue() == "compile_cache: restored 'net' from the local store (8 files, 367.8 KB) in 0.01 s\n"
     assert err.getvalue() == (

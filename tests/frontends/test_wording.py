@@ -27,8 +27,11 @@ from jupyter_compile_cache.torch_adapter.miss_reasons import (
 OMP_DIFFERS = TemplateProblem(TemplateTrouble.VARIABLE_DIFFERS, "OMP_NUM_THREADS")
 IDLE = TemplateProblem(TemplateTrouble.IDLE)
 UNREADABLE = UnreadableManifest("net", "v3", "Expecting value")
-INCOMPATIBLE = sources.Skip("version v1", sources.INCOMPATIBLE, "", mismatches=(FieldMismatch("torch", "2.9", "2.13"),))
-SIGNED = sources.Skip("hub version v2", sources.WRONG_SIGNATURE, "bundle 'net' version v2 has a wrong signature")
+LOCAL = sources.Place("local", "/s")
+HUB = sources.Place("hub", "redis://h:1/0")
+TORCH_DIFFERS = (FieldMismatch("torch", "2.9", "2.13"),)
+INCOMPATIBLE = sources.Skip("v1", LOCAL, sources.SkipKind.INCOMPATIBLE, mismatches=TORCH_DIFFERS)
+SIGNED = sources.Skip("v2", HUB, sources.SkipKind.WRONG_SIGNATURE, "bundle 'net' version v2 has a wrong signature")
 
 ALL = [
     events.CacheWarning("a message of torch's own"),
@@ -56,7 +59,7 @@ ALL = [
     events.CompiledWhileLoading("net"),
     events.NotPushedSignedElsewhere("net"),
     events.BadEnvironment(EnvProblem("JUPYTER_COMPILE_CACHE_HUB_TTL", "not a number of seconds: 'x'", "0")),
-    events.NotListed("the hub redis://h:1/0", ("secret-cnn", "secret-net")),
+    events.NotListed(sources.Place("hub", "redis://h:1/0"), ("secret-cnn", "secret-net")),
     events.ManifestQuarantined(UNREADABLE),
     events.NotRestored("net", (), (UNREADABLE,)),
     events.CachingPrecompileEverywhere(),
@@ -143,20 +146,20 @@ def test_a_skipped_version_is_worded_once_each_kind_in_its_own_words():
     assert wording.skip_warning("net", SIGNED).endswith("; refused")
     assert wording.skip_line(INCOMPATIBLE) == "version v1: incompatible (torch: bundle '2.9' vs this kernel '2.13')"
     assert not INCOMPATIBLE.worth_telling and SIGNED.worth_telling
-    not_asked = sources.Skip("version v3", sources.NOT_WANTED, "")
+    not_asked = sources.Skip("v3", LOCAL, sources.SkipKind.NOT_WANTED)
     assert wording.skip_line(not_asked) == "version v3: not the version asked for" and not not_asked.worth_telling
     two = (FieldMismatch("torch", "2.9", "2.13"), FieldMismatch("gpu_name", "NVIDIA H100", None))
     assert (
         wording.mismatch_text(two)
         == "torch: bundle '2.9' vs this kernel '2.13'; gpu_name: bundle 'NVIDIA H100' vs this kernel None"
     )
-    damaged = sources.Skip("version V", sources.DAMAGED, "member k0.so: sha256 differs", "/q/net/V")
+    damaged = sources.Skip("V", LOCAL, sources.SkipKind.DAMAGED, "member k0.so: sha256 differs", "/q/net/V")
     assert wording.skip_line(damaged) == "version V: damaged: member k0.so: sha256 differs; moved to /q/net/V"
     assert (
         wording.skip_warning("net", damaged)
         == "bundle 'net' version V is damaged: member k0.so: sha256 differs; moved to /q/net/V"
     )
-    pulled = sources.Skip("hub version V", sources.TRANSFER_FAILED, "timed out", where="the hub redis://h:1/0", tries=3)
+    pulled = sources.Skip("V", HUB, sources.SkipKind.TRANSFER_FAILED, "timed out", tries=3)
     assert wording.skip_warning("net", pulled) == (
         "could not pull 'net' from the hub redis://h:1/0: timed out (tried 3 times, each on a fresh connection)"
     )
@@ -274,3 +277,36 @@ def test_why_torch_cannot_be_used_is_said_with_what_was_found():
 
     assert wording.torch_problem_text(TorchProblem(None)).endswith("pip install torch (2.9 or newer)")
     assert wording.torch_problem_text(TorchProblem("2.3.1")).endswith("torch.compiler caches; found 2.3.1")
+
+
+def test_where_a_command_looked_and_what_it_did_not_find():
+    """Storage and core hand over places and typed errors; each front end words them the same way."""
+    from jupyter_compile_cache.core.records import NoHub, NoSuchVersion, NotFound, NothingFits
+
+    assert wording.place_text(LOCAL) == "the local store /s"
+    assert wording.place_text(HUB) == "the hub redis://h:1/0"
+    team = sources.Place("hub", "redis://h:1/0", "team")
+    assert wording.place_text(team) == "the hub redis://h:1/0 namespace 'team'"
+    assert wording.error_text(NotFound("net", LOCAL)) == "no bundle named 'net' in the local store /s"
+    assert wording.error_text(NoSuchVersion("net", LOCAL, "zz", "abc1234")) == (
+        "'net' has no version 'zz' in the local store /s; its versions: abc1234"
+    )
+    assert wording.error_text(NothingFits("net", team, [INCOMPATIBLE], False)) == (
+        "no version of 'net' in the hub redis://h:1/0 namespace 'team' fits this machine"
+    )
+    assert wording.error_text(NothingFits("net", HUB, [SIGNED], True)).startswith("wrong signature (another team")
+    assert wording.error_text(NoHub()).startswith("no hub: pass --hub URL in a shell; in a notebook %compile_cache hub")
+    assert wording.error_text(ValueError("invalid bundle name")) == "invalid bundle name"
+
+
+def test_where_a_layer_applies_is_worded_once_for_the_table_the_panel_and_the_switch():
+    from jupyter_compile_cache.core.records import SwitchScope
+
+    assert {scope: wording.scope_text(scope) for scope in SwitchScope} == {
+        SwitchScope.OFF: "off",
+        SwitchScope.NOT_AVAILABLE: "n/a",
+        SwitchScope.CELLS: "%%compile_cache cells",
+        SwitchScope.KERNEL: "this kernel",
+        SwitchScope.EVERYWHERE: "everywhere",
+        SwitchScope.LOADING: "loading",
+    }

@@ -70,7 +70,7 @@ if scenario.startswith("restore"):
     result["version"] = found.manifest.version if found.manifest else None
     result["source"] = found.source.kind if found.source else None
     result["files"] = len(found.installed or [])
-    result["problems"] = [f"{skip.label}: {skip.kind}: {skip.detail}" for skip in found.skipped]
+    result["problems"] = [f"version {skip.version}: {skip.kind.value}: {skip.detail}" for skip in found.skipped]
     result["problems"] += [str(exc) for _source, exc in found.down]
     result["retries"] = len(found.retries)
     if scenario == "restore-staged":

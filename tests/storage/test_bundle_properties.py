@@ -134,7 +134,7 @@ def test_a_truncated_or_bit_flipped_payload_is_refused_and_the_store_stays_reada
     work, store, roots, found = _restore_into_fresh_dirs(manifest, bytes(damaged), now)
     try:
         assert found.manifest is None and found.installed is None, "a damaged payload was used"
-        assert any(s.kind in (sources.DAMAGED, sources.UNSAFE) for s in found.skipped), found.skipped
+        assert any(s.kind in (sources.SkipKind.DAMAGED, sources.SkipKind.UNSAFE) for s in found.skipped), found.skipped
         assert _tree(roots["inductor"]) == {"triton"}  # nothing restored, no staging left behind
         assert _tree(os.path.join(work, "outside")) == set()
         assert os.path.exists(os.path.join(store.root, "quarantine", "net", manifest.version + ".reason"))

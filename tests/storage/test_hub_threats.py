@@ -14,7 +14,7 @@ from helpers.store import newest
 
 from jupyter_compile_cache.storage import chunks
 from jupyter_compile_cache.storage.hub import MAX_MANIFEST_BYTES
-from jupyter_compile_cache.storage.sources import UNSAFE, WRONG_SIGNATURE, HubSource
+from jupyter_compile_cache.storage.sources import HubSource, SkipKind
 from jupyter_compile_cache.storage.store import LocalStore
 
 SECRET = b"team-a-secret"
@@ -50,7 +50,7 @@ def test_a_valid_looking_but_different_bundle_is_refused_with_a_team_secret(tmp_
 
     mine, found = _find(hub, tmp_path)
     assert found.manifest is None and found.wrong_signatures == 1
-    assert found.skipped[0].kind == WRONG_SIGNATURE and "wrong signature" in found.skipped[0].detail
+    assert found.skipped[0].kind == SkipKind.WRONG_SIGNATURE and "wrong signature" in found.skipped[0].detail
     assert mine.versions("net") == []
 
 
@@ -116,6 +116,6 @@ def test_a_pulled_bundle_with_unsafe_paths_is_quarantined_before_anything_is_wri
         return bundle.extract(payload, m, {"inductor": str(cache)})
 
     found = newest("net", [HubSource(hub)], mine, lambda m: None, install)
-    assert found.manifest is None and found.skipped[0].kind == UNSAFE
+    assert found.manifest is None and found.skipped[0].kind == SkipKind.UNSAFE
     assert not (tmp_path / "escape").exists() and os.listdir(cache) == []
     assert mine.versions("net") == [] and os.listdir(os.path.join(mine.root, "quarantine", "net"))

@@ -36,7 +36,7 @@ def test_the_newest_version_that_fits_wins_and_the_others_say_why(tmp_path):
     found = newest("net", [LocalSource(store)], store, _misfit, _install_into(cache))
     assert found.manifest is not None and found.manifest.version == fits.version and found.source.kind == "local"
     (skip,) = found.skipped
-    assert (skip.kind, skip.mismatches, skip.worth_telling) == (sources.INCOMPATIBLE, TORCH_DIFFERS, False)
+    assert (skip.kind, skip.mismatches, skip.worth_telling) == (sources.SkipKind.INCOMPATIBLE, TORCH_DIFFERS, False)
     assert restored_whole(found.installed)
 
 
@@ -52,7 +52,12 @@ def test_a_damaged_local_version_is_quarantined_and_the_next_one_used(tmp_path):
     found = newest("net", [LocalSource(store)], store, _misfit, _install_into(str(tmp_path / "cache")))
     assert found.manifest.version == older.version
     (skip,) = found.skipped
-    assert skip.kind == sources.DAMAGED and skip.worth_telling and skip.label == f"version {newer.version}"
+    assert (
+        skip.kind == sources.SkipKind.DAMAGED
+        and skip.worth_telling
+        and skip.version == newer.version
+        and skip.where.kind == "local"
+    )
     assert skip.moved_to is not None and os.path.exists(skip.moved_to)
     assert [m.version for m in store.versions("net")] == [older.version]
 
@@ -72,7 +77,9 @@ def test_the_hub_after_the_local_store_signatures_checked_and_a_hub_that_is_down
     other = LocalStore(str(tmp_path / "other"))
     refused = newest("net", [stranger], other, _misfit)
     assert refused.manifest is None and refused.wrong_signatures == 1
-    assert refused.skipped[0].kind == sources.WRONG_SIGNATURE and "wrong signature" in refused.skipped[0].detail
+    assert (
+        refused.skipped[0].kind == sources.SkipKind.WRONG_SIGNATURE and "wrong signature" in refused.skipped[0].detail
+    )
     down = HubSource(Hub(HubConfig(url=f"redis://127.0.0.1:{free_port}/0", connect_timeout=0.5)))
     nothing = newest("net", [LocalSource(other), down], other, _misfit)
     assert nothing.manifest is None and [source for source, _exc in nothing.down] == [down]
@@ -116,7 +123,7 @@ def test_a_connection_that_keeps_dropping_gives_up_after_the_retries(tmp_path, r
     found = newest("net", [LocalSource(mine), reader], mine, _misfit)
     assert found.manifest is None and len(found.retries) == sources.RETRIES
     [skip] = found.skipped
-    assert skip.kind == sources.TRANSFER_FAILED and skip.tries == sources.RETRIES + 1
+    assert skip.kind == sources.SkipKind.TRANSFER_FAILED and skip.tries == sources.RETRIES + 1
 
 
 def test_a_damaged_hub_version_does_not_hide_an_older_whole_one(tmp_path, redis_server):
@@ -134,4 +141,4 @@ def test_a_damaged_hub_version_does_not_hide_an_older_whole_one(tmp_path, redis_
     assert found.manifest is not None and found.manifest.version == older.version
     assert restored_whole(found.installed)
     [skip] = found.skipped
-    assert skip.kind == sources.UNUSABLE and newer.version in skip.label and "sha256" in skip.detail
+    assert skip.kind == sources.SkipKind.UNUSABLE and skip.version == newer.version and "sha256" in skip.detail
