@@ -46,6 +46,8 @@ def record(report: CellReport, opts: CellOptions, watched: Watch, guard: Precomp
     report.layers = share.layers
     report.processes = cell_files.processes
     report.compiled_elsewhere = cell_files.compiled_elsewhere()
+    if restored and report.compiled_elsewhere and not cell_files.created_graphs:  # no graph compiled: re-tuned
+        report.kernels_retuned, report.compiled_elsewhere = report.compiled_elsewhere, 0
     misses = sum(counts.get("misses", 0) for counts in share.layers.values())
     if report.miss_reasons == [] and misses and restored:
         # torch named no function (no precompile here, or a graph's files were missing): still, say so
@@ -56,5 +58,5 @@ def record(report: CellReport, opts: CellOptions, watched: Watch, guard: Precomp
         tell(events.PrecompileBypassed(reason), report, opts.quiet)
     for function in guard.new_unpackaged() if watched.precompile else ():
         tell(events.CompiledOutsideCell(function), report, opts.quiet)
-    compiled_new = cell_files.compiled_new(report.layers, share.frames)
+    compiled_new = cell_files.compiled_new(report.layers, share.frames, restored)
     return Recorded(cell_files, keys, compiled_new, watched.precompile)

@@ -238,6 +238,7 @@ class CellReport:
     precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
     processes: int = 0  # processes the cell started (torchrun, a launcher, `!cmd`)
     compiled_elsewhere: int = 0  # new files those processes (or theirs) compiled into the caches
+    kernels_retuned: int = 0  # after a restore, new kernel builds of theirs that torch's run-time tuning made
     miss_reasons: list[MissReason] = field(default_factory=list)  # after a restore, why functions compiled
     warnings: list[Any] = field(default_factory=list)  # the warning events (core.events) told during the cell
     finished: float = 0.0

@@ -468,6 +468,11 @@ def cell_summary(report: CellReport) -> str:
         parts.append("traced again from the caches: " + "; ".join(reasons))
     if report.compiled_elsewhere:
         parts.append(f"the processes it started compiled {count(report.compiled_elsewhere, 'new file')}")
+    if report.kernels_retuned:
+        parts.append(
+            f"the processes it started re-tuned kernels at run time ({count(report.kernels_retuned, 'new build')}, "
+            "as with torch's own warm cache: not saved)"
+        )
     if report.stale_rejected:
         parts.append(f"{count(report.stale_rejected, 'stale precompile entry')} refused (code changed)")
     if report.precompile_fallbacks:

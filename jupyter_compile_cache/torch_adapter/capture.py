@@ -234,6 +234,7 @@ class CellFiles:
     files: dict[str, str] = field(default_factory=dict)  # member name -> path
     new_by_layer: dict[str, int] = field(default_factory=dict)  # files written by this cell, per layer
     created: int = 0  # of those, files no process had written before the cell (new paths)
+    created_graphs: int = 0  # of those, entries of a graph layer (an FX graph, an AOTAutograd or precompile entry)
     probe_programs: list[str] = field(default_factory=list)  # torch's CPU ISA probes built during the cell
     processes: int = 0  # processes the cell started (its own children; they may start more)
 
@@ -249,13 +250,16 @@ class CellFiles:
                 pass
         return out
 
-    def compiled_new(self, layer_counts: dict[str, dict[str, int]], frames: int) -> bool:
-        """Whether the cell compiled anything new; `frames`: the frames Dynamo compiled in this process.
+    def compiled_new(self, layer_counts: dict[str, dict[str, int]], frames: int, restored: bool = False) -> bool:
+        """Whether the cell compiled anything new; `frames`: the frames Dynamo compiled in this process;
+        `restored`: whether a bundle was restored for it.
 
         In this process: a graph loaded from a cache still writes files (torch emits the Triton kernels bundled in
         a precompile or FX entry), so new files only count when some graph layer missed. In the processes the cell
         started (torchrun's ranks, a launcher's workers), whose counters are out of sight: files at paths no process
-        had written before, since a rank that loads a graph from the caches finds its files where they were."""
+        had written before, since a rank that loads a graph from the caches finds its files where they were. After a
+        restore, only a new graph entry counts there: torch re-tunes Triton kernels at run time (coordinate descent
+        builds new variants in its own warm cache too), which is no new work to bundle."""
         if sum(n for layer_name, n in self.new_by_layer.items() if layer_name != "pgo") == 0:
             return False
         lookups = sum(  # not "written": files another process wrote are no lookup of this one's
@@ -265,6 +269,8 @@ class CellFiles:
         )
         if (frames > 0 or lookups > 0) and not layers.only_graph_hits(layer_counts):
             return True
+        if restored:
+            return self.processes > 0 and self.created_graphs > 0
         return self.compiled_elsewhere() > 0
 
     def compiled_elsewhere(self) -> int:
@@ -354,5 +360,7 @@ class CellCapture:
             result.files[name] = path
             if path in changed:
                 result.new_by_layer[layer] = result.new_by_layer.get(layer, 0) + 1
-                result.created += path not in self._before and layer != "pgo"
+                new_path = path not in self._before and layer != "pgo"
+                result.created += new_path
+                result.created_graphs += new_path and layer in layers.GRAPH_LAYERS
         return result

@@ -171,6 +171,8 @@ def test_the_nodes_of_one_job_compile_at_once_push_one_version_then_each_pulls_i
 
 # accelerate's notebook_launcher: the training function forked into two processes (gloo on the CPU), from a kernel
 # that ran CPU ops first, as a notebook does (OpenMP started before the fork). Each rank writes what it computed.
+# A forked rank sets one intra-op thread first: the parent's OpenMP pool does not survive the fork, and without it
+# plain torch's ranks hang in their first parallel op here (torch 2.14 and 2.15, no extension loaded).
 LAUNCHED = """
 import torch
 from accelerate import notebook_launcher
@@ -179,6 +181,7 @@ warmup = torch.randn(256, 256) @ torch.randn(256, 256)  # the kernel's own CPU w
 def train(out_dir):
     import torch, torch.distributed as dist
     from torch._dynamo.utils import counters
+    torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)

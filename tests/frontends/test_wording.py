@@ -206,6 +206,11 @@ def test_a_cells_line_says_its_misses_why_its_push_and_its_save():
     assert "push" not in wording.cell_summary(report)  # a quick push adds nothing to the line
     report.push_seconds = 2.0
     assert "to the local store and the hub (push 2.0 s, 512.0 KB/s)" in wording.cell_summary(report)
+    job = CellReport("job", body_seconds=30.0, processes=2, kernels_retuned=40)
+    assert wording.cell_summary(job) == (
+        "'job' ran in 30.00 s, 0 cache hits, 0 misses; the processes it started re-tuned kernels at run time "
+        "(40 new builds, as with torch's own warm cache: not saved); nothing new to save"
+    )
 
 
 def test_the_panel_and_the_cell_say_a_restore_in_the_same_words():

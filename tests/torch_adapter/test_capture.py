@@ -159,6 +159,16 @@ def test_what_processes_the_cell_started_compiled_is_new_work_and_their_unfinish
     assert sorted(files.files) == ["inductor/dd/rank1-kernel.so", "inductor/fxgraph/bb/rank0-graph/0"]
     assert files.compiled_elsewhere() == 2
     assert files.compiled_new(nothing, frames=0)
+    assert files.compiled_new(nothing, frames=0, restored=True)  # a new graph entry: new work after a restore too
+    # After a restore, ranks that only rebuilt kernels (torch re-tunes them at run time) compiled nothing new.
+    watcher.start()
+    subprocess.run(["true"], check=True)
+    _write(roots["inductor"], "triton/0/NEWKEY/triton_per_fused_sum_0.cubin")
+    _write(roots["inductor"], "ff/retuned-kernel.py")
+    retuned = watcher.collect()
+    assert retuned.compiled_elsewhere() == 2 and retuned.created_graphs == 0
+    assert not retuned.compiled_new(nothing, frames=0, restored=True)
+    assert retuned.compiled_new(nothing, frames=0)  # nothing restored: what the ranks built is the bundle
 
 
 def test_cache_roots_follow_torchs_environment_variables(tmp_path, monkeypatch):
