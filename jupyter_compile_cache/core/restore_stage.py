@@ -1,8 +1,8 @@
 """A cell's restore stage (`restore_for_cell`): the newest version of NAME that fits this machine (the local store,
-then the hub), installed into torch's cache dirs and told; if none, NAME's lease on the hub (one
-kernel compiles while the others wait for its bundle); and the precompile guard set to ask, while the body runs, for
-another version of NAME whose precompile entry is for a function's code (`install_version_with`). `restore()` of the
-script API and `%compile_cache restore` come here too."""
+then the hub), installed into torch's cache dirs and told; if none, NAME's lease on the hub (one kernel compiles
+while the others wait for its bundle); and the precompile guard set to ask, while the body runs, for another version
+of NAME whose precompile entry is for a function's code (`install_version_with`). `restore()` of the script API and
+`%compile_cache restore` come here too."""
 
 from __future__ import annotations
 

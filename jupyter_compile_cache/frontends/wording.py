@@ -385,6 +385,10 @@ def skip_label(skip: Skip) -> str:
     return f"{'hub ' if skip.where.kind == 'hub' else ''}version {skip.version}"
 
 
+# What a version was found to be, where a line says it in one word or two.
+_FOUND = {SkipKind.UNUSABLE: "unusable", SkipKind.DAMAGED: "damaged", SkipKind.UNSAFE: "refused (unsafe)"}
+
+
 def skip_line(skip: Skip) -> str:
     """Why a version was passed over, in one line: 'hub version V: incompatible (torch: ...)'."""
     label = skip_label(skip)
@@ -395,7 +399,7 @@ def skip_line(skip: Skip) -> str:
     if skip.kind in (SkipKind.WRONG_SIGNATURE, SkipKind.TRANSFER_FAILED, SkipKind.NOT_INSTALLED):  # its own words
         return f"{label}: {skip.detail}{_tries(skip)}"
     moved = f"; moved to {skip.moved_to}" if skip.moved_to else ""
-    return f"{label}: {skip.kind.value}: {skip.detail}{moved}"
+    return f"{label}: {_FOUND.get(skip.kind, skip.kind.value)}: {skip.detail}{moved}"
 
 
 def skip_warning(name: str, skip: Skip) -> str:
@@ -408,7 +412,8 @@ def skip_warning(name: str, skip: Skip) -> str:
         return f"could not restore bundle {name!r}: {skip.detail}"
     if skip.kind == SkipKind.UNUSABLE:
         return f"bundle {name!r} {skip_label(skip)} from {place_text(skip.where)} is unusable: {skip.detail}"
-    return f"bundle {name!r} {skip_label(skip)} is {skip.kind.value}: {skip.detail}; moved to {skip.moved_to}"
+    found = _FOUND.get(skip.kind, skip.kind.value)
+    return f"bundle {name!r} {skip_label(skip)} is {found}: {skip.detail}; moved to {skip.moved_to}"
 
 
 def _tries(skip: Skip) -> str:

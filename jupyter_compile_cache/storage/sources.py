@@ -144,7 +144,7 @@ class SkipKind(str, enum.Enum):
     TRANSFER_FAILED = "transfer failed"  # the hub failed while sending it, retries included (the walk leaves it)
     UNUSABLE = "unusable"  # its payload could not be read or verified (a chunk damaged or gone: older ones are tried)
     DAMAGED = "damaged"  # installing it found a damaged member (the local copy is quarantined)
-    UNSAFE = "refused (unsafe)"  # a member would land outside the cache dirs (quarantined)
+    UNSAFE = "unsafe"  # a member would land outside the cache dirs (quarantined)
     NOT_INSTALLED = "not installed"  # the cache dir could not take it (the walk stops there)
 
 

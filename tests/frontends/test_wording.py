@@ -159,6 +159,8 @@ def test_a_skipped_version_is_worded_once_each_kind_in_its_own_words():
         wording.skip_warning("net", damaged)
         == "bundle 'net' version V is damaged: member k0.so: sha256 differs; moved to /q/net/V"
     )
+    unsafe = sources.Skip("V", LOCAL, sources.SkipKind.UNSAFE, "member ../x escapes", "/q/net/V")
+    assert wording.skip_line(unsafe) == "version V: refused (unsafe): member ../x escapes; moved to /q/net/V"
     pulled = sources.Skip("V", HUB, sources.SkipKind.TRANSFER_FAILED, "timed out", tries=3)
     assert wording.skip_warning("net", pulled) == (
         "could not pull 'net' from the hub redis://h:1/0: timed out (tried 3 times, each on a fresh connection)"
