@@ -54,7 +54,9 @@ class RestoreStage:
         the restored one does not hold."""
         if opts.restore:
             report.restore = self.restore(name, opts, report, hub)
-        fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None else ""
+        restored = report.restore is not None and report.restore.restored
+        # the lease is keyed by this machine's fingerprint: worked out only where one may be taken
+        fingerprint_id = fingerprint.digest(fingerprint.current()) if hub is not None and not restored else ""
 
         def again() -> RestoreResult:  # while a collaborator compiles NAME, until their bundle arrives
             return self.restore(name, opts, report, hub)

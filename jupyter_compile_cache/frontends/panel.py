@@ -497,10 +497,14 @@ class Panel:
         pending, self._pending_delete = self._pending_delete, None
         if yes and pending:
             hub = self.session.hub_policy.for_cell(CellOptions()) if pending[2] == "hub" else None
-            removed = self.commands.remove(RemoveOptions(pending[0], pending[1]), hub)
-            self.say("\n".join(removal_lines(removed.removals, removed.where, dry_run=False)))  # as `rm` words it
-            if hub is not None:
-                self._hub_rows = [r for r in self._hub_rows if (r.name, r.version) != (pending[0], pending[1])]
+            try:
+                removed = self.commands.remove(RemoveOptions(pending[0], pending[1]), hub)
+            except NotFound as exc:  # gone since the table was drawn (another kernel's gc, `rm` in a shell)
+                self.say(wording.error_text(exc), error=True)
+            else:
+                self.say("\n".join(removal_lines(removed.removals, removed.where, dry_run=False)))  # as `rm` says
+                if hub is not None:
+                    self._hub_rows = [r for r in self._hub_rows if (r.name, r.version) != (pending[0], pending[1])]
         self.update()
 
 
