@@ -36,7 +36,8 @@ setup-oldest:
 # releases between the two lanes' torches.
 OLDEST_K ?= restart_on_empty_cache_dir or (stale_compiled_code and forward) or training_step or damaged or zoo
 test-oldest:
-	JCC_TEST_ZOO=gpt2,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest --durations=5 $(RESTORE_TESTS) \
+	JCC_TEST_ZOO=gpt2,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest -n $(TEST_WORKERS) --durations=5 \
+		$(RESTORE_TESTS) \
 		$(if $(OLDEST_K),-k "$(OLDEST_K)")
 
 # The restore suites and the everyday edits again, every kernel forked from a warm template (the warm kernel spec),
@@ -50,7 +51,7 @@ test-forked:
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --durations=20 tests --ignore=$(ALONE)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 tests --ignore=$(ALONE)
 	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(NOTEBOOKS)
 
 # The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about a minute).
