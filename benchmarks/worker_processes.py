@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,8 @@ from benchmarks.warm_restart import machine
 from jupyter_compile_cache.storage.store import LocalStore
 
 TRAIN = """
+import time
+started = time.perf_counter()
 import os, torch, torch.distributed as dist
 from torch._dynamo.utils import counters
 cuda = torch.cuda.is_available()
@@ -51,6 +54,7 @@ ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model, mode=os.env
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 step = torch.compile(opt.step) if os.environ["BENCH_COMPILE_STEP"] == "1" else opt.step
 losses = []
+ready = time.perf_counter()
 for _ in range(3):
     x = torch.randn(32, widths[0], device=device)
     loss = ddp(x).pow(2).mean()
@@ -59,11 +63,14 @@ for _ in range(3):
     opt.zero_grad()
     losses.append(round(loss.item(), 5))
 print(f"RANK {rank} LOSSES {losses} MISSES {counters['inductor']['fxgraph_cache_miss']}", flush=True)
+print(f"RANK {rank} SECONDS start {ready - started:.2f} steps {time.perf_counter() - ready:.2f}", flush=True)
 dist.destroy_process_group()
 """
 
 
 def run(command: list[str], env: dict[str, str], label: str = "") -> tuple[float, dict[int, tuple[str, int]], str]:
+    """COMMAND's wall time, each rank's (losses, FX-graph misses), and its stderr; with LABEL the time is printed, and
+    the ranks' own seconds (to their first step, and the steps) beside it."""
     start = time.perf_counter()
     out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     seconds = time.perf_counter() - start
@@ -73,7 +80,10 @@ def run(command: list[str], env: dict[str, str], label: str = "") -> tuple[float
         int(r): (losses, int(m)) for r, losses, m in re.findall(r"RANK (\d+) LOSSES (\[.*?\]) MISSES (\d+)", out.stdout)
     }
     if label:  # as each case ends: a run cut short still says what it measured
-        print(f"  {label}: {seconds:.2f} s", flush=True)
+        per_rank = re.findall(r"RANK (\d+) SECONDS start ([\d.]+) steps ([\d.]+)", out.stdout)
+        ranks_said = ", ".join(f"rank {r}: {a} s to its first step, {b} s of steps" for r, a, b in per_rank)
+        ours = [line.strip() for line in out.stderr.splitlines() if line.startswith("compile_cache:")]
+        print(f"  {label}: {seconds:.2f} s ({ranks_said})" + "".join(f"\n    {line}" for line in ours), flush=True)
     return seconds, ranks, out.stderr
 
 
@@ -82,7 +92,14 @@ def _files(root: str) -> set[str]:
 
 
 def row(
-    ranks: int, work: str, width: int, mode: str, again: bool = False, layers: int = 4, compile_step: bool = False
+    ranks: int,
+    work: str,
+    width: int,
+    mode: str,
+    again: bool = False,
+    layers: int = 4,
+    compile_step: bool = False,
+    repeat: int = 1,
 ) -> dict:
     script = os.path.join(work, "train.py")
     with open(script, "w") as f:
@@ -111,6 +128,19 @@ def row(
     out["ours_cold"] = run([*ours, store, "--", *job], env("ours-a"), f"{ranks} rank(s) ours_cold")
     out["ours"] = run([*ours, store, "--", *job], env("ours-b"), f"{ranks} rank(s) ours")
     versions_after_ours = len(LocalStore(store).versions("bench"))
+    # More pairs of torch's warm run and ours restored (each on a new empty dir), the pair's order alternating: the
+    # two differ by less than one job's spread from run to run, so one pair shows nothing.
+    pairs = [(out["torch_warm"][0], out["ours"][0])]
+    for i in range(1, repeat):
+        order = ("ours", "torch_warm") if i % 2 else ("torch_warm", "ours")
+        took = {}
+        for case in order:
+            command, case_env = (
+                (job, env("torch")) if case == "torch_warm" else ([*ours, store, "--", *job], env(f"ours-r{i}"))
+            )
+            took[case] = run(command, case_env, f"{ranks} rank(s) {case}, pair {i + 1}/{repeat}")
+        pairs.append((took["torch_warm"][0], took["ours"][0]))
+        assert all(m == 0 for _, m in took["ours"][1].values()), took["ours"][1]  # every rank restored
     if again:  # once more on another empty dir: does a restored job's saving end after one time?
         out["ours_again"] = run([*ours, store, "--", *job], env("ours-c"), f"{ranks} rank(s) ours_again")
     # What a restored job saved anew, if it did: the members of the newest version that the one before lacks.
@@ -130,6 +160,7 @@ def row(
             "line": next((line for line in stderr.splitlines() if "ran in" in line), ""),
         }
         print(f"  {ranks} rank(s) {name}: {seconds:.2f} s, FX misses {result[name]['fx_misses']}", flush=True)
+    result["pairs"] = [{"torch_warm": warm, "ours": mine, "ratio": mine / warm} for warm, mine in pairs]
     result["torch_warm_wrote"] = sorted(torch_files[1] - torch_files[0])[:40]
     result["restored_saved"] = {
         "versions_after_ours": versions_after_ours,
@@ -152,6 +183,9 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=4, help="layers; other than 4, each of a distinct width")
     parser.add_argument("--compile-step", action="store_true", help="compile the AdamW step too")
     parser.add_argument("--again", action="store_true", help="restore once more, on another empty dir")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="pairs of torch warm and ours restored, alternating which runs first"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import torch
@@ -162,7 +196,9 @@ def main() -> int:
     results: dict = {"rows": {}, "meta": meta}
     with tempfile.TemporaryDirectory(prefix="worker-processes-") as work:
         for n in args.ranks:
-            results["rows"][n] = row(n, work, args.width, args.mode, args.again, args.layers, args.compile_step)
+            results["rows"][n] = row(
+                n, work, args.width, args.mode, args.again, args.layers, args.compile_step, args.repeat
+            )
     headers = [
         "ranks", "cold s", "torch warm s", "ours cold s", "ours restored s", "ours / torch warm", "ours / cold",
         "FX misses per rank (ours)", "losses equal",
@@ -176,6 +212,17 @@ def main() -> int:
             f"{ours / cold:.2f}x", r["ours"]["fx_misses"], same,
         ])  # fmt: skip
     print("\n" + markdown_table(headers, rows))
+    if args.repeat > 1:
+        paired = []
+        for n, r in results["rows"].items():
+            ratios = [p["ratio"] for p in r["pairs"]]
+            paired.append([
+                n, len(ratios), f"{statistics.median(p['torch_warm'] for p in r['pairs']):.2f}",
+                f"{statistics.median(p['ours'] for p in r['pairs']):.2f}", ", ".join(f"{x:.3f}" for x in ratios),
+                f"**{statistics.median(ratios):.3f}x**", f"{min(ratios):.3f}-{max(ratios):.3f}",
+            ])  # fmt: skip
+        headers = ["ranks", "pairs", "torch warm s (median)", "ours restored s (median)", "ours / torch warm, per pair"]
+        print("\n" + markdown_table([*headers, "median", "spread (min-max)"], paired))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
