@@ -89,6 +89,20 @@ class FolderBackend:
         if not os.path.isdir(self.root):
             raise HubError(f"hub {self.url}: the folder {self.root} is not there (is the share mounted?)")
 
+    def _make_parents(self, path: str) -> None:
+        """PATH's folders below the hub's folder, never that folder itself: a share unmounted mid-push raises here
+        (FileNotFoundError) where `makedirs` made a local folder in its place, which the share then could not be
+        mounted back over."""
+        current = self.root
+        for part in os.path.relpath(os.path.dirname(path), self.root).split(os.sep):
+            if part == ".":
+                continue
+            current = os.path.join(current, part)
+            try:
+                os.mkdir(current)
+            except FileExistsError:
+                pass
+
     @staticmethod
     def _read(path: str) -> tuple[float, bytes] | None:
         """(expiry, value) of a key's file, None when absent or not one of ours."""
@@ -125,7 +139,7 @@ class FolderBackend:
 
     def _write(self, path: str, value: bytes, ttl: int | None, exclusive: bool = False) -> bool:
         """Write a whole file; with `exclusive`, only if PATH does not exist (False if it does)."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._make_parents(path)
         temp = os.path.join(os.path.dirname(path), temp_files.name(TEMP))
         try:
             with open(temp, "wb") as f:

@@ -81,6 +81,27 @@ def test_a_folder_hub_whose_share_is_not_mounted_is_an_error_not_a_new_empty_hub
     assert not missing.exists()
 
 
+def test_a_share_unmounted_mid_write_fails_it_and_no_local_folder_takes_its_place(tmp_path):
+    share = tmp_path / "share"
+    share.mkdir()
+    backend = FolderBackend(f"file://{share}")
+
+    class UnmountedAfterTheFirst(dict):
+        """The keys of one `put`, the share unmounted once the first is written (as a push's writes meet it)."""
+
+        def items(self):
+            for i, item in enumerate(super().items()):
+                if i == 1:
+                    share.rename(tmp_path / "share.unmounted")
+                yield item
+
+    with pytest.raises(HubError, match="is not there"):
+        backend.put(UnmountedAfterTheFirst({"jcc:default/net:chunk:0": b"a", "jcc:default/net:chunk:1": b"b"}))
+    assert not share.exists()  # the second key was not written to a new local folder in the share's place
+    (tmp_path / "share.unmounted").rename(share)  # mounted again: what was written before is there
+    assert backend.get(["jcc:default/net:chunk:0", "jcc:default/net:chunk:1"]) == [b"a", None]
+
+
 def test_on_a_filesystem_without_hard_links_the_lease_still_has_one_holder(tmp_path, monkeypatch):
     """Some FUSE and SMB mounts refuse hard links (EPERM): the lease falls back to an exclusive create."""
     import errno
