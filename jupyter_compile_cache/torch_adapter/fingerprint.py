@@ -143,8 +143,9 @@ class FieldCheck:
 
 def current(with_gpu: bool = True) -> dict[str, Any]:
     """This process's fingerprint. Cheap: no compiler import. `with_gpu` asks the GPU for its name, which imports
-    torch (1.5-3.5 s) when it is not imported yet, once per machine and GPU set (see `_gpu`); without it, torch's
-    build is read from its files and the GPU fields are None (they only matter for bundles holding GPU kernels)."""
+    torch (1.5-3.5 s) when it is not imported yet, on a machine with a GPU driver, once per GPU set (see `_gpu`);
+    without it, torch's build is read from its files and the GPU fields are None (they only matter for bundles
+    holding GPU kernels)."""
     gpu_name, gpu_capability = _gpu() if with_gpu else (None, None)
     build = _torch_build()
     cpu_isa, cpu_model = _cpu_flags_and_model()
@@ -170,6 +171,8 @@ def _gpu() -> tuple[str | None, str | None]:
     machine the answer is kept per driver, GPU set, visible-device settings and torch build, which are all it
     depends on, so the next process reads it instead."""
     if "torch" not in sys.modules:
+        if not any(os.path.exists(path) for path in _GPU_DRIVER_FILES):
+            return None, None  # no driver torch.cuda could use: torch would say so after a 1.5-5 s import
         key = _gpu_set_key()
         path = os.path.join(_gpu_answers_dir(), f"{key}.json") if key is not None else None
         if path is not None:
@@ -195,6 +198,9 @@ def _ask_torch_for_gpu() -> tuple[str | None, str | None]:
     return torch.cuda.get_device_name(), ".".join(map(str, torch.cuda.get_device_capability()))
 
 
+# What the drivers torch.cuda works through make, on the host or passed into a container: NVIDIA's, ROCm's (torch
+# reports HIP GPUs through torch.cuda), and WSL2's GPU device.
+_GPU_DRIVER_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
 _GPU_SELECTION = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 
 

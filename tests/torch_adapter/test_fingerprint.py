@@ -58,6 +58,19 @@ def test_a_process_without_torch_reads_the_same_build_from_torchs_files():
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 
 
+@pytest.mark.skipif(
+    any(os.path.exists(p) for p in fingerprint._GPU_DRIVER_FILES), reason="a machine with a GPU driver: torch is asked"
+)
+def test_a_machine_without_a_gpu_driver_has_no_gpu_without_importing_torch():
+    code = (
+        "import json, sys; from jupyter_compile_cache.torch_adapter import fingerprint as f; "
+        "fp = f.current(); print(json.dumps([fp['gpu_name'], fp['gpu_capability'], 'torch' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [None, None, False]
+    assert not torch.cuda.is_available()  # what torch itself answers here
+
+
 def _blocking(checks: list[fingerprint.FieldCheck]) -> list[str]:
     """The fields that make a version unusable here."""
     return [c.field for c in checks if c.blocking and not c.ok]
