@@ -12,6 +12,8 @@ The audit hook cannot be removed once added (Python's rule), so it is added once
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import sys
 from collections.abc import Iterable
@@ -132,6 +134,73 @@ def _is_keyed(path: str, roots: dict[str, str]) -> bool:
     return layers.layer_of(name.split("/", 1)[1]) in ("fx_graph", "aot_autograd", "dynamo_precompile")
 
 
+def probe_snippets() -> set[bytes]:
+    """The sources of torch's CPU ISA probes: each ISA class's `*_code` snippet (VecISA._avx_code, VecAMX._amx_code,
+    ...). Where torch's compiler is not loaded (the parent of a job's processes), read from cpu_vec_isa.py's source,
+    as torch's build is: importing it would take torch and Dynamo (5 s on 2 cores) after the job."""
+    module = sys.modules.get("torch._inductor.cpu_vec_isa")
+    if module is None:
+        snippets = _probe_snippets_from_source()
+        if snippets:
+            return snippets
+        try:
+            from torch._inductor import cpu_vec_isa as module
+        except ImportError:
+            return set()
+    return {
+        value.encode()
+        for cls in vars(module).values()
+        if isinstance(cls, type)
+        for attr, value in vars(cls).items()
+        if attr.endswith("_code") and isinstance(value, str)
+    }
+
+
+def _probe_snippets_from_source() -> set[bytes]:
+    """The strings assigned to `*_code` names in the classes of torch's cpu_vec_isa.py: constants, or another such
+    name's `.replace(a, b)` (torch's AMX-FP16 probe). Empty where the file is not found or one is written some other
+    way: the caller imports the module then."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return set()
+    if spec is None or not spec.submodule_search_locations:
+        return set()
+    path = os.path.join(list(spec.submodule_search_locations)[0], "_inductor", "cpu_vec_isa.py")
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    out = set()
+    for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+        known: dict[str, str] = {}
+        for node in cls.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            value = getattr(node, "value", None)
+            if not (isinstance(target, ast.Name) and target.id.endswith("_code") and value is not None):
+                continue
+            text = _string_of(value, known)
+            if text is None:
+                return set()
+            known[target.id] = text
+            out.add(text.encode())
+    return out
+
+
+def _string_of(node: Any, known: dict[str, str]) -> str | None:
+    """A string constant, or `NAME.replace("a", "b")` of a string already known; None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "replace"):
+        return None
+    args = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    subject = node.func.value
+    if isinstance(subject, ast.Name) and subject.id in known and len(args) == len(node.args) == 2 and not node.keywords:
+        return known[subject.id].replace(args[0], args[1])
+    return None
+
+
 def _isa_probe_programs(paths: set[str]) -> set[str]:
     """torch's CPU ISA probe programs (written by whichever thread probes first, maybe during a cell).
 
@@ -141,18 +210,7 @@ def _isa_probe_programs(paths: set[str]) -> set[str]:
     """
     if not any(path.endswith(".cpp") for path in paths):  # nothing to look at: torch's compiler not imported for it
         return set()
-    try:
-        from torch._inductor import cpu_vec_isa
-    except ImportError:
-        return set()
-    # Each ISA class probes with its own snippet: VecISA._avx_code, VecAMX._amx_code, ...
-    probes = {
-        value.encode()
-        for cls in vars(cpu_vec_isa).values()
-        if isinstance(cls, type)
-        for attr, value in vars(cls).items()
-        if attr.endswith("_code") and isinstance(value, str)
-    }
+    probes = probe_snippets()
     sizes = {len(p) for p in probes}
     out = set()
     for path in paths:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 
 from jupyter_compile_cache.torch_adapter import capture, layers
 
@@ -169,6 +171,29 @@ def test_what_processes_the_cell_started_compiled_is_new_work_and_their_unfinish
     assert retuned.compiled_elsewhere() == 2 and retuned.created_graphs == 0
     assert not retuned.compiled_new(nothing, frames=0, restored=True)
     assert retuned.compiled_new(nothing, frames=0)  # nothing restored: what the ranks built is the bundle
+
+
+def test_a_process_without_torchs_compiler_tells_its_isa_probes_apart_without_importing_torch(tmp_path):
+    """The parent of a job's processes (jupyter-compile-cache run) never imports torch: the probes' sources are read
+    from torch's file, and they are exactly the module's."""
+    from torch._inductor import cpu_vec_isa
+
+    probe = cpu_vec_isa.VecISA._avx_code
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / "probe.cpp").write_text(probe)
+    (tmp_path / "ab" / "probe.so").write_bytes(b"so")
+    (tmp_path / "ab" / "kernel.cpp").write_text('extern "C" void kernel() {}')
+    code = (
+        "import json, sys; from jupyter_compile_cache.torch_adapter import capture; "
+        f"paths = {{str(p) for p in __import__('pathlib').Path({str(tmp_path)!r}).rglob('*.*')}}; "
+        "found = capture._isa_probe_programs(paths); snippets = capture.probe_snippets(); "
+        "print(json.dumps([sorted(found), sorted(s.decode() for s in snippets), 'torch' in sys.modules]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    found, snippets, imported = json.loads(out.stdout)
+    assert not imported
+    assert found == [str(tmp_path / "ab" / "probe.cpp"), str(tmp_path / "ab" / "probe.so")]
+    assert set(snippets) == {s.decode() for s in capture.probe_snippets()}  # this process has the module loaded
 
 
 def test_cache_roots_follow_torchs_environment_variables(tmp_path, monkeypatch):
