@@ -15,6 +15,10 @@ distinct widths (each its own matmul shapes, tuned apart under max-autotune) and
 AdamW step too: a job with more to compile, whose process start, `import torch` and NCCL set-up weigh less.
 
     python -m benchmarks worker_processes --ranks 1 2 4 --out benchmarks/results/worker_processes_cpu.json
+
+`--repeat N` runs N pairs of `torch_warm` and `ours` (each on a new empty dir, the order alternating) and prints the
+median ratio with its spread: one pair cannot tell the two apart. Each rank prints its seconds to its first step and
+in its steps, so a difference shows whether it lies in the ranks' start or in the compiled work.
 """
 
 from __future__ import annotations
