@@ -18,7 +18,9 @@ AdamW step too: a job with more to compile, whose process start, `import torch` 
 
 `--repeat N` runs N pairs of `torch_warm` and `ours` (each on a new empty dir, the order alternating) and prints the
 median ratio with its spread: one pair cannot tell the two apart. Each rank prints its seconds to its first step and
-in its steps, so a difference shows whether it lies in the ranks' start or in the compiled work.
+in its steps, so a difference shows whether it lies in the ranks' start or in the compiled work, and its phases:
+`import torch`, the process group, the model and DDP, and the seconds Dynamo spent on its frames (of which the
+backend's: the restored graphs and kernels loaded), the most that carrying precompiled entries into the ranks could save.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ TRAIN = """
 import time
 started = time.perf_counter()
 import os, torch, torch.distributed as dist
-from torch._dynamo.utils import counters
+from torch._dynamo.utils import compilation_time_metrics, counters
+imported = time.perf_counter()
 cuda = torch.cuda.is_available()
 dist.init_process_group("nccl" if cuda else "gloo")
+grouped = time.perf_counter()
 rank = dist.get_rank()
 device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
 if cuda:
@@ -68,6 +72,13 @@ for _ in range(3):
     losses.append(round(loss.item(), 5))
 print(f"RANK {rank} LOSSES {losses} MISSES {counters['inductor']['fxgraph_cache_miss']}", flush=True)
 print(f"RANK {rank} SECONDS start {ready - started:.2f} steps {time.perf_counter() - ready:.2f}", flush=True)
+dynamo = sum(compilation_time_metrics.get("_compile.compile_inner", []))
+backend = sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))
+print(
+    f"RANK {rank} PHASES import {imported - started:.2f} group {grouped - imported:.2f} "
+    f"model {ready - grouped:.2f} dynamo {dynamo:.2f} backend {backend:.2f}",
+    flush=True,
+)
 dist.destroy_process_group()
 """
 
@@ -86,6 +97,8 @@ def run(command: list[str], env: dict[str, str], label: str = "") -> tuple[float
     if label:  # as each case ends: a run cut short still says what it measured
         per_rank = re.findall(r"RANK (\d+) SECONDS start ([\d.]+) steps ([\d.]+)", out.stdout)
         ranks_said = ", ".join(f"rank {r}: {a} s to its first step, {b} s of steps" for r, a, b in per_rank)
+        phases = re.findall(r"RANK (\d+) PHASES (.*)", out.stdout)
+        ranks_said += "".join(f"\n    rank {r} phases (s): {p}" for r, p in sorted(phases))
         ours = [line.strip() for line in out.stderr.splitlines() if line.startswith("compile_cache:")]
         print(f"  {label}: {seconds:.2f} s ({ranks_said})" + "".join(f"\n    {line}" for line in ours), flush=True)
     return seconds, ranks, out.stderr
