@@ -20,7 +20,8 @@ AdamW step too: a job with more to compile, whose process start, `import torch` 
 median ratio with its spread: one pair cannot tell the two apart. Each rank prints its seconds to its first step and
 in its steps, so a difference shows whether it lies in the ranks' start or in the compiled work, and its phases:
 `import torch`, the process group, the model and DDP, and the seconds Dynamo spent on its frames (of which the
-backend's: the restored graphs and kernels loaded), the most that carrying precompiled entries into the ranks could save.
+backend's: the restored graphs and kernels loaded), the most that carrying precompiled entries into the ranks could
+save.
 """
 
 from __future__ import annotations

@@ -75,13 +75,22 @@ def _torch_named_roots() -> set[str]:
 
 def member_name(path: str, roots: dict[str, str]) -> str | None:
     """'inductor/<rel>' or 'triton/<rel>' for a path inside a root, else None."""
-    real = os.path.realpath(path)
+    return _name_under_roots(os.path.realpath(path), roots)
+
+
+def _listed_member_name(path: str, roots: dict[str, str]) -> str | None:
+    """`member_name` of a path `_listing` found: os.walk enters no linked folder, so unless the file itself is a
+    link the path is already real, and resolving each of its parts again, file by file, is skipped."""
+    return member_name(path, roots) if os.path.islink(path) else _name_under_roots(path, roots)
+
+
+def _name_under_roots(real: str, roots: dict[str, str]) -> str | None:
     inductor = roots["inductor"]
     triton = roots.get("triton")
     if triton and not triton.startswith(inductor + os.sep) and real.startswith(triton + os.sep):
-        return "triton/" + os.path.relpath(real, triton).replace(os.sep, "/")
+        return "triton/" + real[len(triton) + 1 :].replace(os.sep, "/")
     if real.startswith(inductor + os.sep):
-        return "inductor/" + os.path.relpath(real, inductor).replace(os.sep, "/")
+        return "inductor/" + real[len(inductor) + 1 :].replace(os.sep, "/")
     return None
 
 
@@ -404,7 +413,7 @@ class CellCapture:
         wanted -= probes
         result = CellFiles(processes=processes, probe_programs=sorted(probes))
         for path in sorted(wanted):
-            name = member_name(path, self.roots)
+            name = _listed_member_name(path, self.roots)
             if name is None:
                 continue
             rel = name.split("/", 1)[1]

@@ -71,6 +71,23 @@ def test_a_file_read_through_a_symlinked_cache_dir_is_taken(tmp_path, monkeypatc
     assert files.files == {"inductor/fxgraph/aa/graph": os.path.realpath(graph)}
 
 
+def test_links_inside_the_cache_dir_that_lead_out_of_it_are_never_taken(tmp_path):
+    """A file or a folder under the root that is a link to somewhere else: its target is not torch's cache, so it
+    is not bundled, whichever way the link was made; a plain file written beside them is."""
+    roots = _roots(tmp_path)
+    secret = tmp_path / "home" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("not torch's")
+    watcher = capture.CellCapture(roots)
+    watcher.start()
+    os.makedirs(os.path.join(roots["inductor"], "fxgraph", "aa"))
+    os.symlink(secret, os.path.join(roots["inductor"], "fxgraph", "aa", "linked-file"))
+    os.symlink(secret.parent, os.path.join(roots["inductor"], "fxgraph", "linked-folder"))
+    _write(roots["inductor"], "fxgraph/bb/graph", b"graph")
+    files = watcher.collect()
+    assert files.files == {"inductor/fxgraph/bb/graph": os.path.join(roots["inductor"], "fxgraph", "bb", "graph")}
+
+
 def test_only_the_cells_own_precompile_entries_are_taken(tmp_path):
     roots = _roots(tmp_path)
     watcher = capture.CellCapture(roots)
