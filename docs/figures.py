@@ -463,8 +463,8 @@ def render_worker_processes(files: list[str], runs: list[dict]) -> str:
     and rank count."""
     lines = [
         "| machine | job | ranks | cold | torch warm | ours restored | ours / torch warm | ours / cold "
-        "| FX misses per rank (ours) | losses equal |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| ours / torch warm, median of pairs | FX misses per rank (ours) | losses equal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, data in zip(files, runs):
         meta = data.get("meta", {})
@@ -474,9 +474,11 @@ def render_worker_processes(files: list[str], runs: list[dict]) -> str:
             cold, warm, ours = (row[case]["seconds"] for case in ("cold", "torch_warm", "ours"))
             misses = sum(row["ours"]["fx_misses"].values())
             same = all(row[case]["same_losses"] for case in ("cold", "torch_warm", "ours_cold", "ours"))
+            ratios = [pair["ratio"] for pair in row.get("pairs", [])]  # --repeat: one pair shows nothing
+            paired = f"{statistics.median(ratios):.3f}x of {len(ratios)}" if len(ratios) > 1 else "-"
             lines.append(
                 f"| {_device(name, meta)} | {job} | {ranks} | {cold:.1f} s | {warm:.1f} s | {ours:.1f} s "
-                f"| {ours / warm:.2f}x | {ours / cold:.2f}x | {misses} in all | {'yes' if same else 'no'} |"
+                f"| {ours / warm:.2f}x | {ours / cold:.2f}x | {paired} | {misses} in all | {'yes' if same else 'no'} |"
             )
     return "\n".join(lines) + "\n\n" + _where(files, runs)
 

@@ -71,6 +71,9 @@ class CellOptions:
     # False: the block compiles nothing itself, only the processes it starts do (the CLI's `run`): torch's compiler
     # is not loaded here, nor waited for
     compiles_here: bool = True
+    # True: with no hub in play, NAME is restored while the block starts its processes, which look torch's caches
+    # up only after their own start (the CLI's `run`); what they compile before it lands is compiled as without us
+    restore_beside_body: bool = False
 
     def __post_init__(self) -> None:
         """The same rules as the magic's options, for scripts: a bad value is a ValueError naming the option."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 from ..kernels.prewarm import Prewarm
@@ -118,6 +120,8 @@ class CompileCacheSession(Stores):
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
         precompile = precompile and PrecompileGuard.available()
         hub = None if loading else self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use it
+        # a hub's single flight must decide before the body who compiles: only a local restore goes beside it
+        beside = opts.restore and opts.restore_beside_body and not opts.compiles_here and hub is None and not loading
         restored: CellRestore | None = None
         previous_precompile: bool | None = None
         ran = False
@@ -142,14 +146,23 @@ class CompileCacheSession(Stores):
                     previous_precompile = self._set_precompile(precompile) if opts.compiles_here else None
                     if opts.restore:  # after the kernel's own fetch of NAME, if one is running
                         report.staged_wait_seconds = self.notebook.wait_for(name)
-                    restored = self.restore_stage.restore_for_cell(name, opts, report, hub)
+                    if beside:
+                        restored = CellRestore()
+                    else:
+                        restored = self.restore_stage.restore_for_cell(name, opts, report, hub)
                     self._compiler_stage(opts, report, hub)
             except Exception as exc:
                 stand_aside(exc)
             ran = True
             refresh = self.restore_stage.refresh_loaded
             with run_stage.run(report, restored, self.guard, precompile, refresh, stand_aside) as watched:
-                yield report
+                # after the watch's listing, so that what the restore writes is known as restored, not compiled
+                pending = self._restore_beside(name, opts, report) if beside and watched is not None else None
+                try:
+                    yield report
+                finally:
+                    if pending is not None and watched is not None:
+                        watched.watcher.add_restored(pending.result())
             if watched is not None:
                 try:
                     recorded = record_stage.record(report, opts, watched, self.guard, self.tell)
@@ -168,6 +181,22 @@ class CompileCacheSession(Stores):
             self._set_precompile(previous_precompile)
             if restored is not None and restored.lease is not None:
                 restored.lease.release()
+
+    def _restore_beside(self, name: str, opts: CellOptions, report: CellReport) -> Future[list[str]]:
+        """NAME's restore from the local store on a thread of its own while the body starts; its future gives the
+        files it installed (none if it failed, which is told: the processes compile as without us)."""
+
+        def restore() -> list[str]:
+            try:
+                return self.restore_stage.restore_for_cell(name, opts, report, None).files
+            except Exception as exc:
+                self.tell(events.StepFailed(events.Step.RESTORE_BESIDE, f"{type(exc).__name__}: {exc}", name), report)
+                return []
+
+        future: Future[list[str]] = Future()
+        thread = threading.Thread(target=lambda: future.set_result(restore()), name="jcc-restore", daemon=True)
+        thread.start()
+        return future
 
     def _compiler_stage(self, opts: CellOptions, report: CellReport, hub: HubSource | None) -> None:
         """torch's compiler ready for the body: the prewarm's work it needs done, and torch's own remote caches

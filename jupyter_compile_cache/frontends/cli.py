@@ -4,8 +4,10 @@
 
 `run NAME -- COMMAND...` is a `%%compile_cache NAME` cell around any command line (`torchrun --nproc_per_node 8
 train.py`, a script, a scheduler's job step): NAME is restored (local store, then the hub) into torch's cache dirs,
-which the command's processes inherit, and what they compiled is saved (and pushed) after it. Its exit status is
-the command's; our lines go to stderr.
+which the command's processes inherit, and what they compiled is saved (and pushed) after it. A local restore runs
+while the command starts: its processes start Python and import torch before they look anything up (one that looks
+sooner compiles, as it would without us). Through a hub the restore comes first, since the hub's single flight
+decides before the command which node compiles. Its exit status is the command's; our lines go to stderr.
 
 A view over the same session, store and sources as the magics, for use outside notebooks (CI jobs, shells,
 scripts), with the magics' words: `explain` (`show` is kept as another name for it), `--dry-run`, `--yes`.
@@ -219,6 +221,7 @@ def _run_job(args: argparse.Namespace, job: list[str]) -> int:
         save=not args.no_save,
         precompile=False,  # this process compiles nothing: its children trace their own
         compiles_here=False,
+        restore_beside_body=True,  # the job's processes start (Python, torch) while the restore runs
     )
     status = 0
     try:

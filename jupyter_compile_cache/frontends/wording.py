@@ -246,6 +246,9 @@ _STEP_FAILED = {
     ),
     events.Step.FIND_ELSEWHERE: "looking for another version of {name!r} for a function's code failed ({error})",
     events.Step.VIEW: "a view of this session stopped updating ({error})",
+    events.Step.RESTORE_BESIDE: (
+        "restoring {name!r} while the job started failed ({error}); its processes compile as without the cache"
+    ),
 }
 
 

@@ -289,14 +289,19 @@ def extract(
             raise UnsafeBundle(f"bundle writes to cache root {root!r}, which this kernel does not have")
 
     staging = {root: os.path.join(path, f".jcc-staging-{uuid.uuid4().hex}") for root, path in real_roots.items()}
+    numbers = itertools.count()
+    made: set[str] = set()  # staging folders made, and final folders made and checked
 
     def place(name: str) -> tuple[str, str]:
         if place_as is not None:
             name = place_as(name)
             check_member_name(name)
         root, rel = name.split("/", 1)
-        tmp = os.path.join(staging[root], *rel.split("/"))
-        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        if staging[root] not in made:
+            os.makedirs(staging[root], exist_ok=True)
+            made.add(staging[root])
+        # staged flat, by number: a bundle of thousands of kernel folders is not made twice (and removed once)
+        tmp = os.path.join(staging[root], str(next(numbers)))
         return tmp, os.path.join(real_roots[root], *rel.split("/"))
 
     try:
@@ -312,8 +317,11 @@ def extract(
             raise DamagedBundle(f"payload lacks {len(missing)} member(s) listed in the manifest")
         written = []
         for _name, tmp, final in staged:
-            _check_inside(final, real_roots)
-            os.makedirs(os.path.dirname(final), exist_ok=True)
+            folder = os.path.dirname(final)
+            if folder not in made:  # each folder checked and made once, however many files go in it
+                _check_inside(final, real_roots)
+                os.makedirs(folder, exist_ok=True)
+                made.add(folder)
             os.replace(tmp, final)
             written.append(final)
         return written

@@ -125,6 +125,50 @@ def test_a_job_run_from_a_terminal_saves_and_a_notebook_cell_elsewhere_restores_
     assert restored == {0: (cold[0][0], 0)}, out  # the same losses, no graph compiled
 
 
+# A job that writes cache files as a compile would (no torch: the restore's timing is what is tested), and that can
+# wait for the files a restore brings, then write one of its own.
+FILE_JOB = """
+import os, sys, time
+root = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+names = [f"fxgraph/f{i}/entry" for i in range(40)]
+if sys.argv[1] == "write":
+    names.append("fxgraph/zz/own-entry")
+else:
+    deadline = time.time() + 60
+    while not all(os.path.exists(os.path.join(root, n)) for n in names) and time.time() < deadline:
+        time.sleep(0.01)
+    print("SEEN", sum(os.path.exists(os.path.join(root, n)) for n in names), flush=True)
+    names = ["fxgraph/zz/own-entry"]
+for name in names:
+    os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+    with open(os.path.join(root, name), "w") as f:
+        f.write(name)
+"""
+
+
+def test_a_job_starts_while_its_bundle_is_restored_and_what_lands_is_never_counted_as_its_work(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(FILE_JOB)
+    cli = [sys.executable, "-m", "jupyter_compile_cache", "run", "files", "--no-hub", "--store", str(tmp_path / "s")]
+
+    def run(cache: str, mode: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / cache))
+        done = subprocess.run([*cli, "--", sys.executable, str(script), mode], env=env, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done
+
+    cold = run("cache_a", "write")
+    assert "the processes it started compiled 41 new files; saved 41 files" in cold.stderr, cold.stderr
+    # On an empty cache dir: the job runs while the restore lands (the job's first look may find none of it), sees
+    # every restored file, and writes one that was already in the bundle: nothing of it is the job's new work.
+    again = run("cache_b", "wait")
+    assert "SEEN 40" in again.stdout, again.stdout
+    assert "restored 'files' from the local store (41 files" in again.stderr, again.stderr
+    assert "nothing new to save" in again.stderr and "compiled" not in again.stderr.split("ran in")[-1], again.stderr
+    assert sorted(os.listdir(tmp_path / "cache_b" / "fxgraph")) == sorted([*(f"f{i}" for i in range(40)), "zz"])
+
+
 NODE_JOB = """
 import os, sys, time, torch
 from torch._dynamo.utils import counters
