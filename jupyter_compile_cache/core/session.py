@@ -194,8 +194,15 @@ class CompileCacheSession(Stores):
                 return []
 
         future: Future[list[str]] = Future()
-        thread = threading.Thread(target=lambda: future.set_result(restore()), name="jcc-restore", daemon=True)
-        thread.start()
+
+        def run() -> None:
+            files: list[str] = []
+            try:
+                files = restore()
+            finally:  # whatever ends the thread, the cell's end that waits for it is not left waiting
+                future.set_result(files)
+
+        threading.Thread(target=run, name="jcc-restore", daemon=True).start()
         return future
 
     def _compiler_stage(self, opts: CellOptions, report: CellReport, hub: HubSource | None) -> None:
