@@ -212,8 +212,8 @@ class Step(str, enum.Enum):
     PROBE_SAVE = "probe_save"  # saving the CPU probe programs
     PREWARM = "prewarm"  # loading torch's compiler in the background
     FIND_ELSEWHERE = "find_elsewhere"  # looking in other versions for a function's entry
-    VIEW = "view"  # a view of the session (the panel) stopped updating
     RESTORE_BESIDE = "restore_beside"  # restoring the bundle while the block's processes start
+    VIEW = "view"  # a view of the session (the panel) stopped updating
 
 
 @dataclass(frozen=True)
