@@ -110,9 +110,10 @@ class CompileCacheSession(Stores):
         bundle), compiler ready (the background prewarm joined), run (run_stage.py: the body, its cache files watched),
         record (record_stage.py: what it compiled and used) and save (save_stage.py: the local store, then the hub).
         Success and failure end the same way (`SaveStage.end`). A cell that compiles nothing while torch's compiler
-        is still loading, with nothing to restore, runs at once without the stages. A failure of ours before the body
-        lets it run as plain torch.compile would; one after it leaves the cell's result standing: either is told,
-        never raised."""
+        is still loading, with nothing to restore, runs at once without the stages. A block whose processes do the
+        compiling (`restore_beside_body`, the CLI's `run`) restores from the local store beside its start instead.
+        A failure of ours before the body lets it run as plain torch.compile would; one after it leaves the cell's
+        result standing: either is told, never raised."""
         opts = options or CellOptions()
         report = CellReport(check_name(name), source_digest=opts.source_digest)
         loading = self._compiles_nothing(opts) and not (opts.restore and name in self.store(opts.store_dir).names())
