@@ -1,6 +1,10 @@
-"""The identity guards torch's precompile drops, put back on a restored entry as one check: the objects a saved
-record names (`G['helper']`, `L['self'].act`) are resolved at load, or at the first call for what exists only
-during a call, and compared by digest; afterwards the entry runs only while each is the same object.
+"""The identity guards torch's precompile drops, put back on a restored entry: the objects a saved record names
+(`G['helper']`, `L['self'].act`) are resolved at load, or at the first call for what exists only during a call, and
+compared by digest; afterwards the entry runs only while each is the same object.
+
+A source that is a plain chain from a root torch's guard tree has (`G['torch'].fx.Proxy`, `L['self']._modules['m']`)
+becomes an ID_MATCH leaf in that C++ tree (`into_tree`), as torch's own guards are: nothing of ours runs in Python
+per call for it. What is left (a closure cell, a class's MRO, what exists only during a call) is one Python check.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ import ast
 import contextlib
 import hashlib
 import importlib
+import inspect
 import types
 import weakref
 from dataclasses import dataclass
@@ -46,7 +51,11 @@ def load_scope(record: dict[str, Any], fn: Any) -> LoadScope:
     owner = getattr(fn, "__self__", None)
     code = getattr(inner, "__code__", None)
     if owner is not None and code is not None and code.co_varnames:
-        local_scope[code.co_varnames[0]] = owner  # L['self']: the module whose forward this is
+        if code.co_argcount == 0 and code.co_flags & inspect.CO_VARARGS:
+            # a decorator's `wrapper(*args, **kwargs)`: the module is L['args'][0], whatever else a call passes
+            local_scope[code.co_varnames[0]] = (owner,)
+        else:
+            local_scope[code.co_varnames[0]] = owner  # L['self']: the module whose forward this is
     # L['func']: a free variable of the compiled function (a decorator's wrapper, as HF's forward is) is a local of
     # its frame.
     for name, cell in zip(getattr(code, "co_freevars", ()), getattr(inner, "__closure__", None) or ()):
@@ -73,6 +82,169 @@ def resolve(
             return None
         values[source] = value
     return values, deferred
+
+
+_ALIVE_KEY = "alive"
+
+
+def into_tree(
+    guard_manager: Any, values: dict[str, Any], runtime_globals: dict[str, Any], local_scope: dict[str, Any]
+) -> dict[str, Any]:
+    """Put each verified object whose source is a plain chain into torch's C++ guard tree as an ID_MATCH leaf, on the
+    node torch's own guards use for that path (made where torch has none); return the sources left for the Python
+    check. An object held only weakly that dies fails the entry from then on (a new object may get its address), as
+    torch invalidates its own entries. Anything torch's tree API does not take leaves the source to the Python
+    check: never less checked than before."""
+    try:
+        from torch._dynamo.guards import GuardManagerType
+
+        kind = GuardManagerType.GUARD_MANAGER
+        root = guard_manager.root
+    except (ImportError, AttributeError):
+        return values
+    alive: dict[str, bool] = {_ALIVE_KEY: True}
+    held: list[Any] = []
+    left: dict[str, Any] = {}
+    for source, value in values.items():
+        chain = _chain(source)
+        node = None
+        if chain is not None:
+            try:
+                node = _node_for(root, kind, chain, value, runtime_globals, local_scope)
+                if node is not None and not held:  # the liveness guard first: an ID_MATCH must never stand alone
+                    _add_alive_guard(root, kind, alive)
+                if node is not None:
+                    _add_id_match(node, value, f"jupyter_compile_cache: {source} unchanged since restore")
+            except Exception:  # torch's tree API differs here (another torch): the Python check keeps it
+                node = None
+        if node is None:
+            left[source] = value
+            continue
+        try:
+            held.append(weakref.ref(value, lambda _ref: alive.clear()))
+        except TypeError:  # builtins and other objects without weak references: held (never freed meanwhile)
+            held.append(value)
+    if held:
+        guard_manager.jcc_identity_objects = (alive, held)  # they live as long as the entry's guards
+    return left
+
+
+def _add_alive_guard(root: Any, kind: Any, alive: dict[str, bool]) -> None:
+    node = root.globals_dict_manager(
+        f_globals=alive, source="jupyter_compile_cache_alive", example_value=alive, guard_manager_enum=kind
+    )
+    part = "jupyter_compile_cache: what this entry was compiled for lives"
+    node.add_dict_contains_guard(True, _ALIVE_KEY, [part], None)
+
+
+def _chain(source: str) -> tuple[str, str, list[tuple[str, Any]]] | None:
+    """A source torch wrote as its root (`G['a']` or `L['a']`) and the steps from it: `.attr`, `['key']`, `[0]`,
+    `type(...)` and a class's own dict (`dict(type(x).__dict__)`, as torch writes it); None for anything else."""
+    try:
+        node: Any = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+    steps: list[tuple[str, Any]] = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            steps.append(("attr", node.attr))
+            node = node.value
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+            if isinstance(node.value, ast.Name) and node.value.id in ("G", "L") and isinstance(key, str):
+                return node.value.id, key, steps[::-1]
+            if type(key) not in (str, int):
+                return None
+            steps.append(("item", key))
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
+            arg = node.args[0]
+            if node.keywords:
+                return None
+            if node.func.id == "type":
+                steps.append(("type", None))
+                node = arg
+            elif node.func.id == "dict" and isinstance(arg, ast.Attribute) and arg.attr == "__dict__":
+                steps.append(("class_dict", None))
+                node = arg.value
+            else:
+                return None
+        else:
+            return None
+
+
+def _node_for(
+    root: Any,
+    kind: Any,
+    chain: tuple[str, str, list[tuple[str, Any]]],
+    value: Any,
+    runtime_globals: dict[str, Any],
+    local_scope: dict[str, Any],
+) -> Any:
+    """The tree's node for `chain`, made with the accessors torch uses for each step, if the chain names `value` now.
+    The whole chain is walked first: no node is made for a chain that does not end at `value`, nor with an accessor
+    this torch lacks (a node without a guard still costs its lookup on every call)."""
+    scope, name, steps = chain
+    source = f"{scope}[{name!r}]"
+    current: Any
+    if scope == "G":
+        if type(runtime_globals) is not dict or name not in runtime_globals:
+            return None
+        current = runtime_globals[name]
+        start = None
+    else:  # a local: only where torch's tree reads it already (its frame-locals index is torch's to know)
+        start = next((c for c in root.get_child_managers() if c.get_source() == source), None)
+        if start is None or name not in local_scope:
+            return None
+        current = local_scope[name]
+    made: list[tuple[str, dict[str, Any]]] = []  # (the accessor's method, its arguments) per step
+    for step, key in steps:
+        if step == "attr":
+            current, source = getattr(current, key), f"{source}.{key}"
+            made.append(("getattr_manager", {"attr": key}))
+        elif step == "type":
+            current, source = type(current), f"type({source})"
+            made.append(("type_manager", {}))
+        elif step == "class_dict":
+            if not isinstance(current, type):  # torch's accessor reads a class's own dict only
+                return None
+            current, source = dict(current.__dict__), f"dict({source}.__dict__)"
+            made.append(("type_dict_manager", {}))
+        else:
+            accessor = _ITEM_ACCESSORS.get((type(current), type(key)))
+            if accessor is None:
+                return None
+            current, source = current[key], f"{source}[{key!r}]"
+            made.append((accessor, {"key": key}))
+        made[-1][1].update(source=source, example_value=current, guard_manager_enum=kind)
+    if current is not value or not all(hasattr(root, method) for method, _ in made):
+        return None
+    if start is None:
+        globals_node = root.globals_dict_manager(
+            f_globals=runtime_globals, source="G", example_value=runtime_globals, guard_manager_enum=kind
+        )
+        start = globals_node.dict_getitem_manager(
+            key=name, source=f"G[{name!r}]", example_value=runtime_globals[name], guard_manager_enum=kind
+        )
+    node = start
+    for method, arguments in made:
+        node = getattr(node, method)(**arguments)
+    return node
+
+
+# The accessor torch reads each kind of container with, by (container, key) type.
+_ITEM_ACCESSORS = {
+    (dict, str): "dict_getitem_manager",
+    (tuple, int): "tuple_getitem_manager",
+    (list, int): "list_getitem_manager",
+}
+
+
+def _add_id_match(node: Any, value: Any, part: str) -> None:
+    try:
+        node.add_id_match_guard(id(value), [part], None)
+    except TypeError:  # a torch whose leaf guards take no user stack
+        node.add_id_match_guard(id(value), [part])
 
 
 def never(_locals: Any) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 from . import entry_records, frame_sizes, guard_policy, precompile_patches
 from .code_digest import changed_parts, code_digest, code_parts
 from .fixes import Patch
-from .identity_checks import LoadScope, identity_check, innermost, load_scope, never, resolve, sha
+from .identity_checks import LoadScope, identity_check, innermost, into_tree, load_scope, never, resolve, sha
 from .installed_entries import DeserializedOnce, advance_unique_ids, check_installed_globals, set_aside
 from .layers import COUNTER_GROUP
 from .miss_reasons import MissCause, MissReason, PrecompileStep, PrecompileTrouble
@@ -461,22 +461,22 @@ class PrecompileGuard:
         runtime_globals = kwargs.get("runtime_global_scope", args[2] if len(args) > 2 else scope.fn_globals)
         target_code = kwargs.get("code", args[1] if len(args) > 1 else None)
         dropped = (scope.record.get("guarded") or {}).get(self._state_sha or "")
-        split = None
-        if isinstance(dropped, dict):
-            # L is the restored function's frame only for its own entry; a resume function's L is another frame.
-            local_scope = scope.local_scope if target_code is scope.code else {}
-            split = resolve(dropped, runtime_globals, local_scope)
+        # L is the restored function's frame only for its own entry; a resume function's L is another frame.
+        local_scope = scope.local_scope if target_code is scope.code else {}
+        split = resolve(dropped, runtime_globals, local_scope) if isinstance(dropped, dict) else None
         if split is None:
             counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
             guard_manager.root.add_lambda_guard(
                 never, ["jupyter_compile_cache: an object this entry was compiled for has changed"], None
             )
         elif split[0] or split[1]:
-            check, parts = identity_check(*split, runtime_globals)
-            root = guard_manager.root
-            # after torch's own guards: an entry they reject (the prefill's, at a decode step) never runs ours
-            add = getattr(root, "add_epilogue_lambda_guard", None) or root.add_lambda_guard
-            add(check, parts, None)
+            in_python = into_tree(guard_manager, split[0], runtime_globals, local_scope)
+            if in_python or split[1]:
+                check, parts = identity_check(in_python, split[1], runtime_globals)
+                root = guard_manager.root
+                # after torch's own guards: an entry they reject (the prefill's, at a decode step) never runs ours
+                add = getattr(root, "add_epilogue_lambda_guard", None) or root.add_lambda_guard
+                add(check, parts, None)
         if target_code is not None:  # asked why, should this code compile afresh after all
             self._restored_guards.setdefault(target_code, []).append(guard_manager)
         return guard_manager

@@ -1,6 +1,7 @@
-"""What a restored entry checks on every call: torch's guards (its C++ guard manager) plus at most one Python check of
-ours, whose clauses are the identity guards precompile dropped. Their number must not grow with the model: counted
-on the live entries of a restored kernel, never timed."""
+"""What a restored entry checks on every call: torch's guards (its C++ guard manager), the identity guards precompile
+dropped put back as ID_MATCH leaves of that tree where their source is a plain chain, and at most one Python check of
+ours for the rest. Their number must not grow with the model: counted on the live entries of a restored kernel,
+never timed."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ with torch.no_grad():
 print("OUT", out.sum().item())
 """
 # Per live entry of Net.forward (torch keeps restored ones apart from those it compiles): how many Python-level
-# lambda guards it runs, and how many clauses ours has.
+# lambda guards it runs, how many clauses ours has, and how many of our guards sit in torch's C++ tree.
 COUNT = """
 from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list, _debug_get_precompile_entries
 with torch.no_grad():
@@ -51,7 +52,13 @@ for entry in entries:
     leaves = [*root.get_leaf_guards(), *getattr(root, "get_epilogue_lambda_guards", list)()]
     python = [g for g in leaves if type(g).__name__ == "LAMBDA_GUARD"]
     ours = [p for g in python for p in g.verbose_code_parts() if p.startswith("jupyter_compile_cache:")]
-    counted.append({"python_guards": len(python), "our_clauses": len(ours), "parts": ours})
+    in_tree, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.get_child_managers())
+        in_tree += [p for g in node.get_leaf_guards() if type(g).__name__ != "LAMBDA_GUARD"
+                    for p in g.verbose_code_parts() if p.startswith("jupyter_compile_cache:")]
+    counted.append({"python_guards": len(python), "our_clauses": len(ours), "parts": ours, "in_tree": in_tree})
 print("COUNTED", counted)
 """
 
@@ -78,11 +85,13 @@ def test_a_restored_entry_runs_one_small_python_check_not_one_per_layer(kernel_f
         x for x in restored.splitlines() if x.startswith("OUT")
     ]
     [entry] = _count(k)  # the restored entry, and none compiled afresh beside it
-    # One Python check more than torch's own entry runs; everything else stays in torch's C++ guard manager.
-    assert entry["python_guards"] == compiled["python_guards"] + 1, (compiled, entry)
-    # Its clauses are the globals and attributes the forward reads (the helper, `self.act`, `iter`, the modules
-    # torch imports): a check per layer of the 12 would be 12 more.
-    assert 1 <= entry["our_clauses"] <= 8, entry
+    # The dropped guards are the globals and attributes the forward reads (the helper, `self.act`, `iter`, the
+    # modules torch imports): plain chains, so they are ID_MATCH leaves of torch's C++ tree, with the one guard
+    # that the objects they name still live; no Python check of ours runs. A check per layer would be 12 more.
+    assert entry["python_guards"] == compiled["python_guards"] and entry["our_clauses"] == 0, (compiled, entry)
+    identities = [p for p in entry["in_tree"] if p.endswith("unchanged since restore")]
+    assert 1 <= len(identities) <= 8 and len(entry["in_tree"]) == len(identities) + 1, entry
+    assert any("G['helper']" in p for p in identities) and any("L['self'].act" in p for p in identities), entry
 
 
 class _CountingGlobals(dict):
@@ -148,3 +157,131 @@ def test_a_deferred_object_that_differs_at_the_first_call_fails_the_check_from_t
     check, _ = identity_check({}, {"L['fn']": code_digest(compiled_for)}, {})
     assert check({"fn": edited}) is False
     assert check({"fn": compiled_for}) is False  # refused once: torch compiles this code anew
+
+
+def _tree() -> object:
+    from torch._dynamo.guards import GuardManagerWrapper
+
+    return GuardManagerWrapper()
+
+
+def test_plain_chains_become_id_match_leaves_of_the_tree_and_the_rest_stays_in_python():
+    from jupyter_compile_cache.torch_adapter.identity_checks import into_tree
+
+    def helper():
+        return 2
+
+    owner = _Owner()
+    owner.fn, owner.builtin = helper, len
+    owner.table, owner.pair = {"k": helper}, (len, helper)
+    runtime_globals = {"owner": owner}
+    values = {
+        "G['owner'].fn": helper,
+        "G['owner'].builtin": len,
+        "G['owner'].table['k']": helper,
+        "G['owner'].pair[1]": helper,
+        # as torch writes a class attribute's source: the class's own dict
+        "dict(type(G['owner']).__dict__)['method']": _Owner.__dict__["method"],
+        "dict.__getitem__(G['owner'].table, 'k')": helper,  # not a plain chain
+        "G['later']": helper,  # not in the globals yet (torch installs some names later): checked in Python
+    }
+    guard_manager = _tree()
+    left = into_tree(guard_manager, values, runtime_globals, {})
+    assert set(left) == {"dict.__getitem__(G['owner'].table, 'k')", "G['later']"}
+    assert str(guard_manager).count("unchanged since restore") == 5 and "ID_MATCH" in str(guard_manager)
+
+    assert guard_manager.check({}) is True
+    for swap in (
+        lambda: setattr(owner, "fn", lambda: 2),
+        lambda: owner.table.update(k=len),
+        lambda: setattr(owner, "pair", (len, len)),
+        lambda: setattr(_Owner, "method", lambda self: 3),
+    ):
+        saved = (owner.fn, dict(owner.table), owner.pair, _Owner.__dict__["method"])
+        swap()
+        assert guard_manager.check({}) is False
+        owner.fn, owner.table, owner.pair, _Owner.method = saved[0], saved[1], saved[2], saved[3]
+        assert guard_manager.check({}) is True
+    del runtime_globals["owner"]  # a source that no longer resolves fails the check, it does not raise
+    assert guard_manager.check({}) is False
+
+
+def test_a_chain_that_does_not_end_at_the_verified_object_makes_no_node():
+    from jupyter_compile_cache.torch_adapter.identity_checks import into_tree
+
+    owner = _Owner()
+    owner.fn = len
+    guard_manager = _tree()
+    before = str(guard_manager)
+    assert into_tree(guard_manager, {"G['owner'].fn": print}, {"owner": owner}, {}) == {"G['owner'].fn": print}
+    assert str(guard_manager) == before  # no accessor left behind, looked up on every call for nothing
+
+
+def test_an_object_that_dies_fails_its_tree_guard_for_good():
+    """A freed object's address can be the next object's: its ID_MATCH alone could pass for a new function. The
+    tree's liveness guard fails the entry from the moment one of its objects is freed."""
+    import gc
+
+    from jupyter_compile_cache.torch_adapter.identity_checks import into_tree
+
+    def make():
+        def helper():
+            return 2
+
+        return helper
+
+    owner = _Owner()
+    owner.fn = make()
+    runtime_globals = {"owner": owner}
+    guard_manager = _tree()
+    assert into_tree(guard_manager, {"G['owner'].fn": owner.fn}, runtime_globals, {}) == {}
+    assert guard_manager.check({}) is True
+    owner.fn = None
+    gc.collect()
+    alive, _held = guard_manager.jcc_identity_objects
+    assert alive == {}
+    for _ in range(20):  # whatever function comes to hold the path, at whatever address
+        owner.fn = make()
+        assert guard_manager.check({}) is False
+
+
+def test_a_local_chain_goes_into_the_tree_only_under_a_node_torch_has_for_it():
+    from jupyter_compile_cache.torch_adapter.identity_checks import into_tree
+
+    owner = _Owner()
+    owner.act = len
+    guard_manager = _tree()
+    left = into_tree(guard_manager, {"L['self'].act": len}, {}, {"self": owner})
+    assert left == {"L['self'].act": len}  # no L['self'] node: its frame-locals index is torch's to know
+
+
+def test_a_decorated_method_s_module_is_its_wrapper_s_first_positional_argument():
+    """HF's forward is `wrapper(*args, **kwargs)`: the module a bound call passes is L['args'][0], so the dropped guards
+    under it resolve at load (into the tree) instead of at the first call (in Python)."""
+    import functools
+
+    from jupyter_compile_cache.torch_adapter.identity_checks import load_scope, resolve
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    class Model:
+        @decorate
+        def forward(self, x):
+            return x
+
+        def plain(self, x):
+            return x
+
+    model = Model()
+    scope = load_scope({}, model.forward)
+    assert scope.local_scope["args"] == (model,) and scope.local_scope["fn"] is Model.forward.__wrapped__
+    from jupyter_compile_cache.torch_adapter.code_digest import code_digest
+
+    split = resolve({"L['args'][0].__class__": code_digest(Model), "L['args'][1]": "x"}, {}, scope.local_scope)
+    assert split is not None and split[0] == {"L['args'][0].__class__": Model} and list(split[1]) == ["L['args'][1]"]
+    assert load_scope({}, model.plain).local_scope == {"self": model}
