@@ -158,6 +158,7 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(CompileCacheMagics(ipython, session))
     ipython.events.register("pre_run_cell", session.prewarm.before_cell)
     ipython.events.register("post_run_cell", session.prewarm.after_cell)
+    session.prewarm.follow_cells()
     kernel = getattr(ipython, "kernel", None)  # ipykernel's, not a terminal's
     if kernel is not None:
         from .kernels.kernel_exit import stop_compile_workers_on_shutdown

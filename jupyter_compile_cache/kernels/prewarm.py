@@ -15,7 +15,9 @@ only once the kernel has been idle for a moment: hashing beside a running cell t
 a moment likewise, and runs at the lowest CPU priority: it starts a Python that imports torch per ISA, which took
 CPU from the launches of restored GPU code for 20 s after its cell. On a CPU machine a compiling cell waits for the
 probe, so there it keeps the usual priority. In a kernel forked from a warm
-template all of it was done before the kernel started: nothing is left to wait for.
+template all of it was done before the kernel started: nothing is left to wait for. A script (`cell()` without
+IPython, which says when cells run) never has such a moment: there the work no cell waits for is left to torch,
+which does it when a compile needs it, instead of a thread that took a core and the GIL from the script's calls.
 `CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
 """
 
@@ -56,6 +58,7 @@ class Prewarm:
         self.error: str | None = None  # why it stopped early, until a cell tells it (`take_error`)
         self.started = 0.0
         # No cell runs (IPython's pre/post_run_cell hooks), since when: work no cell waits for goes then.
+        self.follows_cells = False  # whether IPython tells it when cells run (a script's process: never)
         self.idle = threading.Event()
         self.idle.set()
         self.idle_since = 0.0
@@ -73,12 +76,13 @@ class Prewarm:
             return None
         return time.perf_counter() - self.started
 
-    def run_here(self, gpu: bool | None = None) -> None:
+    def run_here(self, gpu: bool | None = None, idle_work: bool | None = None) -> None:
         """The work, in the calling thread (the background thread's body; a warm template calls it directly). After
         the imports, what the cells here need first goes first: on a GPU machine the file hashes every Triton
         kernel's key needs (a cell that found them unfinished would compute them again beside this thread: 2.5 s of
         hashing on an H100, both threads slower for it), on a CPU-only one the ISA probe its C++ kernels need. `gpu`
-        says which without asking CUDA (a warm template must not: asking starts NVML's thread)."""
+        says which without asking CUDA (a warm template must not: asking starts NVML's thread). The rest waits for
+        an idle moment, where cells are followed (`idle_work`, by default whether they are: a template says yes)."""
         start = time.perf_counter()
         try:
             try:
@@ -88,11 +92,13 @@ class Prewarm:
                 self.imported.set()
             gpu = compiler.cuda_available() if gpu is None else gpu
             if gpu:  # a GPU cell waits for the hashes only: the probe goes once the kernel is idle, set aside
-                steps = (self._hash, self._wait_for_idle, lambda: self._probe(aside=True))
+                first, later = self._hash, lambda: self._probe(aside=True)
             else:  # a compiling CPU cell waits for the probe: it goes first, at the usual priority
-                steps = (self._probe, self._wait_for_idle, self._hash)
-            for step in steps:
-                step()
+                first, later = self._probe, self._hash
+            first()
+            if self.follows_cells if idle_work is None else idle_work:
+                self._wait_for_idle()
+                later()
         except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
@@ -148,8 +154,13 @@ class Prewarm:
         self.idle_since = time.perf_counter()
         self.idle.set()
 
+    def follow_cells(self) -> None:
+        """IPython's cell hooks are registered: work no cell waits for can wait for a moment when none runs."""
+        self.follows_cells = True
+
     def before_cell(self, info: Any) -> None:
         """IPython pre_run_cell hook: wait only for cells that may compile."""
+        self.follows_cells = True
         self.idle.clear()
         self.waited = 0.0  # what a cell reports is its own wait, not an earlier plain cell's
         if self.thread is None or not self.thread.is_alive():

@@ -110,7 +110,7 @@ def warm_up() -> tuple[set[str], dict[str, str]]:
     from .prewarm import Prewarm
 
     prewarm = Prewarm()
-    prewarm.run_here(gpu=False)  # both steps run here; the order only matters to a kernel's cells
+    prewarm.run_here(gpu=False, idle_work=True)  # all of it runs here; the order only matters to a kernel's cells
     if prewarm.error and not compiler.compiler_imported():  # a failed CPU probe only costs a cell time
         raise RuntimeError(prewarm.error)
     gc.collect()

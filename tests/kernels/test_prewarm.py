@@ -128,3 +128,22 @@ def test_on_a_gpu_machine_the_cpu_probe_waits_until_no_cell_has_run_for_a_moment
     assert prewarm.probed.wait(120)
     thread.join(120)
     assert prewarm.take_error() is None
+
+
+def test_in_a_script_the_work_no_cell_waits_for_is_left_to_torch():
+    """Without IPython no moment is known to be idle: the hashes (on a CPU machine) or the probe (on a GPU one) would
+    run beside the script's own calls (restored code ran several percent slower beside them). torch does each when a
+    compile needs it."""
+    for gpu in (False, True):
+        prewarm = Prewarm()
+        probed, hashed = [], []
+        prewarm.before_probe = lambda probed=probed: probed.append(True)
+        prewarm._hash = lambda hashed=hashed: hashed.append(True)
+        prewarm.run_here(gpu=gpu)
+        assert (probed, hashed) == (([True], []) if not gpu else ([], [True])), gpu
+        assert prewarm.take_error() is None and prewarm.hashed.is_set() and prewarm.probed.is_set()
+
+    template = Prewarm()  # a warm template does all of it before any kernel is forked
+    template._hash = lambda: template.hashed.set()
+    template.run_here(gpu=False, idle_work=True)
+    assert template.hashed.is_set() and template.probed.is_set()
