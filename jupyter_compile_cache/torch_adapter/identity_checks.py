@@ -102,6 +102,8 @@ def into_tree(
         root = guard_manager.root
     except (ImportError, AttributeError):
         return values
+    if not hasattr(guard_manager, "__dict__"):  # nowhere to keep the weak references the liveness guard needs
+        return values
     alive: dict[str, bool] = {_ALIVE_KEY: True}
     held: list[Any] = []
     left: dict[str, Any] = {}
