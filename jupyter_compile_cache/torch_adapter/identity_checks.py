@@ -105,6 +105,7 @@ def into_tree(
     if not hasattr(guard_manager, "__dict__"):  # nowhere to keep the weak references the liveness guard needs
         return values
     alive: dict[str, bool] = {_ALIVE_KEY: True}
+    alive_guarded = False
     held: list[Any] = []
     left: dict[str, Any] = {}
     for source, value in values.items():
@@ -113,12 +114,13 @@ def into_tree(
         if chain is not None:
             try:
                 node = _node_for(root, kind, chain, value, runtime_globals, local_scope)
-                if node is not None and not held:  # the liveness guard first: an ID_MATCH must never stand alone
+                if node is not None and not alive_guarded:  # first: an ID_MATCH must never stand without it
                     _add_alive_guard(root, kind, alive)
+                    alive_guarded = True
                 if node is not None:
                     _add_id_match(node, value, f"jupyter_compile_cache: {source} unchanged since restore")
-            except Exception:  # torch's tree API differs here (another torch): the Python check keeps it
-                node = None
+            except Exception:  # torch's tree API differs here (another torch; a dict torch guards by key index,
+                node = None  # whose manager takes no item accessor): the Python check keeps it
         if node is None:
             left[source] = value
             continue

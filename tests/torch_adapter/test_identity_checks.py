@@ -285,3 +285,28 @@ def test_a_decorated_method_s_module_is_its_wrapper_s_first_positional_argument(
     split = resolve({"L['args'][0].__class__": code_digest(Model), "L['args'][1]": "x"}, {}, scope.local_scope)
     assert split is not None and split[0] == {"L['args'][0].__class__": Model} and list(split[1]) == ["L['args'][1]"]
     assert load_scope({}, model.plain).local_scope == {"self": model}
+
+
+def test_an_item_of_a_dict_torch_guards_by_key_index_stays_in_the_python_check():
+    """torch makes a dict whose keys it guards a DictGuardManager, which takes no item accessor: the source under it
+    keeps the Python check (and is checked there), it is not dropped."""
+    from torch._dynamo.guards import GuardManagerType
+
+    from jupyter_compile_cache.torch_adapter.identity_checks import identity_check, into_tree
+
+    table = {"k": len}
+    runtime_globals = {"table": table}
+    guard_manager = _tree()
+    root_globals = guard_manager.root.globals_dict_manager(
+        f_globals=runtime_globals, source="G", example_value=runtime_globals,
+        guard_manager_enum=GuardManagerType.GUARD_MANAGER,
+    )  # fmt: skip
+    root_globals.dict_getitem_manager(
+        key="table", source="G['table']", example_value=table, guard_manager_enum=GuardManagerType.DICT_GUARD_MANAGER
+    )
+    left = into_tree(guard_manager, {"G['table']['k']": len}, runtime_globals, {})
+    assert left == {"G['table']['k']": len}
+    check, _ = identity_check(left, {}, runtime_globals)
+    assert check({}) is True
+    table["k"] = print
+    assert check({}) is False
