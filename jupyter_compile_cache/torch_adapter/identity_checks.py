@@ -118,7 +118,7 @@ def into_tree(
                     _add_alive_guard(root, kind, alive)
                     alive_guarded = True
                 if node is not None:
-                    _add_id_match(node, value, f"jupyter_compile_cache: {source} unchanged since restore")
+                    _add_id_match(node, value, _guard_part(source))
             except Exception:  # torch's tree API differs here (another torch; a dict torch guards by key index,
                 node = None  # whose manager takes no item accessor): the Python check keeps it
         if node is None:
@@ -251,6 +251,11 @@ def _add_id_match(node: Any, value: Any, part: str) -> None:
         node.add_id_match_guard(id(value), [part])
 
 
+def _guard_part(source: str) -> str:
+    """What torch's guard-failure reasons say of one of our identity guards, in the tree or in the Python check."""
+    return f"jupyter_compile_cache: {source} unchanged since restore"
+
+
 def never(_locals: Any) -> bool:
     return False
 
@@ -305,7 +310,7 @@ def identity_check(
         f"{body}        return True\n    except Exception:\n        return False\n",
         env,
     )
-    parts = [f"jupyter_compile_cache: {source} unchanged since restore" for source in [*values, *deferred]]
+    parts = [_guard_part(source) for source in [*values, *deferred]]
     return env["___jcc_check"], parts
 
 
