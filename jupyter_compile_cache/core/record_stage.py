@@ -52,7 +52,7 @@ def record(report: CellReport, opts: CellOptions, watched: Watch, guard: Precomp
     if report.miss_reasons == [] and misses and restored:
         # torch named no function (no precompile here, or a graph's files were missing): still, say so
         report.miss_reasons = [MissReason(MissCause.NEW_GRAPHS, count=misses)]
-    report.stale_rejected = share.stale_rejected
+    report.stale_rejected += share.stale_rejected  # the processes' own, if carried, are counted already
     report.precompile_fallbacks = share.fallbacks
     for reason in guard.new_bypass_reasons() if watched.precompile else ():
         tell(events.PrecompileBypassed(reason), report, opts.quiet)

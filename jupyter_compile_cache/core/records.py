@@ -21,6 +21,7 @@ from ..storage.store import Removal
 if TYPE_CHECKING:  # the launcher's record, and the torch adapter's: neither is imported for a listing
     from ..kernels.kernel_start import KernelStart
     from ..torch_adapter.miss_reasons import MissReason
+    from ..torch_adapter.process_hook import ProcessesPrecompile
 
 
 def bundle_name(text: str) -> str:
@@ -74,6 +75,8 @@ class CellOptions:
     # True: with no hub in play, NAME is restored while the block starts its processes, which look torch's caches
     # up only after their own start (the CLI's `run`); what they compile before it lands is compiled as without us
     restore_beside_body: bool = False
+    # True: the processes the block starts load and save Dynamo precompile entries too (torch_adapter/process_hook.py)
+    precompile_processes: bool = False
 
     def __post_init__(self) -> None:
         """The same rules as the magic's options, for scripts: a bad value is a ValueError naming the option."""
@@ -241,6 +244,8 @@ class CellReport:
     precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
     processes: int = 0  # processes the cell started (torchrun, a launcher, `!cmd`)
     compiled_elsewhere: int = 0  # new files those processes (or theirs) compiled into the caches
+    # with --precompile-processes: what the processes it started did with precompile (their own records)
+    processes_precompile: ProcessesPrecompile | None = None
     kernels_retuned: int = 0  # after a restore, new kernel builds of theirs that torch's run-time tuning made
     miss_reasons: list[MissReason] = field(default_factory=list)  # after a restore, why functions compiled
     warnings: list[Any] = field(default_factory=list)  # the warning events (core.events) told during the cell

@@ -22,7 +22,7 @@ from typing import Any
 from ..kernels.prewarm import Prewarm
 from ..storage.bundle import check_name
 from ..storage.sources import HubSource, Progress
-from ..torch_adapter import capture, compiler, kernel_load_fixes
+from ..torch_adapter import capture, compiler, kernel_load_fixes, process_hook
 from ..torch_adapter.precompile import PrecompileGuard
 from . import events, record_stage, run_stage
 from .events import Reporter
@@ -125,6 +125,7 @@ class CompileCacheSession(Stores):
         beside = opts.restore and opts.restore_beside_body and not opts.compiles_here and hub is None and not loading
         restored: CellRestore | None = None
         previous_precompile: bool | None = None
+        carried: process_hook.Carried | None = None
         ran = False
 
         def stand_aside(exc: Exception) -> None:  # ours failed before the body: it runs without the cache around it
@@ -159,11 +160,23 @@ class CompileCacheSession(Stores):
             with run_stage.run(report, restored, self.guard, precompile, refresh, stand_aside) as watched:
                 # after the watch's listing, so that what the restore writes is known as restored, not compiled
                 pending = self._restore_beside(name, opts, report) if beside and watched is not None else None
+                if opts.precompile_processes:
+                    carried = process_hook.Carried()
+                    carried.start()
                 try:
                     yield report
                 finally:
+                    if carried is not None:
+                        carried.stop()
                     if pending is not None and watched is not None:
                         watched.watcher.add_restored(pending.result())
+            if carried is not None:  # before the record: the processes' entries are on disk by now
+                report.processes_precompile = carried.collect()
+                report.stale_rejected += report.processes_precompile.stale
+                for reason in report.processes_precompile.bypassed:
+                    self.tell(events.PrecompileBypassed(reason), report, opts.quiet)
+                for trouble in report.processes_precompile.troubles:
+                    self.tell(events.PrecompileFailed(trouble), report)
             if watched is not None:
                 try:
                     recorded = record_stage.record(report, opts, watched, self.guard, self.tell)
@@ -175,6 +188,8 @@ class CompileCacheSession(Stores):
                     self.tell(events.StoodAside(name, False, f"{type(exc).__name__}: {exc}"), report)
         finally:
             self.guard.find_elsewhere = None
+            if carried is not None:  # a body that raised: its processes' records are not read
+                carried.discard()
             if loading and ran and compiler.frames_compiled() > frames:  # through code out of the cell's sight
                 self.tell(events.CompiledWhileLoading(name), report)
             if ran:  # the body ran: its ending, whichever way it went

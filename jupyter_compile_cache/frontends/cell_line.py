@@ -51,6 +51,11 @@ def cell_parser() -> Parser:
         "--no-precompile", dest="precompile", action="store_false", default=None, help="Dynamo precompile off"
     )
     p.add_argument(
+        "--precompile-processes",
+        action="store_true",
+        help="processes the cell starts (torchrun's ranks) load and save Dynamo precompile entries too",
+    )
+    p.add_argument(
         "--hub", metavar="URL", type=arguments.hub_url, default=None, help="this cell's hub (default: CompileCache.hub)"
     )
     p.add_argument("--no-hub", action="store_true", help="local store only")

@@ -67,11 +67,17 @@ def _parser() -> argparse.ArgumentParser:
     job = command(
         "run",
         help="run COMMAND with NAME restored into torch's caches before and what it compiled saved after",
-        usage="%(prog)s NAME [--hub URL] [--namespace NS] [--no-hub] [--no-save] -- COMMAND [ARG ...]",
+        usage="%(prog)s NAME [--hub URL] [--namespace NS] [--no-hub] [--no-save] [--precompile-processes] -- COMMAND "
+        "[ARG ...]",
     )
     job.add_argument("name", metavar="NAME")
     job.add_argument("--no-hub", action="store_true", help="the local store only")
     job.add_argument("--no-save", action="store_true", help="restore only")
+    job.add_argument(
+        "--precompile-processes",
+        action="store_true",
+        help="the command's processes load and save Dynamo precompile entries too (they trace nothing restored)",
+    )
     demo = command("demo", help="the quick start, then a kernel restart, in real kernels (about a minute)")
     demo.add_argument("--dir", default=None, help="keep the demo's store and caches in DIR (default: a temp folder)")
     kernel = command(
@@ -222,6 +228,7 @@ def _run_job(args: argparse.Namespace, job: list[str]) -> int:
         precompile=False,  # this process compiles nothing: its children trace their own
         compiles_here=False,
         restore_beside_body=True,  # the job's processes start (Python, torch) while the restore runs
+        precompile_processes=args.precompile_processes,
     )
     status = 0
     try:

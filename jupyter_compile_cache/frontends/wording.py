@@ -265,6 +265,7 @@ _PRECOMPILE_STEP = {
     "install": "installing the saved entry",
     "collect": "collecting the entries to save",
     "save": "saving the entry",
+    "start_in_process": "starting it in a process the cell started",
     "keep_sizes": "the input sizes of a compiled function cannot be kept ({error})",
     "find_by_code": "looking for a compiled function's entry by its code failed ({error})",
     "use_saved_sizes": "the saved input sizes of a restored function were not used ({error})",
@@ -476,6 +477,12 @@ def cell_summary(report: CellReport) -> str:
         parts.append("traced again from the caches: " + "; ".join(reasons))
     if report.compiled_elsewhere:
         parts.append(f"the processes it started compiled {count(report.compiled_elsewhere, 'new file')}")
+    carried = report.processes_precompile
+    if carried is not None and carried.processes:
+        parts.append(
+            f"{count(carried.processes, 'process')} it started ran with precompile: "
+            f"{count(carried.hits, 'entry')} restored, {count(carried.traced, 'frame')} traced by Dynamo"
+        )
     if report.kernels_retuned:
         parts.append(
             f"the processes it started re-tuned kernels at run time ({count(report.kernels_retuned, 'new build')}, "

@@ -82,6 +82,7 @@ class PrecompileStep(str, enum.Enum):
     INSTALL = "install"  # installing the saved entry
     COLLECT = "collect"  # collecting the entries to save
     SAVE = "save"  # saving the entry
+    START_IN_PROCESS = "start_in_process"  # starting precompile in a process the cell started
     # the failures below cost time later, and the function still restores or compiles the usual way
     KEEP_SIZES = "keep_sizes"  # taking the function's input sizes to carry them
     FIND_BY_CODE = "find_by_code"  # looking for the function's entry by its code

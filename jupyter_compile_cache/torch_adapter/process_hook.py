@@ -1,0 +1,270 @@
+"""Dynamo precompile carried into the processes a cell starts (torchrun's ranks, a launcher's workers): opt-in, with
+`--precompile-processes` on the cell line or on `jupyter-compile-cache run`.
+
+Without it, each process traces its code with Dynamo again and only its graphs and kernels come from the bundle.
+With it, the cell puts `process_start/` first on its children's PYTHONPATH for the length of the body, so that Python
+imports that folder's sitecustomize.py in every process started beneath the cell (and then the sitecustomize it
+shadows, if any); the user's script is never edited. That calls `arm()`, which imports nothing of torch. The hook
+waits for the process's own `import torch`, then for its first `torch.compile`: torchrun's agent and torch's compile
+workers import torch but compile nothing, and pay nothing. At that first call it installs the precompile guard the
+notebook's cells use (precompile.py: the same checks of code and objects, the same fallbacks) with torch's
+caching_precompile, so the entries the restore brought are loaded; at the process's exit it writes the entries it
+compiled, with their records, into the cache dir, where the cell's watch finds them for the bundle.
+
+Each process that compiled leaves a record (JSON) in a folder the cell reads after the body (`Carried.collect`):
+its precompile hits and misses, and what failed under it. Any failure of ours leaves the process on torch's plain
+path; the cell tells it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+RECORDS_ENV = "JUPYTER_COMPILE_CACHE_PROCESS_RECORDS"  # the folder each process writes its record into
+START_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "process_start")
+
+
+# -- the cell's side --------------------------------------------------------------------------------------------------
+@dataclass
+class ProcessesPrecompile:
+    """What the processes a cell started did with precompile: how many compiled with it, the entries they loaded (hits),
+    the frames Dynamo traced all the same (a function without an entry, or one torch could not package), the
+    entries refused because their code has changed since, why torch left functions out of precompile, and what failed
+    under them (`miss_reasons.PrecompileTrouble`s, each once)."""
+
+    processes: int = 0
+    hits: int = 0
+    traced: int = 0
+    stale: int = 0
+    bypassed: list[str] = field(default_factory=list)
+    troubles: list[Any] = field(default_factory=list)
+
+
+class Carried:
+    """The hook handed to the processes the body starts: `start()` before the body, `stop()` after it (the
+    environment as it was), then `collect()` reads their records."""
+
+    def __init__(self) -> None:
+        self.records = tempfile.mkdtemp(prefix="jcc-processes-")
+        self._saved: dict[str, str | None] = {}
+
+    def start(self) -> None:
+        self._saved = {name: os.environ.get(name) for name in ("PYTHONPATH", RECORDS_ENV)}
+        before = self._saved["PYTHONPATH"]
+        os.environ["PYTHONPATH"] = START_DIR + (os.pathsep + before if before else "")
+        os.environ[RECORDS_ENV] = self.records
+
+    def stop(self) -> None:
+        for name, value in self._saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved = {}
+
+    def collect(self) -> ProcessesPrecompile:
+        """The records the processes left (one that was killed leaves none), summed; the folder is removed."""
+        from .miss_reasons import PrecompileStep, PrecompileTrouble
+
+        out = ProcessesPrecompile()
+        seen: set[tuple[str, str]] = set()
+        try:
+            names = sorted(os.listdir(self.records))
+        except OSError:
+            names = []
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            try:
+                with open(os.path.join(self.records, name), encoding="utf-8") as f:
+                    record = json.load(f)
+                out.processes += bool(record.get("carried"))
+                out.hits += int(record.get("hits", 0))
+                out.traced += int(record.get("traced", 0))
+                out.stale += int(record.get("stale", 0))
+                out.bypassed += [str(reason) for reason in record.get("bypassed", []) if reason not in out.bypassed]
+                for trouble in record.get("troubles", []):
+                    step, error = str(trouble["step"]), str(trouble["error"])
+                    if (step, error) not in seen:
+                        seen.add((step, error))
+                        known = step in PrecompileStep._value2member_map_
+                        out.troubles.append(
+                            PrecompileTrouble(
+                                PrecompileStep(step) if known else PrecompileStep.START_IN_PROCESS,
+                                error,
+                                bool(trouble.get("fallback", True)),
+                            )
+                        )
+            except (OSError, ValueError, KeyError, TypeError):  # a record cut short: that process is not counted
+                continue
+        self.discard()
+        return out
+
+    def discard(self) -> None:
+        shutil.rmtree(self.records, ignore_errors=True)
+
+
+# -- the process's side -----------------------------------------------------------------------------------------------
+def arm() -> None:
+    """In a process started beneath a cell that carries precompile: wait for torch's import, then for its first
+    torch.compile. Imports nothing of torch."""
+    records = os.environ.get(RECORDS_ENV)
+    if not records or not os.path.isdir(records):
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _wrap_compile(torch, records)
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", lambda module: _wrap_compile(module, records)))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls THEN with module NAME once it has been imported whole; leaves the import system as it was at once."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _ThenLoader(spec, spec.loader, self.then)
+        return spec
+
+
+class _ThenLoader(importlib.abc.Loader):
+    """The module's own loader, then THEN; the spec and the module get their own loader back before THEN runs."""
+
+    def __init__(self, spec: Any, loader: Any, then: Callable[[Any], None]) -> None:
+        self.spec, self.loader, self.then = spec, loader, then
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        try:
+            self.loader.exec_module(module)
+        finally:
+            self.spec.loader = self.loader
+            module.__loader__ = self.loader
+        try:
+            self.then(module)
+        except Exception:  # the hook stands aside: this process compiles as without us
+            pass
+
+
+def _wrap_compile(torch: Any, records: str) -> None:
+    """torch.compile, until its first call: that call starts the hook, puts torch.compile back, and goes on."""
+    original = getattr(torch, "compile", None)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        if torch.compile is compile:
+            torch.compile = original
+        _begin(records)
+        return original(*args, **kwargs)
+
+    torch.compile = compile
+
+
+_PROCESS: _Process | None = None
+
+
+def _begin(records: str) -> None:
+    """Once per process: the precompile guard installed with torch's caching_precompile, the process's record
+    written at its exit."""
+    global _PROCESS
+    if _PROCESS is not None:
+        return
+    _PROCESS = process = _Process(records)
+    process.begin()
+    atexit.register(process.end)
+
+
+class _Process:
+    def __init__(self, records: str) -> None:
+        self.records = records
+        self.troubles: list[dict[str, Any]] = []
+        self.guard: Any = None
+        self.snapshot: Any = None
+        self.patches: list[Any] = []
+
+    def _trouble(self, trouble: Any) -> None:
+        self._failed(trouble.step, trouble.error, trouble.fallback)
+
+    def _failed(self, step: Any, error: str, fallback: bool) -> None:
+        self.troubles.append({"step": step.value, "error": error, "fallback": fallback})
+
+    def begin(self) -> None:
+        from .miss_reasons import PrecompileStep
+
+        try:
+            from . import compiler, kernel_load_fixes
+            from .cell_snapshot import CellSnapshot
+            from .precompile import PrecompileGuard
+
+            if not PrecompileGuard.available():  # a torch without precompile: its plain path, as without the hook
+                return
+            self.guard = PrecompileGuard(warn=self._trouble)
+            self.guard.install()
+            self.patches = kernel_load_fixes.cache_load_patches(lambda trouble: None)  # time only, never answers
+            compiler.set_caching_precompile(True)
+            self.snapshot = CellSnapshot.take(self.guard)
+        except Exception as exc:  # the plain path: torch as it was
+            self._failed(PrecompileStep.START_IN_PROCESS, f"{type(exc).__name__}: {exc}", True)
+            self._undo()
+
+    def _undo(self) -> None:
+        try:
+            from . import compiler
+
+            compiler.set_caching_precompile(False)
+        except Exception:
+            pass
+        for patch in reversed(self.patches):
+            patch.undo()
+        self.patches = []
+        if self.guard is not None:
+            self.guard.uninstall()
+            self.guard = None
+
+    def end(self) -> None:
+        """At the process's exit: its entries and their records into the cache dir, its record into RECORDS."""
+        from .miss_reasons import PrecompileStep
+
+        record: dict[str, Any] = {"pid": os.getpid(), "carried": self.snapshot is not None, "hits": 0, "traced": 0}
+        if self.snapshot is not None:
+            try:
+                share = self.snapshot.share()
+                record["hits"] = share.layers.get("dynamo_precompile", {}).get("hits", 0)
+                record["traced"] = share.frames
+                record["stale"] = share.stale_rejected
+                record["bypassed"] = self.guard.new_bypass_reasons()
+            except Exception as exc:  # this process's entries are not saved; its work is done
+                self._failed(PrecompileStep.SAVE, f"{type(exc).__name__}: {exc}", False)
+        record["troubles"] = self.troubles
+        path = os.path.join(self.records, f"{os.getpid()}.json")
+        try:
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(record, f)
+            os.replace(path + ".tmp", path)
+        except OSError:  # the cell's folder is gone (the cell ended first): nothing to tell it
+            pass

@@ -1,0 +1,98 @@
+"""The process hook that carries precompile into the processes a cell starts (torch_adapter/process_hook.py): the
+cell's environment for them and its end, the records they leave, and real processes started under it (the ranks
+themselves are tests/end_to_end/test_worker_processes.py's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from jupyter_compile_cache.torch_adapter import process_hook
+from jupyter_compile_cache.torch_adapter.miss_reasons import PrecompileStep
+
+
+def test_the_environment_is_the_cells_only_while_its_body_runs(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
+    monkeypatch.delenv(process_hook.RECORDS_ENV, raising=False)
+    carried = process_hook.Carried()
+    carried.start()
+    assert os.environ["PYTHONPATH"] == process_hook.START_DIR + os.pathsep + "/somewhere/else"
+    assert os.environ[process_hook.RECORDS_ENV] == carried.records
+    carried.stop()
+    assert os.environ["PYTHONPATH"] == "/somewhere/else" and process_hook.RECORDS_ENV not in os.environ
+    monkeypatch.delenv("PYTHONPATH")
+    carried.start()
+    assert os.environ["PYTHONPATH"] == process_hook.START_DIR
+    carried.stop()
+    assert "PYTHONPATH" not in os.environ
+    carried.discard()
+    assert not os.path.exists(carried.records)
+
+
+def test_the_records_are_summed_a_cut_short_one_is_not_counted_and_each_trouble_is_told_once():
+    carried = process_hook.Carried()
+    trouble = {"step": "install", "error": "NameError: x", "fallback": True}
+    records = [
+        {"carried": True, "hits": 2, "traced": 0, "stale": 0, "bypassed": [], "troubles": [trouble]},
+        {"carried": True, "hits": 1, "traced": 3, "stale": 1, "bypassed": ["no graph"], "troubles": [trouble]},
+        {"carried": False, "hits": 0, "traced": 0, "troubles": [{"step": "start_in_process", "error": "E: y"}]},
+    ]
+    for pid, record in enumerate(records):
+        with open(os.path.join(carried.records, f"{pid}.json"), "w") as f:
+            json.dump(record, f)
+    with open(os.path.join(carried.records, "9.json"), "w") as f:
+        f.write('{"carried": true, "hits": 5')  # a process killed while writing
+    out = carried.collect()
+    assert (out.processes, out.hits, out.traced, out.stale, out.bypassed) == (2, 3, 3, 1, ["no graph"])
+    assert [(t.step, t.error, t.fallback) for t in out.troubles] == [
+        (PrecompileStep.INSTALL, "NameError: x", True),
+        (PrecompileStep.START_IN_PROCESS, "E: y", True),
+    ]
+    assert not os.path.exists(carried.records)
+
+
+def _under_the_hook(monkeypatch, code: str, theirs: str | None = None) -> tuple[str, list[str]]:
+    """CODE's output in a process started under the hook (after THEIRS on its PYTHONPATH), and the records left."""
+    if theirs:
+        monkeypatch.setenv("PYTHONPATH", theirs)
+    else:
+        monkeypatch.delenv("PYTHONPATH", raising=False)
+    carried = process_hook.Carried()
+    carried.start()
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    finally:
+        carried.stop()
+    assert done.returncode == 0, done.stderr
+    records = sorted(os.listdir(carried.records))
+    carried.discard()
+    return done.stdout, records
+
+
+def test_a_process_that_never_imports_torch_runs_the_sitecustomize_ours_shadows_and_imports_nothing_of_torch(
+    monkeypatch, tmp_path
+):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("MARK = 'theirs ran'\n")
+    code = "import sys, sitecustomize; print(sitecustomize.MARK, 'torch' in sys.modules, len(sys.meta_path))"
+    out, records = _under_the_hook(monkeypatch, code, str(theirs))
+    plain = subprocess.run([sys.executable, "-c", "import sys; print(len(sys.meta_path))"], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=str(theirs)))  # fmt: skip
+    # theirs ran; torch was not imported; the hook waits for torch with one finder of its own
+    assert out.split() == ["theirs", "ran", "False", str(int(plain.stdout) + 1)]
+    assert records == []
+
+
+def test_a_process_that_imports_torch_but_compiles_nothing_pays_nothing_and_leaves_no_record(monkeypatch):
+    code = (
+        "import sys, torch; from jupyter_compile_cache.torch_adapter import process_hook as h; "
+        "print(hasattr(torch.compile, '__wrapped__'), 'torch._dynamo.package' in sys.modules, h._PROCESS, "
+        "any(isinstance(f, h._AfterImport) for f in sys.meta_path), torch.__spec__.loader is torch.__loader__)"
+    )
+    out, records = _under_the_hook(monkeypatch, code)
+    # torch.compile waits to be called; nothing of precompile was imported; the import system is as it was
+    assert out.split() == ["True", "False", "None", "False", "True"]
+    assert records == []
