@@ -16,12 +16,14 @@ AdamW step too: a job with more to compile, whose process start, `import torch` 
 
     python -m benchmarks worker_processes --ranks 1 2 4 --out benchmarks/results/worker_processes_cpu.json
 
-`--repeat N` runs N pairs of `torch_warm` and `ours` (each on a new empty dir, the order alternating) and prints the
-median ratio with its spread: one pair cannot tell the two apart. Each rank prints its seconds to its first step and
-in its steps, so a difference shows whether it lies in the ranks' start or in the compiled work, and its phases:
-`import torch`, the process group, the model and DDP, and the seconds Dynamo spent on its frames (of which the
-backend's: the restored graphs and kernels loaded), the most that carrying precompiled entries into the ranks could
-save.
+`--repeat N` runs N rounds of `torch_warm` and `ours` (each on a new empty dir, the order turning) and prints the
+median ratio with its spread: one round cannot tell the two apart. `--precompile-processes` adds `ours_carried` to
+each round: ours with precompile carried into the ranks (`--precompile-processes`), from a bundle it saved itself.
+`--no-ddp` has each rank train its compiled model alone: torch packages no precompile entry for a model inside DDP.
+Each rank prints its seconds to its first step and in its steps, so a difference shows whether it lies in the
+ranks' start or in the compiled work, and its phases: `import torch`, the process group, the model and DDP, the
+seconds Dynamo spent on its frames (of which the backend's: the restored graphs and kernels loaded), the most that
+carrying precompiled entries into the ranks can save, and the precompile entries it loaded.
 """
 
 from __future__ import annotations
@@ -58,8 +60,18 @@ W = int(os.environ["BENCH_WIDTH"])
 LAYERS = int(os.environ["BENCH_LAYERS"])
 widths = [W] * (LAYERS + 1) if LAYERS == 4 else [W + 64 * i for i in range(LAYERS)] + [W]
 layers = [m for i in range(LAYERS) for m in (torch.nn.Linear(widths[i], widths[i + 1]), torch.nn.GELU())]
-model = torch.nn.Sequential(*layers).to(device)
-ddp = torch.nn.parallel.DistributedDataParallel(torch.compile(model, mode=os.environ["BENCH_MODE"] or None))
+class Net(torch.nn.Module):  # the script's own class: torch packages its forward for precompile
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+model = Net().to(device)
+compiled = torch.compile(model, mode=os.environ["BENCH_MODE"] or None)
+ddp = torch.nn.parallel.DistributedDataParallel(compiled) if os.environ["BENCH_DDP"] == "1" else compiled
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 step = torch.compile(opt.step) if os.environ["BENCH_COMPILE_STEP"] == "1" else opt.step
 losses = []
@@ -77,7 +89,8 @@ dynamo = sum(compilation_time_metrics.get("_compile.compile_inner", []))
 backend = sum(compilation_time_metrics.get("OutputGraph.call_user_compiler", []))
 print(
     f"RANK {rank} PHASES import {imported - started:.2f} group {grouped - imported:.2f} "
-    f"model {ready - grouped:.2f} dynamo {dynamo:.2f} backend {backend:.2f}",
+    f"model {ready - grouped:.2f} dynamo {dynamo:.2f} backend {backend:.2f} "
+    f"precompile_hits {counters['dynamo_cache']['dynamo_cache_hit']}",
     flush=True,
 )
 dist.destroy_process_group()
@@ -118,18 +131,23 @@ def row(
     layers: int = 4,
     compile_step: bool = False,
     repeat: int = 1,
+    carried: bool = False,
+    ddp: bool = True,
 ) -> dict:
     script = os.path.join(work, "train.py")
     with open(script, "w") as f:
         f.write(TRAIN)
     job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), script]
     ours = [sys.executable, "-m", "jupyter_compile_cache", "run", "bench", "--no-hub", "--store"]
+    # `ours_carried`: the same with precompile carried into the ranks, from a bundle of its own
+    carry = [sys.executable, "-m", "jupyter_compile_cache", "run", "bench", "--no-hub", "--precompile-processes"]
     base = dict(
         os.environ,
         BENCH_WIDTH=str(width),
         BENCH_MODE=mode,
         BENCH_LAYERS=str(layers),
         BENCH_COMPILE_STEP="1" if compile_step else "0",
+        BENCH_DDP="1" if ddp else "0",
         PYTHONWARNINGS="ignore",
         OMP_NUM_THREADS="1",
     )
@@ -146,19 +164,28 @@ def row(
     out["ours_cold"] = run([*ours, store, "--", *job], env("ours-a"), f"{ranks} rank(s) ours_cold")
     out["ours"] = run([*ours, store, "--", *job], env("ours-b"), f"{ranks} rank(s) ours")
     versions_after_ours = len(LocalStore(store).versions("bench"))
-    # More pairs of torch's warm run and ours restored (each on a new empty dir), the pair's order alternating: the
-    # two differ by less than one job's spread from run to run, so one pair shows nothing.
-    pairs = [(out["torch_warm"][0], out["ours"][0])]
+    carried_store = os.path.join(work, f"store-{ranks}-{mode}-carried")
+
+    def command(case: str, i: int) -> tuple[list[str], dict[str, str]]:
+        if case == "torch_warm":
+            return job, env("torch")
+        if case == "ours":
+            return [*ours, store, "--", *job], env(f"ours-r{i}")
+        return [*carry, "--store", carried_store, "--", *job], env(f"carried-r{i}")
+
+    cases = ["torch_warm", "ours"]
+    if carried:
+        cases.append("ours_carried")
+        out["ours_carried_cold"] = run(*command("ours_carried", -1), f"{ranks} rank(s) ours_carried_cold")
+        out["ours_carried"] = run(*command("ours_carried", 0), f"{ranks} rank(s) ours_carried")
+    # More rounds of torch's warm run and ours restored (each on a new empty dir), the order turning each round:
+    # they differ by less than one job's spread from run to run, so one round shows nothing.
+    rounds = [{case: out[case][0] for case in cases}]
     for i in range(1, repeat):
-        order = ("ours", "torch_warm") if i % 2 else ("torch_warm", "ours")
-        took = {}
-        for case in order:
-            command, case_env = (
-                (job, env("torch")) if case == "torch_warm" else ([*ours, store, "--", *job], env(f"ours-r{i}"))
-            )
-            took[case] = run(command, case_env, f"{ranks} rank(s) {case}, pair {i + 1}/{repeat}")
-        pairs.append((took["torch_warm"][0], took["ours"][0]))
-        assert all(m == 0 for _, m in took["ours"][1].values()), took["ours"][1]  # every rank restored
+        order = cases[i % len(cases) :] + cases[: i % len(cases)]
+        took = {case: run(*command(case, i), f"{ranks} rank(s) {case}, round {i + 1}/{repeat}") for case in order}
+        rounds.append({case: took[case][0] for case in cases})
+        assert all(m == 0 for case in cases[1:] for _, m in took[case][1].values()), took  # every rank restored
     if again:  # once more on another empty dir: does a restored job's saving end after one time?
         out["ours_again"] = run([*ours, store, "--", *job], env("ours-c"), f"{ranks} rank(s) ours_again")
     # What a restored job saved anew, if it did: the members of the newest version that the one before lacks.
@@ -178,7 +205,11 @@ def row(
             "line": next((line for line in stderr.splitlines() if "ran in" in line), ""),
         }
         print(f"  {ranks} rank(s) {name}: {seconds:.2f} s, FX misses {result[name]['fx_misses']}", flush=True)
-    result["pairs"] = [{"torch_warm": warm, "ours": mine, "ratio": mine / warm} for warm, mine in pairs]
+    result["pairs"] = [
+        {**took, "ratio": took["ours"] / took["torch_warm"]}
+        | ({"carried_ratio": took["ours_carried"] / took["torch_warm"]} if carried else {})
+        for took in rounds
+    ]
     result["torch_warm_wrote"] = sorted(torch_files[1] - torch_files[0])[:40]
     result["restored_saved"] = {
         "versions_after_ours": versions_after_ours,
@@ -202,7 +233,13 @@ def main() -> int:
     parser.add_argument("--compile-step", action="store_true", help="compile the AdamW step too")
     parser.add_argument("--again", action="store_true", help="restore once more, on another empty dir")
     parser.add_argument(
-        "--repeat", type=int, default=1, help="pairs of torch warm and ours restored, alternating which runs first"
+        "--precompile-processes",
+        action="store_true",
+        help="one more case, ours_carried: ours with --precompile-processes (the ranks load precompile entries too)",
+    )
+    parser.add_argument("--no-ddp", action="store_true", help="each rank trains its compiled model alone, no DDP")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds of torch warm and ours restored, the order turning"
     )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -210,36 +247,45 @@ def main() -> int:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     meta = {**machine(device), "gpus": torch.cuda.device_count(), "width": args.width, "mode": args.mode}
-    meta.update(layers=args.layers, compile_step=args.compile_step)
+    meta.update(layers=args.layers, compile_step=args.compile_step, precompile_processes=args.precompile_processes)
+    meta.update(ddp=not args.no_ddp)
     results: dict = {"rows": {}, "meta": meta}
     with tempfile.TemporaryDirectory(prefix="worker-processes-") as work:
         for n in args.ranks:
             results["rows"][n] = row(
-                n, work, args.width, args.mode, args.again, args.layers, args.compile_step, args.repeat
-            )
+                n, work, args.width, args.mode, args.again, args.layers, args.compile_step, args.repeat,
+                args.precompile_processes, not args.no_ddp,
+            )  # fmt: skip
+    carried = args.precompile_processes
     headers = [
         "ranks", "cold s", "torch warm s", "ours cold s", "ours restored s", "ours / torch warm", "ours / cold",
         "FX misses per rank (ours)", "losses equal",
     ]  # fmt: skip
+    headers += ["ours carried s", "carried / torch warm", "carried / cold"] if carried else []
     rows = []
     for n, r in results["rows"].items():
         ours, warm, cold = r["ours"]["seconds"], r["torch_warm"]["seconds"], r["cold"]["seconds"]
-        same = all(r[case]["same_losses"] for case in ("cold", "torch_warm", "ours_cold", "ours"))
+        cases = ("cold", "torch_warm", "ours_cold", "ours") + (("ours_carried_cold", "ours_carried") if carried else ())
+        same = all(r[case]["same_losses"] for case in cases)
         rows.append([
             n, f"{cold:.2f}", f"{warm:.2f}", f"{r['ours_cold']['seconds']:.2f}", f"{ours:.2f}", f"{ours / warm:.2f}x",
             f"{ours / cold:.2f}x", r["ours"]["fx_misses"], same,
         ])  # fmt: skip
+        if carried:
+            mine = r["ours_carried"]["seconds"]
+            rows[-1] += [f"{mine:.2f}", f"{mine / warm:.2f}x", f"{mine / cold:.2f}x"]
     print("\n" + markdown_table(headers, rows))
     if args.repeat > 1:
         paired = []
         for n, r in results["rows"].items():
-            ratios = [p["ratio"] for p in r["pairs"]]
-            paired.append([
-                n, len(ratios), f"{statistics.median(p['torch_warm'] for p in r['pairs']):.2f}",
-                f"{statistics.median(p['ours'] for p in r['pairs']):.2f}", ", ".join(f"{x:.3f}" for x in ratios),
-                f"**{statistics.median(ratios):.3f}x**", f"{min(ratios):.3f}-{max(ratios):.3f}",
-            ])  # fmt: skip
-        headers = ["ranks", "pairs", "torch warm s (median)", "ours restored s (median)", "ours / torch warm, per pair"]
+            for case, key in (("ours", "ratio"), ("ours_carried", "carried_ratio"))[: 2 if carried else 1]:
+                ratios = [p[key] for p in r["pairs"]]
+                paired.append([
+                    n, case, len(ratios), f"{statistics.median(p['torch_warm'] for p in r['pairs']):.2f}",
+                    f"{statistics.median(p[case] for p in r['pairs']):.2f}", ", ".join(f"{x:.3f}" for x in ratios),
+                    f"**{statistics.median(ratios):.3f}x**", f"{min(ratios):.3f}-{max(ratios):.3f}",
+                ])  # fmt: skip
+        headers = ["ranks", "case", "rounds", "torch warm s (median)", "restored s (median)", "/ torch warm, per round"]
         print("\n" + markdown_table([*headers, "median", "spread (min-max)"], paired))
     if args.out:
         with open(args.out, "w") as f:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
 import importlib.abc
 import importlib.util
 import json
@@ -199,6 +200,28 @@ def _begin(records: str) -> None:
     atexit.register(process.end)
 
 
+def _keys_per_local_rank(local_rank: str | None) -> list[Any]:
+    """Each rank of a launcher (torchrun and accelerate set LOCAL_RANK) keeps its precompile entries under keys of
+    its own. torch keys an entry by its function alone, so the ranks of one job wrote one entry each for the same
+    key, the last to exit won, and a rank on another GPU loaded an entry whose device guards fail for it: it traced
+    again on every restore (rank 1 of 2 on the H200s). The key only says which entry is tried; its guards decide."""
+    if local_rank is None:
+        return []
+    from torch._dynamo.package import CompilePackage
+
+    from .patch import Patch
+
+    original = vars(CompilePackage).get("source_id_from_fn")
+    if not isinstance(original, staticmethod):
+        return []
+    torch_key = original.__func__
+
+    def source_id_from_fn(fn: Any) -> str:
+        return hashlib.sha256(f"{torch_key(fn)}:local_rank={local_rank}".encode()).hexdigest()
+
+    return [Patch(CompilePackage, "source_id_from_fn", staticmethod(source_id_from_fn))]
+
+
 class _Process:
     def __init__(self, records: str) -> None:
         self.records = records
@@ -226,6 +249,7 @@ class _Process:
             self.guard = PrecompileGuard(warn=self._trouble)
             self.guard.install()
             self.patches = kernel_load_fixes.cache_load_patches(lambda trouble: None)  # time only, never answers
+            self.patches += _keys_per_local_rank(os.environ.get("LOCAL_RANK"))
             compiler.set_caching_precompile(True)
             self.snapshot = CellSnapshot.take(self.guard)
         except Exception as exc:  # the plain path: torch as it was

@@ -332,9 +332,9 @@ def test_precompile_carried_into_the_ranks_restores_their_functions_and_never_ru
     assert "2 processes it started ran with precompile: 2 entries restored, 0 frames traced by Dynamo" in said, said
     assert "nothing new to save" in said, said
 
-    # The script edited (one process, no ranks): the restored entry is refused, the new code runs, and the edited
-    # function's entry is saved beside it.
+    # The script edited (one rank): the restored entry is refused, the new code runs, and the edited function's
+    # entry is saved beside it.
     script.write_text(PRECOMPILED_JOB.replace("functional.gelu", "functional.silu"))
-    edited, said = run("cache_c", [sys.executable, str(script)])
+    edited, said = run("cache_c", [*_job(str(script))[:-2], "1", str(script)])
     assert edited[0][1] == 0 and edited[0][0] != cold[0][0], said  # checked against eager in the job itself
     assert "1 stale precompile entry refused (code changed)" in said and "1 frame traced by Dynamo" in said, said

@@ -96,3 +96,23 @@ def test_a_process_that_imports_torch_but_compiles_nothing_pays_nothing_and_leav
     # torch.compile waits to be called; nothing of precompile was imported; the import system is as it was
     assert out.split() == ["True", "False", "None", "False", "True"]
     assert records == []
+
+
+def test_each_local_rank_keys_its_entries_apart_and_a_process_of_no_launcher_keeps_torchs_keys():
+    from torch._dynamo.package import CompilePackage
+
+    def f(x):
+        return x + 1
+
+    torch_key = CompilePackage.source_id_from_fn(f)
+    assert process_hook._keys_per_local_rank(None) == []
+    keys = {}
+    for rank in ("0", "1"):
+        patches = process_hook._keys_per_local_rank(rank)
+        try:
+            keys[rank] = CompilePackage.source_id_from_fn(f)
+        finally:
+            for patch in patches:
+                patch.undo()
+    assert len({torch_key, keys["0"], keys["1"]}) == 3 and all(len(key) == 64 for key in keys.values())
+    assert CompilePackage.source_id_from_fn(f) == torch_key  # undone
