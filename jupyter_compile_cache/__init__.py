@@ -20,9 +20,10 @@ cell restores the bundle before it runs, and the compiled call is as fast as if 
 
 Cell options (``%%compile_cache?`` lists them): ``--store DIR`` (another local store), ``--no-restore``,
 ``--no-save``, ``--force-save`` (save even if nothing new was compiled), ``--quiet``, ``--no-precompile`` (leave
-Dynamo precompile off for this cell), ``--hub URL`` / ``--no-hub``, ``--namespace NS``, ``--ttl SECONDS`` (for the
-hub), ``--wait SECONDS`` (wait for a collaborator compiling the same NAME), ``--torch-remote`` (point torch's own
-Redis caches at the hub too).
+Dynamo precompile off for this cell), ``--precompile-processes`` (the processes the cell starts, such as torchrun's
+ranks, load and save Dynamo precompile entries too), ``--hub URL`` / ``--no-hub``, ``--namespace NS``, ``--ttl
+SECONDS`` (for the hub), ``--wait SECONDS`` (wait for a collaborator compiling the same NAME), ``--torch-remote``
+(point torch's own Redis caches at the hub too).
 
 Line commands: ``%compile_cache status`` (per-layer table), ``list``, ``explain NAME`` (why a bundle would or
 would not restore here, and what the last run hit and missed; with no NAME, which of this notebook's cells Run All

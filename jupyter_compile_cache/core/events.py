@@ -213,6 +213,7 @@ class Step(str, enum.Enum):
     PREWARM = "prewarm"  # loading torch's compiler in the background
     FIND_ELSEWHERE = "find_elsewhere"  # looking in other versions for a function's entry
     RESTORE_BESIDE = "restore_beside"  # restoring the bundle while the block's processes start
+    PRECOMPILE_PROCESSES = "precompile_processes"  # handing precompile to the processes the block starts
     VIEW = "view"  # a view of the session (the panel) stopped updating
 
 
@@ -252,6 +253,7 @@ class StoodAside(Event):
 @dataclass(frozen=True)
 class PrecompileBypassed(Event):
     reason: str
+    in_processes: bool = False  # in a process the cell started (--precompile-processes)
 
 
 @dataclass(frozen=True)

@@ -161,8 +161,13 @@ class CompileCacheSession(Stores):
                 # after the watch's listing, so that what the restore writes is known as restored, not compiled
                 pending = self._restore_beside(name, opts, report) if beside and watched is not None else None
                 if opts.precompile_processes:
-                    carried = process_hook.Carried()
-                    carried.start()
+                    try:
+                        carried = process_hook.Carried()
+                        carried.start()
+                    except Exception as exc:  # the processes trace as without the option
+                        carried = None
+                        step = events.Step.PRECOMPILE_PROCESSES
+                        self.tell(events.StepFailed(step, f"{type(exc).__name__}: {exc}", name), report)
                 try:
                     yield report
                 finally:
@@ -174,7 +179,7 @@ class CompileCacheSession(Stores):
                 report.processes_precompile = carried.collect()
                 report.stale_rejected += report.processes_precompile.stale
                 for reason in report.processes_precompile.bypassed:
-                    self.tell(events.PrecompileBypassed(reason), report, opts.quiet)
+                    self.tell(events.PrecompileBypassed(reason, in_processes=True), report, opts.quiet)
                 for trouble in report.processes_precompile.troubles:
                     self.tell(events.PrecompileFailed(trouble), report)
             if watched is not None:

@@ -178,6 +178,11 @@ def _(event: events.StoodAside) -> str:
 
 @event_text.register
 def _(event: events.PrecompileBypassed) -> str:
+    if event.in_processes:
+        return (
+            f"torch does not package a function of the processes this cell started for precompile ({event.reason}); "
+            "a restored run traces it again, its compiled graph still from torch's AOTAutograd and FX graph caches"
+        )
     return (
         f"torch does not package a function of this cell for precompile ({event.reason}); a restored kernel traces "
         "it again, its compiled graph still from torch's AOTAutograd and FX graph caches"
@@ -248,6 +253,10 @@ _STEP_FAILED = {
     events.Step.VIEW: "a view of this session stopped updating ({error})",
     events.Step.RESTORE_BESIDE: (
         "restoring {name!r} while the job started failed ({error}); its processes compile as without the cache"
+    ),
+    events.Step.PRECOMPILE_PROCESSES: (
+        "precompile could not be handed to the processes {name!r} starts ({error}); they trace their code as "
+        "without --precompile-processes"
     ),
 }
 

@@ -12,8 +12,8 @@ caching_precompile, so the entries the restore brought are loaded; at the proces
 compiled, with their records, into the cache dir, where the cell's watch finds them for the bundle.
 
 Each process that compiled leaves a record (JSON) in a folder the cell reads after the body (`Carried.collect`):
-its precompile hits and misses, and what failed under it. Any failure of ours leaves the process on torch's plain
-path; the cell tells it.
+the entries it loaded, the frames Dynamo traced all the same, stale entries refused, and what failed under it. Any
+failure of ours leaves the process on torch's plain path; the cell tells it.
 """
 
 from __future__ import annotations
@@ -85,30 +85,26 @@ class Carried:
         except OSError:
             names = []
         for name in names:
-            if not name.endswith(".json"):
-                continue
             try:
                 with open(os.path.join(self.records, name), encoding="utf-8") as f:
                     record = json.load(f)
-                out.processes += bool(record.get("carried"))
-                out.hits += int(record.get("hits", 0))
-                out.traced += int(record.get("traced", 0))
-                out.stale += int(record.get("stale", 0))
-                out.bypassed += [str(reason) for reason in record.get("bypassed", []) if reason not in out.bypassed]
-                for trouble in record.get("troubles", []):
-                    step, error = str(trouble["step"]), str(trouble["error"])
-                    if (step, error) not in seen:
-                        seen.add((step, error))
-                        known = step in PrecompileStep._value2member_map_
-                        out.troubles.append(
-                            PrecompileTrouble(
-                                PrecompileStep(step) if known else PrecompileStep.START_IN_PROCESS,
-                                error,
-                                bool(trouble.get("fallback", True)),
-                            )
-                        )
-            except (OSError, ValueError, KeyError, TypeError):  # a record cut short: that process is not counted
+                counts = [int(record.get(key, 0)) for key in ("hits", "traced", "stale")]
+                bypassed = [str(reason) for reason in record.get("bypassed", [])]
+                troubles = [(str(t["step"]), str(t["error"]), bool(t.get("fallback"))) for t in record["troubles"]]
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # cut short: that process not counted
                 continue
+            out.processes += bool(record.get("carried"))
+            out.hits, out.traced, out.stale = (a + b for a, b in zip((out.hits, out.traced, out.stale), counts))
+            out.bypassed += [reason for reason in dict.fromkeys(bypassed) if reason not in out.bypassed]
+            for step, error, fallback in troubles:
+                if (step, error) in seen:
+                    continue
+                seen.add((step, error))
+                try:
+                    known = PrecompileStep(step)
+                except ValueError:  # a step this version does not name: it failed while starting
+                    known = PrecompileStep.START_IN_PROCESS
+                out.troubles.append(PrecompileTrouble(known, error, fallback))
         self.discard()
         return out
 

@@ -293,8 +293,8 @@ def test_gc_and_rm_say_what_they_remove_and_preview_with_dry_run(shell, capsys):
 
 
 _TOKENS = st.sampled_from(
-    ["--store", "--no-restore", "--no-save", "--force-save", "--quiet", "--no-precompile", "--hub", "--no-hub",
-     "--namespace", "--ttl", "--wait", "--torch-remote", "--frobnicate", "-x", "--"]
+    ["--store", "--no-restore", "--no-save", "--force-save", "--quiet", "--no-precompile", "--precompile-processes",
+     "--hub", "--no-hub", "--namespace", "--ttl", "--wait", "--torch-remote", "--frobnicate", "-x", "--"]
 )  # fmt: skip
 _VALUES = st.sampled_from(["n", "0", "-5", "3", "1.5", "nan", "inf", "bad ns", "team/a", "redis://h:1/0",
                            "http://x", "", "'", '"', "../x", "x" * 200])  # fmt: skip
@@ -385,3 +385,10 @@ def test_the_magic_and_the_cli_say_the_same_for_the_same_command(shell, capsys, 
     cli.main(["--store", store.root, *line.split()])
     printed = capsys.readouterr()
     assert magic == (printed.out + printed.err).rstrip(), (magic, printed)
+
+
+def test_the_cell_line_hands_precompile_to_its_processes_only_when_asked():
+    from jupyter_compile_cache.frontends.cell_line import parse_cell_line
+
+    assert parse_cell_line("ranks --precompile-processes")[1].precompile_processes
+    assert not parse_cell_line("ranks")[1].precompile_processes

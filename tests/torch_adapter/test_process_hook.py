@@ -34,10 +34,11 @@ def test_the_environment_is_the_cells_only_while_its_body_runs(monkeypatch):
 def test_the_records_are_summed_a_cut_short_one_is_not_counted_and_each_trouble_is_told_once():
     carried = process_hook.Carried()
     trouble = {"step": "install", "error": "NameError: x", "fallback": True}
+    starting = {"step": "start_in_process", "error": "E: y", "fallback": True}
     records = [
         {"carried": True, "hits": 2, "traced": 0, "stale": 0, "bypassed": [], "troubles": [trouble]},
         {"carried": True, "hits": 1, "traced": 3, "stale": 1, "bypassed": ["no graph"], "troubles": [trouble]},
-        {"carried": False, "hits": 0, "traced": 0, "troubles": [{"step": "start_in_process", "error": "E: y"}]},
+        {"carried": False, "hits": 0, "traced": 0, "troubles": [starting]},
     ]
     for pid, record in enumerate(records):
         with open(os.path.join(carried.records, f"{pid}.json"), "w") as f:
