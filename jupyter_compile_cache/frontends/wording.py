@@ -492,6 +492,11 @@ def cell_summary(report: CellReport) -> str:
             f"{count(carried.processes, 'process')} it started ran with precompile: "
             f"{count(carried.hits, 'entry')} restored, {count(carried.traced, 'frame')} traced by Dynamo"
         )
+    elif carried is not None and not carried.troubles:  # (a failure to start is told on its own line)
+        parts.append(
+            "no process it started ran with precompile (none called torch.compile, or none could import "
+            "jupyter_compile_cache: another Python, or one that ignores PYTHONPATH)"
+        )
     if report.kernels_retuned:
         parts.append(
             f"the processes it started re-tuned kernels at run time ({count(report.kernels_retuned, 'new build')}, "

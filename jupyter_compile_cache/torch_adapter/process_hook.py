@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,17 +184,19 @@ def _wrap_compile(torch: Any, records: str) -> None:
 
 
 _PROCESS: _Process | None = None
+_BEGIN_LOCK = threading.Lock()  # two threads whose first torch.compile calls meet install the guard once
 
 
 def _begin(records: str) -> None:
     """Once per process: the precompile guard installed with torch's caching_precompile, the process's record
     written at its exit."""
     global _PROCESS
-    if _PROCESS is not None:
-        return
-    _PROCESS = process = _Process(records)
-    process.begin()
-    atexit.register(process.end)
+    with _BEGIN_LOCK:
+        if _PROCESS is not None:
+            return
+        _PROCESS = process = _Process(records)
+        process.begin()
+        atexit.register(process.end)
 
 
 def _keys_per_local_rank(local_rank: str | None) -> list[Any]:

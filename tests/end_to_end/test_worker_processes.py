@@ -338,3 +338,14 @@ def test_precompile_carried_into_the_ranks_restores_their_functions_and_never_ru
     edited, said = run("cache_c", [*_job(str(script))[:-2], "1", str(script)])
     assert edited[0][1] == 0 and edited[0][0] != cold[0][0], said  # checked against eager in the job itself
     assert "1 stale precompile entry refused (code changed)" in said and "1 frame traced by Dynamo" in said, said
+
+
+def test_a_job_whose_processes_never_compile_says_precompile_did_not_reach_them(tmp_path):
+    cli = [sys.executable, "-m", "jupyter_compile_cache", "run", "quiet", "--no-hub", "--store", str(tmp_path / "s")]
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "cache"))
+    job = [sys.executable, "-c", "import os; print(os.environ['PYTHONPATH'].split(os.pathsep)[0])"]
+    done = subprocess.run([*cli, "--precompile-processes", "--", *job], env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("process_start"), done.stdout  # the hook's folder first on its path
+    assert "no process it started ran with precompile (none called torch.compile" in done.stderr, done.stderr
