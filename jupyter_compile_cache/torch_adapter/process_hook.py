@@ -244,6 +244,9 @@ class _Process:
             from .precompile import PrecompileGuard
 
             if not PrecompileGuard.available():  # a torch without precompile: its plain path, as without the hook
+                import torch
+
+                self._failed(PrecompileStep.START_IN_PROCESS, f"torch {torch.__version__} has none we can check", True)
                 return
             self.guard = PrecompileGuard(warn=self._trouble)
             self.guard.install()
