@@ -177,7 +177,10 @@ def _wrap_compile(torch: Any, records: str) -> None:
     def compile(*args: Any, **kwargs: Any) -> Any:
         if torch.compile is compile:
             torch.compile = original
-        _begin(records)
+        try:
+            _begin(records)
+        except Exception:  # never into the user's call: this process compiles as without us
+            pass
         return original(*args, **kwargs)
 
     torch.compile = compile

@@ -318,8 +318,8 @@ def test_precompile_carried_into_the_ranks_restores_their_functions_and_never_ru
     cli = [sys.executable, "-m", "jupyter_compile_cache", "run", "ranks", "--no-hub", "--store", str(tmp_path / "s"),
            "--precompile-processes", "--"]  # fmt: skip
 
-    def run(cache: str, command: list[str]) -> tuple[dict[int, tuple[str, int]], str]:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / cache), PYTHONWARNINGS="ignore")
+    def run(cache: str, command: list[str], **extra: str) -> tuple[dict[int, tuple[str, int]], str]:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / cache), PYTHONWARNINGS="ignore", **extra)
         done = subprocess.run([*cli, *command], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         ranks = re.findall(r"RANK (\d) OUT (\S+) HITS (\d+)", done.stdout)
@@ -335,10 +335,10 @@ def test_precompile_carried_into_the_ranks_restores_their_functions_and_never_ru
     assert "2 processes it started ran with precompile: 2 entries restored, 0 frames traced by Dynamo" in said, said
     assert "nothing new to save" in said, said
 
-    # The script edited (one rank): the restored entry is refused, the new code runs, and the edited function's
-    # entry is saved beside it.
+    # The script edited, run as rank 0 alone (as torchrun would name it, without its agent): the restored entry is
+    # refused, the new code runs, and the edited function's entry is saved beside it.
     script.write_text(PRECOMPILED_JOB.replace("functional.gelu", "functional.silu"))
-    edited, said = run("cache_c", [*_job(str(script))[:-2], "1", str(script)])
+    edited, said = run("cache_c", [sys.executable, str(script)], LOCAL_RANK="0", RANK="0")
     assert edited[0][1] == 0 and edited[0][0] != cold[0][0], said  # checked against eager in the job itself
     assert "1 stale precompile entry refused (code changed)" in said and "1 frame traced by Dynamo" in said, said
 
