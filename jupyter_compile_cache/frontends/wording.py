@@ -492,6 +492,11 @@ def cell_summary(report: CellReport) -> str:
             f"{count(carried.processes, 'process')} it started ran with precompile: "
             f"{count(carried.hits, 'entry')} restored, {count(carried.traced, 'frame')} traced by Dynamo"
         )
+    elif carried is not None and carried.torch_without_precompile:
+        parts.append(
+            f"the processes it started run torch {carried.torch_without_precompile}, which has no Dynamo precompile "
+            "we can check (2.11 on): they traced as without --precompile-processes"
+        )
     elif carried is not None and not carried.troubles:  # (a failure to start is told on its own line)
         parts.append(
             "no process it started ran with precompile (none called torch.compile, or none could import "

@@ -49,6 +49,7 @@ class ProcessesPrecompile:
     hits: int = 0
     traced: int = 0
     stale: int = 0
+    torch_without_precompile: str | None = None  # a process's torch, where it had no precompile we can check
     bypassed: list[str] = field(default_factory=list)
     troubles: list[Any] = field(default_factory=list)
 
@@ -95,6 +96,7 @@ class Carried:
             except (OSError, ValueError, KeyError, TypeError, AttributeError):  # cut short: that process not counted
                 continue
             out.processes += bool(record.get("carried"))
+            out.torch_without_precompile = record.get("torch_without_precompile") or out.torch_without_precompile
             out.hits, out.traced, out.stale = (a + b for a, b in zip((out.hits, out.traced, out.stale), counts))
             out.bypassed += [reason for reason in dict.fromkeys(bypassed) if reason not in out.bypassed]
             for step, error, fallback in troubles:
@@ -161,16 +163,15 @@ class _ThenLoader(importlib.abc.Loader):
         finally:
             self.spec.loader = self.loader
             module.__loader__ = self.loader
-        try:
-            self.then(module)
-        except Exception:  # the hook stands aside: this process compiles as without us
-            pass
+        self.then(module)  # (THEN tells its own failures: `_wrap_compile`)
 
 
 def _wrap_compile(torch: Any, records: str) -> None:
     """torch.compile, until its first call: that call starts the hook, puts torch.compile back, and goes on."""
-    original = getattr(torch, "compile", None)
-    if original is None:
+    try:
+        original = torch.compile
+    except Exception as exc:  # a torch without torch.compile: nothing to carry
+        failed_to_arm(records, exc)
         return
 
     @functools.wraps(original)
@@ -179,8 +180,8 @@ def _wrap_compile(torch: Any, records: str) -> None:
             torch.compile = original
         try:
             _begin(records)
-        except Exception:  # never into the user's call: this process compiles as without us
-            pass
+        except Exception as exc:  # never into the user's call: this process compiles as without us
+            failed_to_arm(records, exc)
         return original(*args, **kwargs)
 
     torch.compile = compile
@@ -231,6 +232,7 @@ class _Process:
         self.guard: Any = None
         self.snapshot: Any = None
         self.patches: list[Any] = []
+        self.torch_without_precompile: str | None = None  # this process's torch, where it has no precompile
 
     def _trouble(self, trouble: Any) -> None:
         self._failed(trouble.step, trouble.error, trouble.fallback)
@@ -249,7 +251,7 @@ class _Process:
             if not PrecompileGuard.available():  # a torch without precompile: its plain path, as without the hook
                 import torch
 
-                self._failed(PrecompileStep.START_IN_PROCESS, f"torch {torch.__version__} has none we can check", True)
+                self.torch_without_precompile = str(torch.__version__)
                 return
             self.guard = PrecompileGuard(warn=self._trouble)
             self.guard.install()
@@ -262,12 +264,15 @@ class _Process:
             self._undo()
 
     def _undo(self) -> None:
+        """torch as it was, after a failure to start (already in the record)."""
+        from .miss_reasons import PrecompileStep
+
         try:
             from . import compiler
 
             compiler.set_caching_precompile(False)
-        except Exception:
-            pass
+        except Exception as exc:  # the switch could not be read back either: said beside the first failure
+            self._failed(PrecompileStep.START_IN_PROCESS, f"{type(exc).__name__}: {exc}", True)
         for patch in reversed(self.patches):
             patch.undo()
         self.patches = []
@@ -290,10 +295,26 @@ class _Process:
             except Exception as exc:  # this process's entries are not saved; its work is done
                 self._failed(PrecompileStep.SAVE, f"{type(exc).__name__}: {exc}", False)
         record["troubles"] = self.troubles
-        path = os.path.join(self.records, f"{os.getpid()}.json")
-        try:
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                json.dump(record, f)
-            os.replace(path + ".tmp", path)
-        except OSError:  # the cell's folder is gone (the cell ended first): nothing to tell it
-            pass
+        record["torch_without_precompile"] = self.torch_without_precompile
+        _write_record(self.records, record)
+
+
+def _write_record(records: str, record: dict[str, Any]) -> None:
+    """This process's RECORD into the cell's folder, whole or not at all."""
+    path = os.path.join(records, f"{os.getpid()}.json")
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(record, f)
+        os.replace(path + ".tmp", path)
+    except OSError:  # the cell's folder is gone (the cell ended first): nothing to tell it
+        pass
+
+
+def failed_to_arm(records: str | None, exc: BaseException) -> None:
+    """The hook could not be armed or started in this process: its record says why (the cell tells it), and the
+    process compiles as without us."""
+    if records:
+        error = f"{type(exc).__name__}: {exc}"
+        _write_record(
+            records, {"carried": False, "troubles": [{"step": "start_in_process", "error": error, "fallback": True}]}
+        )

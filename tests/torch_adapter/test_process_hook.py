@@ -117,3 +117,15 @@ def test_each_local_rank_keys_its_entries_apart_and_a_process_of_no_launcher_kee
                 patch.undo()
     assert len({torch_key, keys["0"], keys["1"]}) == 3 and all(len(key) == 64 for key in keys.values())
     assert CompilePackage.source_id_from_fn(f) == torch_key  # undone
+
+
+def test_a_process_that_could_not_start_the_hook_or_has_no_precompile_leaves_a_record_that_says_so():
+    carried = process_hook.Carried()
+    process_hook.failed_to_arm(carried.records, RuntimeError("no finder"))
+    with open(os.path.join(carried.records, "1.json"), "w") as f:
+        json.dump({"carried": False, "troubles": [], "torch_without_precompile": "2.9.1"}, f)
+    out = carried.collect()
+    assert (out.processes, out.torch_without_precompile) == (0, "2.9.1")
+    assert [(t.step, t.error, t.fallback) for t in out.troubles] == [
+        (PrecompileStep.START_IN_PROCESS, "RuntimeError: no finder", True)
+    ]

@@ -10,10 +10,12 @@ import sys
 def _arm() -> None:
     try:
         from jupyter_compile_cache.torch_adapter import process_hook
-
+    except ImportError:  # another Python, without the package: the cell's line says none ran the hook
+        return
+    try:
         process_hook.arm()
-    except Exception:  # another Python, without the package: the process runs as without us
-        pass
+    except Exception as exc:  # the process runs as without us, and its record says why
+        process_hook.failed_to_arm(os.environ.get(process_hook.RECORDS_ENV), exc)
 
 
 def _shadowed() -> None:
