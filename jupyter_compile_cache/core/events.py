@@ -210,6 +210,7 @@ class Step(str, enum.Enum):
     STATISTICS = "statistics"  # updating the store's statistics
     PROBE_RESTORE = "probe_restore"  # restoring the CPU probe programs
     PROBE_SAVE = "probe_save"  # saving the CPU probe programs
+    HEADER_CALLS = "header_calls"  # keeping torch's header checks for the warm templates
     PREWARM = "prewarm"  # loading torch's compiler in the background
     FIND_ELSEWHERE = "find_elsewhere"  # looking in other versions for a function's entry
     RESTORE_BESIDE = "restore_beside"  # restoring the bundle while the block's processes start

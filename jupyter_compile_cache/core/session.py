@@ -19,10 +19,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
+from ..kernels import header_calls
 from ..kernels.prewarm import Prewarm
 from ..storage.bundle import check_name
 from ..storage.sources import HubSource, Progress
-from ..torch_adapter import capture, compiler, kernel_load_fixes, process_hook
+from ..torch_adapter import capture, compiler, cpp_headers, kernel_load_fixes, process_hook
 from ..torch_adapter.precompile import PrecompileGuard
 from . import events, record_stage, run_stage
 from .events import Reporter
@@ -67,6 +68,7 @@ class CompileCacheSession(Stores):
         self.restore_stage = RestoreStage(self, self.guard, self.notebook)
         self.save_stage = SaveStage(self)
         self._cache_load_patches: list[Any] | None = None  # kernel_load_fixes, from the first cell to close()
+        self._header_calls: list[cpp_headers.HeaderCall] = []  # made since the last cell's end, not yet kept
 
     # -- plumbing -----------------------------------------------------------------------------------------------
     @property
@@ -144,6 +146,8 @@ class CompileCacheSession(Stores):
                     self.prewarm.join()  # before touching torch's compiler: importing it from two threads deadlocks
                     if self._cache_load_patches is None and opts.compiles_here:
                         self._cache_load_patches = kernel_load_fixes.cache_load_patches(self._load_fix_failed)
+                        recording = cpp_headers.recording(self._header_calls.append)
+                        self._cache_load_patches += [recording] if recording is not None else []
                     # torch's switch is left alone where nothing compiles (and Dynamo is not imported for it)
                     previous_precompile = self._set_precompile(precompile) if opts.compiles_here else None
                     if opts.restore:  # after the kernel's own fetch of NAME, if one is running
@@ -198,10 +202,20 @@ class CompileCacheSession(Stores):
             if loading and ran and compiler.frames_compiled() > frames:  # through code out of the cell's sight
                 self.tell(events.CompiledWhileLoading(name), report)
             if ran:  # the body ran: its ending, whichever way it went
+                self._keep_header_calls(report)
                 self.save_stage.end(report, opts)
             self._set_precompile(previous_precompile)
             if restored is not None and restored.lease is not None:
                 restored.lease.release()
+
+    def _keep_header_calls(self, report: CellReport) -> None:
+        """torch's header checks first made in this cell, for the warm templates (kernels/header_calls.py)."""
+        calls = self._header_calls.copy()
+        self._header_calls.clear()
+        try:
+            header_calls.keep(calls)
+        except OSError as exc:  # a speed-up for kernels to come: they make the checks themselves
+            self.tell(events.StepFailed(events.Step.HEADER_CALLS, f"{type(exc).__name__}: {exc}"), report)
 
     def _restore_beside(self, name: str, opts: CellOptions, report: CellReport) -> Future[list[str]]:
         """NAME's restore from the local store on a thread of its own while the body starts; its future gives the

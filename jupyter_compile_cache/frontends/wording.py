@@ -246,6 +246,9 @@ _STEP_FAILED = {
     events.Step.STATISTICS: "the store's statistics were not updated ({error}); the cell's result stands",
     events.Step.PROBE_RESTORE: "the CPU probe programs were not restored ({error})",
     events.Step.PROBE_SAVE: "could not save the CPU probe programs to {where}: {error}",
+    events.Step.HEADER_CALLS: (
+        "could not keep torch's C++ header checks for the warm kernels to come ({error}); they make them again"
+    ),
     events.Step.PREWARM: (
         "preparing torch's compiler in the background stopped ({error}); cells run as they would without it"
     ),

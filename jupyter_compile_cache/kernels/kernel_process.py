@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..torch_adapter.compiler import defer_library_finalizers
 from .protocol import KERNEL_MODULE, KernelRequest, answer, exit_line, receive_request
 
 
@@ -166,7 +167,9 @@ def _die_with_launcher(conn: socket.socket, exiting: threading.Event) -> None:
 
 def _finish(say_exit: Callable[[], object]) -> None:
     """The kernel returned: run the exit handlers now (they would run at exit anyway), release CUDA memory, then
-    say so. The finalization left runs at the lowest priority: the next kernel, starting meanwhile, goes first."""
+    say so. The finalization left runs at the lowest priority: the next kernel, starting meanwhile, goes first.
+    torch's op-library finalizers are part of it (compiler.py says why)."""
+    finalize_torch_libraries = defer_library_finalizers()
     atexit._run_exitfuncs()
     torch = sys.modules.get("torch")
     with contextlib.suppress(Exception):
@@ -180,6 +183,7 @@ def _finish(say_exit: Callable[[], object]) -> None:
         say_exit()
     with contextlib.suppress(OSError):
         os.nice(19)
+    finalize_torch_libraries()
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,8 @@ A launch, over a Unix socket (a template's) or a socket pair (a cold kernel proc
 The runtime folder: each ready template has `<name>.json` (a `TemplateInfo`: what it fits) and `<name>.sock` (where
 it listens); each launch key (one environment) may have `<key>.warming` (the pid of a template warming up),
 `<key>.failed` (why the last warm-up failed) and `<key>.retired` (why the last template went: a `TemplateProblem`'s
-JSON).
+JSON); each installation (an install stamp) may have `<stamp>.headers`, the header checks its kernels made
+(header_calls.py).
 
 Only the standard library here: the launcher imports this module on every kernel start.
 """
@@ -242,3 +243,8 @@ def failure_path(directory: str, launch_key: str) -> str:
 def retired_path(directory: str, launch_key: str) -> str:
     """Why the last template for this key retired: the next launch that starts cold says it once."""
     return os.path.join(directory, f"{launch_key}.retired")
+
+
+def header_calls_path(directory: str, stamp: str) -> str:
+    """The header checks kernels of this installation made, for its templates to make before they fork."""
+    return os.path.join(directory, f"{stamp}.headers")

@@ -6,9 +6,9 @@ environment (less its per-launch variables) and this user's private runtime fold
 
 1. waits for the machine to be quiet for a moment (at most a minute), then warms up, in a thread the OS runs only
    on an otherwise idle CPU (so a kernel running cells beside it, such as the one whose launch started it, is never
-   slowed): imports ipykernel, torch, Dynamo and Inductor, hashes
-   torch's and Triton's files and probes the CPU's vector ISAs, recording every environment variable it reads
-   (template_fit.py). It never touches CUDA
+   slowed): imports ipykernel, torch, Dynamo and Inductor, hashes torch's and Triton's files, probes the CPU's
+   vector ISAs and makes the C++ header checks kernels of this installation made (header_calls.py; again when a
+   kernel keeps new ones), recording every environment variable it reads (template_fit.py). It never touches CUDA
    (`PYTORCH_NVML_BASED_CUDA_CHECK=1` while it imports: torch asks NVML, not the CUDA runtime, whether a GPU is
    there) and never runs a torch operation on the CPU (an OpenMP thread pool does not survive a fork);
 2. says what it fits in `<runtime dir>/<name>.json` and listens on `<name>.sock` beside it;
@@ -45,6 +45,7 @@ import time
 from typing import Any
 
 from . import protocol
+from .header_calls import Replayer
 from .kernel_process import become_kernel
 from .protocol import KernelRequest, TemplateProblem, TemplateTrouble, answer, receive_request
 from .runtime_dir import process_alive, runtime_dir
@@ -89,12 +90,13 @@ def native_threads() -> set[str]:
         return set()
 
 
-def warm_up() -> tuple[set[str], dict[str, str]]:
+def warm_up(headers: Replayer | None = None) -> tuple[set[str], dict[str, str]]:
     """Import and compute what a kernel's start and its first compiled cell would, without CUDA and without a torch
-    operation. Returns the OS threads once it is done: any thread beyond them at a fork was started by something
-    that must not be forked (fails if the warm-up itself left one running beyond those of torch's import); and the
-    environment variables the kernel's imports set (debugpy sets PYDEVD_USE_FRAME_EVAL), which a fresh kernel has
-    from its start: a forked one gets them on top of its launch's environment."""
+    operation (`headers`: the header checks kernels of this installation made, made here too). Returns the OS
+    threads once it is done: any thread beyond them at a fork was started by something that must not be forked
+    (fails if the warm-up itself left one running beyond those of torch's import); and the environment variables
+    the kernel's imports set (debugpy sets PYDEVD_USE_FRAME_EVAL), which a fresh kernel has from its start: a
+    forked one gets them on top of its launch's environment."""
     import importlib
 
     before = dict(os.environ)
@@ -113,6 +115,8 @@ def warm_up() -> tuple[set[str], dict[str, str]]:
     prewarm.run_here(gpu=False, idle_work=True)  # all of it runs here; the order only matters to a kernel's cells
     if prewarm.error and not compiler.compiler_imported():  # a failed CPU probe only costs a cell time
         raise RuntimeError(prewarm.error)
+    if headers is not None and compiler.compiler_imported():
+        headers.replay_new()
     gc.collect()
     gc.freeze()  # lives as long as every kernel forked from it: kept out of their collections, and of their copies
     lingering = settled_threads(threads)
@@ -212,8 +216,12 @@ def _thread_name(tid: str) -> str:
 
 
 class Template:
-    def __init__(self, directory: str, info: TemplateInfo, baseline_threads: set[str], idle: float) -> None:
+    def __init__(
+        self, directory: str, info: TemplateInfo, baseline_threads: set[str], idle: float, headers: Replayer
+    ) -> None:
         self.directory, self.info, self.idle = directory, info, idle
+        self.headers = headers
+        self.cpu_sample = _cpu_times()
         self.baseline_threads = baseline_threads
         self.info_path = protocol.info_path(directory, protocol.template_name(info.launch_key, info.pid))
         self.holders = set(info.holders)
@@ -244,6 +252,7 @@ class Template:
             self.retired = self._retire_reason()
             if self.retired is not None:
                 break
+            self._replay_header_calls()
             exits = [fd for _, fd in self.kernels.values() if fd is not None]
             try:
                 readable, _, _ = select.select([self.listener, *exits], [], [], 1.0)
@@ -259,6 +268,18 @@ class Template:
             if child is not None:
                 return child
         return None
+
+    def _replay_header_calls(self) -> None:
+        """Header checks a kernel kept since the warm-up: made here once the machine has been quiet for a poll, on
+        idle CPU time, so that the kernels forked later skip them (a launch meanwhile waits for them: 0.3 s)."""
+        previous, now = self.cpu_sample, _cpu_times()
+        self.cpu_sample = now
+        if previous is None or now is None or now[1] == previous[1] or not self.headers.changed():
+            return
+        cores = os.cpu_count() or 1
+        if cores * (now[0] - previous[0]) / (now[1] - previous[1]) >= max(QUIET_CORES, cores / 2 - 1):
+            return
+        on_idle_cpu(self.headers.replay_new)
 
     def _answer(self, conn: socket.socket) -> tuple[Any, ...] | None:
         taken = receive_request(conn)
@@ -429,6 +450,7 @@ def main(argv: list[str]) -> int:
     started = time.time()
     start_env = dict(os.environ)
     stamp = install_stamp()
+    headers = Replayer(stamp)
     warming = protocol.warming_path(directory, launch_key)
     with open(warming, "w", encoding="utf-8") as f:
         f.write(str(os.getpid()))
@@ -438,7 +460,7 @@ def main(argv: list[str]) -> int:
         try:
             wait_for_a_quiet_machine()
             with EnvironReads() as reads:
-                baseline, kernel_sets = on_idle_cpu(warm_up)
+                baseline, kernel_sets = on_idle_cpu(lambda: warm_up(headers))
         finally:
             if set_here:
                 os.environ.pop(NVML_CHECK_ENV, None)
@@ -463,7 +485,7 @@ def main(argv: list[str]) -> int:
         warm_up_seconds=time.time() - started,
         holders=[holder],
     )
-    template = Template(directory, info, baseline, seconds_setting(start_env, IDLE_ENV, DEFAULT_IDLE))
+    template = Template(directory, info, baseline, seconds_setting(start_env, IDLE_ENV, DEFAULT_IDLE), headers)
     child = None
     try:
         if stamp != install_stamp():

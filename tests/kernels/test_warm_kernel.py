@@ -2,7 +2,8 @@
 through jupyter_client's KernelManager (its plain local provisioner runs the launcher). Checked: a restart is forked
 from the template and `%compile_cache status` says so; a kernel that started cold or plain says once, at
 `%load_ext`, why and what to install; a spec installed by version 0.2 (naming its provisioner) still starts; a
-kernel that used inductor's compile workers shuts down on its own."""
+kernel that used inductor's compile workers shuts down on its own; torch's C++ header check that a kernel's compiled
+cell made is made by the template, and a kernel forked after that finds torch's answer when it compiles."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import pytest
 from helpers.kernels import Kernel, process_gone
@@ -66,6 +68,35 @@ def test_a_restart_is_forked_and_says_so_a_cold_start_says_why(warm_kernel, warm
     assert k.value("1 + 1") == 2
     k.km._kill_kernel()  # what shutdown_kernel(now=True) and a server do with a kernel that must go
     assert process_gone(kernel)
+
+
+HEADER_CHECK = "__import__('torch._inductor.codecache', fromlist=['_']).{}.cache_info()._asdict()"
+CPU_CELL = """%%compile_cache header-check --quiet
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+with torch.no_grad():
+    y = torch.compile(model)(torch.ones(8, 16))
+"""
+
+
+def test_a_forked_kernel_finds_the_header_check_its_template_made(warm_kernel, warm_env):
+    runtime = warm_env["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"]
+    k = warm_kernel()
+    k.run("import torch\n%load_ext jupyter_compile_cache").check()
+    wait_for_template(runtime)
+    k.run(CPU_CELL).check()
+    assert [n for n in os.listdir(runtime) if n.endswith(".headers")], os.listdir(runtime)
+    deadline = time.time() + 120  # the template makes it once the machine is quiet for a second
+    while True:
+        k.restart()
+        made = k.value(HEADER_CHECK.format("_precompile_header"))
+        if made["currsize"] or time.time() > deadline:
+            break
+        time.sleep(2)
+    assert made["currsize"] >= 1 and made["hits"] == 0, made  # made in the template, before this kernel's fork
+    k.run("import torch\n%load_ext jupyter_compile_cache").check()
+    k.run(CPU_CELL).check()  # restored: torch loads the model's C++ kernels, asking for the header check first
+    after = k.value(HEADER_CHECK.format("_precompile_header"))
+    assert after["hits"] >= 1 and after["misses"] == made["misses"], (made, after)
 
 
 def test_a_plain_kernel_says_once_how_to_start_warm(kernel_factory):

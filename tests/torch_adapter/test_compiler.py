@@ -66,3 +66,29 @@ def test_an_isa_probe_set_aside_and_the_processes_it_starts_run_at_the_lowest_cp
         assert pool.submit(_probe_aside, isa).result() is True
     assert isa.nice == 19
     assert os.nice(0) == own
+
+
+def test_torchs_library_finalizers_leave_the_exit_handlers_until_run_and_a_users_stay():
+    """A forked kernel says it ended before torch's ~200 op-library finalizers run (kernel_process.py): they are
+    taken out of the exit handlers, a user's finalizer is not, and running them finalizes every one."""
+    import subprocess
+    import sys
+
+    code = """
+import weakref, torch, torch.library
+from jupyter_compile_cache.torch_adapter.compiler import defer_library_finalizers
+class Thing: pass
+thing = Thing()
+users = weakref.finalize(thing, print, "the user's, at exit")
+torchs = [f for f in weakref.finalize._registry if (i := f.peek()) is not None and i[1] is torch.library._del_library]
+run = defer_library_finalizers()
+assert torchs and not any(f.atexit for f in torchs) and all(f.alive for f in torchs)
+assert users.atexit and users.alive
+run()
+assert not any(f.alive for f in torchs) and users.alive
+print(len(torchs))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, at_exit = done.stdout.split("\n")[:2]
+    assert int(count) > 0 and at_exit == "the user's, at exit"  # the user's ran at exit, as ever
