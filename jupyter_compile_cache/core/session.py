@@ -214,7 +214,7 @@ class CompileCacheSession(Stores):
         self._header_calls.clear()
         try:
             header_calls.keep(calls)
-        except OSError as exc:  # a speed-up for kernels to come: they make the checks themselves
+        except Exception as exc:  # a speed-up for kernels to come: they make the checks themselves
             self.tell(events.StepFailed(events.Step.HEADER_CALLS, f"{type(exc).__name__}: {exc}"), report)
 
     def _restore_beside(self, name: str, opts: CellOptions, report: CellReport) -> Future[list[str]]:

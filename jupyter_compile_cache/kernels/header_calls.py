@@ -74,7 +74,8 @@ class Replayer:
         return (info.st_mtime_ns, info.st_size) != self.seen
 
     def replay_new(self) -> int:
-        """Make the calls not made yet; how many were."""
+        """Make the calls not made yet; how many were. Never raises: a template that cannot make them still forks
+        kernels, which make them themselves."""
         if self.path is None or not self.changed():
             return 0
         with contextlib.suppress(OSError):
@@ -82,4 +83,7 @@ class Replayer:
             self.seen = (info.st_mtime_ns, info.st_size)
         new = [call for call in read(self.path) if call not in self.made]
         self.made += new
-        return replay(new)
+        try:
+            return replay(new)
+        except Exception:  # torch's compiler not importable here: the calls stay the kernels' own
+            return 0

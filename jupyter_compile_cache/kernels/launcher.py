@@ -358,4 +358,4 @@ if __name__ == "__main__":
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os._exit(exit_code)  # the front end waits for this process: its interpreter's teardown (20 ms) is no one's
+    os._exit(exit_code)  # the front end waits for this process: its interpreter's teardown serves no one

@@ -271,7 +271,7 @@ class Template:
 
     def _replay_header_calls(self) -> None:
         """Header checks a kernel kept since the warm-up: made here once the machine has been quiet for a poll, on
-        idle CPU time, so that the kernels forked later skip them (a launch meanwhile waits for them: 0.3 s)."""
+        idle CPU time, so that the kernels forked later skip them (a launch meanwhile waits for them)."""
         previous, now = self.cpu_sample, _cpu_times()
         self.cpu_sample = now
         if previous is None or now is None or now[1] == previous[1] or not self.headers.changed():

@@ -291,8 +291,8 @@ def _kill_tree(pid: int | None) -> None:
 def defer_library_finalizers() -> Callable[[], None]:
     """Take torch's op-library finalizers (about 200 `weakref.finalize`s that torch's import makes, each undoing a
     library's registrations) out of the exit handlers; returns what runs them. A kernel runs them after it has told
-    its launcher that it ended: they only undo registrations in a process that is going away, and took 40-50 ms of
-    the exit a front end waits for on 2 cores."""
+    its launcher that it ended: they only undo registrations in a process that is going away, and the front end
+    waits for that exit (benchmarks/results/warm_restart_cpu_2026-11-28/)."""
     torch_library = sys.modules.get("torch.library")
     delete = getattr(torch_library, "_del_library", None)
     registry = getattr(weakref.finalize, "_registry", None)  # CPython's finalizers, private
