@@ -74,14 +74,15 @@ def test_a_call_recorded_in_one_process_answers_torchs_own_call_in_another(torch
     assert (made, cached) == (0, 0) and misses >= 1  # made under another config: torch computes its own
 
 
-def test_the_config_digest_follows_the_cpp_builders_settings_and_no_others(monkeypatch):
+def test_the_config_digest_follows_the_cpp_builders_settings_and_no_others():
     from torch._inductor import config
 
     digest = cpp_headers.config_digest()
-    monkeypatch.setattr(config, "max_autotune", not config.max_autotune)  # a mode's setting: the builder never reads it
+    with config.patch(max_autotune=not config.max_autotune):  # a mode's setting: the builder never reads it
+        assert cpp_headers.config_digest() == digest
+    with config.patch({"cpp.cxx": ("clang++",)}):
+        assert cpp_headers.config_digest() != digest
     assert cpp_headers.config_digest() == digest
-    monkeypatch.setattr(config.cpp, "cxx", ("clang++",))
-    assert cpp_headers.config_digest() != digest
 
 
 def test_a_damaged_call_is_skipped_not_raised():
