@@ -4,11 +4,11 @@ Before Inductor loads a CPU kernel's module, even one already built (every resto
 `_precompile_header` runs `g++ -E` over its prefix header and `openssl sha512` over the output, to pick the
 precompiled header that fits. torch keeps the answer for the life of the process (`functools.cache`), so each new
 kernel pays it again: most of a restored CPU cell on a small machine (benchmarks/results/warm_restart_cpu_2026-11-28/).
-A session records the calls its cells make,
-with torch's own arguments (`recording`); a template makes the same calls before it forks (`replay`), and a kernel
-forked from it starts with torch's answers, as one that had made the calls itself would. A call is kept only
-together with the digest of Inductor's config it was made under, and made again only under the same config: the
-answer also depends on settings that are not among its arguments (the compiler torch runs, say).
+A session records the calls its cells make, with torch's own arguments (`recording`); a template makes the same
+calls before it forks (`replay`), and a kernel forked from it starts with torch's answers, as one that had made the
+calls itself would. A call is kept together with the digest of the Inductor settings torch's C++ builder reads, and
+made again only under the same digest: the answer also depends on settings that are not among its arguments (the
+compiler torch runs, say).
 """
 
 from __future__ import annotations
