@@ -38,8 +38,10 @@ def read(path: str) -> list[HeaderCall]:
 
 def keep(calls: list[HeaderCall]) -> None:
     """Add CALLS to this installation's file (written whole, then renamed into place). Raises OSError."""
+    if not calls:  # most cells: nothing new, and no look at the installed files (every cell's end runs this)
+        return
     path = _path()
-    if path is None or not calls:
+    if path is None:
         return
     kept = read(path)
     merged = kept + [call for call in calls if call not in kept]

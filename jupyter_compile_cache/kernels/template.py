@@ -141,6 +141,16 @@ def _cpu_times() -> tuple[int, int] | None:
     return sum(fields[:8]) - idle, sum(fields[:8])
 
 
+def _cores_used(previous: tuple[int, int], now: tuple[int, int]) -> float:
+    """The machine's use, in cores, between two `_cpu_times` readings (a later one with more total time)."""
+    return (os.cpu_count() or 1) * (now[0] - previous[0]) / (now[1] - previous[1])
+
+
+def _quiet_below(quiet_cores: float = QUIET_CORES) -> float:
+    """The use below which the machine counts as quiet: `quiet_cores`, or a whole core (two CPUs) to spare."""
+    return max(quiet_cores, (os.cpu_count() or 1) / 2 - 1)
+
+
 def wait_for_a_quiet_machine(
     quiet_cores: float = QUIET_CORES, quiet_for: float = QUIET_FOR, most: float = QUIET_WAIT_MAX
 ) -> float:
@@ -150,15 +160,15 @@ def wait_for_a_quiet_machine(
     first cells to end. A machine with a whole core (two CPUs) left over counts as quiet too: the warm-up runs there,
     and a many-core host whose background use never falls to `quiet_cores` does not wait `most` for it."""
     start = time.monotonic()
-    previous, cores = _cpu_times(), os.cpu_count() or 1
-    quiet_cores = max(quiet_cores, cores / 2 - 1)
+    previous = _cpu_times()
+    quiet_cores = _quiet_below(quiet_cores)
     quiet_since = None
     while previous is not None and time.monotonic() - start < most:
         time.sleep(0.25)
         now = _cpu_times()
         if now is None or now[1] == previous[1]:
             break
-        used = cores * (now[0] - previous[0]) / (now[1] - previous[1])
+        used = _cores_used(previous, now)
         previous = now
         if used >= quiet_cores:
             quiet_since = None
@@ -276,8 +286,7 @@ class Template:
         self.cpu_sample = now
         if previous is None or now is None or now[1] == previous[1] or not self.headers.changed():
             return
-        cores = os.cpu_count() or 1
-        if cores * (now[0] - previous[0]) / (now[1] - previous[1]) >= max(QUIET_CORES, cores / 2 - 1):
+        if _cores_used(previous, now) >= _quiet_below():
             return
         on_idle_cpu(self.headers.replay_new)
 

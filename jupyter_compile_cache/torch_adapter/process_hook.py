@@ -313,8 +313,8 @@ def _write_record(records: str, record: dict[str, Any]) -> None:
 def failed_to_arm(records: str | None, exc: BaseException) -> None:
     """The hook could not be armed or started in this process: its record says why (the cell tells it), and the
     process compiles as without us."""
+    from .miss_reasons import PrecompileStep  # the standard library only: safe where the hook failed
+
     if records:
-        error = f"{type(exc).__name__}: {exc}"
-        _write_record(
-            records, {"carried": False, "troubles": [{"step": "start_in_process", "error": error, "fallback": True}]}
-        )
+        trouble = {"step": PrecompileStep.START_IN_PROCESS.value, "error": f"{type(exc).__name__}: {exc}"}
+        _write_record(records, {"carried": False, "troubles": [{**trouble, "fallback": True}]})
