@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 import inspect
 import marshal
 import pickle
@@ -52,6 +53,7 @@ def patches() -> list[Patch]:
         *_pop_null_patch(),
         *_record_artifact_patch(),
         *_precompile_cudagraphs_patch(),  # after _record_artifact_patch: the copy it records carries the stamp
+        *_loaded_entry_copy_patch(),  # wraps the cudagraphs patch's loader: torch's copy is made inside it
         *_unbundlable_graph_patch(),
     ]
 
@@ -329,6 +331,47 @@ def _precompile_cudagraphs_patch() -> list[Patch]:
         Patch(PrecompileContext, "record_artifact", classmethod(record_artifact)),
         Patch(results, "deserialize_bundled_cache_entry", deserialize_bundled_cache_entry),
     ]
+
+
+def _loaded_entry_copy_patch() -> list[Patch]:
+    """Copy a backend entry being loaded by a pickle round trip, not `copy.deepcopy`. Before it loads a precompiled
+    entry's backend, torch deep-copies the entry (`deserialize_bundled_cache_entry`: a clean copy, should the
+    compiled function be serialized again); for a large model's graph that copy is a visible part of a restored
+    cell's first call. The entry has just been unpickled from a saved package, so a round trip gives the same
+    entry, several times faster. One that does not pickle is deep-copied as before; a torch whose loader copies
+    nothing never calls the hook, which is gone when the loader returns."""
+    try:
+        from torch._functorch._aot_autograd import aot_autograd_result as results
+    except Exception:  # a torch without this module, or one that fails to import it: no patch
+        return []
+    load = getattr(results, "deserialize_bundled_cache_entry", None)
+    if load is None:
+        return []
+    try:
+        from torch.utils._mode_utils import no_dispatch  # as torch copies: fake-tensor modes off
+    except ImportError:
+        no_dispatch = contextlib.nullcontext
+
+    def deserialize_bundled_cache_entry(entry: Any) -> Any:
+        own = getattr(entry, "__dict__", None)
+        if not isinstance(own, dict) or "__deepcopy__" in own:
+            return load(entry)
+
+        def copy_entry(memo: dict) -> Any:
+            own.pop("__deepcopy__", None)  # copy the entry, not this hook
+            try:
+                with no_dispatch():
+                    return pickle.loads(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
+            except Exception:  # an entry that does not round-trip: torch's own deep copy
+                return copy.deepcopy(entry, memo)
+
+        own["__deepcopy__"] = copy_entry  # copy.deepcopy looks its hook up on the instance
+        try:
+            return load(entry)
+        finally:
+            own.pop("__deepcopy__", None)
+
+    return [Patch(results, "deserialize_bundled_cache_entry", deserialize_bundled_cache_entry)]
 
 
 def _globals_module(fn: Any) -> str | None:

@@ -168,3 +168,68 @@ def test_a_graph_with_nothing_to_compile_runs_in_a_cell_and_after_a_restore(tmp_
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert "VALUES [1.0, 1.0]" in done.stdout, done.stdout
+
+
+CLEAN_COPY = """
+import pickle, sys, torch
+from torch._functorch._aot_autograd.aot_autograd_result import deserialize_bundled_cache_entry
+from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.session import get_session
+def f(x):
+    return torch.sin(x) * 2 + 1
+x = torch.arange(4.0)
+copying, copies = [], []
+def watch(frame, event, arg):  # the deepcopy calls of torch's copy of the entry: all of them, recursion included
+    code = frame.f_code
+    if code.co_name != "deepcopy" or not code.co_filename.endswith("copy.py"):
+        return
+    caller = frame.f_back.f_code
+    top = caller.co_name == "deserialize_bundled_cache_entry" and caller.co_filename.endswith("aot_autograd_result.py")
+    if event == "call" and (top or copying):
+        copies.append(1)
+        copying.append(1)
+    elif event == "return" and copying:
+        copying.pop()
+sys.setprofile(watch)
+with get_session().cell("copy", CellOptions(store_dir=sys.argv[1], no_hub=True)) as report:
+    print("VALUES", [round(v, 5) for v in torch.compile(f)(x).tolist()])
+sys.setprofile(None)
+print("HITS", report.layers["dynamo_precompile"]["hits"])
+print("DEEP_COPIES", len(copies))
+for name, backend in list(globals().items()):
+    if name.startswith("__compiled_fn") and hasattr(backend, "serialize"):
+        entry = backend.serialize()  # the clean copy torch keeps for saving the function again
+        print("HOOK_LEFT", "__deepcopy__" in vars(entry))
+        again = deserialize_bundled_cache_entry(pickle.loads(pickle.dumps(entry)))
+        out = again(x)
+        print("AGAIN", [round(v, 5) for v in (out[0] if isinstance(out, (list, tuple)) else out).tolist()])
+"""
+
+
+@pytest.mark.skipif(not PrecompileGuard.available(), reason="the bundled AOTAutograd entries of precompile")
+def test_a_restored_backend_keeps_a_clean_copy_that_loads_again(tmp_path):
+    # The copy torch keeps of a restored backend is made by a pickle round trip (one deepcopy call, which the hook
+    # answers): it must be an entry as saved, which loads again and computes the same answer, with no trace of the
+    # hook.
+    import subprocess
+    import sys
+
+    script = tmp_path / "clean_copy.py"
+    script.write_text(CLEAN_COPY)
+    outputs = {}
+    for cache in ("cold", "restored"):
+        env = {**__import__("os").environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / cache), "PYTHONWARNINGS": "ignore"}
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "store")], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs[cache] = _values(done.stdout)
+        if cache == "restored":
+            assert "HITS 1" in done.stdout, done.stdout
+            assert "HOOK_LEFT False" in done.stdout, done.stdout
+            # torch's deepcopy of the entry recurses through every object in it; the round trip is one call
+            assert "DEEP_COPIES 1\n" in done.stdout, done.stdout
+    expected = [1.0, 2.68294, 2.81859, 1.28224]
+    assert _close(outputs["cold"]["VALUES"], expected)
+    assert _close(outputs["restored"]["VALUES"], expected)
+    assert _close(outputs["restored"]["AGAIN"], expected)
