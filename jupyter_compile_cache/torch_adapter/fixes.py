@@ -13,6 +13,8 @@ tests/end_to_end/test_model_zoo.py):
 * a decorated function is recorded under the module whose globals it runs with (`_globals_module_patch`);
 * the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`);
 * a restored entry runs with the CUDA graphs it was compiled with (`_precompile_cudagraphs_patch`);
+* the copies torch keeps of a loaded backend are made by a pickle round trip, not a deep copy
+  (`_record_artifact_patch`, `_loaded_entry_copy_patch`);
 * a graph Inductor did not compile into code (`x + 0` of a global 0: no OutputCode to bundle) is not cached,
   instead of failing the user's compile (`_unbundlable_graph_patch`).
 
@@ -265,15 +267,9 @@ def _record_artifact_patch() -> list[Patch]:
     if params != ["artifact"] or "_backend_artifacts_by_key[" not in source or "deepcopy(" not in source:
         return []  # another shape of torch's method: leave it
 
-    try:
-        from torch.utils._mode_utils import no_dispatch  # as torch copies: fake-tensor modes off
-    except ImportError:
-        no_dispatch = contextlib.nullcontext
-
     def record_artifact(cls: Any, artifact: Any) -> None:
         try:
-            with no_dispatch():
-                copied = pickle.loads(pickle.dumps(artifact, protocol=pickle.HIGHEST_PROTOCOL))
+            copied = _round_trip(artifact)
         except Exception:  # any artifact that does not round-trip: torch's own deep copy
             return original.__func__(cls, artifact)
         cls._backend_artifacts_by_key[artifact.key] = copied
@@ -333,6 +329,16 @@ def _precompile_cudagraphs_patch() -> list[Patch]:
     ]
 
 
+def _round_trip(obj: Any) -> Any:
+    """A copy of OBJ made by pickling it, as torch saves it, with fake-tensor modes off (as torch copies)."""
+    try:
+        from torch.utils._mode_utils import no_dispatch
+    except ImportError:
+        no_dispatch = contextlib.nullcontext
+    with no_dispatch():
+        return pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 def _loaded_entry_copy_patch() -> list[Patch]:
     """Copy a backend entry being loaded by a pickle round trip, not `copy.deepcopy`. Before it loads a precompiled
     entry's backend, torch deep-copies the entry (`deserialize_bundled_cache_entry`: a clean copy, should the
@@ -347,10 +353,6 @@ def _loaded_entry_copy_patch() -> list[Patch]:
     load = getattr(results, "deserialize_bundled_cache_entry", None)
     if load is None:
         return []
-    try:
-        from torch.utils._mode_utils import no_dispatch  # as torch copies: fake-tensor modes off
-    except ImportError:
-        no_dispatch = contextlib.nullcontext
 
     def deserialize_bundled_cache_entry(entry: Any) -> Any:
         own = getattr(entry, "__dict__", None)
@@ -360,8 +362,7 @@ def _loaded_entry_copy_patch() -> list[Patch]:
         def copy_entry(memo: dict) -> Any:
             own.pop("__deepcopy__", None)  # copy the entry, not this hook
             try:
-                with no_dispatch():
-                    return pickle.loads(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL))
+                return _round_trip(entry)
             except Exception:  # an entry that does not round-trip: torch's own deep copy
                 return copy.deepcopy(entry, memo)
 
