@@ -194,6 +194,7 @@ sys.setprofile(watch)
 with get_session().cell("copy", CellOptions(store_dir=sys.argv[1], no_hub=True)) as report:
     print("VALUES", [round(v, 5) for v in torch.compile(f)(x).tolist()])
 sys.setprofile(None)
+print("EAGER", [round(v, 5) for v in f(x).tolist()])
 print("HITS", report.layers["dynamo_precompile"]["hits"])
 print("DEEP_COPIES", len(copies))
 for name, backend in list(globals().items()):
@@ -229,7 +230,7 @@ def test_a_restored_backend_keeps_a_clean_copy_that_loads_again(tmp_path):
             assert "HOOK_LEFT False" in done.stdout, done.stdout
             # torch's deepcopy of the entry recurses through every object in it; the round trip is one call
             assert "DEEP_COPIES 1\n" in done.stdout, done.stdout
-    expected = [1.0, 2.68294, 2.81859, 1.28224]
-    assert _close(outputs["cold"]["VALUES"], expected)
-    assert _close(outputs["restored"]["VALUES"], expected)
-    assert _close(outputs["restored"]["AGAIN"], expected)
+    eager = outputs["cold"]["EAGER"]
+    assert _close(outputs["cold"]["VALUES"], eager)
+    assert _close(outputs["restored"]["VALUES"], eager)
+    assert _close(outputs["restored"]["AGAIN"], eager)
