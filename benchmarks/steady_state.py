@@ -11,8 +11,10 @@ of the two goes first:
 Each kernel builds the model, runs the compiled cell, then, in later cells as a user would, calls the compiled
 code `--warmup` times untimed and `--calls` times timed (synchronised on a GPU). A pair's ratio is ours' median call
 over torch's; the table shows the median of the pairs' ratios and their spread (min-max), and the gate passes when
-the median is at most `--gate` (1.02). Each kernel's torch miss counters after the timed calls are kept: a
-recompile during the calls would show there. Both kinds' answers must be equal to the bit.
+the median is at most `--gate` (1.02). With `--rounds N` both kernels of a pair stay alive and their timed batches
+take turns, N batches each, once no background thread of ours is left in either: a slow spell of the machine then
+falls on both kinds alike. Each kernel's torch miss counters after the timed calls are kept: a recompile during the
+calls would show there. Both kinds' answers must be equal to the bit.
 
   python -m benchmarks steady_state --size tiny --out benchmarks/results/steady_state_cpu.json
   python -m benchmarks steady_state --size real --device cuda --out benchmarks/results/steady_state_gpu.json
@@ -31,6 +33,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 
 from benchmarks.real_work import BUILD, CELLS, SETUP, SIZES
@@ -166,44 +169,118 @@ def _indent(code: str) -> str:
     return "\n".join("    " + line for line in code.splitlines())
 
 
+OUR_THREADS = """
+import threading as _th
+print("OURS", sorted(t.name for t in _th.enumerate() if t.name.startswith("jupyter_compile_cache")))
+"""
+
+
+class Kernel:
+    """One new kernel of `kind`, built and past its compiled cell; `timed()` runs a batch of timed calls in it."""
+
+    def __init__(
+        self, kind: str, workload: str, size: str, device: str, dirs: dict[str, str], args: argparse.Namespace
+    ) -> None:
+        build, cell = CELLS[workload]
+        self.workload, self.args, self.dirs = workload, args, dirs
+        ours = kind in ("ours", "ours_cold")
+        self.cache_dir = dirs["torch"] if kind in ("torch", "torch_cold") else tempfile.mkdtemp(dir=dirs["root"])
+        env = {"TORCHINDUCTOR_CACHE_DIR": self.cache_dir, "JUPYTER_COMPILE_CACHE_DIR": dirs["store"]}
+        self.k = KernelRunner(env, args.timeout)
+        try:
+            if ours:
+                self.k.run("%load_ext jupyter_compile_cache")
+            if args.pause:
+                self.k.run(f"import time\ntime.sleep({args.pause})")
+            self.k.run(SETUP.format(size=SIZES[size], device=device, compile_=True) + BUILD[build])
+            if device == "cuda":
+                self.k.run(AUTOTUNE_TRACE)
+            if args.profile and kind == "ours":
+                seconds, said = self.k.run(PROFILED_CELL.format(name=f"steady-{workload}", cell=cell))
+            else:
+                seconds, said = self.k.run(f"%%compile_cache steady-{workload}\n{cell}" if ours else cell)
+        except BaseException:
+            self.close()
+            raise
+        self.found: dict = {"cell_s": round(seconds, 3)}
+        self.found["said"] = [line for line in said.splitlines() if "compile_cache" in line]
+        if "CELLPROFILE<<" in said:
+            self.found["cell_profile"] = said.split("CELLPROFILE<<")[1].split(">>CELLPROFILE")[0]
+
+    def timed(self, warmup: int) -> dict:
+        """`--calls` timed calls after `warmup` untimed ones: what the STEADY line says."""
+        code = TIMED.format(step=_indent(STEP[self.workload]), warmup=warmup, calls=self.args.calls)
+        _, out = self.k.run(code)
+        return json.loads(next(x for x in out.splitlines() if x.startswith("STEADY="))[len("STEADY=") :])
+
+    def wait_for_our_threads(self, limit: float = 120.0) -> float:
+        """Until no background thread of ours is left: one still at work in an idle kernel would share the CPU with
+        the other kernel's timed calls. Polled by short cells with idle time between them: our prewarm thread waits
+        for the kernel to be idle."""
+        start = time.perf_counter()
+        while time.perf_counter() - start < limit:
+            _, out = self.k.run(OUR_THREADS)
+            if next(x for x in out.splitlines() if x.startswith("OURS")) == "OURS []":
+                break
+            time.sleep(1.0)
+        return round(time.perf_counter() - start, 2)
+
+    def finish(self) -> dict:
+        """The settled and profiled calls, if asked for: the kernel's whole record."""
+        args = self.args
+        if args.settle:  # the same calls again once background work of either kind has surely ended
+            self.k.run(f"import time\ntime.sleep({args.settle})")
+            later = self.timed(warmup=1)
+            self.found["settled_times"], self.found["settled_threads"] = later["times"], later["threads"]
+        if args.profile:
+            _, out = self.k.run(PROFILED_CALLS.format(step=_indent(STEP[self.workload]), calls=args.calls))
+            self.found["profile"] = json.loads(next(x for x in out.splitlines() if x.startswith("PROFILE="))[8:])
+        return self.found
+
+    def close(self) -> None:
+        self.k.close()
+        if self.cache_dir != self.dirs["torch"]:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+
 def kernel(kind: str, workload: str, size: str, device: str, dirs: dict[str, str], args: argparse.Namespace) -> dict:
     """One new kernel of `kind`: build, the compiled cell, the timed calls. Returns what the STEADY line says."""
-    build, cell = CELLS[workload]
-    ours = kind in ("ours", "ours_cold")
-    cache_dir = dirs["torch"] if kind in ("torch", "torch_cold") else tempfile.mkdtemp(dir=dirs["root"])
-    env = {"TORCHINDUCTOR_CACHE_DIR": cache_dir, "JUPYTER_COMPILE_CACHE_DIR": dirs["store"]}
-    k = KernelRunner(env, args.timeout)
+    k = Kernel(kind, workload, size, device, dirs, args)
     try:
-        if ours:
-            k.run("%load_ext jupyter_compile_cache")
-        if args.pause:
-            k.run(f"import time\ntime.sleep({args.pause})")
-        k.run(SETUP.format(size=SIZES[size], device=device, compile_=True) + BUILD[build])
-        if device == "cuda":
-            k.run(AUTOTUNE_TRACE)
-        if args.profile and kind == "ours":
-            seconds, said = k.run(PROFILED_CELL.format(name=f"steady-{workload}", cell=cell))
-        else:
-            seconds, said = k.run(f"%%compile_cache steady-{workload}\n{cell}" if ours else cell)
-        _, out = k.run(TIMED.format(step=_indent(STEP[workload]), warmup=args.warmup, calls=args.calls))
-        found = json.loads(next(x for x in out.splitlines() if x.startswith("STEADY="))[len("STEADY=") :])
-        if args.settle:  # the same calls again once background work of either kind has surely ended
-            k.run(f"import time\ntime.sleep({args.settle})")
-            _, out = k.run(TIMED.format(step=_indent(STEP[workload]), warmup=1, calls=args.calls))
-            later = json.loads(next(x for x in out.splitlines() if x.startswith("STEADY="))[len("STEADY=") :])
-            found["settled_times"], found["settled_threads"] = later["times"], later["threads"]
-        if args.profile:
-            _, out = k.run(PROFILED_CALLS.format(step=_indent(STEP[workload]), calls=args.calls))
-            found["profile"] = json.loads(next(x for x in out.splitlines() if x.startswith("PROFILE="))[8:])
-            if "CELLPROFILE<<" in said:
-                found["cell_profile"] = said.split("CELLPROFILE<<")[1].split(">>CELLPROFILE")[0]
-        found["cell_s"] = round(seconds, 3)
-        found["said"] = [line for line in said.splitlines() if "compile_cache" in line]
-        return found
+        k.found.update(k.timed(args.warmup))
+        return k.finish()
     finally:
         k.close()
-        if cache_dir != dirs["torch"]:
-            shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def interleaved_pair(
+    order: tuple[str, ...], workload: str, size: str, device: str, dirs: dict[str, str], args: argparse.Namespace
+) -> dict[str, dict]:
+    """Both kernels of a pair alive at once, their timed batches taking turns (`--rounds`), the first of each round
+    turning: a slow spell of the machine (its clocks, a neighbour) falls on both kinds alike. Each kernel's `times`
+    are all its rounds' calls; `rounds` holds each round's ratio, ours' median over torch's."""
+    kernels: dict[str, Kernel] = {}
+    try:
+        for kind in order:
+            kernels[kind] = Kernel(kind, workload, size, device, dirs, args)
+        for k in kernels.values():
+            k.found["waited_s"] = k.wait_for_our_threads()
+            k.found["times"], k.found["round_ratios"] = [], []
+        for r in range(args.rounds):
+            batch = {}
+            for kind in order if r % 2 == 0 else order[::-1]:
+                batch[kind] = kernels[kind].timed(args.warmup if r == 0 else 1)
+                found = kernels[kind].found
+                times = found["times"] + batch[kind]["times"]
+                found.update(batch[kind])
+                found["times"] = times
+            kernels["ours"].found["round_ratios"].append(
+                round(statistics.median(batch["ours"]["times"]) / statistics.median(batch["torch"]["times"]), 4)
+            )
+        return {kind: kernels[kind].finish() for kind in order}
+    finally:
+        for k in kernels.values():
+            k.close()
 
 
 def run_workload(
@@ -221,7 +298,10 @@ def run_workload(
         print(f"{workload:9s} {kind} done", file=sys.stderr, flush=True)
     for i in range(args.pairs):
         order = KINDS if i % 2 == 0 else KINDS[::-1]
-        pair = {kind: kernel(kind, workload, size, device, dirs, args) for kind in order}
+        if args.rounds > 1:
+            pair = interleaved_pair(order, workload, size, device, dirs, args)
+        else:
+            pair = {kind: kernel(kind, workload, size, device, dirs, args) for kind in order}
         medians = {kind: statistics.median(pair[kind]["times"]) * 1000 for kind in KINDS}
         row["torch_ms"].append(round(medians["torch"], 4))
         row["ours_ms"].append(round(medians["ours"], 4))
@@ -233,7 +313,8 @@ def run_workload(
         print(
             f"{workload:9s} pair {i + 1}/{args.pairs} ({order[0]} first): torch {medians['torch']:.3f} ms, "
             f"ours {medians['ours']:.3f} ms, {row['ratios'][-1]:.3f}x; kernels autotuned at run time: torch "
-            f"{len(pair['torch'].get('autotuned', []))}, ours {len(pair['ours'].get('autotuned', []))}",
+            f"{len(pair['torch'].get('autotuned', []))}, ours {len(pair['ours'].get('autotuned', []))}"
+            + (f"; rounds {pair['ours']['round_ratios']}" if "round_ratios" in pair["ours"] else ""),
             file=sys.stderr,
             flush=True,
         )
@@ -274,6 +355,10 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20, help="timed calls per kernel")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls per kernel before them")
+    parser.add_argument(
+        "--rounds", type=int, default=1,
+        help="N > 1: both kernels of a pair alive at once, N batches of --calls each, taking turns",
+    )  # fmt: skip
     parser.add_argument("--gate", type=float, default=1.02)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may take")
     parser.add_argument("--out", help="the result file (JSON)")
