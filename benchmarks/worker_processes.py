@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 from benchmarks.report import markdown_table
 from benchmarks.warm_restart import machine
@@ -211,6 +212,15 @@ def row(
         for took in rounds
     ]
     result["torch_warm_wrote"] = sorted(torch_files[1] - torch_files[0])[:40]
+    # What the first restored run built that its cold run had not (torch's run-time tuning: new Triton variants),
+    # set against what torch's first warm run built: which kernels each rebuilt, and how many times.
+    ours_wrote = _files(env("ours-b")["TORCHINDUCTOR_CACHE_DIR"]) - _files(env("ours-a")["TORCHINDUCTOR_CACHE_DIR"])
+    result["rebuilt_kernels"] = {
+        case: dict(Counter(os.path.basename(p)[: -len(".cubin")] for p in files if p.endswith(".cubin")))
+        for case, files in (("torch_warm", torch_files[1] - torch_files[0]), ("ours", ours_wrote))
+    }
+    for case, kernels in result["rebuilt_kernels"].items():
+        print(f"  {ranks} rank(s) {case}: Triton kernels built at run time, not in its cold run: {kernels}", flush=True)
     result["restored_saved"] = {
         "versions_after_ours": versions_after_ours,
         "versions": len(versions),
