@@ -99,6 +99,15 @@ def _call():
     return last
 for _ in range({warmup}):
     _call()
+import gc as _gc
+_gc_time, _gc_runs, _gc_start = [0.0], [0, 0, 0], [0.0]
+def _gc_timer(phase, info):  # how long the calls spent collecting, per generation: a bigger heap costs there
+    if phase == "start":
+        _gc_start[0] = _time.perf_counter()
+    else:
+        _gc_time[0] += _time.perf_counter() - _gc_start[0]
+        _gc_runs[info["generation"]] += 1
+_gc.callbacks.append(_gc_timer)
 _times = []
 for _ in range({calls}):
     sync()
@@ -106,8 +115,10 @@ for _ in range({calls}):
     _last = _call()
     sync()
     _times.append(_time.perf_counter() - _t)
+_gc.callbacks.remove(_gc_timer)
 _keep = ("fxgraph_cache_miss", "autograd_cache_miss", "dynamo_cache_miss", "unique_graphs")
 print("STEADY=" + _json.dumps({{"times": _times, "last": _last, "threads": _threads, "busy": _busy,
+    "gc_ms": round(_gc_time[0] * 1000, 3), "gc_runs": _gc_runs, "tracked_objects": len(_gc.get_objects()),
     "autotuned": globals().get("_tuned", []),
     "counters": {{n: v for g in _c.values() for n, v in g.items() if (n in _keep or "cudagraph" in n) and v}}}}))
 """
@@ -272,8 +283,9 @@ def interleaved_pair(
                 batch[kind] = kernels[kind].timed(args.warmup if r == 0 else 1)
                 found = kernels[kind].found
                 times = found["times"] + batch[kind]["times"]
+                gc_ms = found.get("gc_ms", 0.0) + batch[kind].get("gc_ms", 0.0)
                 found.update(batch[kind])
-                found["times"] = times
+                found["times"], found["gc_ms"] = times, round(gc_ms, 3)  # over all its rounds
             kernels["ours"].found["round_ratios"].append(
                 round(statistics.median(batch["ours"]["times"]) / statistics.median(batch["torch"]["times"]), 4)
             )
