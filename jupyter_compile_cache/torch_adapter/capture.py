@@ -293,6 +293,11 @@ class _OpenRecorder:
         if isinstance(path, str) and path.startswith(self.prefixes):
             self.active.add(path)
 
+    # CPython looks `__cantrace__` up on each hook at every audit event of the process (each `id()`, each class a
+    # pickle loads, each `open`), in cells and out. Where a hook lacks it, that lookup raises and clears an
+    # AttributeError every time, most of what an idle hook costs. False: the hook still runs untraced.
+    _hook.__cantrace__ = False  # pyright: ignore[reportFunctionMemberAccess]
+
 
 @dataclass
 class CellFiles:

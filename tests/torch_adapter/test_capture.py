@@ -50,6 +50,14 @@ def test_a_cell_takes_what_it_wrote_and_what_it_read_and_nothing_else(tmp_path):
     assert files.layer_bytes() == {"aot_autograd": 3, "fx_graph": 3, "kernels": 10}
 
 
+def test_the_recorders_hook_answers_cpythons_per_event_lookup_without_an_error():
+    # CPython looks `__cantrace__` up on each audit hook at every event of the process (each `id()`, each `open`),
+    # for its whole life: a hook without it has an AttributeError raised and cleared each time
+    # (benchmarks/audit_hook.py measures it). False: found at once, and the hook still runs untraced.
+    hook = capture._OpenRecorder.get()._hook
+    assert hook.__cantrace__ is False  # pyright: ignore[reportAttributeAccessIssue]
+
+
 def test_a_file_read_through_a_symlinked_cache_dir_is_taken(tmp_path, monkeypatch):
     """TORCHINDUCTOR_CACHE_DIR a symlink to the real folder (a scratch disk): torch opens its files by the link's
     name, the roots are resolved; a cache hit read that way is the cell's all the same (it used to be missed, and a

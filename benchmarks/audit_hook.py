@@ -1,0 +1,82 @@
+"""What our audit hook costs the whole kernel: each audited event (every `id()`, every class a pickle loads, every
+`open`) in a process with our file recorder installed, against a process without it, side by side in one run.
+
+A cell records the files it opens through `sys.addaudithook`, and a hook, once installed, stays for the process's
+life: outside our cells it returns at once, but CPython still calls it at every event. Each case is a fresh
+process, the cases taking turns over `--rounds` rounds; the table shows each case's fastest round:
+
+  none      torch imported, no hook
+  ours      torch imported, then our recorder installed (`capture._OpenRecorder.get()`), idle as between cells
+
+Measured per case: `id()` (one event), and torch's config copy that `torch.compile` makes at each call (a deepcopy:
+one `id()` per object). To compare two versions of the package, run it once with each on PYTHONPATH.
+
+  python -m benchmarks audit_hook --rounds 5 --out benchmarks/results/audit_hook_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+from benchmarks.report import markdown_table
+from benchmarks.warm_restart import machine
+
+CHILD = r"""
+import json, sys, time
+import torch
+if sys.argv[1] == "ours":
+    from jupyter_compile_cache.torch_adapter import capture
+    capture._OpenRecorder.get()
+def best(fn, n, repeat=5):
+    out = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        out = min(out, (time.perf_counter() - t) / n)
+    return out
+x = object()
+import jupyter_compile_cache
+print("RESULT=" + json.dumps({
+    "id_ns": best(lambda: id(x), 100_000) * 1e9,
+    "config_copy_us": best(torch._inductor.config.get_config_copy, 200) * 1e6,
+    "hooked": sys.argv[1] == "ours",
+    "package": jupyter_compile_cache.__file__,
+}))
+"""
+CASES = ("none", "ours")
+METRICS = (("id_ns", "id(), ns"), ("config_copy_us", "torch's config copy, us"))
+
+
+def measure(case: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, case], capture_output=True, text=True, check=True).stdout
+    return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT="))[len("RESULT=") :])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", help="the result file (JSON)")
+    args = parser.parse_args()
+    runs: dict[str, list[dict]] = {case: [] for case in CASES}
+    for i in range(args.rounds):
+        for case in CASES if i % 2 == 0 else CASES[::-1]:
+            runs[case].append(measure(case))
+            print(f"round {i + 1}/{args.rounds} {case}: {runs[case][-1]}", file=sys.stderr, flush=True)
+    best = {case: {key: min(r[key] for r in runs[case]) for key, _ in METRICS} for case in CASES}
+    rows = [
+        [label, f"{best['none'][key]:.1f}", f"{best['ours'][key]:.1f}", f"{best['ours'][key] / best['none'][key]:.2f}x"]
+        for key, label in METRICS
+    ]
+    print(f"package: {runs['ours'][0]['package']}")
+    print(markdown_table(["per call (fastest round)", "no hook", "ours, idle", "ours / none"], rows))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"machine": machine("cpu"), "runs": runs, "best": best}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
