@@ -269,7 +269,7 @@ def interleaved_pair(
 ) -> dict[str, dict]:
     """Both kernels of a pair alive at once, their timed batches taking turns (`--rounds`), the first of each round
     turning: a slow spell of the machine (its clocks, a neighbour) falls on both kinds alike. Each kernel's `times`
-    are all its rounds' calls; `rounds` holds each round's ratio, ours' median over torch's."""
+    are all its rounds' calls; ours' `round_ratios` holds each round's ratio, ours' median over torch's."""
     kernels: dict[str, Kernel] = {}
     try:
         for kind in order:

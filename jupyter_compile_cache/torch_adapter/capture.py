@@ -295,7 +295,7 @@ class _OpenRecorder:
 
     # CPython looks `__cantrace__` up on each hook at every audit event of the process (each `id()`, each class a
     # pickle loads, each `open`), in cells and out. Where a hook lacks it, that lookup raises and clears an
-    # AttributeError every time, most of what an idle hook costs. False: the hook still runs untraced.
+    # AttributeError every time, a large part of what an idle hook costs. False: the hook still runs untraced.
     _hook.__cantrace__ = False  # pyright: ignore[reportFunctionMemberAccess]
 
 
