@@ -1,12 +1,14 @@
-"""What our audit hook costs the whole kernel: each audited event (every `id()`, every class a pickle loads, every
-`open`) in a process with our file recorder installed, against a process without it, side by side in one run.
+"""What a recorded cell leaves behind in the kernel: each audited event (every `id()`, every class a pickle loads,
+every `open`) after one cell was recorded, against a process where none was, side by side in one run.
 
-A cell records the files it opens through `sys.addaudithook`, and a hook, once installed, stays for the process's
-life: outside our cells it returns at once, but CPython still calls it at every event. Each case is a fresh
-process, the cases taking turns over `--rounds` rounds; the table shows each case's fastest round:
+Versions up to b3e8f26 recorded a cell's opens through `sys.addaudithook`; a hook, once installed, stays for the
+process's life, and CPython calls it at every event. Later ones wrap the opening functions for the cell's length
+only (torch_adapter/open_recorder.py). Each case is a fresh process, the cases taking turns over `--rounds` rounds;
+the table shows each case's fastest round:
 
-  none      torch imported, no hook
-  ours      torch imported, then our recorder installed (`capture._OpenRecorder.get()`), idle as between cells
+  none      torch imported, no cell recorded
+  ours      torch imported, then one cell recorded (`capture.CellCapture`: start, an open, collect), idle as
+            between cells
 
 Measured per case: `id()` (one event), and torch's config copy that `torch.compile` makes at each call (a deepcopy:
 one `id()` per object). To compare two versions of the package, run it once with each on PYTHONPATH.
@@ -25,11 +27,17 @@ from benchmarks.report import markdown_table
 from benchmarks.warm_restart import machine
 
 CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 import torch
 if sys.argv[1] == "ours":
+    import tempfile
     from jupyter_compile_cache.torch_adapter import capture
-    capture._OpenRecorder.get()
+    root = tempfile.mkdtemp()
+    watcher = capture.CellCapture({"inductor": root})
+    watcher.start()
+    os.makedirs(root + "/fxgraph/aa")
+    open(root + "/fxgraph/aa/graph", "w").close()
+    assert list(watcher.collect().files) == ["inductor/fxgraph/aa/graph"]
 def best(fn, n, repeat=5):
     out = float("inf")
     for _ in range(repeat):
@@ -43,7 +51,7 @@ import jupyter_compile_cache
 print("RESULT=" + json.dumps({
     "id_ns": best(lambda: id(x), 100_000) * 1e9,
     "config_copy_us": best(torch._inductor.config.get_config_copy, 200) * 1e6,
-    "hooked": sys.argv[1] == "ours",
+    "recorded": sys.argv[1] == "ours",
     "package": jupyter_compile_cache.__file__,
 }))
 """
@@ -72,7 +80,7 @@ def main() -> None:
         for key, label in METRICS
     ]
     print(f"package: {runs['ours'][0]['package']}")
-    print(markdown_table(["per call (fastest round)", "no hook", "ours, idle", "ours / none"], rows))
+    print(markdown_table(["per call (fastest round)", "no cell recorded", "ours, after a cell", "ours / none"], rows))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"machine": machine("cpu"), "runs": runs, "best": best}, f, indent=1)

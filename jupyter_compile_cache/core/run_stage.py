@@ -64,9 +64,9 @@ def run(
         yield watched
     except BaseException:
         report.ok = False
-        if watched is not None:
-            watched.watcher.stop()
         raise
     finally:
         report.body_seconds = time.perf_counter() - start
+        if watched is not None:  # the recorder's wrappers live exactly as long as the body
+            watched.watcher.stop()
         guard.find_elsewhere = None

@@ -3,11 +3,9 @@
 torch keeps one cache dir for the whole process, so a cell's share of it is found by watching the cell:
 
 * files created or rewritten while it ran (a listing with sizes and mtimes before, compared after);
-* files it read (a Python audit hook sees every `open`, including the imports of generated wrapper modules);
-* shared libraries it loaded (new lines in /proc/self/maps, since `dlopen` raises no audit event);
+* files it read (open_recorder.py sees every `open` in Python, including the imports of generated wrapper modules);
+* shared libraries it loaded (new lines in /proc/self/maps: `dlopen` is out of Python's sight);
 * the files of the bundle restored for it, so a re-save after a warm run keeps everything the next kernel needs.
-
-The audit hook cannot be removed once added (Python's rule), so it is added once and does nothing outside a cell.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import layers
+from .open_recorder import OpenRecorder
 
 
 def _inductor_cache_dir() -> str:
@@ -238,67 +237,6 @@ def _isa_probe_programs(paths: set[str]) -> set[str]:
     return out
 
 
-# Audit events of a process starting another (IPython's `!cmd` forks a pty; subprocess, os.system, spawn).
-_PROCESS_EVENTS = frozenset(
-    {"subprocess.Popen", "os.system", "os.posix_spawn", "os.fork", "os.forkpty", "os.spawn", "os.exec"}
-)
-
-
-def _started_by_the_compiler() -> bool:
-    """Whether the process being started is torch's compiler's own (a C++ compiler, a compile worker) or Triton's:
-    those run for this process's compiles, which its counters see. A launcher in torch (torch.multiprocessing,
-    elastic) starts workers of the user's: those count. Process starts are rare: the stack is walked each time."""
-    homes = []
-    for name, sub in (("torch", "_inductor"), ("triton", "")):
-        path = getattr(sys.modules.get(name), "__file__", None)
-        if isinstance(path, str):
-            homes.append(os.path.join(os.path.dirname(path), sub).rstrip(os.sep) + os.sep)
-    frame = sys._getframe(2)
-    while frame is not None and homes:
-        if frame.f_code.co_filename.startswith(tuple(homes)):
-            return True
-        frame = frame.f_back
-    return False
-
-
-class _OpenRecorder:
-    """Collects paths opened, and counts processes started, during a cell; one audit hook per process, idle when no
-    cell is recording."""
-
-    _instance: _OpenRecorder | None = None
-
-    def __init__(self) -> None:
-        self.active: set[str] | None = None
-        self.prefixes: tuple[str, ...] = ()
-        self.processes = 0
-
-    @classmethod
-    def get(cls) -> _OpenRecorder:
-        if cls._instance is None:
-            cls._instance = cls()
-            sys.addaudithook(cls._instance._hook)
-        return cls._instance
-
-    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.active is None:
-            return
-        if event in _PROCESS_EVENTS:
-            self.processes += not _started_by_the_compiler()
-            return
-        if event != "open" or not args:
-            return
-        path = args[0]
-        if isinstance(path, bytes):
-            path = os.fsdecode(path)
-        if isinstance(path, str) and path.startswith(self.prefixes):
-            self.active.add(path)
-
-    # CPython looks `__cantrace__` up on each hook at every audit event of the process (each `id()`, each class a
-    # pickle loads, each `open`), in cells and out. Where a hook lacks it, that lookup raises and clears an
-    # AttributeError every time, a large part of what an idle hook costs. False: the hook still runs untraced.
-    _hook.__cantrace__ = False  # pyright: ignore[reportFunctionMemberAccess]
-
-
 @dataclass
 class CellFiles:
     """The result of watching one cell."""
@@ -358,6 +296,9 @@ def all_precompile_keys(roots: dict[str, str]) -> set[str]:
         return set()
 
 
+_RECORDER = OpenRecorder()  # one per process: a cell inside a cell shares it
+
+
 class CellCapture:
     def __init__(self, roots: dict[str, str], restored: Iterable[str] = ()) -> None:
         self.roots = roots
@@ -365,8 +306,7 @@ class CellCapture:
         self._restored_during: set[str] = set()  # written by our own restore while the cell ran
         self._before: dict[str, tuple[int, int]] = {}
         self._libs_before: set[str] = set()
-        self._recorder = _OpenRecorder.get()
-        self._opened: set[str] = set()
+        self._recorder = _RECORDER
 
     def add_restored(self, paths: Iterable[str]) -> None:
         """Files a restore wrote while the cell ran (another version's, installed for a function's code): not the
@@ -385,21 +325,19 @@ class CellCapture:
         for root in self._root_dirs():
             self._before.update(_listing(root))
         self._libs_before = _mapped_libraries()
-        self._opened = set()
-        self._recorder.processes = 0
         # torch opens its files under the cache dir as its variable names it, which may be a symlink to the real
         # root (a cache dir on a scratch disk): both spellings are watched, and what is opened is resolved in collect.
         as_torch_names = _torch_named_roots()
-        self._recorder.prefixes = tuple(r + os.sep for r in {*self._root_dirs(), *as_torch_names})
-        self._recorder.active = self._opened
+        self._recorder.start(tuple(r + os.sep for r in {*self._root_dirs(), *as_torch_names}))
 
     def stop(self) -> None:
-        self._recorder.active = None
+        """Ends the recording (the body's end; `collect` calls it too)."""
+        self._recorder.stop()
 
     def collect(self, dynamo_keys: set[str] | None = None, extra_paths: Iterable[str] = ()) -> CellFiles:
         """Files for the bundle. `dynamo_keys`: the precompile entries this cell owns (others are left out)."""
         self.stop()
-        opened = {os.path.realpath(p) for p in self._opened}
+        opened = {os.path.realpath(p) for p in self._recorder.opened}
         after: dict[str, tuple[int, int]] = {}
         for root in self._root_dirs():
             after.update(_listing(root))
