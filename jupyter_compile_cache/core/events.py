@@ -206,6 +206,7 @@ class Step(str, enum.Enum):
     """A step of ours around a cell that can fail without touching the cell's result."""
 
     SAVE = "save"  # saving the cell's bundle to the local store
+    RUN_BUILDS = "run_builds"  # keeping or installing the kernels built at run time after a restore
     EVICT = "evict"  # evicting old bundles over the store's cap
     STATISTICS = "statistics"  # updating the store's statistics
     PROBE_RESTORE = "probe_restore"  # restoring the CPU probe programs

@@ -16,6 +16,7 @@ from ..storage.bundle import FieldMismatch, Manifest, check_name
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
 from ..storage.namespace import check_namespace
 from ..storage.sources import Place, Skip
+from ..storage.store import RUN_BUILDS as RUN_BUILDS  # a Removal of kernels built at run time
 from ..storage.store import Removal
 
 if TYPE_CHECKING:  # the launcher's record, and the torch adapter's: neither is imported for a listing
@@ -215,6 +216,7 @@ class RestoreResult:
     cold_seconds: float | None = None  # the cold run's time, recorded in the restored version
     hub_signed_elsewhere: bool = False  # every hub version seen was refused as signed with another secret
     retries: int = 0  # hub connections that broke on the way and were opened again (the restore went on)
+    run_builds: int = 0  # files of kernels built at run time after earlier restores, installed from this machine
 
     @property
     def restored(self) -> bool:
@@ -247,6 +249,7 @@ class CellReport:
     # with --precompile-processes: what the processes it started did with precompile (their own records)
     processes_precompile: ProcessesPrecompile | None = None
     kernels_retuned: int = 0  # after a restore, new kernel builds of theirs that torch's run-time tuning made
+    run_builds_kept: int = 0  # of their Triton folders, those kept on this machine for NAME's next restore
     miss_reasons: list[MissReason] = field(default_factory=list)  # after a restore, why functions compiled
     warnings: list[Any] = field(default_factory=list)  # the warning events (core.events) told during the cell
     finished: float = 0.0

@@ -14,6 +14,7 @@ from typing import IO, Any
 from ..storage import bundle
 from ..storage.bundle import Manifest, matching_versions
 from ..storage.hub import Lease
+from ..storage.run_builds import RunBuilds
 from ..storage.sources import HubSource, Progress, SkipKind, Source
 from ..torch_adapter import capture, fingerprint
 from ..torch_adapter.entry_records import alternate_member
@@ -121,6 +122,10 @@ class RestoreStage:
             if from_hub is not None:
                 stores.hub_policy.trust(from_hub, report)
                 result.hub_url, result.pull_seconds = from_hub.display_url, found.fetch_seconds
+            try:  # not among the restored files: a later save of NAME leaves them out
+                result.run_builds = len(RunBuilds(store.root).install(name, roots))
+            except OSError as exc:  # torch builds them again, as without them
+                self.tell(events.StepFailed(events.Step.RUN_BUILDS, str(exc), name, store.root), report)
         result.hub_signed_elsewhere = found.wrong_signatures > 0 and from_hub is None
         result.retries = len(found.retries)
         result.seconds = time.perf_counter() - start

@@ -9,6 +9,7 @@ import contextlib
 import time
 
 from ..storage.bundle import Manifest
+from ..storage.run_builds import RunBuilds
 from ..storage.sources import HubSource
 from ..storage.store import LocalStore
 from ..torch_adapter import fingerprint
@@ -72,6 +73,15 @@ class SaveStage:
             report.push_left_to = stores.hub_policy.push_left_to(hub, name, manifest.fingerprint_id, started)
         if report.push_left_to is None:
             stores.hub_policy.push(hub, store, manifest, report, self.transfer(events.Moving.PUSH, name, opts.quiet))
+
+    def keep_run_builds(self, name: str, recorded: Recorded, report: CellReport, opts: CellOptions) -> None:
+        """The Triton kernels that torch's run-time tuning built in the processes a restored cell started, kept on
+        this machine for NAME's next restore (storage/run_builds.py); a failure is told, the cell's result stands."""
+        store = self.stores.store(opts.store_dir)
+        try:
+            report.run_builds_kept = RunBuilds(store.root).keep(name, recorded.files.created_files)
+        except OSError as exc:
+            self.tell(events.StepFailed(events.Step.RUN_BUILDS, str(exc), name, store.root), report)
 
     def enforce_size_cap(self, store: LocalStore, report: CellReport, quiet: bool) -> None:
         """Evict least recently used versions past `CompileCache.max_size`."""

@@ -193,6 +193,8 @@ class CompileCacheSession(Stores):
                         self.toolchain.save(recorded.files.probe_programs)
                     if opts.save and recorded.files.files and (recorded.compiled_new or opts.force_save):
                         self.save_stage.save(name, recorded, report, opts, hub)
+                    elif opts.save and report.kernels_retuned:  # no new version: kept beside the bundles
+                        self.save_stage.keep_run_builds(name, recorded, report, opts)
                 except Exception as exc:  # ours failed after the body: its result stands
                     self.tell(events.StoodAside(name, False, f"{type(exc).__name__}: {exc}"), report)
         finally:

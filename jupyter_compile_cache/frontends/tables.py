@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.records import (
+    RUN_BUILDS,
     BundleExplanation,
     HubState,
     NotebookPlan,
@@ -506,8 +507,14 @@ def removal_lines(removals: Sequence[Removal], place: Place, dry_run: bool) -> l
     verb = "would remove" if dry_run else "removed"
     if not removals:
         return [f"nothing to remove from {where}"]
-    lines = [f"{verb} {count(len(removals), 'version')} from {where}, freeing {total}:"]
-    lines += [f"  {r.name}  {short_id(r.version)}  {human_bytes(r.bytes)}" for r in removals]
+    versions = [r for r in removals if r.version != RUN_BUILDS]
+    lines = [f"{verb} {count(len(versions), 'version')} from {where}, freeing {total}:"]
+    lines += [f"  {r.name}  {short_id(r.version)}  {human_bytes(r.bytes)}" for r in versions]
+    lines += [
+        f"  {r.name}  its kernels built at run time (kept on this machine)  {human_bytes(r.bytes)}"
+        for r in removals
+        if r.version == RUN_BUILDS
+    ]
     if dry_run:
         lines.append("(dry run: nothing was removed)")
     return lines

@@ -243,6 +243,9 @@ def _(event: events.BadEnvironment) -> str:
 _STEP_FAILED = {
     events.Step.SAVE: "could not save bundle {name!r} to {where}: {error}; the cell's result stands",
     events.Step.EVICT: "could not evict old bundles from {where}: {error}",
+    events.Step.RUN_BUILDS: (
+        "the kernels built at run time for {name!r} were not kept or installed ({error}); the cell's result stands"
+    ),
     events.Step.STATISTICS: "the store's statistics were not updated ({error}); the cell's result stands",
     events.Step.PROBE_RESTORE: "the CPU probe programs were not restored ({error})",
     events.Step.PROBE_SAVE: "could not save the CPU probe programs to {where}: {error}",
@@ -506,9 +509,14 @@ def cell_summary(report: CellReport) -> str:
             "jupyter_compile_cache: another Python, or one that ignores PYTHONPATH)"
         )
     if report.kernels_retuned:
+        kept = (
+            f"{count(report.run_builds_kept, 'kernel')} kept on this machine for the next restore, not in the bundle"
+            if report.run_builds_kept
+            else "not in the bundle"
+        )
         parts.append(
             f"the processes it started re-tuned kernels at run time ({count(report.kernels_retuned, 'new build')}, "
-            "as with torch's own warm cache: not saved)"
+            f"as with torch's own warm cache: {kept})"
         )
     if report.stale_rejected:
         parts.append(f"{count(report.stale_rejected, 'stale precompile entry')} refused (code changed)")

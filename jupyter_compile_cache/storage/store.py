@@ -7,6 +7,7 @@ Layout of a local store (default: the user cache dir, never /tmp, which tmpfs an
     <root>/bundles/<NAME>/<version>.json      manifest, written last: a version exists once this file exists
     <root>/quarantine/<NAME>/<version>.*      damaged bundles, moved aside with a .reason file
     <root>/runs/<NAME>.json                   what the last run of that cell hit and missed (for `explain`)
+    <root>/run_builds/<NAME>/                 Triton kernels torch re-tuned at run time after a restore (run_builds.py)
     <root>/locks/<NAME>@<version>.lock        held by the one kernel of this machine fetching that version
     <root>/stats.json                         what every cell that used this store did, summed (see stats.py)
 
@@ -31,6 +32,7 @@ from typing import IO, Any, NamedTuple
 from ..units import human_bytes
 from . import bundle, file_copy, temp_files
 from .bundle import DamagedBundle, Manifest
+from .run_builds import RunBuilds
 from .stats import StoreStats
 
 STORE_DIR_ENV = "JUPYTER_COMPILE_CACHE_DIR"
@@ -50,8 +52,11 @@ def default_store_dir() -> str:
     return platformdirs.user_cache_dir("jupyter_compile_cache", appauthor=False)
 
 
+RUN_BUILDS = "run-time builds"  # a Removal's version for NAME's kernels built at run time (run_builds.py)
+
+
 class Removal(NamedTuple):
-    """One version a delete removed (or, in a dry run, would remove)."""
+    """One version a delete removed (or, in a dry run, would remove), or NAME's `RUN_BUILDS`."""
 
     name: str
     version: str
@@ -290,14 +295,18 @@ class LocalStore:
             os.unlink(os.path.join(self.root, "locks", f"{name}@{version}.lock"))
 
     def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
-        """Delete one version or all of NAME; returns what went (with `dry_run`, what would go)."""
+        """Delete one version or all of NAME (with its kernels built at run time); returns what went (with
+        `dry_run`, what would go)."""
         with self._lock():
             targets = [
                 Removal(name, m.version, m.payload_bytes) for m in self.versions(name) if version in (None, m.version)
             ]
+            run_builds = RunBuilds(self.root).remove(name, dry_run) if version is None else 0
+            targets += [Removal(name, RUN_BUILDS, run_builds)] if run_builds else []
             if dry_run:
                 return targets
-            for target in targets:
+            targets_done = [t for t in targets if t.version != RUN_BUILDS]
+            for target in targets_done:
                 self._delete_version(name, target.version)
             if version is None:
                 # Only the versions listed: a save committing now, or still writing its temp file, keeps its

@@ -245,6 +245,7 @@ class CellFiles:
     new_by_layer: dict[str, int] = field(default_factory=dict)  # files written by this cell, per layer
     created: int = 0  # of those, files no process had written before the cell (new paths)
     created_graphs: int = 0  # of those, entries of a graph layer (an FX graph, an AOTAutograd or precompile entry)
+    created_files: dict[str, str] = field(default_factory=dict)  # those new paths: member name -> path
     probe_programs: list[str] = field(default_factory=list)  # torch's CPU ISA probes built during the cell
     processes: int = 0  # processes the cell started (its own children; they may start more)
 
@@ -372,5 +373,7 @@ class CellCapture:
                 result.new_by_layer[layer] = result.new_by_layer.get(layer, 0) + 1
                 new_path = path not in self._before and layer != "pgo"
                 result.created += new_path
+                if new_path:
+                    result.created_files[name] = path
                 result.created_graphs += new_path and layer in layers.GRAPH_LAYERS
         return result

@@ -8,8 +8,10 @@ import threading
 from helpers.store import make_bundle, restored_whole
 
 from jupyter_compile_cache.core import events
-from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.records import RUN_BUILDS, CellOptions
 from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.frontends import tables, wording
+from jupyter_compile_cache.storage.sources import Place
 from jupyter_compile_cache.torch_adapter import fingerprint
 
 
@@ -294,3 +296,49 @@ def test_a_failure_of_ours_around_the_body_is_told_once_and_the_body_runs_as_wit
                 raise ZeroDivisionError
         assert [r.ok for r in session.history] == [True, False]
         session.close()
+
+
+RANK = """
+import os, sys
+root = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+for rel in sys.argv[1:]:
+    os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+    with open(os.path.join(root, rel), "wb") as f:
+        f.write(b"built by a rank")
+"""
+
+
+def test_kernels_ranks_retune_after_a_restore_are_kept_on_this_machine_and_installed_by_the_next(tmp_path, monkeypatch):
+    """torch re-tunes Triton kernels at run time in the processes a cell starts (max-autotune), whatever they
+    restored: their new folders are no new version, but the next restore of NAME installs them."""
+    import subprocess
+    import sys
+
+    store = str(tmp_path / "store")
+    session = CompileCacheSession(store_dir=store)
+
+    def cell(cache: str, *written: str):
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / cache))
+        with session.cell("job", CellOptions(quiet=True, no_hub=True)) as report:
+            subprocess.run([sys.executable, "-c", RANK, *written], check=True)
+        return report
+
+    kernel = ["triton/0/{}/k.cubin", "triton/0/{}/__grp__k.json"]
+    cold = cell("cold", "fxgraph/aa/key/0", *(k.format("FIRST") for k in kernel))
+    assert cold.saved_version and cold.processes == 1
+    retuned = cell("warm", *(k.format("RETUNED") for k in kernel))
+    assert retuned.restore.restored and retuned.saved_version is None  # no new version for run-time builds
+    assert (retuned.kernels_retuned, retuned.run_builds_kept) == (2, 1)
+    assert "1 kernel kept on this machine for the next restore" in wording.cell_summary(retuned)
+    later = cell("later")
+    assert later.restore.run_builds == 2 and later.kernels_retuned == 0
+    assert (tmp_path / "later" / "triton" / "0" / "RETUNED" / "k.cubin").read_bytes() == b"built by a rank"
+    assert session.store().versions("job")[0].version == cold.saved_version
+
+    removed = session.store().remove("job", dry_run=True)
+    assert [r.version for r in removed] == [cold.saved_version, RUN_BUILDS]
+    said = tables.removal_lines(removed, Place("local", store), dry_run=True)
+    assert said[0].startswith("would remove 1 version from the local store") and "kernels built at run time" in said[2]
+    session.store().remove("job")
+    assert not (tmp_path / "store" / "run_builds" / "job").exists() and session.store().versions("job") == []
+    session.close()

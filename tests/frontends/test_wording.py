@@ -211,7 +211,7 @@ def test_a_cells_line_says_its_misses_why_its_push_and_its_save():
     job = CellReport("job", body_seconds=30.0, processes=2, kernels_retuned=40)
     assert wording.cell_summary(job) == (
         "'job' ran in 30.00 s, 0 cache hits, 0 misses; the processes it started re-tuned kernels at run time "
-        "(40 new builds, as with torch's own warm cache: not saved); nothing new to save"
+        "(40 new builds, as with torch's own warm cache: not in the bundle); nothing new to save"
     )
 
 
