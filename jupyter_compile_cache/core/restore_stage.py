@@ -113,7 +113,6 @@ class RestoreStage:
         from_hub = hub if hub is not None and found.source is hub else None
         if found.manifest is not None and found.source is not None:
             manifest = found.manifest
-            self.restored_paths[name] = found.installed
             result.source, result.version = found.source.kind, manifest.version
             result.files, result.bytes = len(found.installed), manifest.payload_bytes
             result.uses_cpu_kernels = manifest.uses_cpu_kernels
@@ -122,10 +121,13 @@ class RestoreStage:
             if from_hub is not None:
                 stores.hub_policy.trust(from_hub, report)
                 result.hub_url, result.pull_seconds = from_hub.display_url, found.fetch_seconds
-            try:  # not among the restored files: a later save of NAME leaves them out
-                result.run_builds = len(RunBuilds(store.root).install(name, roots))
+            try:  # restored files too: never the cell's work (a restore beside the body installs them as it runs)
+                run_builds = RunBuilds(store.root).install(name, roots)
             except OSError as exc:  # torch builds them again, as without them
+                run_builds = []
                 self.tell(events.StepFailed(events.Step.RUN_BUILDS, str(exc), name, store.root), report)
+            result.run_builds = len(run_builds)
+            self.restored_paths[name] = found.installed + run_builds
         result.hub_signed_elsewhere = found.wrong_signatures > 0 and from_hub is None
         result.retries = len(found.retries)
         result.seconds = time.perf_counter() - start
