@@ -305,8 +305,8 @@ class LocalStore:
             targets += [Removal(name, RUN_BUILDS, run_builds)] if run_builds else []
             if dry_run:
                 return targets
-            targets_done = [t for t in targets if t.version != RUN_BUILDS]
-            for target in targets_done:
+            versions = [t for t in targets if t.version != RUN_BUILDS]
+            for target in versions:
                 self._delete_version(name, target.version)
             if version is None:
                 # Only the versions listed: a save committing now, or still writing its temp file, keeps its
