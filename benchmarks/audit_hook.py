@@ -1,10 +1,10 @@
 """What a recorded cell leaves behind in the kernel: each audited event (every `id()`, every class a pickle loads,
 every `open`) after one cell was recorded, against a process where none was, side by side in one run.
 
-Versions up to b3e8f26 recorded a cell's opens through `sys.addaudithook`; a hook, once installed, stays for the
-process's life, and CPython calls it at every event. Later ones wrap the opening functions for the cell's length
-only (torch_adapter/open_recorder.py). Each case is a fresh process, the cases taking turns over `--rounds` rounds;
-the table shows each case's fastest round:
+A recorder built on `sys.addaudithook` would stay for the process's life, and CPython would call it at every event;
+torch_adapter/open_recorder.py wraps the opening functions for the cell's length only, and this shows what is left.
+Each case is a fresh process, the cases taking turns over `--rounds` rounds; the table shows each case's fastest
+round:
 
   none      torch imported, no cell recorded
   ours      torch imported, then one cell recorded (`capture.CellCapture`: start, an open, collect), idle as

@@ -336,8 +336,8 @@ def run_workload(
 
 
 def fastest_decile(times: list[float]) -> float:
-    """The call a tenth of the calls beat: the kernel's speed outside the machine's slow spells (on the GPU hosts
-    calls of either kind moved between two speeds, about 80 and 110 ms for generate, for seconds at a time)."""
+    """The call a tenth of the calls beat: the kernel's speed outside the machine's slow spells, which fall on
+    either kind for seconds at a time (benchmarks/results/steady_state_2026-11-28c/)."""
     return sorted(times)[int(0.1 * (len(times) - 1))]
 
 
