@@ -44,8 +44,9 @@ setup-oldest:
 # convolutional model); `make test-oldest OLDEST_K=` runs every restore test, and .ci/torch-matrix runs them on the
 # releases between the two lanes' torches.
 OLDEST_K ?= restart_on_empty_cache_dir or (stale_compiled_code and forward) or training_step or damaged or zoo
+OLDEST_WORKERS ?= $(TEST_WORKERS)
 test-oldest:
-	JCC_TEST_ZOO=gpt2,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest -n $(TEST_WORKERS) --durations=5 \
+	JCC_TEST_ZOO=gpt2,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest -n $(OLDEST_WORKERS) --durations=5 \
 		$(RESTORE_TESTS) \
 		$(if $(OLDEST_K),-k "$(OLDEST_K)")
 
@@ -60,13 +61,17 @@ test-zoo:
 	$(BIN)/python -m pytest tests/end_to_end/test_model_zoo.py
 
 # Lint and type-check, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
-# printed a UsageError, which nbval alone lets pass: nbval#147).
+# printed a UsageError, which nbval alone lets pass: nbval#147). BESIDE_ALONE: a command run while the tests that run
+# alone do (one pytest process, which leaves a core idle); `make test` fails if it fails. CI runs the oldest torch's
+# lane there.
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	JCC_TEST_ZOO=$(ZOO) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 tests \
 		--ignore=$(ALONE)
-	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(NOTEBOOKS)
+	$(if $(BESIDE_ALONE),{ $(BESIDE_ALONE); } & beside=$$!;) \
+	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(NOTEBOOKS); status=$$?; \
+	$(if $(BESIDE_ALONE),wait $$beside || status=1;) exit $$status
 
 # The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about a minute).
 demo:

@@ -1,7 +1,7 @@
 """What fixes.py puts right in torch's precompile, on the workloads it was found on, in real kernels at tiny
-width: a static-cache decode loop with `model.forward = torch.compile(model.forward, mode="reduce-overhead",
-fullgraph=True)` (transformers' recipe), a compiled `flex_attention`, and a training step with a compiled forward,
-backward and AdamW step (torch's compiled-optimizer recipe).
+width: a Qwen2's static-cache `generate` with `model.forward = torch.compile(model.forward, mode="reduce-overhead",
+fullgraph=True)` and transformers' own compile of the call (its recipe), a compiled `flex_attention`, and a training
+step with a compiled forward, backward and AdamW step (torch's compiled-optimizer recipe).
 
 Cold in one kernel, then restored in a new kernel on an empty cache dir: every function restores through precompile
 (no fallback), nothing misses, nothing new is saved, and every answer equals the cold run's and eager's. The
@@ -29,15 +29,10 @@ SETUP = """
 import copy, warnings
 import torch
 warnings.filterwarnings("ignore")
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.generation import CompileConfig
 from torch.nn.attention.flex_attention import flex_attention
 torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                  num_key_value_heads=1, max_position_embeddings=32)
-lm = LlamaForCausalLM(cfg).eval()
-lm_eager = copy.deepcopy(lm)
-prompt = torch.randint(0, 96, (1, 6))
 qcfg = Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                    num_key_value_heads=1, max_position_embeddings=48)
 qwen = Qwen2ForCausalLM(qcfg).eval()
@@ -58,12 +53,6 @@ show("FLEX_EAGER", flex_attention(q, k, v))
 """
 
 CELLS = {
-    "decode": """%%compile_cache fix-decode
-lm.forward = torch.compile(lm.forward, mode="reduce-overhead", fullgraph=True)
-with torch.no_grad():
-    show("DECODE", lm.generate(prompt, max_new_tokens=5, cache_implementation="static", do_sample=False))
-    show("DECODE_EAGER", lm_eager.generate(prompt, max_new_tokens=5, cache_implementation="static", do_sample=False))
-""",
     # transformers' recipe with its own compile of the model's call on top: Dynamo traces nothing of that function
     # (torch's `Module._wrapped_call_impl`), which must not count as a miss on restore.
     "generate": """%%compile_cache fix-generate
@@ -123,20 +112,19 @@ def test_decode_flex_and_compiled_optimizer_restore_whole(kernel_factory, dirs):
             assert "no saved entry" not in out and "restored entry failed" not in out, out  # none missed or retraced
             assert counters.get("jupyter_compile_cache", {}).get("precompile_fallback", 0) == 0
             if precompiled:
-                assert counters["dynamo_cache"]["dynamo_cache_hit"] >= 5, counters  # 2 decodes, flex, forward, step
+                assert counters["dynamo_cache"]["dynamo_cache_hit"] >= 4, counters  # the decode, flex, forward, step
             else:
                 hits = counters["inductor"].get("fxgraph_cache_hit", 0)
-                assert hits + counters["aot_autograd"].get("autograd_cache_hit", 0) >= 5, counters
+                assert hits + counters["aot_autograd"].get("autograd_cache_hit", 0) >= 4, counters
     # The decode's reduce-overhead comes back with it: a restored graph makes the CUDA-graph decision its cold
     # compile made (on the CPU, torch counts each graph it does not capture). torch alone restores with CUDA graphs
     # off, whatever the mode.
     assert cudagraph_skips["restored"] == cudagraph_skips["cold"] > 0, cudagraph_skips
     cold, restored = outputs["cold"], outputs["restored"]
-    assert set(cold) == {"DECODE", "DECODE_EAGER", "FLEX", "FLEX_EAGER", "ADAMW", "ADAMW_EAGER"} | {
+    assert set(cold) == {"FLEX", "FLEX_EAGER", "ADAMW", "ADAMW_EAGER"} | {
         f"GENERATE{n}{eager}" for n in (0, 1) for eager in ("", "_EAGER")
     }, cold
     assert restored == cold  # the restored kernel computes exactly what the cold one did
-    assert cold["DECODE"] == cold["DECODE_EAGER"]  # the same tokens
     assert cold["GENERATE0"] == cold["GENERATE0_EAGER"] and cold["GENERATE1"] == cold["GENERATE1_EAGER"]
     assert _close(cold["FLEX"], cold["FLEX_EAGER"]) and _close(cold["ADAMW"], cold["ADAMW_EAGER"]), cold
 
