@@ -483,6 +483,45 @@ def render_worker_processes(files: list[str], runs: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + _where(files, runs)
 
 
+def _fastest_decile(times: list[float]) -> float:
+    """The call a tenth of the calls beat (as steady_state.py reports it)."""
+    return sorted(times)[int(0.1 * (len(times) - 1))]
+
+
+def render_steady_state(files: list[str], runs: list[dict]) -> str:
+    """Restored code call after call (steady_state.py): per workload, each pair's median call, ours over torch's
+    warm-cache kernel, and the pairs' median; the fastest-decile column is the same ratio for the call a tenth of
+    the calls beat."""
+    lines = [
+        "| machine | workload | ours / torch, per pair | median | fastest decile, median | same answers "
+        "| gate (<= 1.02) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    metas = []
+    for name, data in zip(files, runs):
+        m, a = data["machine"], data["args"]
+        pinned = re.search(r"cores_(\d+)_(\d+)", name)
+        meta = {"gpu": m.get("gpu"), "torch": m.get("torch"), "date": m.get("date")}
+        meta["command"] = (
+            f"python -m benchmarks steady_state --size {a['size']} --device {a['device']} --rounds {a['rounds']} "
+            f"--calls {a['calls']}" + (" (pinned to cores with taskset)" if pinned else "")
+        )
+        metas.append({"meta": meta})
+        where = _device(name, meta) + (f", cores {pinned[1]}-{pinned[2]}" if pinned else "")
+        for row in data["rows"]:
+            if not row.get("ratios"):
+                lines.append(f"| {where} | {row['workload']} | failed: {row.get('error', '')[:90]} | | | | |")
+                continue
+            fast = [_fastest_decile(k["ours"]["times"]) / _fastest_decile(k["torch"]["times"]) for k in row["kernels"]]
+            verdict = "pass" if row["median_ratio"] <= a["gate"] else "FAIL"
+            lines.append(
+                f"| {where} | {row['workload']} | {', '.join(f'{r:.3f}' for r in row['ratios'])} "
+                f"| **{row['median_ratio']:.3f}x** | {statistics.median(fast):.3f}x "
+                f"| {'yes' if row['same_answers'] else 'NO'} | {verdict} |"
+            )
+    return "\n".join(lines) + "\n\n" + _where(files, metas)
+
+
 RENDERERS: dict[str, Callable[[list[str], list[dict]], str]] = {
     "quickstart": render_quickstart,
     "real-work": render_real_work,
@@ -495,6 +534,7 @@ RENDERERS: dict[str, Callable[[list[str], list[dict]], str]] = {
     "large-bundles": render_large_bundles,
     "s3-hub": render_s3_hub,
     "worker-processes": render_worker_processes,
+    "steady-state": render_steady_state,
 }
 
 
