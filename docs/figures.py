@@ -483,15 +483,14 @@ def render_worker_processes(files: list[str], runs: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + _where(files, runs)
 
 
-def _fastest_decile(times: list[float]) -> float:
-    """The call a tenth of the calls beat (as steady_state.py reports it)."""
-    return sorted(times)[int(0.1 * (len(times) - 1))]
-
-
 def render_steady_state(files: list[str], runs: list[dict]) -> str:
     """Restored code call after call (steady_state.py): per workload, each pair's median call, ours over torch's
     warm-cache kernel, and the pairs' median; the fastest-decile column is the same ratio for the call a tenth of
     the calls beat."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from benchmarks.steady_state import fastest_decile
+
     lines = [
         "| machine | workload | ours / torch, per pair | median | fastest decile, median | same answers "
         "| gate (<= 1.02) |",
@@ -512,7 +511,7 @@ def render_steady_state(files: list[str], runs: list[dict]) -> str:
             if not row.get("ratios"):
                 lines.append(f"| {where} | {row['workload']} | failed: {row.get('error', '')[:90]} | | | | |")
                 continue
-            fast = [_fastest_decile(k["ours"]["times"]) / _fastest_decile(k["torch"]["times"]) for k in row["kernels"]]
+            fast = [fastest_decile(k["ours"]["times"]) / fastest_decile(k["torch"]["times"]) for k in row["kernels"]]
             verdict = "pass" if row["median_ratio"] <= a["gate"] else "FAIL"
             lines.append(
                 f"| {where} | {row['workload']} | {', '.join(f'{r:.3f}' for r in row['ratios'])} "
