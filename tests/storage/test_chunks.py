@@ -29,7 +29,7 @@ def test_a_pulled_chunk_that_is_missing_altered_or_the_wrong_size_is_refused():
     with pytest.raises(HubError, match="missing"):
         decode(None, sha, False, 1000, "chunk 3")
     with pytest.raises(HubError, match="sha256"):
-        decode(b"x" + data[1:], sha, False, 1000, "chunk 3")
+        decode(bytes([data[0] ^ 1]) + data[1:], sha, False, 1000, "chunk 3")  # always a different first byte
     with pytest.raises(HubError, match="size its manifest implies"):
         decode(data, sha, False, 999, "chunk 3")
 
