@@ -25,6 +25,7 @@ RESTORE_TESTS := tests/end_to_end/test_kernel_restore.py tests/torch_adapter/tes
 # idle CPU, and 02b restores what 02a saved.
 TEST_WORKERS ?= 2
 ALONE := tests/kernels
+ALONE_FIRST := tests/kernels/test_launcher.py
 
 # The transformers zoo in `make test`: one model of each kind (a decoder, an encoder-decoder, a vision transformer, a
 # convolutional net; Llama, BERT and BART take the same restore paths). `make test-zoo` runs the whole zoo,
@@ -63,14 +64,17 @@ test-zoo:
 # Lint and type-check, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
 # printed a UsageError, which nbval alone lets pass: nbval#147). BESIDE_ALONE: a command run while the tests that run
 # alone do (one pytest process, which leaves a core idle); `make test` fails if it fails. CI runs the oldest torch's
-# lane there.
+# lane there. The launcher's tests go first, with nothing beside them: each starts templates, which wait for a quiet
+# machine (up to a minute) before they warm up.
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	JCC_TEST_ZOO=$(ZOO) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 tests \
 		--ignore=$(ALONE)
+	$(if $(BESIDE_ALONE),$(BIN)/python -m pytest --durations=3 $(ALONE_FIRST))
 	$(if $(BESIDE_ALONE),{ $(BESIDE_ALONE); } & beside=$$!;) \
-	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(NOTEBOOKS); status=$$?; \
+	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(if $(BESIDE_ALONE),--ignore=$(ALONE_FIRST)) \
+		$(NOTEBOOKS); status=$$?; \
 	$(if $(BESIDE_ALONE),wait $$beside || status=1;) exit $$status
 
 # The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about a minute).
