@@ -25,7 +25,10 @@ RESTORE_TESTS := tests/end_to_end/test_kernel_restore.py tests/torch_adapter/tes
 # idle CPU, and 02b restores what 02a saved.
 TEST_WORKERS ?= 2
 ALONE := tests/kernels
-ALONE_FIRST := tests/kernels/test_launcher.py
+# Of those, the ones whose templates wait for a quiet machine before they warm up (up to a minute) or that time that
+# wait: in CI nothing runs beside them.
+QUIET := tests/kernels/test_launcher.py tests/kernels/test_server_extension.py tests/kernels/test_template.py \
+	tests/kernels/test_warm_kernel.py
 
 # The transformers zoo in `make test`: one model of each kind (a decoder, an encoder-decoder, a vision transformer, a
 # convolutional net; Llama, BERT and BART take the same restore paths). `make test-zoo` runs the whole zoo,
@@ -64,16 +67,15 @@ test-zoo:
 # Lint and type-check, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
 # printed a UsageError, which nbval alone lets pass: nbval#147). BESIDE_ALONE: a command run while the tests that run
 # alone do (one pytest process, which leaves a core idle); `make test` fails if it fails. CI runs the oldest torch's
-# lane there. The launcher's tests go first, with nothing beside them: each starts templates, which wait for a quiet
-# machine (up to a minute) before they warm up.
+# lane there, beside all but the QUIET tests, which go first.
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	JCC_TEST_ZOO=$(ZOO) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 tests \
 		--ignore=$(ALONE)
-	$(if $(BESIDE_ALONE),$(BIN)/python -m pytest --durations=3 $(ALONE_FIRST))
+	$(if $(BESIDE_ALONE),$(BIN)/python -m pytest --durations=5 $(QUIET))
 	$(if $(BESIDE_ALONE),{ $(BESIDE_ALONE); } & beside=$$!;) \
-	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(if $(BESIDE_ALONE),--ignore=$(ALONE_FIRST)) \
+	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(if $(BESIDE_ALONE),$(QUIET:%=--ignore=%)) \
 		$(NOTEBOOKS); status=$$?; \
 	$(if $(BESIDE_ALONE),wait $$beside || status=1;) exit $$status
 
