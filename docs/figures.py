@@ -30,6 +30,14 @@ import time
 from collections.abc import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _import_from_repo() -> None:
+    """The package and the benchmarks importable from this checkout (this script runs from docs/)."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+
+
 PAGES = ("README.md", "docs/results.md")
 REGION = re.compile(r"(<!-- figures (?P<kind>[\w-]+): (?P<files>[^>]*?) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 QUICKSTART_JSON = "benchmarks/results/docs/quickstart.json"
@@ -75,7 +83,7 @@ def machine() -> dict[str, object]:
 
 def run_quickstart() -> None:
     """The README's quick start in two real kernels; what the compile cell printed in each, into QUICKSTART_JSON."""
-    sys.path.insert(0, REPO)
+    _import_from_repo()
     from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
     runs = {}
@@ -487,8 +495,7 @@ def render_steady_state(files: list[str], runs: list[dict]) -> str:
     """Restored code call after call (steady_state.py): per workload, each pair's median call, ours over torch's
     warm-cache kernel, and the pairs' median; the fastest-decile column is the same ratio for the call a tenth of
     the calls beat."""
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
+    _import_from_repo()
     from benchmarks.steady_state import fastest_decile
 
     lines = [
