@@ -20,7 +20,9 @@ from a template that has torch and its compiler loaded; the template is made bef
 and its cache dir emptied before each, since the template is kept per cache dir), ours_hub (a colleague: an empty
 store and dir, the bundle on a shared-folder hub that ours_cold pushed to, pulled by the cell), ours_staged (the
 same colleague whose kernel knows its notebook, JPY_SESSION_NAME, as under a Jupyter server: %load_ext fetches
-the bundle while the model is built). Each time is the whole cell, as a user sees it; the model is built in an
+the bundle while the model is built), torch_precompile (torch's own precompile, without the extension: a plain
+kernel with torch's caching_precompile on, on a copy of the cache dir ours restored; it shows what the restore
+costs in torch, where ours adds its checks). Each time is the whole cell, as a user sees it; the model is built in an
 earlier cell, not timed. What each of our cells said (restores, fallbacks, misses) is kept in the JSON.
 
   python -m benchmarks real_work --size tiny --out benchmarks/results/real_work_cpu.json
@@ -41,9 +43,12 @@ import time
 from benchmarks.report import markdown_table
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
-CASES = ("eager", "cold", "torch_warm", "mega", "ours_cold", "ours", "ours_warm", "ours_hub", "ours_staged")
+CASES = (
+    "eager", "cold", "torch_warm", "mega", "ours_cold", "ours", "ours_warm", "ours_hub", "ours_staged",
+    "torch_precompile",
+)  # fmt: skip
 # the others make the caches these read
-REPEATED = ("eager", "torch_warm", "ours", "ours_warm", "ours_hub", "ours_staged")
+REPEATED = ("eager", "torch_warm", "ours", "ours_warm", "ours_hub", "ours_staged", "torch_precompile")
 
 SIZES = {
     "tiny": dict(hidden=32, layers=1, heads=2, kv=1, inter=64, vocab=96, prompt=6, new=8, vit=None, batch=2),
@@ -205,7 +210,8 @@ print("RESULT", out[0, -4:].tolist())
 }
 
 # --profile: the compiled cell under cProfile (its whole time, the magic's restore included); the 30 functions with the
-# most cumulative time follow a PROFILE_TOP line.
+# most cumulative time follow a PROFILE_TOP line. --profile sample: under a stack sampler instead (_stack_sampler.py),
+# which does not slow the cell's many small calls.
 PROFILED = """
 import cProfile as _cp, pstats as _ps, io as _io
 _prof = _cp.Profile()
@@ -221,6 +227,24 @@ finally:
     _ps.Stats(_prof, stream=_text).sort_stats("cumulative").print_stats(30)
     print("PROFILE_TOP")
     print(_text.getvalue())
+"""
+SAMPLED = """
+from benchmarks._stack_sampler import StackSampler as _Sampler
+with _Sampler() as _sampler:
+    if {magic!r}:
+        get_ipython().run_cell_magic("compile_cache", {magic!r}, {cell!r})
+    else:
+        get_ipython().ex({cell!r})
+print("PROFILE_TOP")
+print(_sampler.report(top=120))
+"""
+
+# torch_precompile's build cell: the hashes of torch's and Triton's files that Inductor takes once per process
+# (about 2 s on a GPU host), taken before the compiled cell as our %load_ext takes them, in the background.
+HASH_TORCH = """
+from torch._inductor.codecache import torch_key
+from torch._inductor.runtime.triton_compat import triton_key
+torch_key(), triton_key()
 """
 
 # Decode cost per call, as users pay it at steady state: the median of the decode steps of 10 more generations.
@@ -255,7 +279,7 @@ def run_workload(
     work: str,
     case_timeout: float,
     cases: tuple[str, ...] = CASES,
-    profile: bool = False,
+    profile: str | None = None,
     think: float = 0.0,
     hub: str | None = None,
     repeat: int = 1,
@@ -287,6 +311,9 @@ def run_workload(
             if i == 0:
                 row["ours_warm_template_s"] = _template_for(env, case_timeout)
             shutil.rmtree(cache_dir, ignore_errors=True)  # as ours: the bundle restores into an empty dir
+        if case == "torch_precompile":
+            shutil.rmtree(cache_dir, ignore_errors=True)
+            shutil.copytree(dirs["ours"], cache_dir)
         k = KernelRunner(env, case_timeout, kernel_cmd)
         if kernel_cmd is not None:
             row.setdefault(f"{case}_started", []).append(_start_record(k))
@@ -294,14 +321,19 @@ def run_workload(
             # A notebook loads the extension in its first cell; the compiler imports it starts overlap the build.
             row[f"{case}_load_ext"] = k.run("%load_ext jupyter_compile_cache")[0] if case.startswith("ours") else 0.0
             row[f"{case}_build"], _ = k.run(
-                SETUP.format(size=SIZES[size], device=device, compile_=case != "eager") + BUILD[build]
+                SETUP.format(size=SIZES[size], device=device, compile_=case != "eager")
+                + BUILD[build]
+                + (HASH_TORCH if case == "torch_precompile" else "")
             )
             if case == "mega":
                 row["mega_load_s"], _ = k.run(f"torch.compiler.load_cache_artifacts(open({mega!r}, 'rb').read())")
-            body = f"%%compile_cache real-{name}\n{cell}" if case.startswith("ours") else cell
+            code = f"torch._dynamo.config.caching_precompile = True\n{cell}" if case == "torch_precompile" else cell
+            body = f"%%compile_cache real-{name}\n{code}" if case.startswith("ours") else code
             time.sleep(think)  # a user reading before running the cell: background work (ours) may finish meanwhile
-            if profile and case in ("ours", "ours_staged", "torch_warm"):
-                body = PROFILED.format(magic=f"real-{name}" if case.startswith("ours") else "", cell=cell)
+            if profile and case in ("eager", "ours", "ours_staged", "torch_warm", "torch_precompile"):
+                body = (SAMPLED if profile == "sample" else PROFILED).format(
+                    magic=f"real-{name}" if case.startswith("ours") else "", cell=code
+                )
             row[case], out = k.run(body)
             times.setdefault(case, []).append(row[case])
             if profile and "PROFILE_TOP" in out:
@@ -485,7 +517,12 @@ def main() -> None:
         help="seconds between the build cell and the compiled cell, in every case (default 0: Run All)",
     )
     p.add_argument(
-        "--profile", action="store_true", help="the compiled cell of torch_warm, ours and ours_staged under cProfile"
+        "--profile",
+        nargs="?",
+        const="cprofile",
+        choices=("cprofile", "sample"),
+        help="the compiled cell of eager, torch_warm, torch_precompile, ours and ours_staged under cProfile, or "
+        "under a stack sampler (sample)",
     )
     p.add_argument(
         "--hub",
@@ -504,7 +541,7 @@ def main() -> None:
     cases = tuple(c for c in CASES if c in args.cases.split(","))
     needing = (
         ("torch_warm", "cold"), ("mega", "cold"), ("ours", "ours_cold"), ("ours_warm", "ours_cold"),
-        ("ours_hub", "ours_cold"),
+        ("ours_hub", "ours_cold"), ("torch_precompile", "ours"),
     )  # fmt: skip
     for case, needs in (*needing, ("ours_staged", "ours_cold")):
         if case in cases and needs not in cases:

@@ -499,7 +499,7 @@ def render_steady_state(files: list[str], runs: list[dict]) -> str:
     from benchmarks.steady_state import fastest_decile
 
     lines = [
-        "| machine | workload | ours / torch, per pair | median | fastest decile, median | same answers "
+        "| machine, torch | workload | ours / torch, per pair | median | fastest decile, median | same answers "
         "| gate (<= 1.02) |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -507,13 +507,14 @@ def render_steady_state(files: list[str], runs: list[dict]) -> str:
     for name, data in zip(files, runs):
         m, a = data["machine"], data["args"]
         pinned = re.search(r"cores_(\d+)_(\d+)", name)
-        meta = {"gpu": m.get("gpu"), "torch": m.get("torch"), "date": m.get("date")}
+        meta = {key: m.get(key) for key in ("gpu", "device", "cpu", "cores", "torch", "date")}
         meta["command"] = (
             f"python -m benchmarks steady_state --size {a['size']} --device {a['device']} --rounds {a['rounds']} "
             f"--calls {a['calls']}" + (" (pinned to cores with taskset)" if pinned else "")
         )
         metas.append({"meta": meta})
         where = _device(name, meta) + (f", cores {pinned[1]}-{pinned[2]}" if pinned else "")
+        where += f", torch {str(meta['torch']).split('+')[0]}" if meta["torch"] else ""
         for row in data["rows"]:
             if not row.get("ratios"):
                 lines.append(f"| {where} | {row['workload']} | failed: {row.get('error', '')[:90]} | | | | |")
