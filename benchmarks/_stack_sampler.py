@@ -9,6 +9,7 @@ the Python frame that made it.
 from __future__ import annotations
 
 import collections
+import gc
 import sys
 import threading
 import time
@@ -24,19 +25,31 @@ class StackSampler:
         self._thread: threading.Thread | None = None
         self._target = threading.get_ident()
         self._switch = sys.getswitchinterval()
+        self.collections: collections.Counter[int] = collections.Counter()  # generation -> garbage collections
+        self.collecting: collections.Counter[int] = collections.Counter()  # generation -> seconds in them
+        self._gc_start = 0.0
 
     def __enter__(self) -> StackSampler:
         self._target = threading.get_ident()
         sys.setswitchinterval(self.interval / 5)  # lets the sampler in while the cell runs Python
+        gc.callbacks.append(self._on_gc)  # a collection is charged to whatever frame allocated last: counted apart
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        gc.callbacks.remove(self._on_gc)
         if self._thread is not None:
             self._thread.join()
         sys.setswitchinterval(self._switch)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.collections[info["generation"]] += 1
+            self.collecting[info["generation"]] += time.perf_counter() - self._gc_start
 
     def _run(self) -> None:
         last = time.perf_counter()
@@ -59,6 +72,10 @@ class StackSampler:
     def report(self, top: int = 40) -> str:
         """The functions with the most time inside them, then the innermost frames with the most time."""
         lines = [f"sampled {self.total:.3f} s"]
+        lines += [
+            f"garbage collections of generation {g}: {self.collections[g]}, {self.collecting[g]:.3f} s"
+            for g in sorted(self.collections)
+        ]
         for title, counter in (("inside (inclusive)", self.inside), ("own (innermost frame)", self.own)):
             lines.append(f"-- {title}")
             lines += [f"{seconds:8.3f}  {name}" for name, seconds in counter.most_common(top)]
