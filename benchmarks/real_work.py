@@ -239,12 +239,16 @@ print("PROFILE_TOP")
 print(_sampler.report(top=120))
 """
 
-# torch_precompile's build cell: the hashes of torch's and Triton's files that Inductor takes once per process
-# (about 2 s on a GPU host), taken before the compiled cell as our %load_ext takes them, in the background.
+# torch_precompile's build cell: the hashes of torch's and Triton's files that Inductor takes once per process,
+# taken before the compiled cell, as our %load_ext takes them in the background.
 HASH_TORCH = """
 from torch._inductor.codecache import torch_key
-from torch._inductor.runtime.triton_compat import triton_key
-torch_key(), triton_key()
+torch_key()
+try:
+    from torch._inductor.runtime.triton_compat import triton_key
+    triton_key()
+except Exception:  # no Triton here
+    pass
 """
 
 # Decode cost per call, as users pay it at steady state: the median of the decode steps of 10 more generations.
