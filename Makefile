@@ -67,13 +67,14 @@ test-zoo:
 # Lint and type-check, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
 # printed a UsageError, which nbval alone lets pass: nbval#147). BESIDE_ALONE: a command run while the tests that run
 # alone do (one pytest process, which leaves a core idle); `make test` fails if it fails. CI runs the oldest torch's
-# lane there, beside all but the QUIET tests, which go first.
+# lane there, beside all but the QUIET tests, which go first, once BEFORE_QUIET (a command) has returned: CI waits
+# there for the oldest torch's setup, which would otherwise still be unpacking beside them.
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	JCC_TEST_ZOO=$(ZOO) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 tests \
 		--ignore=$(ALONE)
-	$(if $(BESIDE_ALONE),$(BIN)/python -m pytest --durations=5 $(QUIET))
+	$(if $(BESIDE_ALONE),$(if $(BEFORE_QUIET),{ $(BEFORE_QUIET); } &&) $(BIN)/python -m pytest --durations=5 $(QUIET))
 	$(if $(BESIDE_ALONE),{ $(BESIDE_ALONE); } & beside=$$!;) \
 	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(if $(BESIDE_ALONE),$(QUIET:%=--ignore=%)) \
 		$(NOTEBOOKS); status=$$?; \
