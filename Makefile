@@ -68,7 +68,7 @@ test-zoo:
 # printed a UsageError, which nbval alone lets pass: nbval#147). BESIDE_ALONE: a command run while the tests that run
 # alone do (one pytest process, which leaves a core idle); `make test` fails if it fails. CI runs the oldest torch's
 # lane there, beside all but the QUIET tests, which go first, once BEFORE_QUIET (a command) has returned: CI waits
-# there for the oldest torch's setup, which would otherwise still be unpacking beside them.
+# there for the oldest torch's setup, which could otherwise still be unpacking beside them.
 test:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
