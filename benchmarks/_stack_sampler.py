@@ -83,7 +83,8 @@ class StackSampler:
 
 
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "jupyter_compile_cache/", "lib/python"):
+    """A frame's file without its installation's prefix; the package's own files as jcc/..."""
+    for marker, prefix in (("site-packages/", ""), ("jupyter_compile_cache/", "jcc/"), ("lib/python", "")):
         if marker in path:
-            return path.split(marker, 1)[1] if marker != "jupyter_compile_cache/" else "jcc/" + path.split(marker)[1]
+            return prefix + path.split(marker, 1)[1]
     return path

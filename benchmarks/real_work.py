@@ -240,15 +240,11 @@ print(_sampler.report(top=120))
 """
 
 # torch_precompile's build cell: the hashes of torch's and Triton's files that Inductor takes once per process,
-# taken before the compiled cell, as our %load_ext takes them in the background.
+# taken before the compiled cell, as our %load_ext takes them in the background (the same function; importing it
+# patches nothing).
 HASH_TORCH = """
-from torch._inductor.codecache import torch_key
-torch_key()
-try:
-    from torch._inductor.runtime.triton_compat import triton_key
-    triton_key()
-except Exception:  # no Triton here
-    pass
+from jupyter_compile_cache.torch_adapter.compiler import hash_torch_and_triton
+hash_torch_and_triton()
 """
 
 # Decode cost per call, as users pay it at steady state: the median of the decode steps of 10 more generations.
