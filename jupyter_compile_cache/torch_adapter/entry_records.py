@@ -37,6 +37,18 @@ def entry_with(prefix: str, digest: str) -> str | None:
     return None
 
 
+def sibling(prefix: str, key: str, digest: str) -> str:
+    """Where the entry of one code of KEY is kept when several codes share torch's key for it (regional compilation:
+    each block's `Module._call_impl`); `entry_with` finds it by its code."""
+    return os.path.join(prefix, f"{key}-code-{digest[:16]}")
+
+
+def is_empty_for(entry_dir: str, digest: str) -> bool:
+    """Whether ENTRY_DIR's record says that code of this digest traced nothing when it was saved."""
+    record = read_record(entry_dir)
+    return record is not None and bool(record.get("empty")) and record.get("digest") == digest
+
+
 def saved_functions(keys: Iterable[str]) -> dict[str, dict[str, str]]:
     """{key: {"function": qualified name, "digest": code digest}} of saved entries' records: kept in a bundle's
     manifest, so that a version holding the entry for some code is found without installing it."""

@@ -16,7 +16,8 @@ tests/end_to_end/test_model_zoo.py):
 * the copies torch keeps of a loaded backend are made by a pickle round trip, not a deep copy
   (`_record_artifact_patch`, `_loaded_entry_copy_patch`);
 * a graph Inductor did not compile into code (`x + 0` of a global 0: no OutputCode to bundle) is not cached,
-  instead of failing the user's compile (`_unbundlable_graph_patch`).
+  instead of failing the user's compile (`_unbundlable_graph_patch`);
+* restored entries count towards Dynamo's recompile limit as compiled ones do (`_recompile_limit_patch`).
 
 What precompile drops on purpose (identity guards) is not here: precompile.py gives those back.
 """
@@ -37,9 +38,11 @@ from typing import Any
 from .patch import Patch
 from .pickling import (
     cell_value,
+    rebuild_bound_method,
     rebuild_compiled_wrapper,
     rebuild_context_var,
     rebuild_function,
+    rebuild_marked_tensor,
     rebuild_source,
     return_none,
 )
@@ -57,6 +60,7 @@ def patches() -> list[Patch]:
         *_precompile_cudagraphs_patch(),  # after _record_artifact_patch: the copy it records carries the stamp
         *_loaded_entry_copy_patch(),  # wraps the cudagraphs patch's loader: torch's copy is made inside it
         *_unbundlable_graph_patch(),
+        *_recompile_limit_patch(),
     ]
 
 
@@ -87,6 +91,37 @@ def _unbundlable_graph_patch() -> list[Patch]:
         return original(*compiled_fns)
 
     return [Patch(graph_compile, "_should_save_cache", _should_save_cache)]
+
+
+def _recompile_limit_patch() -> list[Patch]:
+    """Count the entries a restore installed on a code object towards Dynamo's recompile limit, as the entries a
+    compile put there count. torch keeps restored entries apart and counts none of them, so a restored kernel
+    compiled past the limit where plain torch.compile stops (32 blocks each compiled with `block.compile()` and told
+    apart by an index: plain torch compiles 8 and runs the rest eagerly; restored, 8 more compiled, a new version
+    saved at every restore)."""
+    try:
+        from torch._C._dynamo.eval_frame import _debug_get_precompile_entries
+        from torch._dynamo import convert_frame
+    except Exception:  # a torch without these: no patch
+        return []
+    original = getattr(convert_frame, "compute_cache_size", None)
+    if original is None:
+        return []
+
+    def compute_cache_size(frame: Any, *args: Any, **kwargs: Any) -> Any:
+        size = original(frame, *args, **kwargs)
+        try:
+            restored = len(_debug_get_precompile_entries(frame.f_code))
+        except Exception:  # counted as torch counts them
+            return size
+        if restored and hasattr(size, "num_cache_entries_with_same_id_matched_objs"):
+            size.num_cache_entries += restored
+            size.num_cache_entries_with_same_id_matched_objs += restored
+            if hasattr(size, "total_cache_entries_all_regions"):
+                size.total_cache_entries_all_regions += restored
+        return size
+
+    return [Patch(convert_frame, "compute_cache_size", compute_cache_size)]
 
 
 def _aot_key_patch() -> list[Patch]:
@@ -125,6 +160,12 @@ def _guard_state_pickler_patch() -> list[Patch]:
       `ImportSource`, torch 2.13, a compiled `flex_attention`).
     * A `contextvars.ContextVar` (HF ViT, on the GPU) is saved as a new one of the same name and default: it
       cannot be pickled, and torch then saved no entry.
+    * A tensor keeps the dimension markings Dynamo guards on (`mark_dynamic`): torch saved the tensor without
+      them, and the restored guard failed on the marked input it was compiled for ("_has_dynamo_dim_marking is
+      present on runtime tensor but was absent at compile time"): Dynamo traced it again at every restore.
+    * A method whose function is a `functools.partial` (torchao) is saved as that function and its object.
+    * A tensor subclass that implements no `empty_like` (torchao's `Int8Tensor`) is saved from its inner tensors'
+      meta copies: torch's `empty_like(obj, device="meta")` raised, and torch saved no entry for the function.
       torch.compile's own wrapper is not: it looks the same (functools.wraps gives it the wrapped function's
       name), but saved by value it drags in the compiler and the compiled graph, which cannot be pickled ("Can't
       pickle <function _runtime_wrapper>: attribute lookup _runtime_wrapper on __main__ failed", torch 2.13, with
@@ -133,6 +174,7 @@ def _guard_state_pickler_patch() -> list[Patch]:
       compiled function is called inside a compiled module: a compiled flex_attention as a module attribute).
     """
     try:
+        import torch
         from torch._dynamo import guards
         from torch._guards import Source
     except Exception:  # a torch without this module, or one that fails to import it: no patch
@@ -156,6 +198,12 @@ def _guard_state_pickler_patch() -> list[Patch]:
         wrapped = getattr(obj, "_torchdynamo_orig_callable", None)  # set on torch.compile's wrapper
         if wrapped is not None and inspect.isfunction(obj):
             return rebuild_compiled_wrapper, (getattr(obj, "_torchdynamo_inline", wrapped),)
+        if isinstance(obj, torch.Tensor):
+            return _reduce_tensor(self, obj, original)
+        if inspect.ismethod(obj) and not hasattr(obj.__func__, "__name__"):
+            # a method made by functools.partialmethod (torchao's tensors): torch 2.13 read `__func__.__name__`
+            # ("'functools.partial' object has no attribute '__name__'") and packaged nothing
+            return rebuild_bound_method, (obj.__func__, obj.__self__)
         reduced = original(self, obj)
         if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
             module = getattr(obj, "__module__", None)
@@ -175,6 +223,64 @@ def _guard_state_pickler_patch() -> list[Patch]:
         return reduced
 
     return [Patch(pickler, "reducer_override", reducer_override)]
+
+
+# The attributes Dynamo reads off a tensor to decide which dimensions are dynamic (torch.utils' `mark_dynamic` and
+# friends), and guards on: every name with one of these prefixes.
+DIM_MARKING_PREFIXES = ("_dynamo_", "_has_dynamo_")
+
+
+def _reduce_tensor(pickler: Any, obj: Any, original: Any) -> Any:
+    """torch's reduction of a tensor, with its dimension markings, for a subclass without `empty_like` too."""
+    try:
+        reduced = original(pickler, obj)
+    except Exception as exc:
+        meta = _meta_from_inner_tensors(obj)
+        if meta is None:
+            raise
+        reduced = _with_empty_like(obj, meta, lambda: original(pickler, obj), exc)
+    marks = {k: v for k, v in getattr(obj, "__dict__", {}).items() if k.startswith(DIM_MARKING_PREFIXES)}
+    parts: tuple[Any, ...] = reduced if isinstance(reduced, tuple) else ()
+    if not marks or len(parts) < 2 or not getattr(parts[0], "__name__", "").startswith("_unpickle"):
+        return reduced  # no markings, or torch's placeholder for a tensor it does not save: as it is
+    return (rebuild_marked_tensor, (parts[0], parts[1], marks), *parts[2:])
+
+
+def _meta_from_inner_tensors(obj: Any) -> Any:
+    """A meta copy of a traceable wrapper subclass built from meta copies of its inner tensors (None: not one)."""
+    import torch
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if not is_traceable_wrapper_subclass(obj) or obj.device.type == "meta":
+        return None
+    attrs, ctx = obj.__tensor_flatten__()
+    inner = {}
+    for attr in attrs:
+        tensor: Any = getattr(obj, attr)
+        meta = _meta_from_inner_tensors(tensor)  # a subclass inside a subclass
+        inner[attr] = meta if meta is not None else torch.empty_like(tensor, device="meta")
+    return type(obj).__tensor_unflatten__(inner, ctx, obj.shape, obj.stride())
+
+
+def _with_empty_like(obj: Any, meta: Any, reduce: Any, failure: BaseException) -> Any:
+    """REDUCE run while `torch.empty_like(obj, device="meta")` answers META, which torch's pickler asks of OBJ and
+    its subclass cannot answer; any other call goes to torch's own. Only for that call: the patch lives as long."""
+    import torch
+
+    own = torch.empty_like
+
+    def empty_like(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        if tensor is obj and str(kwargs.get("device")) == "meta":
+            return meta
+        return own(tensor, *args, **kwargs)
+
+    torch.empty_like = empty_like  # type: ignore[assignment]
+    try:
+        return reduce()
+    except Exception:
+        raise failure from None
+    finally:
+        torch.empty_like = own  # type: ignore[assignment]
 
 
 def _module_global_patch() -> list[Patch]:

@@ -1,5 +1,5 @@
 """Rebuilding what torch's guard-state pickler cannot save by itself: wrapped functions, guard sources with
-derived fields, ContextVars and closures (used by `fixes._guard_state_pickler_patch`)."""
+derived fields, ContextVars, closures and tensors' dimension markings (used by `fixes._guard_state_pickler_patch`)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,19 @@ def rebuild_source(cls: type, values: dict[str, Any]) -> Any:
     for name, value in values.items():
         object.__setattr__(source, name, value)
     return source
+
+
+def rebuild_bound_method(function: Any, owner: Any) -> types.MethodType:
+    return types.MethodType(function, owner)
+
+
+def rebuild_marked_tensor(rebuild: Any, args: tuple, marks: dict[str, Any]) -> Any:
+    """A tensor as torch's guard-state pickler rebuilds it, with the dimension markings it had when it was saved
+    (the guard on `mark_dynamic`'s attributes compares them with the live input's)."""
+    tensor = rebuild(*args)
+    for name, value in marks.items():
+        setattr(tensor, name, value)
+    return tensor
 
 
 def rebuild_context_var(name: str, has_default: bool, default: Any) -> contextvars.ContextVar:

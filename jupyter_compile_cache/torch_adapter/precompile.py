@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import entry_records, frame_sizes, guard_policy, precompile_patches
+from . import dispatch_state, entry_records, frame_sizes, guard_policy, precompile_patches
 from .code_digest import changed_parts, code_digest, code_parts
 from .fixes import Patch
 from .identity_checks import LoadScope, identity_check, innermost, into_tree, load_scope, never, resolve, sha
@@ -68,6 +68,8 @@ class PrecompileGuard:
         # package key -> {sha256 of a saved guard state -> {guard source: digest of the object it watched}}: the
         # guards precompile dropped from each saved entry.
         self.dropped: dict[str, dict[str, dict[str, str]]] = {}
+        # package key -> {sha256 of a saved guard state -> the thread's dispatch keys it was compiled under}
+        self.dispatch_keys: dict[str, dict[str, list[int]]] = {}
         self._loading: dict[str, LoadScope] = {}  # key -> its record and the scope its guard sources resolve in
         self._installing: str | None = None  # key of the package being installed
         self._state_sha: str | None = None  # sha256 of the guard state torch is loading
@@ -78,6 +80,14 @@ class PrecompileGuard:
         self.lookups: list[str] = []  # the key of every function torch looked up, in order
         # key -> the package torch made afresh for a function without a saved entry
         self.fresh: dict[str, weakref.ref[Any]] = {}
+        # Functions that share torch's key but not their code (regional compilation: every block's
+        # `Module._call_impl`, blocks told apart by an index): key -> {code digest -> its parts, and its package}.
+        # Each code keeps an entry of its own, saved beside torch's (entry_records.sibling): torch keeps one a key.
+        self.codes: dict[str, dict[str, dict[str, str]]] = {}
+        self._packages: dict[str, dict[str, weakref.ref[Any]]] = {}
+        self.recorded: dict[str, dict[str, Any]] = {}  # key -> {code digest -> torch's dynamo entry of its package}
+        self._package_digest: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self.entry_digest: dict[str, str] = {}  # key -> the code digest of the entry in torch's folder for it
         # functions Dynamo compiled in a cell with no package (new_unpackaged)
         self._unpackaged: list[str] = []
         self._patches: list[Patch] = []
@@ -222,6 +232,7 @@ class PrecompileGuard:
         # graph break, functions in other modules that Dynamo compiled as frames of their own).
         key = getattr(getattr(output_graph, "package", None), "source_id", None) or ""
         self.dropped.setdefault(key, {})[sha(guards_state)] = dropped
+        self.dispatch_keys.setdefault(key, {})[sha(guards_state)] = dispatch_state.current()
 
     def _refused_by_torch(self, fn: Any, exc: BaseException) -> None:
         """torch refused a saved entry we passed (its source check of inlined module code, its version check): the
@@ -275,6 +286,7 @@ class PrecompileGuard:
         parts = code_parts(fn)
         self.pending[key] = digest
         self.functions[key] = (function, parts)
+        self.codes.setdefault(key, {})[digest] = parts
         self.lookups.append(key)
         try:
             code_id = frame_sizes.code_id(innermost(fn))
@@ -289,6 +301,8 @@ class PrecompileGuard:
             # torch names an entry by the function's name and first line: a line added above it, or the same code
             # in another version of the bundle, is found by its code instead.
             try:
+                if entry_records.is_empty_for(entry_records.sibling(prefix, key, digest), digest):
+                    return None  # this code traced nothing when it was saved (beside others of its key that did)
                 matching = entry_records.entry_with(prefix, digest)
                 if matching is None and self.find_elsewhere is not None and self.find_elsewhere(digest):
                     matching = entry_records.entry_with(prefix, digest)
@@ -326,12 +340,33 @@ class PrecompileGuard:
         except Exception as exc:  # torch's failure: the plain torch.compile path
             self._fallback(key, PrecompileStep.LOAD, exc)
             return None
+        self.entry_digest[key] = digest
         if result is not None:
             self.loaded_keys.add(key)
             self._loading[key] = load_scope(record, fn)
             # Saved again with this cell, the entry keeps its record of dropped guards.
             self.dropped.setdefault(key, {}).update(record.get("guarded", {}))
+            self.dispatch_keys.setdefault(key, {}).update(record.get("dispatch_keys", {}))
         return result
+
+    def _package_made(self, pkg: Any) -> None:
+        """torch made PKG for the function it just looked up (`_load`): which code it holds."""
+        key = getattr(pkg, "source_id", None)
+        digest = self.pending.get(key) if key else None
+        if key and digest:
+            self._package_digest[pkg] = digest
+            self._packages.setdefault(key, {})[digest] = weakref.ref(pkg)
+
+    def _package_recorded(self, pkg: Any) -> None:
+        """torch recorded PKG's entry for saving, under its key: kept under its code too (the last one last)."""
+        from torch._dynamo.precompile_context import PrecompileContext
+
+        key, digest = getattr(pkg, "source_id", None), self._package_digest.get(pkg)
+        entry = getattr(PrecompileContext, "_dynamo_cache_entries", {}).get(key)
+        if key and digest and entry is not None:
+            by_code = self.recorded.setdefault(key, {})
+            by_code.pop(digest, None)
+            by_code[digest] = entry
 
     def take_miss_reasons(self) -> list[MissReason]:
         """Why functions were not restored since the last call, each once."""
@@ -339,6 +374,8 @@ class PrecompileGuard:
         return list(dict.fromkeys(reasons))
 
     def _recompiled(self, frame: Any, reasons: list[str]) -> None:
+        if not reasons:  # no entry of its own failed: a restored one's failure is told if it compiles (_build_guards)
+            return
         code = getattr(frame, "f_code", None)
         name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
         reason = str(reasons[0]).strip().splitlines()[0][:200] if reasons and str(reasons[0]).strip() else ""
@@ -443,6 +480,12 @@ class PrecompileGuard:
             refreshed += 1
         return refreshed
 
+    def _saved_dispatch_keys(self, guards_state: Any) -> contextlib.AbstractContextManager[Any]:
+        """While torch builds a restored entry's guards: the dispatch keys it was compiled under (dispatch_state.py)."""
+        scope = self._loading.get(self._installing or "")
+        saved = (scope.record.get("dispatch_keys") or {}).get(self._state_sha or "") if scope is not None else None
+        return dispatch_state.in_force(guards_state, saved)
+
     def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         """Give a restored entry back the guards precompile dropped, bound to objects verified against its record.
 
@@ -516,7 +559,8 @@ class PrecompileGuard:
         # Entries whose precompile failed in torch stay out of bundles (and out of the cache dir).
         keys = (compiled | loaded_since) - self.refused_keys
         empty = self.empty_keys(looked_up)
-        return keys | empty, self.write_digests(keys, empty)
+        records = self.write_digests(keys, empty)
+        return keys | empty | {os.path.basename(os.path.dirname(path)) for path in records}, records
 
     def save_entries(self, context: Any) -> None:
         """Write the process's precompile entries to the cache dir, one by one: torch's own save_to_dynamo_cache
@@ -539,6 +583,32 @@ class PrecompileGuard:
                 DynamoCache.write(entry, key)
             except Exception as exc:  # this entry is not saved; the function already ran, the others are saved
                 self._fallback(key, PrecompileStep.SAVE, exc)
+                continue
+            if self.recorded.get(key):
+                self.entry_digest[key] = next(reversed(self.recorded[key]))
+            if len(self.codes.get(key, {})) > 1:
+                self._save_siblings(context, key)
+
+    def _save_siblings(self, context: Any, key: str) -> None:
+        """Each code's entry of a key that several codes share, in a folder of its own beside torch's."""
+        from torch._dynamo.package import DynamoCache, PrecompileCacheEntry
+
+        prefix = DynamoCache.path_prefix()
+        for digest, dynamo_entry in self.recorded.get(key, {}).items():
+            sibling = os.path.basename(entry_records.sibling(prefix, key, digest))
+            try:
+                entry = PrecompileCacheEntry.from_cache_entry(dynamo_entry, context._backend_artifacts_by_key)
+                if entry is not None:
+                    DynamoCache.write(entry, sibling)
+            except Exception as exc:  # that code compiles again where it is restored; the others are saved
+                self._tell(sibling, PrecompileStep.SAVE, exc)
+
+    def _traced_nothing(self, key: str, digest: str) -> bool:
+        """Whether the package torch made for this code of KEY holds no compiled frame (as `empty_keys`)."""
+        ref = self._packages.get(key, {}).get(digest)
+        pkg = ref() if ref is not None else None
+        codes = getattr(pkg, "_codes", None) if pkg is not None else None
+        return isinstance(codes, dict) and not any(getattr(code, "guarded_codes", True) for code in codes.values())
 
     def empty_keys(self, looked_up: Iterable[str]) -> set[str]:
         """Of the functions looked up, those torch made a package for that holds no compiled frame: Dynamo traced
@@ -563,23 +633,33 @@ class PrecompileGuard:
         sized = []  # (key, entry_dir) of saved entries whose function's input sizes this kernel remembers
         prefix = package.DynamoCache.path_prefix()
         empty = set(empty)
-        for key in (keys | empty) - self.refused_keys:
-            digest = self.pending.get(key)
-            entry_dir = os.path.join(prefix, key)
+        places = [
+            (key, os.path.join(prefix, key), self.entry_digest.get(key) or self.pending.get(key), key in empty)
+            for key in (keys | empty) - self.refused_keys
+        ]
+        for key in keys - self.refused_keys:
+            if len(self.codes.get(key, {})) > 1:  # several codes under one key: each its own, beside torch's
+                places += [
+                    (key, entry_records.sibling(prefix, key, digest), digest, self._traced_nothing(key, digest))
+                    for digest in self.codes[key]
+                ]
+        for key, entry_dir, digest, traced_nothing in places:
             has_entry = os.path.exists(os.path.join(entry_dir, "entry"))
-            if digest is None or (not has_entry and key not in empty):
+            if digest is None or (not has_entry and not traced_nothing):
                 continue
             guarded = self.dropped.get(key, {})
             record = {
                 "version": entry_records.RECORD_VERSION,
                 "digest": digest,
                 "guarded": dict(sorted(guarded.items())),
+                "dispatch_keys": dict(sorted(self.dispatch_keys.get(key, {}).items())),
             }
             if not has_entry:
                 record["empty"] = True
                 os.makedirs(entry_dir, exist_ok=True)
             if key in self.functions:  # which function, and a digest per part: where a later edit differs
-                record["function"], record["parts"] = self.functions[key]
+                record["function"] = self.functions[key][0]
+                record["parts"] = self.codes.get(key, {}).get(digest) or self.functions[key][1]
             written.append(entry_records.write_record(entry_dir, record))
             if has_entry and self.code_ids.get(key) is not None:
                 sized.append((key, entry_dir))

@@ -33,6 +33,9 @@ class Guard(Protocol):
         self, cfm: Any, orig_init: Any, signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]
     ) -> None: ...
     def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any: ...
+    def _saved_dispatch_keys(self, guards_state: Any) -> contextlib.AbstractContextManager[Any]: ...
+    def _package_made(self, pkg: Any) -> None: ...
+    def _package_recorded(self, pkg: Any) -> None: ...
 
 
 def wire(guard: Guard) -> list[Patch]:
@@ -66,6 +69,8 @@ def wire(guard: Guard) -> list[Patch]:
             orig["record"](pkg)
         except Exception as exc:  # torch's failure: this function runs the plain way
             me._fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_FUNCTION, exc)
+        else:
+            me._package_recorded(pkg)
 
     def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
         me._install(pkg, orig["install"], args, kwargs)
@@ -75,6 +80,7 @@ def wire(guard: Guard) -> list[Patch]:
             orig["initialize"](pkg, fn, dynamo, *args, **kwargs)
             if dynamo is None and getattr(pkg, "source_id", None):
                 me.fresh[pkg.source_id] = weakref.ref(pkg)
+            me._package_made(pkg)
         except RuntimeError as exc:  # torch's own check refused a saved entry: it compiles afresh (its fallback)
             if dynamo is not None:
                 me._refused_by_torch(fn, exc)
@@ -120,7 +126,9 @@ def wire(guard: Guard) -> list[Patch]:
         return orig["load_state"](state, *args, **kwargs)
 
     def load_guard_manager(*args: Any, **kwargs: Any) -> Any:
-        return me._with_identity_guard(orig["load_gm"](*args, **kwargs), args, kwargs)
+        with me._saved_dispatch_keys(kwargs.get("guards_state", args[0] if args else None)):
+            guard_manager = orig["load_gm"](*args, **kwargs)
+        return me._with_identity_guard(guard_manager, args, kwargs)
 
     return [
         *fixes.patches(),
