@@ -59,6 +59,7 @@ class CellSnapshot:
         if guard is not None and context is not None:
             entries = getattr(context, "_dynamo_cache_entries", {})
             compiled = {key for key, entry in entries.items() if self.context.get(key) != id(entry)}
+            share.traced_keys = {key for key in compiled if _has_compiled_code(entries[key])}
             looked_up = guard.lookups[self.lookups :]
             share.precompile_keys, share.record_files = guard.save_cell_entries(
                 context, compiled, guard.loaded_keys - self.loaded, looked_up
@@ -77,8 +78,15 @@ class CellShare:
     stale_rejected: int = 0
     fallbacks: int = 0
     precompile_keys: set[str] = field(default_factory=set)
+    traced_keys: set[str] = field(default_factory=set)  # of those, entries holding code Dynamo traced in the cell
     record_files: list[str] = field(default_factory=list)
     layers: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def _has_compiled_code(entry: Any) -> bool:
+    """Whether torch's dynamo entry holds a compiled frame it will install (not one it left out: a bypass)."""
+    codes = getattr(entry, "codes", None) or ()
+    return any(getattr(code, "guarded_codes", None) and not getattr(code, "bypassed", False) for code in codes)
 
 
 def session_counts() -> dict[str, dict[str, int]]:

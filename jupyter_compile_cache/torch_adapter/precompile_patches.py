@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import sys
 import types
 import weakref
 from typing import Any, Protocol
@@ -101,7 +102,9 @@ def wire(guard: Guard) -> list[Patch]:
     def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
         try:
             orig["user_fn"](pkg, code, *args, **kwargs)
-        except Exception:  # torch's failure: this frame is left out (below)
+        except Exception:  # torch's failure: this frame is left out (below), unless a notebook cell defined it
+            if _add_from_main(pkg, code):
+                return
             # e.g. PackageError "Cannot find module for code" (a dataclass __init__, HF T5 on torch 2.11, which
             # Dynamo compiles as a frame of its own): that frame is left out of the package (a bypass, as torch
             # counts its own) and compiles the plain way; the function that calls it is still precompiled.
@@ -148,6 +151,34 @@ def wire(guard: Guard) -> list[Patch]:
             else []
         ),
     ]
+
+
+def _add_from_main(pkg: Any, code: types.CodeType) -> bool:
+    """Record a frame Dynamo compiled on its own (a block's `forward` under `block.compile()`) whose function a
+    notebook cell defined: `inspect.getmodule` finds no module for a cell's code, and torch left the frame out of the
+    package, so a restored kernel traced it again. It is recorded under `__main__` when torch's own lookup finds
+    that very code there again, as it will in a kernel that ran the same cells."""
+    main, own = sys.modules.get("__main__"), inspect.getmodule
+
+    def getmodule(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        return main if obj is code else own(obj, *args, **kwargs)
+
+    try:
+        from torch._dynamo.package import _get_code_source, _lookup_code
+
+        inspect.getmodule = getmodule  # torch's own search for the code, from `__main__`, for this call only
+        try:
+            function_name, code_source = _get_code_source(code)
+        finally:
+            inspect.getmodule = own
+        pkg._add_function(code, "__main__", function_name=function_name, code_source=code_source)
+        if _lookup_code(pkg._codes[code]) is code:
+            return True
+    except Exception:  # not found there, or a torch without these: left out, as torch leaves it
+        pass
+    with contextlib.suppress(Exception):
+        del pkg._codes[code]
+    return False
 
 
 def _module_holds(code: types.CodeType) -> bool:
