@@ -44,6 +44,11 @@ DESERIALIZED_ATTR = "_jcc_deserialized"
 _INSTALLED: PrecompileGuard | None = None  # the guard whose patches are on torch now
 
 
+def _owners(parts: Any) -> set[str]:
+    """The part naming the object a saved function is a method of (`self (Block)`), from a record's parts."""
+    return {name for name in parts if name.startswith("self (")} if isinstance(parts, dict) else set()
+
+
 class PrecompileGuard:
     """Wraps torch's Dynamo precompile while installed; `uninstall` puts torch back exactly as it was."""
 
@@ -323,9 +328,14 @@ class PrecompileGuard:
             self.miss_reasons.append(MissReason(MissCause.NO_ENTRY, function))
             return orig_load(fn)
         if record is None or record.get("digest") != digest:
-            counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
             counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             saved_parts = (record or {}).get("parts")
+            if _owners(saved_parts) != _owners(parts):
+                # the entry of another class's method under torch's key (each block class's `Module._call_impl`
+                # under regional compilation): no entry for this code, nothing stale
+                self.miss_reasons.append(MissReason(MissCause.NO_ENTRY, function))
+                return None
+            counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
             where = changed_parts(saved_parts, parts)[:3] if isinstance(saved_parts, dict) else []
             self.miss_reasons.append(MissReason(MissCause.OTHER_CODE, function, changed=tuple(where)))
             return None
