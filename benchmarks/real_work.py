@@ -12,6 +12,16 @@ GPU; `--size tiny`: the same code at tiny width, for the CPU):
   flex       a transformer block whose attention is a compiled flex_attention
   vision     ViT-B/16 (HF, from its config, no download) inference at batch 32
 
+Families beyond those (each was once restored with a trace or a miss; `--workloads families` runs them all):
+
+  autocast   the decoder's forward under torch.autocast (bfloat16), no_grad
+  inference  the decoder's forward under torch.inference_mode
+  dynamic    an MLP at three batch sizes, the batch marked with torch._dynamo.mark_dynamic
+  int8       an MLP with torchao's int8 weight-only quantized weights (int4, float8: the same, GPU only)
+  regional   regional compilation: `layer.compile()` on each decoder layer of a Llama (3 layers at least)
+  blocks32   regional compilation of 32 small blocks told apart by an index (past Dynamo's recompile limit)
+  unet       a diffusers UNet2DConditionModel from a small config, one denoising call
+
 Cases: eager (no compile; for generate, the dynamic cache), cold (plain torch.compile, empty cache dir), torch_warm
 (plain, a new kernel on cold's cache dir), mega (torch's mega-cache from the cold kernel, loaded into an empty dir
 before the cell; the load is timed apart), ours_cold (`%%compile_cache`, empty dir and store), ours (`%%compile_cache`
@@ -73,7 +83,53 @@ def sync():
         torch.cuda.synchronize()
 """
 
+QUANTIZED = """
+from torchao.quantization import quantize_
+import torchao.quantization as Q
+width = S["hidden"] * 4
+qnet = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+qnet = qnet.to(DEVICE).to(torch.bfloat16 if DEVICE == "cuda" else torch.float32)
+quantize_(qnet, Q.{config})
+xq = torch.randn(S["batch"] * 8, width, device=DEVICE, dtype=next(qnet.parameters()).dtype)
+"""
+
 BUILD = {
+    "layers3": """
+with torch.device(DEVICE):
+    cfg = T.LlamaConfig(vocab_size=S["vocab"], hidden_size=S["hidden"], intermediate_size=S["inter"],
+                        num_hidden_layers=max(3, S["layers"]), num_attention_heads=S["heads"],
+                        num_key_value_heads=S["kv"], max_position_embeddings=S["prompt"] + 8)
+    model = T.LlamaForCausalLM(cfg).to(DTYPE).eval()
+prompt = torch.randint(0, S["vocab"], (1, S["prompt"]), device=DEVICE)
+""",
+    "mlp": """
+width = S["hidden"] * 4
+mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
+mlp = mlp.to(DEVICE).eval()
+""",
+    "int8": QUANTIZED.format(config="Int8WeightOnlyConfig()"),
+    "int4": QUANTIZED.format(config="Int4WeightOnlyConfig(group_size=32)"),
+    "float8": QUANTIZED.format(config="Float8WeightOnlyConfig()"),
+    "blocks32": """
+class Block(torch.nn.Module):
+    def __init__(self, index, width):
+        super().__init__()
+        self.index, self.lin = index, torch.nn.Linear(width, width)
+    def forward(self, x):
+        return torch.tanh(self.lin(x)) * (self.index + 1)
+blocks = torch.nn.Sequential(*[Block(i, S["hidden"]) for i in range(32)]).to(DEVICE).eval()
+xs = torch.randn(S["batch"] * 8, S["hidden"], device=DEVICE)
+""",
+    "unet": """
+from diffusers import UNet2DConditionModel
+unet = UNet2DConditionModel(
+    sample_size=32, in_channels=4, out_channels=4, layers_per_block=1, block_out_channels=(32, 64),
+    down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+    cross_attention_dim=32, attention_head_dim=8, norm_num_groups=8,
+).to(DEVICE).eval()
+latents, step = torch.randn(2, 4, 32, 32, device=DEVICE), torch.tensor([10], device=DEVICE)
+text = torch.randn(2, 8, 32, device=DEVICE)
+""",
     "llm": """
 with torch.device(DEVICE):
     cfg = T.LlamaConfig(vocab_size=S["vocab"], hidden_size=S["hidden"], intermediate_size=S["inter"],
@@ -198,6 +254,82 @@ print("RESULT", round(float(logits.float().abs().mean()), 4))
     ),
 }
 
+
+FORWARD_RESULT = """
+sync()
+print("RESULT", round(float(logits.float().abs().mean()), 4))
+"""
+QUANTIZED_CELL = (
+    """
+with torch.no_grad():
+    logits = maybe_compile(qnet)(xq)
+"""
+    + FORWARD_RESULT
+)
+
+FAMILIES = {
+    "autocast": (
+        "layers3",
+        """
+with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
+    logits = maybe_compile(model)(prompt).logits
+"""
+        + FORWARD_RESULT,
+    ),
+    "inference": (
+        "layers3",
+        """
+with torch.inference_mode():
+    logits = maybe_compile(model)(prompt).logits
+"""
+        + FORWARD_RESULT,
+    ),
+    "dynamic": (
+        "mlp",
+        """
+compiled, total = maybe_compile(mlp), 0.0
+with torch.no_grad():
+    for batch in (2, 4, 8):
+        xb = torch.randn(batch * S["batch"], width, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(batch))
+        torch._dynamo.mark_dynamic(xb, 0)
+        total += float(compiled(xb).float().abs().mean())
+print("RESULT", round(total, 4))
+""",
+    ),
+    "int8": ("int8", QUANTIZED_CELL),
+    "int4": ("int4", QUANTIZED_CELL),
+    "float8": ("float8", QUANTIZED_CELL),
+    "regional": (
+        "layers3",
+        """
+with torch.no_grad():
+    for layer in model.model.layers if COMPILE else ():
+        layer.compile()
+    logits = model(prompt).logits
+"""
+        + FORWARD_RESULT,
+    ),
+    "blocks32": (
+        "blocks32",
+        """
+with torch.no_grad():
+    for block in blocks if COMPILE else ():
+        block.compile()
+    logits = blocks(xs)
+"""
+        + FORWARD_RESULT,
+    ),
+    "unet": (
+        "unet",
+        """
+with torch.no_grad():
+    logits = maybe_compile(unet)(latents, step, encoder_hidden_states=text).sample
+"""
+        + FORWARD_RESULT,
+    ),
+}
+CELLS.update(FAMILIES)
+GPU_ONLY = ("autotune", "int4", "float8")
 
 OTHER_PROMPT = {
     "generate": """
@@ -507,7 +639,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=sorted(SIZES), default="tiny")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--workloads", default=",".join(CELLS), help="comma-separated, of: " + ", ".join(CELLS))
+    p.add_argument(
+        "--workloads",
+        default=",".join(n for n in CELLS if n not in FAMILIES),
+        help="comma-separated, of: " + ", ".join(CELLS) + "; families: all of " + ", ".join(FAMILIES),
+    )
     p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take (default 600)")
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES))
     p.add_argument(
@@ -546,7 +682,8 @@ def main() -> None:
     for case, needs in (*needing, ("ours_staged", "ours_cold")):
         if case in cases and needs not in cases:
             p.error(f"--cases: {case} needs {needs}, which makes its caches")
-    names = [n for n in args.workloads.split(",") if n and (n != "autotune" or args.device == "cuda")]
+    asked = [n for w in args.workloads.split(",") for n in (FAMILIES if w == "families" else [w]) if n]
+    names = [n for n in asked if n not in GPU_ONLY or args.device == "cuda"]
     import torch
 
     meta = {"size": args.size, "device": args.device, "torch": torch.__version__, "time": time.ctime()}

@@ -58,8 +58,9 @@ def record(report: CellReport, opts: CellOptions, watched: Watch, guard: Precomp
         tell(events.PrecompileBypassed(reason), report, opts.quiet)
     for function in guard.new_unpackaged() if watched.precompile else ():
         tell(events.CompiledOutsideCell(function), report, opts.quiet)
-    # Dynamo traced a frame whose graphs all came from the caches (the same model under inference_mode after a
-    # plain call): its new precompile entry is new work all the same
-    traced = bool(share.frames and share.traced_keys & keys)
+    # A cell with no bundle yet in which Dynamo traced a frame whose graphs all came from the caches (the same model
+    # under inference_mode after a plain call, in another cell): its new precompile entry is new work all the same.
+    # Not after a restore: a function torch will not package is traced again there at every restore.
+    traced = not restored and bool(share.frames and share.traced_keys & keys)
     compiled_new = cell_files.compiled_new(report.layers, share.frames, restored) or traced
     return Recorded(cell_files, keys, compiled_new, watched.precompile)

@@ -5,6 +5,8 @@ globals and closures. Library code (torch, site-packages, the standard library) 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 import sys
@@ -42,6 +44,33 @@ def _library_prefixes() -> tuple[str, ...]:
 _LIBRARY_PREFIXES = _library_prefixes()
 
 
+@functools.lru_cache(maxsize=64)
+def _installed_in(folder: str) -> frozenset[str]:
+    """The top-level packages that distributions installed into FOLDER (their `*.dist-info`) provide."""
+    tops: set[str] = set()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            if name.endswith(".dist-info"):
+                try:
+                    with open(os.path.join(folder, name, "top_level.txt"), encoding="utf-8") as f:
+                        tops.update(line.strip() for line in f if line.strip())
+                except OSError:  # no top_level.txt: the distribution's own name
+                    tops.add(name.split("-")[0].replace("-", "_"))
+    return frozenset(tops)
+
+
+def _installed_elsewhere(top: str, real: str) -> bool:
+    """Whether TOP, at path REAL outside site-packages, was installed there by a package installer (`pip install
+    --target`, a folder on PYTHONPATH): library code, whose module state may vary by process (diffusers'
+    `SESSION_ID`, a fresh uuid each, made a UNet's saved entry look stale at every restore). An editable install
+    or a user's own folder has no `*.dist-info` beside its code: the user's code, walked."""
+    for entry in sys.path:
+        folder = os.path.realpath(entry or os.curdir)
+        if real.startswith(folder + os.sep) and top in _installed_in(folder):
+            return True
+    return False
+
+
 def _is_user_module(module_name: str | None) -> bool:
     if not module_name:
         return False
@@ -55,7 +84,9 @@ def _is_user_module(module_name: str | None) -> bool:
     if not path:
         return False
     real = os.path.realpath(path)
-    return not any(real.startswith(prefix + os.sep) for prefix in _LIBRARY_PREFIXES)
+    if any(real.startswith(prefix + os.sep) for prefix in _LIBRARY_PREFIXES):
+        return False
+    return not _installed_elsewhere(top, real)
 
 
 class _Digest:

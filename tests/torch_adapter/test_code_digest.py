@@ -120,3 +120,55 @@ def test_parts_say_where_the_code_changed():
     # a submodule's code: only the module the method belongs to differs, so it is named
     assert changed_parts(base, _parts(NET.replace("x * 3", "x * 4"))) == ["self (Net)"]
     assert changed_parts(base, base) == []
+
+
+PACKAGE = """
+import uuid
+SESSION_ID = uuid.uuid4().hex  # as diffusers' hub utilities: another value in every process
+def tag(x):
+    return x * len(SESSION_ID)
+"""
+DIGEST_OF_CALLER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from {name} import tag
+def forward(x):
+    return tag(x)
+from jupyter_compile_cache.torch_adapter.code_digest import code_digest
+print(code_digest(forward))
+"""
+
+
+def test_a_package_installed_outside_site_packages_is_library_code_and_a_folder_of_the_users_is_not(tmp_path):
+    # `pip install --target` (a folder on PYTHONPATH) puts a package beside its *.dist-info: library code, named and
+    # not walked, so a module global that differs per process does not change the digest; the same code in a folder
+    # of the user's is walked (an edit there must refuse a saved entry).
+    import subprocess
+    import sys
+
+    source = tmp_path / "src"
+    (source / "tracked_lib").mkdir(parents=True)
+    (source / "tracked_lib" / "__init__.py").write_text(PACKAGE)
+    (source / "pyproject.toml").write_text('[project]\nname = "tracked_lib"\nversion = "1.0"\n')
+    target = tmp_path / "target"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-build-isolation",
+         "--target", str(target), str(source)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert any(path.name.endswith(".dist-info") for path in target.iterdir())
+    user = tmp_path / "user"
+    (user / "own_lib").mkdir(parents=True)
+    (user / "own_lib" / "__init__.py").write_text(PACKAGE)
+
+    def digests(folder, name):
+        script = DIGEST_OF_CALLER.format(name=name)
+        return {
+            subprocess.run(
+                [sys.executable, "-c", script, str(folder)], check=True, capture_output=True, text=True, timeout=300
+            ).stdout.strip()
+            for _ in range(2)
+        }
+
+    assert len(digests(target, "tracked_lib")) == 1  # the same in two processes
+    assert len(digests(user, "own_lib")) == 2  # walked: its uuid differs per process
