@@ -1,5 +1,6 @@
 """Families of models and calls beyond the zoo restore whole, in real kernels: a model called under `torch.autocast`
-and under `torch.inference_mode`, an input marked with `mark_dynamic`, torchao's int8 weight-only quantized weights,
+and under `torch.inference_mode`, an input marked with `mark_dynamic`, `torch.compile(dynamic=True)` at two batch
+sizes, torchao's int8 weight-only quantized weights,
 and regional compilation (`block.compile()` on each repeated block): an HF Llama's decoder layers, and 32 small
 blocks told apart by an index, past Dynamo's recompile limit (plain torch.compile compiles 8 of them and runs the
 rest eagerly; so must a restored kernel).
@@ -42,7 +43,11 @@ class Block(torch.nn.Module):
         self.index, self.lin = index, torch.nn.Linear(8, 8)
     def forward(self, x):
         return torch.tanh(self.lin(x)) * (self.index + 1)
+class Shapeless(Net):  # a forward of its own: plain torch.compile would reuse Net.forward's entries for it
+    def forward(self, x):
+        return self.l2(torch.nn.functional.silu(self.l1(x)))
 nets = {name: Net() for name in ("autocast", "inference", "dynamic")}
+nets["dynamic-true"] = Shapeless()
 # another class than Net's: plain torch.compile reuses the code Net.forward has for the float weights
 nets["int8"] = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
 quantize_(nets["int8"], Int8WeightOnlyConfig())
@@ -78,6 +83,14 @@ with torch.no_grad():
         torch._dynamo.mark_dynamic(xb, 0)
         show(f"GOT_DYNAMIC{batch}", compiled(xb))
         show(f"WANT_DYNAMIC{batch}", nets["dynamic"](xb))
+""",
+    "dynamic-true": """
+compiled = torch.compile(nets["dynamic-true"], dynamic=True)
+with torch.no_grad():
+    for batch in (3, 5):
+        xb = torch.randn(batch, 32, generator=torch.Generator().manual_seed(batch))
+        show(f"GOT_DYNAMIC_TRUE{batch}", compiled(xb))
+        show(f"WANT_DYNAMIC_TRUE{batch}", nets["dynamic-true"](xb))
 """,
     "int8": """
 with torch.no_grad():
@@ -130,12 +143,12 @@ def test_autocast_inference_mode_mark_dynamic_torchao_and_regional_blocks_restor
         assert misses(counters) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
         assert counters.get("jupyter_compile_cache", {}).get("precompile_fallback", 0) == 0, counters
         if precompiled:
-            # one entry each, two for autocast (in and out of it), three Llama layers, the 8 blocks plain
-            # torch.compile compiles before its recompile limit; nothing traced
-            assert counters["dynamo_cache"]["dynamo_cache_hit"] >= 1 + 1 + 1 + 1 + 3 + 8, counters
+            # an entry each, three Llama layers, the 8 blocks plain torch.compile compiles before its recompile
+            # limit; nothing traced
+            assert counters["dynamo_cache"]["dynamo_cache_hit"] >= 1 + 1 + 1 + 1 + 1 + 3 + 8, counters
             assert counters.get("stats", {}).get("unique_graphs", 0) == 0, counters
     cold, restored = outputs["cold"], outputs["restored"]
-    assert len(cold) == 2 * 8, cold
+    assert len(cold) == 2 * 10, cold
     assert restored == cold  # the restored kernel computes exactly what the cold one did
     for tag, got in cold.items():
         if tag.startswith("GOT_"):
