@@ -251,15 +251,18 @@ def _meta_from_inner_tensors(obj: Any) -> Any:
     import torch
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
-    if not is_traceable_wrapper_subclass(obj) or obj.device.type == "meta":
+    if not is_traceable_wrapper_subclass(obj):
         return None
-    attrs, ctx = obj.__tensor_flatten__()
+    tensor: Any = obj  # a Tensor as well as a traceable wrapper subclass
+    if tensor.device.type == "meta":
+        return None
+    attrs, ctx = tensor.__tensor_flatten__()
     inner = {}
     for attr in attrs:
-        tensor: Any = getattr(obj, attr)
-        meta = _meta_from_inner_tensors(tensor)  # a subclass inside a subclass
-        inner[attr] = meta if meta is not None else torch.empty_like(tensor, device="meta")
-    return type(obj).__tensor_unflatten__(inner, ctx, obj.shape, obj.stride())
+        part: Any = getattr(tensor, attr)
+        meta = _meta_from_inner_tensors(part)  # a subclass inside a subclass
+        inner[attr] = meta if meta is not None else torch.empty_like(part, device="meta")
+    return type(tensor).__tensor_unflatten__(inner, ctx, tensor.shape, tensor.stride())
 
 
 def _with_empty_like(obj: Any, meta: Any, reduce: Any, failure: BaseException) -> Any:
