@@ -17,6 +17,8 @@ Families beyond those (each was once restored with a trace or a miss; `--workloa
   autocast   the decoder's forward under torch.autocast (bfloat16), no_grad
   inference  the decoder's forward under torch.inference_mode
   dynamic    an MLP at three batch sizes, the batch marked with torch._dynamo.mark_dynamic
+  shapeless  the same MLP compiled with dynamic=True, at two batch sizes
+  lora       a peft LoRA (r=4 on q_proj and v_proj) of the decoder
   int8       an MLP with torchao's int8 weight-only quantized weights (int4, float8: the same, GPU only)
   regional   regional compilation: `layer.compile()` on each decoder layer of a Llama (3 layers at least)
   blocks32   regional compilation of 32 small blocks told apart by an index (past Dynamo's recompile limit)
@@ -106,6 +108,16 @@ prompt = torch.randint(0, S["vocab"], (1, S["prompt"]), device=DEVICE)
 width = S["hidden"] * 4
 mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width))
 mlp = mlp.to(DEVICE).eval()
+""",
+    "lora": """
+from peft import LoraConfig, get_peft_model
+with torch.device(DEVICE):
+    cfg = T.LlamaConfig(vocab_size=S["vocab"], hidden_size=S["hidden"], intermediate_size=S["inter"],
+                        num_hidden_layers=S["layers"], num_attention_heads=S["heads"], num_key_value_heads=S["kv"],
+                        max_position_embeddings=S["prompt"] + 8)
+    lora = get_peft_model(T.LlamaForCausalLM(cfg).to(DTYPE), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+lora = lora.eval()
+prompt = torch.randint(0, S["vocab"], (1, S["prompt"]), device=DEVICE)
 """,
     "int8": QUANTIZED.format(config="Int8WeightOnlyConfig()"),
     "int4": QUANTIZED.format(config="Int4WeightOnlyConfig(group_size=32)"),
@@ -295,6 +307,25 @@ with torch.no_grad():
         total += float(compiled(xb).float().abs().mean())
 print("RESULT", round(total, 4))
 """,
+    ),
+    "shapeless": (
+        "mlp",
+        """
+compiled, total = maybe_compile(mlp, dynamic=True), 0.0
+with torch.no_grad():
+    for batch in (3, 5):
+        xb = torch.randn(batch * S["batch"], width, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(batch))
+        total += float(compiled(xb).float().abs().mean())
+print("RESULT", round(total, 4))
+""",
+    ),
+    "lora": (
+        "lora",
+        """
+with torch.no_grad():
+    logits = maybe_compile(lora)(input_ids=prompt).logits
+"""
+        + FORWARD_RESULT,
     ),
     "int8": ("int8", QUANTIZED_CELL),
     "int4": ("int4", QUANTIZED_CELL),
