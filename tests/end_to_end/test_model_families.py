@@ -21,7 +21,7 @@ from helpers.kernels import misses
 
 from jupyter_compile_cache.torch_adapter.precompile import PrecompileGuard
 
-pytest.importorskip("torchao")  # test extras (installed by `make setup`), as peft and diffusers
+pytest.importorskip("torchao")  # the families extra, as peft and diffusers: `make setup` installs it with torch >= 2.11
 pytestmark = pytest.mark.slow
 
 SETUP = """
