@@ -59,6 +59,7 @@ def _installed_in(folder: str) -> frozenset[str]:
     return frozenset(tops)
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every function and class of such a module the digest walks
 def _installed_elsewhere(top: str, real: str) -> bool:
     """Whether TOP, at path REAL outside site-packages, was installed there by a package installer (`pip install
     --target`, a folder on PYTHONPATH): library code, whose module state may vary by process (diffusers'
