@@ -42,7 +42,7 @@ setup:
 
 # A second venv with the oldest torch the README names, and the restore tests on it.
 setup-oldest:
-	VENV=.venv-torch$(OLDEST_TORCH) TORCH_VERSION=$(OLDEST_TORCH) bash .ci/setup
+	VENV=.venv-torch$(OLDEST_TORCH) TORCH_VERSION=$(OLDEST_TORCH) AZURITE=0 bash .ci/setup
 
 # One restore test of each kind there (a restart, an edit, a training step, damaged bundles, a decoder and a
 # convolutional model); `make test-oldest OLDEST_K=` runs every restore test, and .ci/torch-matrix runs them on the

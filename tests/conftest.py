@@ -91,7 +91,8 @@ def tls_redis(tmp_path):
 
 @pytest.fixture(params=hubs.KINDS)
 def any_hub(request, tmp_path):
-    """The same test on every hub backend: a redis-server, a Redis Cluster, Redis over TLS, S3 and a shared folder."""
+    """The same test on every hub backend: a redis-server, a Redis Cluster, Redis over TLS, S3, Azure Blob (Azurite)
+    and a shared folder."""
     yield from _hub(request.param, tmp_path)
 
 
@@ -125,6 +126,20 @@ def s3_server(tmp_path):
         yield server
     finally:
         s3.put_back(before)
+        server.stop()
+
+
+@pytest.fixture
+def azurite(tmp_path):
+    """Azurite, the Azure Blob Storage emulator, of this test alone (it may be stopped); no variable is set."""
+    from helpers.azurite import AzuriteServer
+
+    workdir = tmp_path / "azurite"
+    workdir.mkdir()
+    server = AzuriteServer(workdir)
+    try:
+        yield server
+    finally:
         server.stop()
 
 

@@ -109,7 +109,7 @@ class NoTorchRemote(Event):
     """`--torch-remote` on a hub torch's own remote caches cannot use: they speak to one Redis server only."""
 
     hub: str  # redacted URL
-    kind: str  # the hub's backend: "s3", "folder", "redis cluster"
+    kind: str  # the hub's backend: "s3", "gcs", "azure", "folder", "redis cluster"
     level: ClassVar[str] = "warning"
 
 

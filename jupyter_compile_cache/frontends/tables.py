@@ -481,7 +481,9 @@ def hub_line(hub: HubState) -> str:
     """'redis://host:6379/0 namespace 'team': reachable (0.4 ms); ...', or 'none (how to set one)'."""
     if not hub.url:
         return f"none ({wording.NO_HUB_HINT})"
-    kind = {"redis cluster": "Redis Cluster, ", "folder": "shared folder, ", "s3": "S3, "}.get(hub.kind or "", "")
+    kinds = {"redis cluster": "Redis Cluster", "folder": "shared folder", "s3": "S3", "gcs": "Google Cloud Storage",
+             "azure": "Azure Blob"}  # fmt: skip
+    kind = f"{kinds[hub.kind]}, " if hub.kind in kinds else ""
     state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"unreachable: {hub.error}"
     signed = "bundles signed with the team secret" if hub.signed else "no team secret: pulled bundles trusted"
     return f"{hub.url} namespace {hub.namespace!r}: {state}; {signed}"

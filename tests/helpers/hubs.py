@@ -21,12 +21,13 @@ from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.store import LocalStore
 
 from . import s3_server
+from .azurite import AzuriteServer
 from .clock import JumpingClock
 from .redis_server import RedisClusterServers, RedisServer, TlsRedisServer
 from .s3_server import S3Server
 from .tcp_proxy import HoldingProxy
 
-KINDS = ("redis", "redis-cluster", "rediss", "s3", "file")
+KINDS = ("redis", "redis-cluster", "rediss", "s3", "az", "file")
 
 
 def local_bundle(tmp_path, size=3 << 20, name="net", fp="f" * 12):
@@ -277,11 +278,52 @@ class S3HubUnderTest(HubUnderTest):
         s3_server.put_back(self._before)
 
 
+class AzureHubUnderTest(HubUnderTest):
+    """A container of its own on the session's Azurite, reached through a proxy of its own (`cut` is the network
+    gone); AZURE_STORAGE_CONNECTION_STRING is set in this process while it lives."""
+
+    kind = "az"
+    shared: AzuriteServer | None = None
+
+    def __init__(self, workdir) -> None:
+        super().__init__(workdir)
+        if AzureHubUnderTest.shared is None or AzureHubUnderTest.shared.proc is None:
+            workdir = tempfile.mkdtemp(prefix="azurite-")
+            AzureHubUnderTest.shared = AzuriteServer(workdir)
+            atexit.register(_stop_and_remove, AzureHubUnderTest.shared, workdir)
+        self.server = AzureHubUnderTest.shared
+        self.container = self.server.new_container()
+        self.proxy = HoldingProxy(self.server.port)
+        self._before = s3_server.use(self.server.environ(port=self.proxy.port))
+
+    @property
+    def url(self) -> str:
+        return f"az://{self.container}/team-hub"
+
+    def seconds_left(self, key: str) -> float | None:
+        from jupyter_compile_cache.storage.backends.object_store import ObjectStoreBackend
+
+        found = ObjectStoreBackend(self.url)._get(key, head=True)
+        assert found is not None, f"{key} is not there"
+        return None if found[1] == 0 else found[1] - self.clock.time()
+
+    def cut(self) -> None:
+        self.proxy.cut()
+
+    def restore(self) -> None:
+        self.proxy.restore()
+
+    def stop(self) -> None:
+        self.proxy.cut()
+        s3_server.put_back(self._before)
+
+
 def start(kind: str, workdir) -> HubUnderTest:
     return {
         "redis": RedisHubUnderTest,
         "redis-cluster": ClusterHubUnderTest,
         "rediss": TlsHubUnderTest,
         "s3": S3HubUnderTest,
+        "az": AzureHubUnderTest,
         "file": FolderHubUnderTest,
     }[kind](workdir)

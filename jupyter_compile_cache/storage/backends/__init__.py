@@ -2,7 +2,7 @@
 
 A backend is one module here: a class implementing `base.Backend`, with `SCHEMES` (the URL schemes it serves),
 `USAGE` (what its URLs look like) and `check_url(url)` (raise ValueError for a URL it cannot open). Adding one is
-that file and one line in `KINDS`. The modules import their client library (redis-py, boto3) only when a hub is
+that file and one line in `KINDS`. The modules import their client library (redis-py, boto3, obstore) only when a hub is
 first used, so importing them here costs nothing.
 """
 
@@ -11,13 +11,14 @@ from __future__ import annotations
 from ..clock import SYSTEM_CLOCK, Clock
 from .base import Backend, HubError, HubRefused
 from .folder import FolderBackend
+from .object_store import ObjectStoreBackend
 from .redis import RedisBackend
 from .s3 import S3Backend
 from .url import redact
 
 __all__ = ["Backend", "HubError", "HubRefused", "check_url", "open_backend", "redact", "schemes", "usage"]
 
-KINDS: tuple[type[Backend], ...] = (RedisBackend, S3Backend, FolderBackend)
+KINDS: tuple[type[Backend], ...] = (RedisBackend, S3Backend, ObjectStoreBackend, FolderBackend)
 
 
 def schemes() -> dict[str, type[Backend]]:

@@ -71,7 +71,7 @@ class Backend(Protocol):
 
     @property
     def kind(self) -> str:
-        """ "redis", "redis cluster", "s3", "folder": for `status` and the panel."""
+        """ "redis", "redis cluster", "s3", "gcs", "azure", "folder": for `status` and the panel."""
         ...
 
     @property

@@ -7,6 +7,8 @@ bundle in one slot; a folder hub keeps the same braces in its folder names, the 
 
 from __future__ import annotations
 
+from urllib.parse import quote, unquote
+
 
 def braced(key: str) -> str:
     """KEY with its group in braces; a prefix that ends inside the group gets the opening brace only."""
@@ -22,3 +24,19 @@ def unbraced(key: str) -> str:
     head, sep, rest = key.partition(":{")
     group, close, tail = rest.partition("}:")
     return f"{head}:{group}:{tail}" if sep and close else key
+
+
+def object_name(prefix: str, key: str) -> str:
+    """The object an object store (S3, GCS, Azure) keeps KEY in: PREFIX/ then the key's parts, each percent-quoted
+    (so a namespace's `/` never makes a folder of its own), joined by `/`."""
+    parts = [quote(part, safe="._-") for part in key.split(":")]
+    return "/".join([prefix, *parts]) if prefix else "/".join(parts)
+
+
+def key_of(prefix: str, name: str) -> str | None:
+    """The key an object's NAME holds (`object_name` reversed), None for an object that is none of ours."""
+    if prefix:
+        if not name.startswith(prefix + "/"):
+            return None
+        name = name[len(prefix) + 1 :]
+    return ":".join(unquote(part) for part in name.split("/"))

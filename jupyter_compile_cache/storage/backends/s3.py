@@ -27,11 +27,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
 from ..clock import SYSTEM_CLOCK, Clock
 from . import after_fork
 from .base import HubError, HubRefused
+from .keys import key_of, object_name
 
 T = TypeVar("T")
 
@@ -127,16 +128,7 @@ class S3Backend:
             return self._pool
 
     def _object(self, key: str) -> str:
-        parts = [quote(part, safe="._-") for part in key.split(":")]
-        return "/".join([self.prefix, *parts]) if self.prefix else "/".join(parts)
-
-    def _key(self, name: str) -> str | None:
-        """The key an object's name holds, None for an object that is none of ours."""
-        if self.prefix:
-            if not name.startswith(self.prefix + "/"):
-                return None
-            name = name[len(self.prefix) + 1 :]
-        return ":".join(unquote(part) for part in name.split("/"))
+        return object_name(self.prefix, key)
 
     def _error(self, exc: Exception, action: str) -> HubError:
         """EXC in the user's terms: a refusal (a credential that may not ACTION, one the store does not know), a
@@ -290,7 +282,7 @@ class S3Backend:
 
     def list(self, prefix: str) -> list[str]:
         names = self._call(lambda: list(self._objects(prefix)))
-        keys = [self._key(name) for name in names]
+        keys = [key_of(self.prefix, name) for name in names]
         return [key for key in keys if key is not None and key.startswith(prefix)]
 
     def sweep(self) -> int:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
+# query parameters that hold a secret: a SAS token's signature pasted with a container's URL, a key, a password
+_SECRET_QUERY = re.compile(r"([?&;](?:sig|key|token|secret|password|credential)[\w-]*=)[^&;#]*", re.IGNORECASE)
+
 
 def redact(url: str | None) -> str:
     """The URL with any password replaced, for messages, status and the panel. Works on text that is no valid
@@ -9,6 +14,7 @@ def redact(url: str | None) -> str:
     for user[:password], erring on the side of hiding."""
     if not url:
         return ""
+    url = _SECRET_QUERY.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url

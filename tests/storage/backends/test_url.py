@@ -17,7 +17,7 @@ MANY = settings(max_examples=400, deadline=None)
 
 _URLS = st.builds(
     lambda scheme, auth, host, port, db: f"{scheme}://{auth}{host}{port}{db}",
-    st.sampled_from(["redis", "rediss", "unix", "http", "redis+x", "redis+cluster", "file", "s3", "gs", ""]),
+    st.sampled_from(["redis", "rediss", "unix", "http", "redis+x", "redis+cluster", "file", "s3", "gs", "az", ""]),
     st.sampled_from(["", "alice:s3cr3t-pw@", ":s3cr3t-pw@", "user@"]),
     st.sampled_from(["127.0.0.1", "cache.example", "", "[::1]", "h st", "/tmp/redis.sock"]),
     st.sampled_from(["", ":6379", ":0", ":99999", ":port", ":-1"]),
@@ -37,9 +37,9 @@ def test_any_hub_url_opens_in_its_client_or_is_a_clear_error_without_the_passwor
         return
     if checked.startswith("file://"):  # a folder hub: an absolute path, no host
         assert os.path.isabs(folder_of(checked))
-    elif checked.startswith("s3://"):  # a bucket name, nothing else before the path: no credentials, no port
+    elif checked.split("://")[0] in ("s3", "gs", "az"):  # a bucket name, nothing else before the path: no port
         bucket = urlsplit(checked).netloc
-        assert bucket and not set(bucket) - set("abcdefghijklmnopqrstuvwxyz0123456789.-")
+        assert bucket and not set(bucket) - set("abcdefghijklmnopqrstuvwxyz0123456789.-_")
     else:  # what we take, redis-py opens (no connection is made here)
         redis.Redis.from_url(checked.replace("redis+cluster://", "redis://"))
     assert "s3cr3t-pw" not in redact(checked)
