@@ -39,6 +39,7 @@ from .records import (
     NothingFits,
     Pulled,
     Pushed,
+    PushedAll,
     Refusal,
     Removed,
     RemoveOptions,
@@ -273,6 +274,24 @@ class Commands:
         start = time.perf_counter()
         pushed = hub.push(versions[0], store, progress)
         return Pushed(pushed, hub_where(hub), time.perf_counter() - start)
+
+    def push_all(self, hub: HubSource, progress: Callable[[str], Progress] | None = None) -> PushedAll:
+        """The newest local version of every name onto HUB, where the hub lacks it (a bundle saved before the hub was
+        set, or while it was down); `progress(name)` gives each push's progress. A HubError stops it: what went up
+        stays up."""
+        store = self.session.store()
+        pushed, present = [], []
+        for name in store.names():
+            versions = store.versions(name)
+            if not versions:
+                continue
+            if versions[0].version in {m.version for m in hub.versions(name)}:
+                present.append(name)
+                continue
+            start = time.perf_counter()
+            manifest = hub.push(versions[0], store, progress(name) if progress else None)
+            pushed.append(Pushed(manifest, hub_where(hub), time.perf_counter() - start))
+        return PushedAll(pushed, present, hub_where(hub))
 
     def remove(self, opts: RemoveOptions, hub: HubSource | None = None, yes: bool = True) -> Removed:
         """Delete NAME (one version, by an id or a prefix of one, or all) from the local store, or from HUB. On the

@@ -157,6 +157,16 @@ class Pushed:
 
 
 @dataclass
+class PushedAll:
+    """`hub push --all`: the newest local version of each name that the hub `where` lacked, put there, and the names
+    whose newest version it had already."""
+
+    pushed: list[Pushed]
+    present: list[str]
+    where: Place
+
+
+@dataclass
 class Pulled:
     """The newest version that fits this machine, pulled from the hub into the local store `store_dir` (`seconds`: the
     transfer itself); `skipped`: why newer versions were not taken."""

@@ -1,5 +1,7 @@
 """A cell's save stage and its ending. `save`: what it recorded, written as a new version of NAME in the local store
-(least recently used versions evicted past the size cap), then pushed to the hub by the policy. `end`: every
+(least recently used versions evicted past the size cap), then pushed to the hub by the policy. `publish_restored`:
+a version restored from the local store that the hub lacks goes up, so a bundle saved before the hub was set reaches
+the team. `end`: every
 cell's ending, whether its body ran to the end or raised: its run kept in the store it named, the statistics
 counted, its line told."""
 
@@ -9,7 +11,9 @@ import contextlib
 import time
 
 from ..storage.bundle import Manifest
+from ..storage.hub import HubError
 from ..storage.run_builds import RunBuilds
+from ..storage.signing import SignatureError, check_signature
 from ..storage.sources import HubSource
 from ..storage.store import LocalStore
 from ..torch_adapter import fingerprint
@@ -28,6 +32,7 @@ class SaveStage:
         self.tell = stores.tell  # what happens, to the front end
         self.transfer = stores.transfer  # a save's or a push's progress, shown by the front end
         self._stats_failed = False  # a store that cannot take the statistics is told once a session
+        self._published: set[tuple[str, str, str, str]] = set()  # (hub, namespace, name, version) asked this session
 
     def save(self, name: str, recorded: Recorded, report: CellReport, opts: CellOptions, hub: HubSource | None) -> None:
         """A new version of NAME from what the cell recorded: the local store, then the hub. A failure is told; the
@@ -74,6 +79,33 @@ class SaveStage:
         if report.push_left_to is None:
             stores.hub_policy.push(hub, store, manifest, report, self.transfer(events.Moving.PUSH, name, opts.quiet))
 
+    def publish_restored(self, name: str, report: CellReport, opts: CellOptions, hub: HubSource | None) -> None:
+        """The version the cell restored from the local store, pushed to HUB if it lacks it (asked once a session per
+        version, in one request); a version the cell saved was pushed by `save` already."""
+        restore = report.restore
+        if hub is None or not opts.save or restore is None or restore.source != "local" or report.saved_version:
+            return
+        asked = (hub.url, hub.namespace, name, restore.version or "")
+        if asked in self._published:
+            return
+        self._published.add(asked)
+        policy = self.stores.hub_policy
+        store = self.stores.store(opts.store_dir)
+        manifest = next((m for m in store.versions(name) if m.version == restore.version), None)
+        if manifest is None:
+            return
+        try:
+            if hub.hub.holds(manifest):
+                return
+            on_hub = hub.versions(name)
+        except HubError as exc:
+            policy.failed(hub, exc, report)
+            return
+        if on_hub and not any(_signed_with(m, hub.hub.config.secret) for m in on_hub):
+            self.tell(events.NotPushedSignedElsewhere(name), report)  # our secret is most likely not the team's
+            return
+        policy.push(hub, store, manifest, report, self.transfer(events.Moving.PUSH, name, opts.quiet))
+
     def keep_run_builds(self, name: str, recorded: Recorded, report: CellReport, opts: CellOptions) -> None:
         """The Triton kernels that torch's run-time tuning built in the processes a restored cell started, kept on
         this machine for NAME's next restore (storage/run_builds.py); a failure is told, the cell's result stands."""
@@ -112,3 +144,11 @@ class SaveStage:
                 self._stats_failed = True
                 self.tell(events.StepFailed(events.Step.STATISTICS, str(exc)))
         self.tell(events.CellFinished(report), None, opts.quiet)
+
+
+def _signed_with(manifest: Manifest, secret: bytes | None) -> bool:
+    try:
+        check_signature(manifest, secret)
+        return True
+    except SignatureError:
+        return False

@@ -195,6 +195,7 @@ class CompileCacheSession(Stores):
                         self.save_stage.save(name, recorded, report, opts, hub)
                     elif opts.save and report.kernels_retuned:  # no new version: kept beside the bundles
                         self.save_stage.keep_run_builds(name, recorded, report, opts)
+                    self.save_stage.publish_restored(name, report, opts, hub)
                 except Exception as exc:  # ours failed after the body: its result stands
                     self.tell(events.StoodAside(name, False, f"{type(exc).__name__}: {exc}"), report)
         finally:

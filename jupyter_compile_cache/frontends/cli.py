@@ -119,8 +119,10 @@ def _parser() -> argparse.ArgumentParser:
         return cmd
 
     hub_command("ls", help="bundles on the hub").add_argument("--json", action="store_true", help="the records as JSON")
-    hub_push = hub_command("push", help="push the newest version of NAME")
-    hub_push.add_argument("name")
+    hub_push = hub_command("push", help="push the newest version of NAME, or of every name (--all)")
+    pushing = hub_push.add_mutually_exclusive_group(required=True)
+    pushing.add_argument("name", nargs="?")
+    pushing.add_argument("--all", action="store_true", help="every name whose newest local version the hub lacks")
     hub_push.add_argument(  # only a push makes something that lives
         "--ttl", type=arguments.ttl_seconds, default=None, help="seconds the pushed bundle lives on the hub"
     )
@@ -318,6 +320,20 @@ def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
         raise NoHub()
     if args.hub_command == "ls":
         return _show(commands.hub_bundles(hub), args.json)
+    if args.hub_command == "push" and args.all:
+        shown: list[TransferBar] = []
+
+        def bar_for(name: str) -> TransferBar:  # one bar per bundle, the last one closed as the next starts
+            for done in shown:
+                done.close()
+            shown[:] = [TransferBar(f"pushing {name!r}", stream=sys.stderr)]
+            return shown[0]
+
+        try:
+            return _show(commands.push_all(hub, bar_for))
+        finally:
+            for done in shown:
+                done.close()
     if args.hub_command == "push":
         bar = TransferBar(f"pushing {args.name!r}", stream=sys.stderr)
         try:

@@ -21,6 +21,7 @@ from ..core.records import (
     NothingFits,
     Pulled,
     Pushed,
+    PushedAll,
     Refusal,
     Removed,
     SessionStatus,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 # What a command returns: a table or a few lines.
 Record = (
     SessionStatus | list[BundleRow] | HubListing | BundleExplanation | NotebookPlan | StoreStatistics | Removed
-    | Pushed | Pulled | Exported | Imported | HubState
+    | Pushed | PushedAll | Pulled | Exported | Imported | HubState
 )  # fmt: skip
 
 
@@ -75,6 +76,13 @@ def _pushed(r: Pushed) -> list[str]:
     ]
 
 
+def _pushed_all(r: PushedAll) -> list[str]:
+    lines = [line for pushed in r.pushed for line in _pushed(pushed)]
+    if r.present:
+        lines.append(f"already on {wording.place_text(r.where)}: {', '.join(repr(name) for name in r.present)}")
+    return lines or [f"nothing to push: the local store is empty ({wording.place_text(r.where)} unchanged)"]
+
+
 def _pulled(r: Pulled) -> list[str]:
     m = r.manifest
     return [f"skipped {wording.skip_line(skip)}" for skip in r.skipped] + [
@@ -109,6 +117,7 @@ _VIEWS: dict[type, Callable[[Any], Any]] = {
 _LINES: dict[type, Callable[[Any], list[str]]] = {
     Removed: _removed,
     Pushed: _pushed,
+    PushedAll: _pushed_all,
     Pulled: _pulled,
     Imported: _imported,
     Exported: _exported,

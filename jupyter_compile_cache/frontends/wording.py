@@ -542,6 +542,8 @@ def cell_summary(report: CellReport) -> str:
         parts.append(f"saved {count(report.saved_files, 'file')} ({human_bytes(report.saved_bytes)}) to {where}{took}")
     else:
         parts.append("nothing new to save")
+        if report.pushed:  # the version it restored, which the hub lacked
+            parts.append("pushed the restored version to the hub, which lacked it")
     return "; ".join(parts)
 
 

@@ -164,6 +164,14 @@ class Hub:
                 raise
             return exc.values
 
+    def holds(self, manifest: Manifest) -> bool:
+        """Whether the hub has MANIFEST's version committed: one request (its manifest's key), no listing."""
+        key = self._manifest_key(manifest.name, manifest.fingerprint_id, manifest.version)
+        try:
+            return not self.backend.missing([key])
+        except HubRefused as exc:
+            raise self._refused(exc, "read") from None
+
     def versions(self, name: str) -> list[Manifest]:
         """Committed versions of NAME, newest first (signatures are checked by the caller, who reports them). A
         manifest this user may not read is skipped; when it may read none, that is a HubRefused."""

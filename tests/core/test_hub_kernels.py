@@ -4,6 +4,7 @@ separate stores, separate cache dirs."""
 from __future__ import annotations
 
 import os
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from helpers.cells import COMPILE, DEFINE
@@ -221,6 +222,52 @@ def test_colleague_restores_from_an_s3_hub_with_no_misses(kernel_factory, tmp_pa
     assert LocalStore(str(tmp_path / "store_bob")).versions("bobs")
     assert secret["JUPYTER_COMPILE_CACHE_SECRET"] not in out.output
     assert s3_team.keys["reader"][1] not in out.output and s3_team.keys["writer"][1] not in out.output
+
+
+def test_a_bundle_saved_before_the_azure_hub_was_set_reaches_a_colleague(
+    kernel_factory, tmp_path, azurite, monkeypatch
+):
+    """az://, Azurite: Alice saved 'net' with no hub; her next kernel, with the hub set, restores it from her store
+    and pushes it (the hub lacked it), once; Bob's fresh kernel, with a read-only SAS token, restores it from the hub
+    with no misses and the cold cell's answer."""
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+    from helpers.azurite import ACCOUNT, KEY
+
+    container = azurite.new_container()
+    url = f"az://{container}/team-hub"
+    secret = {"JUPYTER_COMPILE_CACHE_SECRET": "team-secret"}
+    alone = _collaborator(kernel_factory, tmp_path, "alice", "off", **secret)
+    out = alone.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "to the local store" in out.stdout and "the hub" not in out.stdout
+    cold_answer = alone.value("y.tolist()")
+    alone.shutdown()
+
+    writer = {"AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string()}
+    alice = _collaborator(kernel_factory, tmp_path, "alice", url, **secret, **writer)
+    out = alice.run(COMPILE.format(name="net", options="")).check()
+    assert "restored 'net' from the local store" in out.stdout and "warning" not in out.stderr
+    assert "pushed the restored version to the hub, which lacked it" in out.stdout
+    out = alice.run(COMPILE.format(name="net", options="")).check()
+    assert "pushed" not in out.stdout  # asked once: the hub has it now
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string())
+    assert [m.version for m in LocalStore(str(tmp_path / "store_alice")).versions("net")] == [
+        m.version for m in Hub(HubConfig(url=url)).versions("net")
+    ]
+
+    token = generate_container_sas(
+        ACCOUNT, container, account_key=KEY, permission=ContainerSasPermissions(read=True, list=True),
+        expiry=datetime.now(timezone.utc) + timedelta(hours=1),
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{azurite.proxy.port}/{ACCOUNT}"
+    reader = {"AZURE_STORAGE_CONNECTION_STRING": f"BlobEndpoint={endpoint};SharedAccessSignature={token}"}
+    bob = _collaborator(kernel_factory, tmp_path, "bob", url, **secret, **reader)
+    out = bob.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
+    assert f"restored 'net' from the hub {url}" in out.stdout
+    assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    assert bob.value("y.tolist()") == cold_answer
+    assert "reachable (Azure Blob, " in bob.run("%compile_cache hub status").check().stdout
+    assert token.split("sig=")[-1] not in out.output and KEY not in out.output
 
 
 def test_s3_hub_faults_each_leave_the_cell_right_and_the_local_store_whole(kernel_factory, tmp_path, s3_server):

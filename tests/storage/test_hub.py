@@ -440,6 +440,37 @@ def test_an_unknown_scheme_is_one_clear_line_naming_the_supported_ones():
     assert "\n" not in message
 
 
+def test_cli_push_all_publishes_what_the_hub_lacks_and_says_what_it_had(tmp_path, any_hub, monkeypatch, capsys):
+    from jupyter_compile_cache.frontends import cli
+
+    mine = LocalStore(str(tmp_path / "mine"))
+    for name in ("first", "second", "third"):
+        store, manifest = local_bundle(tmp_path, size=600 << 10, name=name)
+        with store.open_payload(manifest) as payload:
+            mine.adopt(manifest, payload)
+    monkeypatch.setenv("JUPYTER_COMPILE_CACHE_HUB", any_hub.url)
+    assert cli.main(["--store", mine.root, "hub", "push", "second"]) == 0
+    capsys.readouterr()
+    assert cli.main(["--store", mine.root, "hub", "push", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "pushed 'first' version" in out and "pushed 'third' version" in out and "pushed 'second'" not in out
+    assert f"already on the hub {any_hub.url} namespace 'default': 'second'" in out
+    assert sorted(any_hub.hub().names()) == ["first", "second", "third"]
+    for name in ("first", "third"):
+        [local], [pushed] = mine.versions(name), any_hub.hub().versions(name)
+        assert pushed.version == local.version and pull_bytes(any_hub.hub(), pushed) == _payload_of(mine, local)
+    assert cli.main(["--store", mine.root, "hub", "push", "--all"]) == 0
+    assert "already on the hub" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # a name and --all: one or the other
+        cli.main(["--store", mine.root, "hub", "push", "first", "--all"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def _payload_of(store, manifest) -> bytes:
+    with store.open_payload(manifest) as payload:
+        return payload.read()
+
+
 def test_cli_pull_walks_the_same_checks_as_a_cell(tmp_path, any_hub, monkeypatch, capsys):
     from jupyter_compile_cache.frontends import cli
     from jupyter_compile_cache.torch_adapter import fingerprint
