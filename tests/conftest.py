@@ -144,6 +144,22 @@ def azurite(tmp_path):
 
 
 @pytest.fixture
+def https_site(tmp_path, monkeypatch):
+    """A static https server of this test alone serving tmp_path/site (its hub URL: the folder `site/hub`), its CA
+    trusted through SSL_CERT_FILE in this process."""
+    from helpers.https_server import HttpsServer
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "https").mkdir()
+    server = HttpsServer(tmp_path / "https", tmp_path / "site")
+    monkeypatch.setenv("SSL_CERT_FILE", server.ca)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def s3_team(tmp_path):
     """moto's S3 server checking signatures and IAM policies, with a bucket and two users made the AWS way: a
     writer (every S3 action on the bucket) and a reader (GetObject and ListBucket only)."""

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..storage.backends.https import INDEX, write_index
 from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
 from ..storage.hub import HubError
 from ..storage.sources import HubSource, LocalSource, Place, Progress, Source
@@ -292,6 +293,20 @@ class Commands:
             manifest = hub.push(versions[0], store, progress(name) if progress else None)
             pushed.append(Pushed(manifest, hub_where(hub), time.perf_counter() - start))
         return PushedAll(pushed, present, hub_where(hub))
+
+    def publish(self, folder: str, progress: Callable[[str], Progress] | None = None) -> PushedAll:
+        """The newest local version of every name into FOLDER (made if absent), laid out as a folder hub, with the
+        listing a static server cannot make: served as it is, FOLDER is a read-only https:// hub. Signed with the
+        team secret where one is set; kept for good."""
+        folder = os.path.abspath(folder)
+        os.makedirs(folder, exist_ok=True)
+        hub = self.session.hub_policy.for_command(f"file://{folder}")
+        if hub is None:  # a URL was named: never
+            raise NoHub()
+        published = self.push_all(hub, progress)
+        write_index(folder)
+        published.listing = os.path.join(folder, INDEX)
+        return published
 
     def remove(self, opts: RemoveOptions, hub: HubSource | None = None, yes: bool = True) -> Removed:
         """Delete NAME (one version, by an id or a prefix of one, or all) from the local store, or from HUB. On the

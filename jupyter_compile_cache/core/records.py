@@ -164,6 +164,7 @@ class PushedAll:
     pushed: list[Pushed]
     present: list[str]
     where: Place
+    listing: str | None = None  # `hub publish`: the listing written for a static server
 
 
 @dataclass

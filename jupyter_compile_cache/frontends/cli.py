@@ -127,6 +127,10 @@ def _parser() -> argparse.ArgumentParser:
         "--ttl", type=arguments.ttl_seconds, default=None, help="seconds the pushed bundle lives on the hub"
     )
     hub_command("pull", help="pull the newest version of NAME").add_argument("name")
+    hub_publish = hub_command(
+        "publish", help="write the local store's newest versions into DIR, to serve as a read-only https:// hub"
+    )
+    hub_publish.add_argument("dir", metavar="DIR")
     hub_rm = hub_command("rm", help="delete NAME from the hub (every version needs --yes)")
     hub_rm.add_argument("name")
     hub_rm.add_argument("--version", default=None, help="only this version")
@@ -315,25 +319,27 @@ def _install_kernel(args: argparse.Namespace) -> int:
 
 
 def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
-    hub = commands.hub(args.hub_url, args.namespace, getattr(args, "ttl", None))
-    if hub is None:
-        raise NoHub()
+    shown: list[TransferBar] = []
+
+    def bar_for(name: str) -> TransferBar:  # one bar per bundle, the last one closed as the next starts
+        for done in shown:
+            done.close()
+        shown[:] = [TransferBar(f"pushing {name!r}", stream=sys.stderr)]
+        return shown[0]
+
+    try:
+        if args.hub_command == "publish":
+            return _show(commands.publish(args.dir, bar_for))
+        hub = commands.hub(args.hub_url, args.namespace, getattr(args, "ttl", None))
+        if hub is None:
+            raise NoHub()
+        if args.hub_command == "push" and args.all:
+            return _show(commands.push_all(hub, bar_for))
+    finally:
+        for done in shown:
+            done.close()
     if args.hub_command == "ls":
         return _show(commands.hub_bundles(hub), args.json)
-    if args.hub_command == "push" and args.all:
-        shown: list[TransferBar] = []
-
-        def bar_for(name: str) -> TransferBar:  # one bar per bundle, the last one closed as the next starts
-            for done in shown:
-                done.close()
-            shown[:] = [TransferBar(f"pushing {name!r}", stream=sys.stderr)]
-            return shown[0]
-
-        try:
-            return _show(commands.push_all(hub, bar_for))
-        finally:
-            for done in shown:
-                done.close()
     if args.hub_command == "push":
         bar = TransferBar(f"pushing {args.name!r}", stream=sys.stderr)
         try:

@@ -5,6 +5,7 @@ that did nothing and says why, `as_json` for `--json`, and tells a NotFound (`wo
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,12 @@ def _pushed_all(r: PushedAll) -> list[str]:
     lines = [line for pushed in r.pushed for line in _pushed(pushed)]
     if r.present:
         lines.append(f"already on {wording.place_text(r.where)}: {', '.join(repr(name) for name in r.present)}")
-    return lines or [f"nothing to push: the local store is empty ({wording.place_text(r.where)} unchanged)"]
+    if not lines:
+        lines.append(f"nothing to push: the local store is empty ({wording.place_text(r.where)} unchanged)")
+    if r.listing is not None:
+        folder = os.path.dirname(r.listing)
+        lines.append(f"wrote the listing {r.listing}: serve {folder} as static files, and its URL is a read-only hub")
+    return lines
 
 
 def _pulled(r: Pulled) -> list[str]:

@@ -108,8 +108,8 @@ class Hub:
 
     def _refused(self, exc: HubRefused, action: str) -> HubRefused:
         """A refusal in the user's terms: which team's bundles this user may not read or write (the server's own
-        words quote key names)."""
-        if not exc.denied:
+        words quote key names). A read-only hub's own words say it best."""
+        if not exc.denied or getattr(self.backend, "read_only", False):
             return exc
         user = getattr(self.backend, "user", None)
         who = f"user {user!r}" if user else "this user"

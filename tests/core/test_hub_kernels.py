@@ -270,6 +270,35 @@ def test_a_bundle_saved_before_the_azure_hub_was_set_reaches_a_colleague(
     assert token.split("sig=")[-1] not in out.output and KEY not in out.output
 
 
+def test_a_colleague_restores_what_a_publisher_serves_over_https(kernel_factory, tmp_path, https_site):
+    """https://, read-only: Alice's store published by the CLI into a folder a static https server serves; Bob's
+    fresh kernel restores from it with no misses and the cold cell's answer, and his own bundle's push is refused in
+    one line, kept in his store."""
+    import subprocess
+    import sys
+
+    secret = {"JUPYTER_COMPILE_CACHE_SECRET": "team-secret"}
+    alice = _collaborator(kernel_factory, tmp_path, "alice", "off", **secret)
+    assert "MATCHES_EAGER True" in alice.run(COMPILE.format(name="net", options="")).check().stdout
+    cold_answer = alice.value("y.tolist()")
+    publish = [sys.executable, "-m", "jupyter_compile_cache", "--store", str(tmp_path / "store_alice"), "hub",
+               "publish", str(tmp_path / "site" / "hub")]  # fmt: skip
+    done = subprocess.run(publish, capture_output=True, text=True, env={**os.environ, **secret}, timeout=120)
+    assert done.returncode == 0 and "pushed 'net'" in done.stdout, done.stderr
+
+    bob = _collaborator(kernel_factory, tmp_path, "bob", https_site.url, SSL_CERT_FILE=https_site.ca, **secret)
+    out = bob.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
+    assert f"restored 'net' from the hub {https_site.url}" in out.stdout
+    assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    assert bob.value("y.tolist()") == cold_answer
+    bob.run("torch._dynamo.reset()").check()  # so the next cell compiles and has something to save
+    out = bob.run(COMPILE.format(name="bobs", options="--force-save")).check()
+    assert "MATCHES_EAGER True" in out.stdout
+    assert out.stderr.count("an https hub is read-only") == 1, out.stderr
+    assert LocalStore(str(tmp_path / "store_bob")).versions("bobs")
+
+
 def test_s3_hub_faults_each_leave_the_cell_right_and_the_local_store_whole(kernel_factory, tmp_path, s3_server):
     """--torch-remote on an S3 hub (torch's caches speak Redis only), a bucket that is not there, then the server
     killed: each cell right, each one line, every bundle in the local store."""

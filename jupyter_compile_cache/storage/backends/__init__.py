@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..clock import SYSTEM_CLOCK, Clock
 from .base import Backend, HubError, HubRefused
 from .folder import FolderBackend
+from .https import HttpsBackend
 from .object_store import ObjectStoreBackend
 from .redis import RedisBackend
 from .s3 import S3Backend
@@ -18,7 +19,7 @@ from .url import redact
 
 __all__ = ["Backend", "HubError", "HubRefused", "check_url", "open_backend", "redact", "schemes", "usage"]
 
-KINDS: tuple[type[Backend], ...] = (RedisBackend, S3Backend, ObjectStoreBackend, FolderBackend)
+KINDS: tuple[type[Backend], ...] = (RedisBackend, S3Backend, ObjectStoreBackend, FolderBackend, HttpsBackend)
 
 
 def schemes() -> dict[str, type[Backend]]:

@@ -48,6 +48,11 @@ def _check_url(url: str) -> None:
     folder_of(url)
 
 
+def key_path(key: str) -> list[str]:
+    """The parts of KEY's file's path under the hub's folder: its group in braces, each part percent-quoted."""
+    return [quote(part, safe="{}._-") for part in braced(key).split(":")]
+
+
 class FolderBackend:
     SCHEMES: ClassVar[tuple[str, ...]] = ("file",)
     USAGE: ClassVar[str] = "file:///path/to/a/shared/folder"
