@@ -1,11 +1,11 @@
 """Many kernels on one hub at once: each scenario of tests/helpers/hub_load.py (restore one bundle into one machine's
 store, the same with each kernel's notebook staging beside its cell, save bundles of their own names, save the same
 name) with N processes started together, against one process alone, on each backend: a loopback redis-server, the
-same over TLS, S3 (moto's server) and a shared folder. Prints a table (restores lost, retries on a fresh connection,
-duplicate versions pushed by cells that compiled instead of restoring; each process's wait, median and slowest,
-against one alone; the hub's throughput) and writes the figures as JSON.
+same over TLS, S3 (moto's server), Azure Blob (Azurite) and a shared folder. Prints a table (restores lost, retries
+on a fresh connection, duplicate versions pushed by cells that compiled instead of restoring; each process's wait,
+median and slowest, against one alone; the hub's throughput) and writes the figures as JSON.
 
-  python -m benchmarks hub_load --processes 1 8 32 --backends redis rediss s3 file --size-mb 16 \
+  python -m benchmarks hub_load --processes 1 8 32 --backends redis rediss s3 az file --size-mb 16 \
       --out benchmarks/results/hub_load_cpu.json
 
 With `--kernels N`, real Jupyter kernels instead: an author's kernel compiles and pushes the test model's cell, then
@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--backends", nargs="+", default=["redis"], choices=["redis", "rediss", "s3", "file"])
+    parser.add_argument("--backends", nargs="+", default=["redis"], choices=["redis", "rediss", "s3", "az", "file"])
     parser.add_argument("--scenarios", nargs="+", default=list(hub_load.SCENARIOS), choices=hub_load.SCENARIOS)
     parser.add_argument("--size-mb", type=int, default=16)
     parser.add_argument("--kernels", type=int, help="real kernels restoring one bundle at once, instead")

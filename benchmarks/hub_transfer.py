@@ -1,19 +1,20 @@
 """Push and pull of one large bundle against the backend client's own floor, and the memory they hold, on each
-backend: a loopback redis-server, S3 (moto's server) and a shared folder.
+backend: a loopback redis-server, S3 (moto's server), Azure Blob (Azurite) and a shared folder.
 
 Each step is a fresh process, timed around the transfer alone, its peak RSS measured over its imports:
 
   push        `Hub.push` of the bundle's payload from a local store (chunks encoded and hashed on worker threads)
   pull        `HubSource.fetch` into an empty local store (every chunk verified, written at its place)
-  floor push  the raw client writing the same bytes as the same 4 MB values/objects, as fast as it goes (S3: 8 at a
-              time on 8 threads; Redis: pipelines of 2 SETs on one connection; folder: one file each, fsynced)
+  floor push  the raw client writing the same bytes as the same 4 MB values/objects, as fast as it goes (S3 and
+              Azure: obstore, 8 at a time on 8 threads; Redis: pipelines of 2 SETs on one connection; folder: one
+              file each, fsynced)
   floor pull  the raw client reading them back into a file the same way
 
 Ours and the floor alternate, `--repeat` times each (medians and the spread in the table: the machine's noise is
 part of every figure), for every `--sizes` (MB). The memory check: the peak over imports must not grow with the
 bundle (a 4 GB bundle's within 10 % of a 1 GB one's).
 
-  python -m benchmarks hub_transfer --backends redis s3 file --sizes 1000 4000 --repeat 5 \\
+  python -m benchmarks hub_transfer --backends redis s3 az file --sizes 1000 4000 --repeat 5 \\
       --out benchmarks/results/hub_transfer_cpu.json
 """
 
@@ -50,8 +51,9 @@ hub = Hub(HubConfig(url=url, namespace="bench", chunk_size=CHUNK, timeout=120))
 backend = hub.backend
 if kind == "redis":
     client = backend.client  # connected before the clock starts, as the floor's is
-elif kind == "s3":
-    client = backend.client
+elif kind in ("s3", "az"):
+    import obstore
+    client = backend.store
 payload = os.path.join(work, "payload.bin")
 keys = lambda n: [f"floor/{i}" for i in range(n)]
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -67,13 +69,13 @@ else:
     n = (size + CHUNK - 1) // CHUNK
     fd = os.open(payload, os.O_RDONLY) if step == "floor-push" else os.open(
         os.path.join(work, f"floor-{time.time_ns()}.bin"), os.O_WRONLY | os.O_CREAT, 0o600)
-    if kind == "s3":
-        bucket, prefix = backend.bucket, backend.prefix
+    if kind in ("s3", "az"):
+        prefix = backend.prefix
         def one(i):
             if step == "floor-push":
-                client.put_object(Bucket=bucket, Key=f"{prefix}/floor/{i}", Body=os.pread(fd, CHUNK, i * CHUNK))
+                obstore.put(client, f"{prefix}/floor/{i}", os.pread(fd, CHUNK, i * CHUNK), use_multipart=False)
             else:
-                os.pwrite(fd, client.get_object(Bucket=bucket, Key=f"{prefix}/floor/{i}")["Body"].read(), i * CHUNK)
+                os.pwrite(fd, obstore.get(client, f"{prefix}/floor/{i}").bytes(), i * CHUNK)
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(one, range(n)))
     elif kind == "redis":
@@ -151,14 +153,15 @@ def _clear(server: hubs.HubUnderTest) -> None:
     """The hub emptied between runs (moto and Redis hold what they are sent in memory)."""
     if server.kind == "redis":
         server.client().flushall()
-    elif server.kind == "s3":
-        import boto3
+    elif server.kind in ("s3", "az"):
+        import obstore
 
-        s3 = boto3.client("s3")
-        bucket = server.url.split("/")[2]
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
-            for entry in page.get("Contents", []):
-                s3.delete_object(Bucket=bucket, Key=entry["Key"])
+        from jupyter_compile_cache.storage.backends.object_store import ObjectStoreBackend
+
+        store = ObjectStoreBackend(server.url).store  # the whole bucket: the hub's prefix and the floor's
+        names = [entry["path"] for page in obstore.list(store) for entry in page]
+        for name in names:
+            obstore.delete(store, name)
     else:
         import shutil
 
@@ -174,6 +177,8 @@ def run(kind: str, sizes: list[int], repeat: int, work: pathlib.Path) -> list[di
     url = server.url
     if kind == "s3":  # straight to the server: the tests' proxy (which can cut the network) is one more hop
         os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{server.server.port}"
+    if kind == "az":
+        os.environ["AZURE_STORAGE_CONNECTION_STRING"] = server.server.connection_string(port=server.server.port)
     try:
         for size_mb in sizes:
             case = work / f"{kind}-{size_mb}"
@@ -237,7 +242,9 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backends", nargs="+", default=["redis", "s3", "file"], choices=["redis", "s3", "file"])
+    parser.add_argument(
+        "--backends", nargs="+", default=["redis", "s3", "az", "file"], choices=["redis", "s3", "az", "file"]
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000], help="bundle sizes, MB")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", help="JSON file for the figures (a .md table beside it)")

@@ -138,16 +138,16 @@ def ours(size: int, work: str, url: str, bucket: str) -> dict:
     pack = next(
         os.path.join(d, f) for d, _, fs in os.walk(os.path.join(work, "store_a")) for f in fs if f.endswith(".pack")
     )  # the payload's bytes, as the push sends them
-    row["raw_chunks"] = transfer("boto3", "chunks", pack, bucket, f"raw/{size}")
-    row["raw_object"] = transfer("boto3", "object", pack, bucket, f"raw-object/{size}")
+    row["raw_chunks"] = transfer("obstore", "chunks", pack, bucket, f"raw/{size}")  # the hub's own client
+    row["raw_object"] = transfer("obstore", "object", pack, bucket, f"raw-object/{size}")
     print(f"ours {size} MB: " + json.dumps({k: row[k] for k in ("save", "push", "pull", "restore")})[:600], flush=True)
     return row
 
 
 def listing(url: str) -> dict:
-    from jupyter_compile_cache.storage.backends.s3 import S3Backend
+    from jupyter_compile_cache.storage.backends.object_store import ObjectStoreBackend
 
-    backend = S3Backend(url + "-listing", timeout=120)  # moto slows as a bucket fills: about 6 ms a write
+    backend = ObjectStoreBackend(url + "-listing", timeout=120)  # moto slows as a bucket fills: about 6 ms a write
     keys = [f"jcc:ns/:name:n{i:05d}" for i in range(10_000)]
     start = time.perf_counter()
     for i in range(0, len(keys), 500):
@@ -214,7 +214,7 @@ def report(meta: dict, client_rows: list[dict], big: dict, listed: dict) -> str:
                 [
                     "push",
                     secs(push),
-                    "boto3 put of the payload in 4 MB objects, 8 at once",
+                    "obstore put of the payload in 4 MB objects, 8 at once",
                     secs(raw.get("put_s")),
                     ratio(push, raw.get("put_s")),
                     memory(big["push"]),
@@ -222,7 +222,7 @@ def report(meta: dict, client_rows: list[dict], big: dict, listed: dict) -> str:
                 [
                     "pull",
                     secs(pull),
-                    "boto3 get of the same objects, 8 at once",
+                    "obstore get of the same objects, 8 at once",
                     secs(raw.get("get_s")),
                     ratio(pull, raw.get("get_s")),
                     memory(big["pull"]),
@@ -239,7 +239,7 @@ def report(meta: dict, client_rows: list[dict], big: dict, listed: dict) -> str:
         ),  # fmt: skip
         "",
         f"Floors alone: dd {f['dd_s']:.2f} s, dd+fsync {f['dd_fsync_s']:.2f} s, sha256 {f['sha256_read_s']:.2f} s, "
-        f"copy {f['copy_s']:.2f} s; boto3's own multipart transfer of the payload as one object: put "
+        f"copy {f['copy_s']:.2f} s; obstore's own multipart transfer of the payload as one object: put "
         f"{secs(big['raw_object'].get('put_s'))}, get {secs(big['raw_object'].get('get_s'))}.",
         "",
         f"## 3. Listing: {listed['objects']} objects by prefix in {listed['list_s']:.2f} s "

@@ -1,7 +1,6 @@
-"""Without the `[hub]`, `[s3]` and `[panel]` extras: cells run, commands explain which extra to install, nothing
-raises ModuleNotFoundError. The packages are really absent: a venv whose site-packages holds everything this test
-environment has except redis-py, boto3 (and botocore) and ipywidgets (linked, not copied, so it is made in a
-second)."""
+"""Without the `[hub]`, `[s3]` (`[cloud]`) and `[panel]` extras: cells run, commands explain which extra to install,
+nothing raises ModuleNotFoundError. The packages are really absent: a venv whose site-packages holds everything this
+test environment has except redis-py, obstore and ipywidgets (linked, not copied, so it is made in a second)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import textwrap
 
 import pytest
 
-ABSENT = ("redis", "ipywidgets", "boto3", "botocore", "s3transfer")
+ABSENT = ("redis", "ipywidgets", "obstore")
 HUB_HINT = "pip install 'jupyter_compile_cache[hub]'"
 S3_HINT = "pip install 'jupyter_compile_cache[s3]'"
 PANEL_HINT = "pip install 'jupyter_compile_cache[panel]'"
@@ -21,7 +20,7 @@ PANEL_HINT = "pip install 'jupyter_compile_cache[panel]'"
 SCRIPT = textwrap.dedent(
     """
     from IPython.core.interactiveshell import InteractiveShell
-    for module in ("redis", "ipywidgets", "boto3"):
+    for module in ("redis", "ipywidgets", "obstore"):
         try:
             __import__(module)
             raise SystemExit(f"{module} is importable: the venv is wrong")
@@ -45,7 +44,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def venv_without_extras(tmp_path_factory):
-    """A venv of this Python with every package of the test environment but redis-py, boto3 and ipywidgets."""
+    """A venv of this Python with every package of the test environment but redis-py, obstore and ipywidgets."""
     root = tmp_path_factory.mktemp("venv-without-extras")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     python = str(root / "bin" / "python")
@@ -108,14 +107,14 @@ def test_cli_hub_commands_name_the_extra_without_redis(venv_without_extras, tmp_
     assert listing.returncode == 0 and "Traceback" not in listing.stderr, listing.stdout + listing.stderr
 
 
-def test_an_s3_hub_without_boto3_names_its_extra_and_the_cell_runs(venv_without_extras, tmp_path):
+def test_an_s3_hub_without_obstore_names_its_extra_and_the_cell_runs(venv_without_extras, tmp_path):
     env = {**_env(tmp_path), "JUPYTER_COMPILE_CACHE_HUB": "s3://team-bucket/hub"}
     script = SCRIPT.replace("redis://127.0.0.1:1/0", "s3://team-bucket/hub")
     run = subprocess.run([venv_without_extras, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
     assert run.returncode == 0 and "ModuleNotFoundError" not in out, out
     assert "CELL ok=True error=None" in out and "ANSWER 42" in out and "LIST ok=True" in out, out
-    warning = f"compile_cache: warning: an s3:// hub needs boto3, which is not installed: {S3_HINT}"
+    warning = f"compile_cache: warning: an s3:// hub needs obstore, which is not installed: {S3_HINT}"
     assert out.count(warning) == 1, out
     cli = subprocess.run(
         [venv_without_extras, "-m", "jupyter_compile_cache", "hub", "ls"], env=env, capture_output=True, text=True

@@ -261,11 +261,11 @@ class S3HubUnderTest(HubUnderTest):
         return f"s3://{self.bucket}/team-hub"
 
     def seconds_left(self, key: str) -> float | None:
-        from jupyter_compile_cache.storage.backends.s3 import EXPIRES, S3Backend
+        from jupyter_compile_cache.storage.backends.object_store import ObjectStoreBackend
 
-        name = S3Backend(self.url)._object(key)
-        expires = float(self.server.client().head_object(Bucket=self.bucket, Key=name)["Metadata"][EXPIRES])
-        return None if expires == 0 else expires - self.clock.time()
+        found = ObjectStoreBackend(self.url)._get(key, head=True)
+        assert found is not None, f"{key} is not there"
+        return None if found[1] == 0 else found[1] - self.clock.time()
 
     def cut(self) -> None:
         self.proxy.cut()

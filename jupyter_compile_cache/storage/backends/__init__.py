@@ -2,7 +2,7 @@
 
 A backend is one module here: a class implementing `base.Backend`, with `SCHEMES` (the URL schemes it serves),
 `USAGE` (what its URLs look like) and `check_url(url)` (raise ValueError for a URL it cannot open). Adding one is
-that file and one line in `KINDS`. The modules import their client library (redis-py, boto3, obstore) only when a hub is
+that file and one line in `KINDS`. The modules import their client library (redis-py, obstore) only when a hub is
 first used, so importing them here costs nothing.
 """
 
@@ -14,12 +14,11 @@ from .folder import FolderBackend
 from .https import HttpsBackend
 from .object_store import ObjectStoreBackend
 from .redis import RedisBackend
-from .s3 import S3Backend
 from .url import redact
 
 __all__ = ["Backend", "HubError", "HubRefused", "check_url", "open_backend", "redact", "schemes", "usage"]
 
-KINDS: tuple[type[Backend], ...] = (RedisBackend, S3Backend, ObjectStoreBackend, FolderBackend, HttpsBackend)
+KINDS: tuple[type[Backend], ...] = (RedisBackend, ObjectStoreBackend, FolderBackend, HttpsBackend)
 
 
 def schemes() -> dict[str, type[Backend]]:

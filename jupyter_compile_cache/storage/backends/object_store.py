@@ -1,11 +1,16 @@
-"""Google Cloud Storage and Azure Blob hubs: `gs://BUCKET/PREFIX` and `az://CONTAINER/PREFIX`, the scheme names
-`gcloud storage`, `azcopy`-era tools, fsspec and obstore take.
+"""Object-store hubs: `s3://BUCKET/PREFIX` (AWS S3 or any S3-compatible store: MinIO, Ceph RGW, Cloudflare R2),
+`gs://BUCKET/PREFIX` (Google Cloud Storage) and `az://CONTAINER/PREFIX` (Azure Blob Storage): the scheme names the
+clouds' own tools, fsspec and obstore take.
 
-Both go through obstore, one maintained client (Rust's `object_store`, the storage layer of DataFusion and Delta
-Lake) for every object store: it imports in 15 ms where boto3 takes 0.5 s, and moved the same bytes as boto3 on the
-S3 protocol (docs/hubs.md has the measurements).
+All three go through obstore, one maintained client (Rust's `object_store`, the storage layer of DataFusion and
+Delta Lake): it imports in 15 ms where boto3 took 0.5 s, and moves the same bytes as fast (docs/hubs.md has the
+measurements).
 
 Credentials come the way each cloud's own tools find them, and are never part of the URL, a message or a file:
+- AWS: `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); `AWS_PROFILE` and the files in
+  `~/.aws` through boto3's own chain where boto3 is installed; else a web identity (`AWS_WEB_IDENTITY_TOKEN_FILE`),
+  a container's or an instance's role. `AWS_REGION` (or `AWS_DEFAULT_REGION`), and `AWS_ENDPOINT_URL` (or
+  `AWS_ENDPOINT_URL_S3`) for a server other than AWS.
 - Google: `GOOGLE_APPLICATION_CREDENTIALS` (a service-account key or an authorized-user file), else the
   application-default credentials `gcloud auth application-default login` writes, else the metadata server of a
   Google Cloud machine.
@@ -14,11 +19,13 @@ Credentials come the way each cloud's own tools find them, and are never part of
   `AZURE_CLIENT_SECRET`, `AZURE_TENANT_ID`, the `az login` of this machine, or the managed identity of an Azure
   machine, as `DefaultAzureCredential` tries them.
 
-Each key is one object, laid out as on an S3 hub (storage/backends/keys.py `object_name`), with its expiry in the
-object's metadata (`jccexpires`: Azure takes only letters, digits and `_` in a metadata name). Single flight is a
-lease object written only if absent (GCS `ifGenerationMatch=0`, Azure `If-None-Match: *`) and renewed, broken and
-released only if unchanged since it was read (GCS the generation, Azure the ETag): of two writers, the store
-refuses the second.
+Each key is one object (storage/backends/keys.py `object_name`), with its expiry in the object's metadata, seconds
+since the epoch or 0 for never (`jcc-expires`; on Azure, which takes only letters, digits and `_` in a metadata
+name, `jccexpires`). A reader takes an expired object for an absent one, and `hub gc` sweeps them (an object store
+deletes nothing on its own at that grain). Expiry compares clocks: the machines sharing a hub need synchronised
+clocks (NTP), as with a folder hub. Single flight is a lease object written only if absent (S3 and Azure
+`If-None-Match: *`, GCS `ifGenerationMatch=0`) and renewed, broken and released only if unchanged since it was read
+(the ETag; GCS the generation): of two writers, the store refuses the second.
 """
 
 from __future__ import annotations
@@ -40,39 +47,41 @@ from .keys import key_of, object_name
 
 T = TypeVar("T")
 
-EXPIRES = "jccexpires"  # the metadata that holds a key's expiry (seconds since the epoch; 0: never)
+# the metadata that holds a key's expiry, by scheme (the S3 hub's name since its first release)
+EXPIRES = {"s3": "jcc-expires", "gs": "jcc-expires", "az": "jccexpires"}
 RELEASED = 1.0  # the expiry of a released lease: long past
-CONCURRENCY = 8  # requests in flight at once
-CLOUDS = {"gs": "Google Cloud Storage", "az": "Azure Blob Storage"}
+CONCURRENCY = 8  # requests in flight at once: one connection moves far less than the wire carries
+CLOUDS = {"s3": "S3", "gs": "Google Cloud Storage", "az": "Azure Blob Storage"}
 # What each cloud's store answers where the bucket or container is not there, and where the credential is unknown.
 NO_CONTAINER = ("ContainerNotFound", "NoSuchBucket", "The specified bucket does not exist", "bucket does not exist")
-UNKNOWN_CREDENTIAL = (
-    "AuthenticationFailed",
-    "failed to authenticate",
-    "InvalidAuthenticationInfo",
-    "invalid_grant",
-    "401 Unauthorized",
-)
+UNKNOWN_CREDENTIAL = ("AuthenticationFailed", "failed to authenticate", "InvalidAuthenticationInfo", "invalid_grant",
+                      "401 Unauthorized", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
+                      "ExpiredToken")  # fmt: skip
 
 
-def obstore_module() -> Any:
+def obstore_module(scheme: str) -> Any:
     try:
         import obstore
     except ImportError:
         raise HubError(
-            "a gs:// or az:// hub needs obstore, which is not installed: pip install 'jupyter_compile_cache[cloud]'"
+            f"an {scheme}:// hub needs obstore, which is not installed: pip install "
+            f"'jupyter_compile_cache[{'s3' if scheme == 's3' else 'cloud'}]'"
         ) from None
     return obstore
 
 
 def _check_url(url: str) -> None:
     parts = urlsplit(url)
-    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
-        raise ValueError(
-            "nothing but the bucket (or container) and a prefix: credentials come from the environment the cloud's "
-            "own tools read"
-        )
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"credentials never go in the URL: {MISSING_CREDENTIAL[parts.scheme]}")
+    if parts.query or parts.fragment:
+        settings = {"s3": "the endpoint and region come from AWS_ENDPOINT_URL and AWS_REGION",
+                    "gs": "the credentials come from GOOGLE_APPLICATION_CREDENTIALS",
+                    "az": "the account and credentials come from AZURE_STORAGE_CONNECTION_STRING"}  # fmt: skip
+        raise ValueError(f"no query or fragment: {settings[parts.scheme]}")
     name = parts.netloc
+    if parts.scheme == "s3" and not re.fullmatch(r"[a-z0-9.-]{3,63}", name):
+        raise ValueError(f"the bucket {name!r} is not a bucket name (3 to 63 lowercase letters, digits, '.' and '-')")
     if parts.scheme == "gs" and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]", name):
         raise ValueError(f"the bucket {name!r} is not a bucket name (lowercase letters, digits, '.', '-', '_')")
     if parts.scheme == "az" and not re.fullmatch(r"[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]", name):
@@ -122,6 +131,40 @@ def azure_credentials(environ: Mapping[str, str]) -> tuple[dict[str, str], str |
     return config, None  # a managed identity, where this is an Azure machine
 
 
+def aws_credentials(environ: Mapping[str, str]) -> tuple[dict[str, str], str | None, Any]:
+    """obstore's configuration for S3 from ENVIRON, as the AWS CLI finds it, what supplied the credential, and a
+    credential provider: boto3's own chain where a profile names it (boto3 reads `~/.aws`; obstore alone does not)."""
+    config = {"region": environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or ""}
+    endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        config["endpoint"] = endpoint
+    if environ.get("AWS_ACCESS_KEY_ID") and environ.get("AWS_SECRET_ACCESS_KEY"):
+        config.update(access_key_id=environ["AWS_ACCESS_KEY_ID"], secret_access_key=environ["AWS_SECRET_ACCESS_KEY"])
+        if environ.get("AWS_SESSION_TOKEN"):
+            config["token"] = environ["AWS_SESSION_TOKEN"]
+        return config, "AWS_ACCESS_KEY_ID", None
+    home = os.path.expanduser("~")
+    files = [environ.get("AWS_SHARED_CREDENTIALS_FILE", os.path.join(home, ".aws", "credentials")),
+             environ.get("AWS_CONFIG_FILE", os.path.join(home, ".aws", "config"))]  # fmt: skip
+    if environ.get("AWS_PROFILE") or any(os.path.isfile(path) and os.path.getsize(path) for path in files):
+        try:
+            import boto3
+            from obstore.auth.boto3 import Boto3CredentialProvider
+        except ImportError:
+            if environ.get("AWS_PROFILE"):
+                raise HubError(
+                    "AWS_PROFILE names a profile of ~/.aws, which boto3 reads: pip install boto3, or set "
+                    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+                ) from None
+        else:
+            session = boto3.session.Session()
+            config["region"] = config["region"] or session.region_name or ""
+            return config, f"AWS_PROFILE {session.profile_name!r}", Boto3CredentialProvider(session)
+    if environ.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
+        return config, "AWS_WEB_IDENTITY_TOKEN_FILE", None
+    return config, None, None  # a container's or an instance's role, where this is an AWS machine
+
+
 def google_credentials(environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
     """obstore's configuration for GCS from ENVIRON, as Google's tools find it, and what supplied the credential."""
     if environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
@@ -134,6 +177,7 @@ def google_credentials(environ: Mapping[str, str]) -> tuple[dict[str, str], str 
 
 
 MISSING_CREDENTIAL = {
+    "s3": "set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
     "gs": "set GOOGLE_APPLICATION_CREDENTIALS to a key file, or run `gcloud auth application-default login`",
     "az": "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT with AZURE_STORAGE_KEY or "
     "AZURE_STORAGE_SAS_TOKEN, or run `az login`",
@@ -142,7 +186,10 @@ MISSING_CREDENTIAL = {
 
 class ObjectStoreBackend:
     SCHEMES: ClassVar[tuple[str, ...]] = tuple(CLOUDS)
-    USAGE: ClassVar[str] = "gs://bucket/prefix, az://container/prefix (credentials as gcloud and az find them)"
+    USAGE: ClassVar[str] = (
+        "s3://bucket/prefix, gs://bucket/prefix, az://container/prefix (credentials, endpoint and region as the "
+        "aws, gcloud and az tools find them)"
+    )
     keys_per_call = CONCURRENCY // 2
     push_calls_in_flight = pull_calls_in_flight = 2  # CONCURRENCY requests on the wire, no pause at a call's end
     torch_redis_url = None
@@ -166,7 +213,7 @@ class ObjectStoreBackend:
 
     @property
     def kind(self) -> str:
-        return {"gs": "gcs", "az": "azure"}[self.scheme]
+        return {"s3": "s3", "gs": "gcs", "az": "azure"}[self.scheme]
 
     @property
     def _container_word(self) -> str:
@@ -181,10 +228,16 @@ class ObjectStoreBackend:
             return self._store
 
     def _connect(self) -> Any:
-        obstore_module()
-        from obstore.store import AzureStore, GCSStore
+        obstore_module(self.scheme)
+        from obstore.store import AzureStore, GCSStore, S3Store
 
-        if self.scheme == "az":
+        provider = None
+        if self.scheme == "s3":
+            config, self.credential, provider = aws_credentials(os.environ)
+            config["region"] = config["region"] or "us-east-1"
+            if config.get("endpoint", "").startswith("http://"):
+                config["allow_http"] = "true"  # a server the user named (MinIO on a private network, a test's)
+        elif self.scheme == "az":
             config, self.credential = azure_credentials(os.environ)
             if "account_name" not in config and "use_emulator" not in config:
                 raise HubError(
@@ -198,9 +251,10 @@ class ObjectStoreBackend:
         options = {"connect_timeout": f"{self.connect_timeout}s", "timeout": f"{self.timeout}s"}
         # one retry, as for S3: a store that is down costs two timeouts, not obstore's ten retries over 3 minutes
         retry = {"max_retries": 1, "retry_timeout": timedelta(seconds=self.timeout)}
-        kind = AzureStore if self.scheme == "az" else GCSStore
+        kind = {"s3": S3Store, "gs": GCSStore, "az": AzureStore}[self.scheme]
+        extra = {"credential_provider": provider} if provider is not None else {}
         try:
-            return kind(self.bucket, config=config, client_options=options, retry_config=retry)
+            return kind(self.bucket, config=config, client_options=options, retry_config=retry, **extra)
         except Exception as exc:  # a key file that is not there or not one: obstore's words say which
             raise HubError(f"hub {self.display_url}: the {CLOUDS[self.scheme]} client could not start: "
                            f"{_words(exc)}") from None  # fmt: skip
@@ -224,15 +278,17 @@ class ObjectStoreBackend:
         where = f"hub {self.display_url}"
         if any(code in text for code in NO_CONTAINER):
             return HubError(f"{where}: the {self._container_word} {self.bucket!r} does not exist")
-        if "token request" in text.lower():  # no key of its own: the token had to come from elsewhere, and did not
+        if "token request" in text.lower() or "169.254.169.254" in text or "metadata.google" in text:
+            # no key of its own: the token had to come from the machine, and did not
             if self.credential is None:
                 missing = MISSING_CREDENTIAL[self.scheme]
                 return HubError(f"{where}: no {CLOUDS[self.scheme]} credential found: {missing}")
             return HubError(f"{where}: no token from {self.credential}: {_words(exc)}")
-        if isinstance(exc, errors.UnauthenticatedError) or any(code in text for code in UNKNOWN_CREDENTIAL):
+        code = next((code for code in UNKNOWN_CREDENTIAL if code in text), None)
+        if isinstance(exc, errors.UnauthenticatedError) or code is not None:
             return HubRefused(
-                f"{where}: the store refused the credential from {self.credential or 'this machine'} (a wrong key "
-                "or an expired token)",
+                f"{where}: the store refused the credential from {self.credential or 'this machine'} "
+                f"({code + ': ' if code else ''}a wrong key or secret, or an expired token)",
                 "log in",
             )
         if isinstance(exc, errors.PermissionDeniedError) or "403 Forbidden" in text:
@@ -284,7 +340,7 @@ class ObjectStoreBackend:
 
     def _get(self, key: str, head: bool = False) -> tuple[bytes, float, dict[str, str]] | None:
         """(value, expiry, version) of KEY (no value with HEAD), None when absent."""
-        import obstore
+        obstore = obstore_module(self.scheme)
 
         try:
             reply = obstore.get(self.store, self._object(key), options={"head": True} if head else None)
@@ -295,15 +351,15 @@ class ObjectStoreBackend:
         version = {name: reply.meta[name] for name in ("e_tag", "version") if reply.meta.get(name)}
         value = b"" if head else bytes(reply.bytes())
         try:
-            expires = float(reply.attributes.get(EXPIRES, "0"))
+            expires = float(reply.attributes.get(EXPIRES[self.scheme], "0"))
         except ValueError:
             expires = 0.0
         return value, expires, version
 
     def _put(self, key: str, value: bytes, expires: float, mode: Any = None) -> None:
-        import obstore
+        obstore = obstore_module(self.scheme)
 
-        obstore.put(self.store, self._object(key), value, attributes={EXPIRES: repr(expires)}, mode=mode,
+        obstore.put(self.store, self._object(key), value, attributes={EXPIRES[self.scheme]: repr(expires)}, mode=mode,
                     use_multipart=False)  # fmt: skip
 
     def _expires(self, ttl: float | None) -> float:
@@ -314,7 +370,7 @@ class ObjectStoreBackend:
 
     # -- the protocol -------------------------------------------------------------------------------------------
     def ping(self) -> None:
-        import obstore
+        obstore = obstore_module(self.scheme)
 
         def first_page() -> None:
             for _page in obstore.list(self.store, prefix=self._object("jcc"), chunk_size=1):
@@ -346,7 +402,7 @@ class ObjectStoreBackend:
         self._each(keys, rewrite, "write")
 
     def delete(self, keys: Sequence[str]) -> None:
-        import obstore
+        obstore = obstore_module(self.scheme)
 
         def remove(key: str) -> None:
             try:
@@ -365,7 +421,7 @@ class ObjectStoreBackend:
         return [key for key, absent in zip(keys, self._each(keys, gone, "read")) if absent]
 
     def list(self, prefix: str) -> list[str]:
-        import obstore
+        obstore = obstore_module(self.scheme)
 
         # obstore lists a folder (whole path parts): the folder around PREFIX, then the keys that start with it
         folder = self._object(prefix).rpartition("/")[0]
@@ -380,7 +436,7 @@ class ObjectStoreBackend:
         """Delete what expired. No store here deletes on a condition, so an object rewritten between the read of its
         expiry and the delete goes too; a hub rewrites a key only for a lease or a version pushed again, and a pull
         that then misses a chunk is a miss, never another answer."""
-        import obstore
+        obstore = obstore_module(self.scheme)
 
         def swept(key: str) -> bool:
             found = self._get(key, head=True)
@@ -429,11 +485,14 @@ class ObjectStoreBackend:
         try:
             write()
             return True
-        except (errors.AlreadyExistsError, errors.PreconditionError):
-            return False
-        except FileExistsError:
+        except (errors.AlreadyExistsError, errors.PreconditionError, FileExistsError):
             return False
         except Exception as exc:
+            if isinstance(exc, errors.NotSupportedError) or "501 Not Implemented" in str(exc):
+                raise HubError(
+                    f"hub {self.display_url}: this store does not support conditional writes (If-None-Match), "
+                    "which single flight needs"
+                ) from None
             raise self._error(exc, "write") from None
 
     def forget_connections(self) -> Any:
@@ -467,7 +526,7 @@ def _words(exc: Exception) -> str:
     if "Timeout" in text or "timed out" in text:
         return f"{where} did not answer in time"
     if "error sending request" in text or "connection closed" in text.lower():
-        return f"the connection to {where} failed"
+        return f"the connection to {where} failed (is the server up, and the endpoint right?)"
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     first = re.sub(r"^Generic \w+ error: ", "", first)
     return re.sub(r"(https?://[^/\s\"']+)[^\s\"']*", r"\1", first)

@@ -80,8 +80,8 @@ def test_azure_credentials_are_found_as_azure_tools_find_them(tmp_path):
         ("gs://Bucket/hub", "the bucket 'Bucket' is not a bucket name"),
         ("az://a/hub", "the container 'a' is not a container name"),
         ("az://team--hub/x", "is not a container name"),
-        ("az://user:s3cr3t@team/hub", "credentials come from the environment"),
-        ("gs://team/hub?key=s3cr3t", "credentials come from the environment"),
+        ("az://user:s3cr3t@team/hub", "credentials never go in the URL: set AZURE_STORAGE_CONNECTION_STRING"),
+        ("gs://team/hub?key=s3cr3t", "credentials come from GOOGLE_APPLICATION_CREDENTIALS"),
     ],
 )
 def test_a_url_that_is_no_cloud_hub_says_why_without_the_secret(url, words):
