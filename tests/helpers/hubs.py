@@ -236,86 +236,81 @@ class FolderHubUnderTest(HubUnderTest):
         shutil.rmtree(self.folder + ".unmounted", ignore_errors=True)
 
 
-class S3HubUnderTest(HubUnderTest):
-    """A bucket of its own on the session's moto server, reached through a proxy of its own (`cut` is the network
-    gone; the server and what it holds stay). The AWS variables are set in this process while it lives."""
+class ObjectStoreHubUnderTest(HubUnderTest):
+    """A bucket (or container) of its own on the session's server of that store, reached through a proxy of its own
+    (`cut` is the network gone; the server and what it holds stay). The store's variables are set in this process
+    while it lives."""
 
+    shared: dict[str, Any] = {}  # kind -> the session's server
+
+    def __init__(self, workdir) -> None:
+        super().__init__(workdir)
+        server = self.shared.get(self.kind)
+        if server is None or server.proc is None:
+            workdir = tempfile.mkdtemp(prefix=f"{self.kind}-server-")
+            server = self.shared[self.kind] = self.make_server(workdir)
+            atexit.register(_stop_and_remove, server, workdir)
+        self.server = server
+        self.bucket = self.new_bucket()
+        self.proxy = HoldingProxy(self.server.port)
+        self._before = s3_server.use(self.environ(self.proxy.port))
+
+    def make_server(self, workdir: str) -> Any:
+        raise NotImplementedError
+
+    def new_bucket(self) -> str:
+        raise NotImplementedError
+
+    def environ(self, port: int) -> dict[str, str]:
+        """What a user sets to reach the server at PORT."""
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        return f"{self.kind}://{self.bucket}/team-hub"
+
+    def seconds_left(self, key: str) -> float | None:
+        from jupyter_compile_cache.storage.backends.object_store import ObjectStoreBackend
+
+        found = ObjectStoreBackend(self.url)._get(key, head=True)
+        assert found is not None, f"{key} is not there"
+        return None if found[1] == 0 else found[1] - self.clock.time()
+
+    def cut(self) -> None:
+        self.proxy.cut()
+
+    def restore(self) -> None:
+        self.proxy.restore()
+
+    def stop(self) -> None:
+        self.proxy.cut()
+        s3_server.put_back(self._before)
+
+
+class S3HubUnderTest(ObjectStoreHubUnderTest):
     kind = "s3"
-    shared: S3Server | None = None
 
-    def __init__(self, workdir) -> None:
-        super().__init__(workdir)
-        if S3HubUnderTest.shared is None or S3HubUnderTest.shared.proc is None:
-            workdir = tempfile.mkdtemp(prefix="moto-")
-            S3HubUnderTest.shared = S3Server(workdir)
-            atexit.register(_stop_and_remove, S3HubUnderTest.shared, workdir)
-        self.server = S3HubUnderTest.shared
-        self.bucket = self.server.new_bucket()
-        self.proxy = HoldingProxy(self.server.port)
-        environ = self.server.environ()
-        environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{self.proxy.port}"
-        self._before = s3_server.use(environ)
+    def make_server(self, workdir: str) -> S3Server:
+        return S3Server(workdir)
 
-    @property
-    def url(self) -> str:
-        return f"s3://{self.bucket}/team-hub"
+    def new_bucket(self) -> str:
+        return self.server.new_bucket()
 
-    def seconds_left(self, key: str) -> float | None:
-        from jupyter_compile_cache.storage.backends.object_store import ObjectStoreBackend
-
-        found = ObjectStoreBackend(self.url)._get(key, head=True)
-        assert found is not None, f"{key} is not there"
-        return None if found[1] == 0 else found[1] - self.clock.time()
-
-    def cut(self) -> None:
-        self.proxy.cut()
-
-    def restore(self) -> None:
-        self.proxy.restore()
-
-    def stop(self) -> None:
-        self.proxy.cut()
-        s3_server.put_back(self._before)
+    def environ(self, port: int) -> dict[str, str]:
+        return {**self.server.environ(), "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
 
 
-class AzureHubUnderTest(HubUnderTest):
-    """A container of its own on the session's Azurite, reached through a proxy of its own (`cut` is the network
-    gone); AZURE_STORAGE_CONNECTION_STRING is set in this process while it lives."""
-
+class AzureHubUnderTest(ObjectStoreHubUnderTest):
     kind = "az"
-    shared: AzuriteServer | None = None
 
-    def __init__(self, workdir) -> None:
-        super().__init__(workdir)
-        if AzureHubUnderTest.shared is None or AzureHubUnderTest.shared.proc is None:
-            workdir = tempfile.mkdtemp(prefix="azurite-")
-            AzureHubUnderTest.shared = AzuriteServer(workdir)
-            atexit.register(_stop_and_remove, AzureHubUnderTest.shared, workdir)
-        self.server = AzureHubUnderTest.shared
-        self.container = self.server.new_container()
-        self.proxy = HoldingProxy(self.server.port)
-        self._before = s3_server.use(self.server.environ(port=self.proxy.port))
+    def make_server(self, workdir: str) -> AzuriteServer:
+        return AzuriteServer(workdir)
 
-    @property
-    def url(self) -> str:
-        return f"az://{self.container}/team-hub"
+    def new_bucket(self) -> str:
+        return self.server.new_container()
 
-    def seconds_left(self, key: str) -> float | None:
-        from jupyter_compile_cache.storage.backends.object_store import ObjectStoreBackend
-
-        found = ObjectStoreBackend(self.url)._get(key, head=True)
-        assert found is not None, f"{key} is not there"
-        return None if found[1] == 0 else found[1] - self.clock.time()
-
-    def cut(self) -> None:
-        self.proxy.cut()
-
-    def restore(self) -> None:
-        self.proxy.restore()
-
-    def stop(self) -> None:
-        self.proxy.cut()
-        s3_server.put_back(self._before)
+    def environ(self, port: int) -> dict[str, str]:
+        return self.server.environ(port=port)
 
 
 def start(kind: str, workdir) -> HubUnderTest:
