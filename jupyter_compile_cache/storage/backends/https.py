@@ -21,10 +21,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn
 from urllib.parse import quote, urlsplit
 
 from ..clock import SYSTEM_CLOCK, Clock
+from . import after_fork
 from .base import HubError, HubRefused
 from .folder import HEADER, MAGIC, FolderBackend, key_path
 
@@ -73,6 +74,7 @@ class HttpsBackend:
         self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=ssl.create_default_context()))
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        after_fork.track(self)
 
     @property
     def pool(self) -> ThreadPoolExecutor:
@@ -177,6 +179,12 @@ class HttpsBackend:
 
     def sweep(self) -> int:
         self._read_only()
+
+    def forget_connections(self) -> Any:
+        # the worker threads did not come along through the fork
+        dropped = self._pool
+        self._pool, self._lock = None, threading.Lock()
+        return dropped
 
     def reconnect(self) -> None:
         pass  # a connection per request

@@ -77,9 +77,17 @@ def _check_url(url: str) -> None:
             raise ValueError("no socket path")
     elif not parts.hostname:
         raise ValueError("no host")
-    db = (parts.path.strip("/") if parts.scheme != "unix" else "") or parse_qs(parts.query).get("db", ["0"])[0]
+    query = parse_qs(parts.query)
+    db = (parts.path.strip("/") if parts.scheme != "unix" else "") or query.get("db", ["0"])[0]
     if not db.isdigit():
         raise ValueError(f"the database {db!r} is not a number")
+    tls_options = sorted(name for name in query if name.startswith("ssl_"))
+    if tls_options and parts.scheme != "rediss":
+        raise ValueError(f"{tls_options[0]} is an option of TLS URLs: rediss://host:port/db?{tls_options[0]}=...")
+    for name in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+        for path in query.get(name, []):
+            if not os.path.isfile(path):
+                raise ValueError(f"the file {path} that {name} names is not there")
     connection = sys.modules.get("redis.connection")
     if connection is not None:
         connection.parse_url(_plain(url))

@@ -182,3 +182,20 @@ def test_a_forked_child_uses_a_connection_of_its_own(tmp_path, redis_server):
     assert receive.recv() == (False, True)
     process.join(30)
     assert process.exitcode == 0
+
+
+@pytest.mark.parametrize(
+    "url, words",
+    [
+        ("redis://127.0.0.1:6391/0?ssl_ca_certs=/nope.pem", "ssl_ca_certs is an option of TLS URLs: rediss://"),
+        ("rediss://127.0.0.1:6391/0?ssl_ca_certs=/nope.pem", "the file /nope.pem that ssl_ca_certs names is not there"),
+    ],
+)
+def test_a_tls_option_on_a_plain_url_or_a_missing_ca_file_is_a_usage_error_naming_it(url, words, capsys):
+    """Once a crash (redis-py's TypeError, 40 lines of traceback) and a library's words ('Error 2 connecting')."""
+    from jupyter_compile_cache.frontends import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["list", "--hub", url])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and words in err and "Traceback" not in err, err
