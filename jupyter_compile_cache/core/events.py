@@ -225,6 +225,7 @@ class StepFailed(Event):
     error: str  # the exception, as "Type: message" or its message
     name: str | None = None  # the bundle
     where: str | None = None  # the store's folder
+    errno: int | None = None  # an OSError's: the front end says the usual ones in its words
     level: ClassVar[str] = "warning"
 
 

@@ -243,6 +243,7 @@ class CellReport:
     saved_bytes: int = 0
     saved_files: int = 0
     save_seconds: float = 0.0  # writing the bundle into the local store
+    save_failed: bool = False  # a save was due and failed (the warning says why)
     pushed: bool = False
     push_seconds: float = 0.0
     # who held NAME's lease on the hub while this cell compiled it too: their bundle goes to the hub, not this one

@@ -57,7 +57,8 @@ class SaveStage:
         try:
             manifest = store.write(manifest, cell_files.files, bar)
         except OSError as exc:
-            self.tell(events.StepFailed(events.Step.SAVE, str(exc), name, store.root), report)
+            report.save_failed = True
+            self.tell(events.StepFailed(events.Step.SAVE, str(exc), name, store.root, exc.errno), report)
             return
         finally:
             bar.close()

@@ -5,6 +5,7 @@ turns it into words."""
 
 from __future__ import annotations
 
+import errno
 import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -267,9 +268,21 @@ _STEP_FAILED = {
 }
 
 
+# What a failed write of ours met, in the user's words (the library's are "[Errno 28] No space left on device: ...")
+_OS_ERRORS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EFBIG: "a file size limit was reached",
+    errno.EROFS: "the folder is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+
+
 @event_text.register
 def _(event: events.StepFailed) -> str:
-    return _STEP_FAILED[event.step].format(name=event.name, where=event.where, error=event.error)
+    error = _OS_ERRORS.get(event.errno or 0, event.error)
+    return _STEP_FAILED[event.step].format(name=event.name, where=event.where, error=error)
 
 
 _PRECOMPILE_STEP = {
@@ -540,6 +553,8 @@ def cell_summary(report: CellReport) -> str:
         if report.pushed and report.push_seconds >= 1:
             took += f" (push {report.push_seconds:.1f} s, {speed(report.saved_bytes, report.push_seconds)})"
         parts.append(f"saved {count(report.saved_files, 'file')} ({human_bytes(report.saved_bytes)}) to {where}{took}")
+    elif report.save_failed:
+        parts.append("not saved (the warning says why)")
     else:
         parts.append("nothing new to save")
         if report.pushed:  # the version it restored, which the hub lacked

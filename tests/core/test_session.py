@@ -180,6 +180,9 @@ def test_a_disk_that_fills_during_the_save_leaves_the_right_answer_one_line_and_
     assert "RIGHT True" in done.stdout
     told = [line for line in done.stderr.splitlines() if "could not save bundle 'net'" in line]
     assert len(told) == 1 and "the cell's result stands" in told[0], done.stderr[-3000:]
+    assert ": a file size limit was reached;" in told[0] and "Errno" not in told[0], told[0]
+    ran = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "'net' ran in" in line]
+    assert len(ran) == 1 and "not saved (the warning says why)" in ran[0] and "nothing new" not in ran[0], ran
     local, remote = _whole_versions_only(tmp_path / "store", share, tmp_path / "check")
     assert local == [] and remote == []
     leftovers = [n for _, _, files in os.walk(tmp_path / "store") for n in files if n.startswith(".tmp-")]
