@@ -35,13 +35,17 @@ QUIET := tests/kernels/test_launcher.py tests/kernels/test_server_extension.py t
 # timm's too where timm is installed (the GPU host: JCC_TEST_DEVICE=cuda make test-zoo).
 ZOO ?= gpt2,t5,vit,resnet
 
-.PHONY: setup test test-zoo lint format bench notebooks demo setup-oldest test-oldest test-forked docs screenshots
+# `make help` lists the targets and what each does (the `## ` text on each target's line)
+.PHONY: help setup test test-zoo lint format bench notebooks demo setup-oldest test-oldest test-forked docs screenshots
 
-setup:
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/:.*## /\t/' | expand -t 16
+
+setup:  ## set up .venv: torch, the package and its test extras (about 3 minutes)
 	VENV=$(VENV) bash .ci/setup
 
 # A second venv with the oldest torch the README names, and the restore tests on it.
-setup-oldest:
+setup-oldest:  ## a second venv with the oldest torch the README names
 	VENV=.venv-torch$(OLDEST_TORCH) TORCH_VERSION=$(OLDEST_TORCH) AZURITE=0 bash .ci/setup
 
 # One restore test of each kind there (a restart, an edit, a training step, damaged bundles, a decoder and a
@@ -49,19 +53,19 @@ setup-oldest:
 # releases between the two lanes' torches.
 OLDEST_K ?= restart_on_empty_cache_dir or (stale_compiled_code and forward) or training_step or damaged or zoo
 OLDEST_WORKERS ?= $(TEST_WORKERS)
-test-oldest:
+test-oldest:  ## the restore tests on the oldest torch
 	JCC_TEST_ZOO=gpt2,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest -n $(OLDEST_WORKERS) --durations=5 \
 		$(RESTORE_TESTS) \
 		$(if $(OLDEST_K),-k "$(OLDEST_K)")
 
 # The restore suites and the everyday edits again, every kernel forked from a warm template (the warm kernel spec),
 # each start's record in forked_starts.jsonl: forked kernels must answer as fresh ones (JCC_TEST_DEVICE=cuda on a GPU).
-test-forked:
+test-forked:  ## the restore suites with every kernel forked from a warm template
 	JCC_TEST_KERNELS=warm JCC_TEST_KERNELS_LOG=forked_starts.jsonl $(BIN)/python -m pytest $(RESTORE_TESTS) \
 		tests/end_to_end/test_everyday_edits.py
 
 # The whole model zoo (every HF model from its tiny config, and timm's where timm is installed), cold then restored.
-test-zoo:
+test-zoo:  ## the whole model zoo, cold then restored
 	$(BIN)/python -m pytest tests/end_to_end/test_model_zoo.py
 
 # Lint and type-check, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
@@ -69,7 +73,7 @@ test-zoo:
 # alone do (one pytest process, which leaves a core idle); `make test` fails if it fails. CI runs the oldest torch's
 # lane there, beside all but the QUIET tests, which go first, once BEFORE_QUIET (a command) has returned: CI waits
 # there for the oldest torch's setup, which could otherwise still be unpacking beside them.
-test:
+test:  ## ruff, pyright, the tests and the example notebooks (the README's test command)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	JCC_TEST_ZOO=$(ZOO) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 tests \
@@ -81,31 +85,31 @@ test:
 	$(if $(BESIDE_ALONE),wait $$beside || status=1;) exit $$status
 
 # The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about a minute).
-demo:
+demo:  ## a restart and its restore, on a store of its own
 	$(BIN)/python -m jupyter_compile_cache demo
 
-notebooks:
+notebooks:  ## run the example notebooks again and keep their outputs
 	$(BIN)/python example_notebooks/make_notebooks.py --execute
 
-lint:
+lint:  ## ruff and pyright
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/pyright --pythonpath $(BIN)/python
 
-format:
+format:  ## ruff format
 	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
 
-bench:
+bench:  ## the CPU benchmarks
 	$(BIN)/python -m benchmarks bench --suite cpu
 
 # Re-run the quick start and the CPU notebooks here, then render every figure of README.md and docs/results.md from
 # its result file (docs/figures.py; `--check` is part of the tests).
-docs:
+docs:  ## the notebooks, the figures of README.md and docs/results.md, the screenshots
 	$(BIN)/python example_notebooks/make_notebooks.py --execute
 	$(BIN)/python docs/figures.py
 	$(MAKE) screenshots
 
 # The panel screenshots of docs/reference.md, from the browser test: the CPU one from a live kernel (its store and caches under
 # ~/.jcc-panel-demo, removed after), the GPU one from 05_gpu_max_autotune.ipynb's saved widget state.
-screenshots:
+screenshots:  ## the panel's screenshots for the docs
 	rm -rf ~/.jcc-panel-demo
 	PANEL_DEMO_DIR=~/.jcc-panel-demo PANEL_SCREENSHOT=docs/panel.png PANEL_GPU_SCREENSHOT=docs/panel_gpu.png \
 		$(BIN)/python -m pytest -q -p no:cacheprovider tests/frontends/test_panel_browser.py

@@ -31,3 +31,15 @@ def test_a_constraints_file_that_pins_torch_out_of_range_is_told_and_cleaned_up(
     assert "pip could not install torch>=2.9,<2.16" in out.stderr, out.stderr
     assert "TORCH_VERSION=" in out.stderr and "PIP_CONFIG_FILE=/dev/null" in out.stderr, out.stderr
     assert f"removed the unfinished {venv}" in out.stderr and not venv.exists()
+
+
+def test_make_help_lists_every_target_with_what_it_does():
+    import re
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "Makefile")) as f:
+        targets = re.findall(r"^([a-z][a-z-]*):", f.read(), flags=re.M)
+    shown = subprocess.run(["make", "-s", "help"], cwd=root, capture_output=True, text=True, timeout=60).stdout
+    listed = {line.split()[0]: line.split(None, 1)[1] for line in shown.splitlines() if line.strip()}
+    assert sorted(listed) == sorted(targets) and all(listed.values()), shown

@@ -38,6 +38,10 @@ def run(folder: str | None = None, say: Callable[[str], None] = print) -> dict[s
     """Both runs; returns the compile cell's seconds in each ({"first": s, "restarted": s})."""
     from ..kernels.kernel_runner import KernelRunner
 
+    if folder is not None and not os.path.isdir(os.path.dirname(os.path.abspath(folder))):
+        # the store would make every folder on the way (once, /nonexistent/x at the filesystem's root)
+        parent = os.path.dirname(os.path.abspath(folder))
+        raise FileNotFoundError(f"{parent} is not a folder: --dir names a new or existing folder inside one")
     with tempfile.TemporaryDirectory(prefix="jcc-demo-") as scratch:
         root = os.path.abspath(folder or scratch)
         say(f"demo folder: {root} (a store and torch cache dirs of its own)")

@@ -34,3 +34,13 @@ def test_the_demo_restores_after_the_restart_and_shows_both_runs(tmp_path):
     assert "WARNING" not in proc.stderr and "without encryption" not in out + proc.stderr, proc.stderr
     # it kept to its folder: a store and two torch cache dirs there, nothing in the user's store
     assert sorted(os.listdir(tmp_path)) == ["store", "torch-cache-1", "torch-cache-2"]
+
+
+def test_a_dir_inside_a_folder_that_is_not_there_is_refused_and_nothing_is_made(tmp_path, capsys):
+    from jupyter_compile_cache.frontends import cli
+
+    wanted = tmp_path / "nonexistent" / "x"
+    assert cli.main(["demo", "--dir", str(wanted)]) == cli.ERROR
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'nonexistent'} is not a folder: --dir names" in err and "Traceback" not in err
+    assert not (tmp_path / "nonexistent").exists()
