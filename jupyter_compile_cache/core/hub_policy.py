@@ -121,6 +121,11 @@ class HubPolicy:
         config = hub_config(self.settings)
         return redact(config.url) if config is not None and self._is_down(config.url) else None
 
+    def failed_here(self, url: str | None = None) -> bool:
+        """Whether the hub of URL (default: the session's) failed in this session a moment ago."""
+        config = hub_config(self.settings, url)
+        return config is not None and self._is_down(config.url)
+
     def _is_down(self, url: str) -> bool:
         return self._down_until.get(url, 0) > time.time()
 

@@ -35,7 +35,7 @@ from typing import Any
 from .._version import __version__
 from ..core.commands import COMMAND_ERRORS, Commands
 from ..core.events import NoTeamSecret
-from ..core.records import NoHub, NotFound, RemoveOptions
+from ..core.records import NoHub, NotFound, NothingFits, PlanTrouble, RemoveOptions
 from ..core.stores import Stores
 from ..storage.backends.base import HubError
 from . import arguments, render, store_commands, wording
@@ -180,7 +180,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             missing = store_commands.missing_store(commands, args)
             if missing:
                 print(f"note: {missing}", file=sys.stderr)
-            return _show(store_commands.run(commands, command, args), getattr(args, "json", False))
+            record = store_commands.run(commands, command, args)
+            status = _show(record, getattr(args, "json", False))
+            if command == "list" and session.hub_policy.failed_here(args.hub_url):  # the local part was listed
+                return HUB_FAILED
+            unreadable = [p for p in getattr(record, "problems", []) if p.trouble is PlanTrouble.UNREADABLE_NOTEBOOK]
+            if unreadable:  # a file that is no notebook: its plan of nothing is no answer
+                print(
+                    f"error: could not read the notebook {unreadable[0].where}: {unreadable[0].detail}", file=sys.stderr
+                )
+                return ERROR
+            return status
         if args.command == "export":
             return _show(commands.export(args.name, args.file))
         if args.command == "import":
@@ -190,7 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NotFound as exc:  # nothing by that name: exit status 1, as grep's
         names = commands.session.store(args.store_dir).names()
         print(render.not_found(exc, names), file=sys.stderr)
-        return NOT_FOUND
+        # versions there, none of them signed with this secret: no bundle we can trust, not a name that is not there
+        return ERROR if isinstance(exc, NothingFits) and exc.wrong_signatures else NOT_FOUND
     except FileNotFoundError as exc:
         print(f"error: no such file: {exc.filename}", file=sys.stderr)
         return NOT_FOUND
@@ -267,9 +278,9 @@ def _hub_advice(message: str) -> str | None:
     where = "the hub URL (--hub, or $JUPYTER_COMPILE_CACHE_HUB)"
     if "name or service not known" in lowered or "nodename nor servname" in lowered or "name resolution" in lowered:
         return f"the host name does not resolve: check {where}"
-    if "connection refused" in lowered or "error 111" in lowered:
+    if "connection refused" in lowered or "refused the connection" in lowered:
         return f"nothing answers at that address: is the server running, and is the port in {where} right?"
-    if "timeout" in lowered or "timed out" in lowered:
+    if "timeout" in lowered or "timed out" in lowered or "did not answer" in lowered:
         return (
             "no answer in time: check the network to it, or give it longer "
             "($JUPYTER_COMPILE_CACHE_HUB_CONNECT_TIMEOUT, $JUPYTER_COMPILE_CACHE_HUB_TIMEOUT)"

@@ -409,6 +409,8 @@ def error_text(exc: BaseException) -> str:
         return not_found_text(exc)
     if isinstance(exc, NoHub):
         return f"no hub: pass --hub URL in a shell; in a notebook {NO_HUB_HINT}"
+    if isinstance(exc, OSError) and exc.errno in _OS_ERRORS:  # "[Errno 30] Read-only file system: '...'"
+        return _OS_ERRORS[exc.errno] + (f": {exc.filename}" if exc.filename else "")
     return str(exc)
 
 

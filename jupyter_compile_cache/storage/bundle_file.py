@@ -31,21 +31,29 @@ def import_bundle(store: LocalStore, path: str) -> tuple[Manifest, bool]:
         tar = tarfile.open(path, "r:")  # export writes a plain tar
     except tarfile.ReadError:
         raise BundleError(f"{not_ours} (not a tar file)") from None
-    with tar:
-        members = {m.name: m for m in tar.getmembers()}
-        payloads = set(members) & set(PAYLOADS.values())
-        if set(members) != {MANIFEST, *payloads} or len(payloads) != 1:
-            raise BundleError(not_ours)
-        if not all(m.isreg() for m in members.values()):
-            raise BundleError(not_ours)
-        raw = tar.extractfile(members[MANIFEST])
-        payload = tar.extractfile(members[payloads.pop()])
-        if raw is None or payload is None:
-            raise BundleError(not_ours)
-        manifest = Manifest.from_json(json.load(raw))
-        check_name(manifest.name)
-        if PAYLOADS.get(manifest.format) not in members:
-            raise BundleError(f"{path}: its payload is not of its manifest's format {manifest.format}")
-        if any(v.version == manifest.version for v in store.versions(manifest.name)):
-            return manifest, False
-        return store.adopt(manifest, payload), True
+    try:
+        with tar:
+            return _import_from(store, tar, path, not_ours)
+    except (tarfile.TarError, EOFError) as exc:  # a file cut short: "unexpected end of data" named nothing
+        raise BundleError(f"{path} is cut short or damaged ({exc}): nothing was imported") from None
+
+
+def _import_from(store: LocalStore, tar: tarfile.TarFile, path: str, not_ours: str) -> tuple[Manifest, bool]:
+    """The version in TAR (opened from PATH) into STORE."""
+    members = {m.name: m for m in tar.getmembers()}
+    payloads = set(members) & set(PAYLOADS.values())
+    if set(members) != {MANIFEST, *payloads} or len(payloads) != 1:
+        raise BundleError(not_ours)
+    if not all(m.isreg() for m in members.values()):
+        raise BundleError(not_ours)
+    raw = tar.extractfile(members[MANIFEST])
+    payload = tar.extractfile(members[payloads.pop()])
+    if raw is None or payload is None:
+        raise BundleError(not_ours)
+    manifest = Manifest.from_json(json.load(raw))
+    check_name(manifest.name)
+    if PAYLOADS.get(manifest.format) not in members:
+        raise BundleError(f"{path}: its payload is not of its manifest's format {manifest.format}")
+    if any(v.version == manifest.version for v in store.versions(manifest.name)):
+        return manifest, False
+    return store.adopt(manifest, payload), True

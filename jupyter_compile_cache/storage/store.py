@@ -212,8 +212,8 @@ class LocalStore:
             os.close(fd)
             os.unlink(tmp)
             raise bundle.BundleError(
-                f"it holds {human_bytes(manifest.payload_bytes)}, more than the {human_bytes(free)} free where the "
-                "local store is: not fetched"
+                f"{manifest.name!r} holds {human_bytes(manifest.payload_bytes)}, more than the {human_bytes(free)} "
+                f"free where the local store is ({self.root}): nothing was written"
             )
         try:
             with os.fdopen(fd, "w+b") as sink:

@@ -384,3 +384,50 @@ def test_list_takes_the_hub_it_lists(tmp_path, capsys):
     assert [(r["name"], r["where"]) for r in rows] == [("shared", "hub")]
     assert cli.main([*mine, "list", "--hub", f"file://{share}", "--json"]) == cli.OK  # another namespace: nothing
     assert json.loads(capsys.readouterr().out) == []
+
+
+def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
+    """The README's table, one row per way out, in this process: what each command prints on stderr names the
+    thing to fix, in our words (no traceback, no errno, no client library's text)."""
+    import errno
+
+    from helpers.store import make_bundle
+
+    from jupyter_compile_cache.frontends import cli, wording
+    from jupyter_compile_cache.storage.store import LocalStore
+
+    store = LocalStore(str(tmp_path / "store"))
+    make_bundle(store, "resnet")
+    mine = ["--store", store.root]
+    assert cli.main([*mine, "export", "resnet", str(tmp_path / "r.jcc")]) == cli.OK
+    whole = (tmp_path / "r.jcc").read_bytes()
+    (tmp_path / "cut.jcc").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "notes.ipynb").write_text("not a notebook")
+    share = tmp_path / "share"
+    share.mkdir()
+    assert cli.main([*mine, "hub", "--hub", f"file://{share}", "push", "resnet"]) == cli.OK
+    capsys.readouterr()
+    table = [
+        ([*mine, "list"], cli.OK, ""),
+        ([*mine, "rm", "resnt"], cli.NOT_FOUND, "did you mean 'resnet'?"),
+        ([*mine, "import", str(tmp_path / "nowhere.jcc")], cli.NOT_FOUND, "no such file"),
+        ([*mine, "explain"], cli.USAGE, "explain needs a NAME"),
+        ([*mine, "list", "--hub", "ftp://x/y"], cli.USAGE, "not a hub URL"),
+        ([*mine, "hub", "--hub", f"file://{share}", "rm", "resnet"], cli.REFUSED, "--yes"),
+        ([*mine, "hub", "--hub", "redis://127.0.0.1:1/0", "ls"], cli.HUB_FAILED, "refused the connection"),
+        ([*mine, "list", "--hub", "redis://127.0.0.1:1/0"], cli.HUB_FAILED, "refused the connection"),
+        ([*mine, "import", str(tmp_path / "cut.jcc")], cli.ERROR, f"{tmp_path / 'cut.jcc'} is cut short or damaged"),
+        ([*mine, "explain", "--notebook", str(tmp_path / "notes.ipynb")], cli.ERROR, "could not read the notebook"),
+        (["demo", "--dir", str(tmp_path / "nowhere" / "x")], cli.ERROR, "is not a folder"),
+    ]
+    for argv, status, words in table:
+        try:
+            got = cli.main(argv)
+        except SystemExit as exited:  # argparse's own usage errors
+            got = exited.code
+        err = capsys.readouterr().err
+        assert got == status and words in err, (argv, got, err)
+        assert "Traceback" not in err and "Errno" not in err and "Error 111" not in err, (argv, err)
+    # an OSError of a store the user cannot write, as every command says it
+    refused = OSError(errno.EROFS, "Read-only file system", f"{store.root}/.lock")
+    assert wording.error_text(refused) == f"the folder is read-only: {store.root}/.lock"

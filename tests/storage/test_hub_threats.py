@@ -77,7 +77,8 @@ def test_sizes_that_would_fill_the_disk_are_refused_before_a_byte_is_written(tmp
     }
     hub.backend.put({_manifest_key(hub, pushed): json.dumps(forged).encode()})
     mine, found = _find(hub, tmp_path)
-    assert found.manifest is None and "free where the local store is: not fetched" in found.skipped[0].detail
+    told = found.skipped[0].detail
+    assert found.manifest is None and f"free where the local store is ({mine.root}): nothing was written" in told
     assert mine.versions("net") == []
     assert [f for _, _, files in os.walk(mine.root) for f in files if f.startswith(".tmp-")] == []
 

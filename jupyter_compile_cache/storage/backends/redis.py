@@ -14,7 +14,9 @@ redis-py is imported when the hub is first used; missing, it is a HubError like 
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -286,7 +288,7 @@ class RedisBackend:
                 "rediss://host:port/0?ssl_ca_certs=/path/to/ca.pem"
             )
         kind = HubConnectionLost if lost else HubError
-        return kind(f"hub {self.display_url}: {message or type(exc).__name__}")
+        return kind(f"hub {self.display_url}: {_in_our_words(message) or type(exc).__name__}")
 
     # -- the protocol -------------------------------------------------------------------------------------------
     def ping(self) -> None:
@@ -386,3 +388,23 @@ class RedisBackend:
             except Exception:  # closing is best effort: the process may be exiting
                 pass
             self._client = None
+
+
+def _in_our_words(message: str) -> str:
+    """redis-py's commonest connection failures said as ours ('Error 111 connecting to h:1. Connection refused.')."""
+    connecting = re.match(r"Error (-?\d+) connecting to (\S+?)\.? (.*?)\.?$", message)
+    if connecting:
+        number, where, reason = int(connecting.group(1)), connecting.group(2), connecting.group(3)
+        if number == errno.ECONNREFUSED:
+            return f"{where} refused the connection (is the server up, and the URL right?)"
+        if number in (-2, -3, -5):  # the resolver's: no such name, a temporary failure, no address
+            return f"the host of {where} is not known ({reason})"
+        return f"could not connect to {where}: {reason}"
+    timeout = re.match(r"Timeout connecting to server", message)
+    if timeout:
+        return "the server did not answer in time"
+    if message.startswith("Connection closed by server"):
+        return "the server closed the connection (is it a Redis server, and the URL right?)"
+    if message.startswith("Protocol Error"):
+        return f"the server is not a Redis server (it answered {message.partition(':')[2].strip()})"
+    return message
