@@ -283,6 +283,7 @@ def main() -> None:
         "server": "moto (loopback)" if server is not None else os.environ["AWS_ENDPOINT_URL"],
         "python": sys.version.split()[0],
         "chunk_mb": CHUNK >> 20,
+        "floor_client": "obstore",  # the hub's own client: its floors
         "peak_rss_mb_of_this_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     with contextlib.suppress(Exception):

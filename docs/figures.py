@@ -435,11 +435,11 @@ def render_s3_hub(files: list[str], runs: list[dict]) -> str:
     for data in runs:
         big, floors, chunk_mb = data["bundle"], data["bundle"]["floors"], data["meta"].get("chunk_mb", 4)
         disk = max(floors["dd_fsync_s"], floors["sha256_read_s"])
-        raw = big["raw_chunks"]
+        raw, client = big["raw_chunks"], data["meta"].get("floor_client", "boto3")  # the hub's client of that day
         rows = (
             ("save", big["save"].get("seconds"), disk, "dd+fsync or sha256 of the bytes, the slower"),
-            ("push", big["push"].get("seconds"), raw.get("put_s"), "boto3's put of the same 4 MB objects"),
-            ("pull", big["pull"].get("seconds"), raw.get("get_s"), "boto3's get of them"),
+            ("push", big["push"].get("seconds"), raw.get("put_s"), f"{client}'s put of the same 4 MB objects"),
+            ("pull", big["pull"].get("seconds"), raw.get("get_s"), f"{client}'s get of them"),
             ("restore", big["restore"].get("restore_s"), disk, "dd+fsync or sha256, the slower"),
         )
         for step, ours, floor, what in rows:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import shlex
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -194,12 +195,18 @@ class CompileCacheMagics(Magics):
             settings.hub = ""
             print("compile_cache: hub off for this session")
             return None
+        previous = settings.hub
         if target != "status":
             try:
                 settings.hub = target
             except TraitError as exc:
                 raise UsageError(f"{exc}\nusage: {line_usage()}") from None
-        return _show(Commands(self.session).hub_state(), False)
+        state = Commands(self.session).hub_state()
+        if target != "status" and state.reachable is False:  # a hub no cell could use: the one before stays
+            settings.hub = previous
+            print(f"compile_cache: warning: {wording.hub_not_set(state, previous)}", file=sys.stderr)
+            return None
+        return _show(state, False)
 
 
 def _show(record: render.Record, as_json: bool) -> Any:

@@ -14,6 +14,7 @@ from ..core import events
 from ..core.records import (
     CellPlan,
     CellReport,
+    HubState,
     NoHub,
     NoSuchVersion,
     NotFound,
@@ -26,6 +27,7 @@ from ..core.records import (
 )
 from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..kernels.protocol import FIT_TROUBLES, TemplateProblem, TemplateTrouble
+from ..storage.backends.url import redact
 from ..storage.bundle import FieldMismatch
 from ..storage.sources import Place, Skip, SkipKind
 from ..storage.store import UnreadableManifest
@@ -401,6 +403,13 @@ NO_HUB_HINT = (
     "%config CompileCache.hub = ..., or "
     "JUPYTER_COMPILE_CACHE_HUB"
 )
+
+
+def hub_not_set(state: HubState, previous: str) -> str:
+    """`%compile_cache hub URL` on a hub that did not answer: not set, and which hub stays."""
+    stays = f"the hub stays {redact(previous)}" if previous else "no hub is set"
+    error = (state.error or "it did not answer").removeprefix(f"hub {state.url}: ")
+    return f"hub {state.url} not set: {error}; {stays} (`%config CompileCache.hub = URL` sets one that is down for now)"
 
 
 def error_text(exc: BaseException) -> str:

@@ -83,7 +83,7 @@ def test_cells_and_commands_work_without_redis_and_ipywidgets(venv_without_extra
     assert "LIST ok=True" in out and "HUB ok=True" in out, out
     warning = f"compile_cache: warning: the hub needs redis-py, which is not installed: {HUB_HINT}"
     assert out.count(warning) == 1, out  # told once per session, not by every command
-    assert f"unreachable: the hub needs redis-py, which is not installed: {HUB_HINT}" in out, out  # `hub URL`
+    assert f"not set: the hub needs redis-py, which is not installed: {HUB_HINT}" in out, out  # `hub URL`
     assert "PANEL ok=False error=UsageError" in out and PANEL_HINT in out, out
 
 

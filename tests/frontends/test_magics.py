@@ -139,11 +139,17 @@ def test_settings_come_from_config_then_environment_then_defaults(shell, monkeyp
     assert Commands(session).status().settings["namespace"] == "from-config"
 
 
-def test_hub_subcommand_sets_the_hub_setting(shell, capsys):
+def test_hub_subcommand_sets_a_hub_that_answers_and_keeps_the_last_one_otherwise(shell, capsys, tmp_path):
     session = shell.load()
-    shell.run_line_magic("compile_cache", "hub redis://127.0.0.1:1/0")  # nothing listens: status says so
-    assert session.settings.hub == "redis://127.0.0.1:1/0"
-    assert "unreachable" in capsys.readouterr().out
+    share = tmp_path / "share"
+    share.mkdir()
+    shell.run_line_magic("compile_cache", f"hub file://{share}")
+    assert session.settings.hub == f"file://{share}" and "reachable (shared folder" in capsys.readouterr().out
+    shell.run_line_magic("compile_cache", "hub redis://127.0.0.1:1/0")  # nothing listens: not set, and said so
+    err = capsys.readouterr().err
+    assert session.settings.hub == f"file://{share}"
+    assert "hub redis://127.0.0.1:1/0 not set: 127.0.0.1:1 refused the connection" in err
+    assert f"the hub stays file://{share}" in err and ".;" not in err
     shell.run_line_magic("compile_cache", "hub off")
     assert session.settings.hub == "" and session.hub_policy.for_cell(jupyter_compile_cache.CellOptions()) is None
 

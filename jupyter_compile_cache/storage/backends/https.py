@@ -6,8 +6,7 @@ cannot make, `jcc-index.json`. Serve DIR as it is (nginx, `python -m http.server
 Pulls check every chunk's digest, and the signature where a team secret is set, as on every hub (storage/hub.py).
 Anything that would write (a push, a lease, `hub rm`, `hub gc`) is refused in one line. The server's certificate is
 checked against the system's CAs (`SSL_CERT_FILE` names another bundle), and `HTTPS_PROXY` is used, as by pip and
-curl. `http://` is taken too, for a server on a trusted network: the signature, not the transport, says whose a
-bundle is.
+curl. Plain `http://` is not a hub URL: it is more often a Redis address with the wrong scheme than a web server.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ def write_index(folder: str) -> int:
 
 
 class HttpsBackend:
-    SCHEMES: ClassVar[tuple[str, ...]] = ("https", "http")
+    SCHEMES: ClassVar[tuple[str, ...]] = ("https",)
     USAGE: ClassVar[str] = "https://host/path (read-only: a folder `hub publish DIR` wrote, served as static files)"
     kind = "https"
     read_only = True  # its refusals are worded here (storage/hub.py `_refused`)
