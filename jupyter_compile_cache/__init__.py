@@ -29,8 +29,10 @@ Line commands: ``%compile_cache status`` (per-layer table), ``list``, ``explain 
 would not restore here, and what the last run hit and missed; with no NAME, which of this notebook's cells Run All
 will restore, and why not), ``stats [--json] [--zero]`` (what the cells that
 used the store did: restores, hit rate, time saved, size against the cap), ``rm NAME``, ``gc [--max-size SIZE]``,
-``enable LAYER`` / ``disable LAYER`` (flip torch's switch for a cache layer), ``hub URL|off|status``, ``panel``
-(an ipywidgets panel: per-layer state with toggles, bundles, cold vs restored times).
+``enable LAYER`` / ``disable LAYER`` (flip torch's switch for a cache layer), ``config`` (the settings in force and
+where each came from), ``export NAME FILE`` / ``import FILE``, ``hub URL|off`` (the session's hub, set only if it
+answers) and ``hub status|ls|push|pull|publish|rm|gc`` (the CLI's hub commands, the same words), ``panel`` (an
+ipywidgets panel: per-layer state with toggles, bundles, cold vs restored times).
 
 Settings (store, hub, namespace, secret, timeouts, size cap, precompile, prewarm) are traitlets of
 ``CompileCache``: ``%config CompileCache`` lists them, ``%config CompileCache.max_size = "5G"`` or

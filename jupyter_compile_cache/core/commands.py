@@ -5,6 +5,7 @@ these, and get typed records (records.py) to show as they like.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import tarfile
@@ -13,8 +14,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..storage.backends.https import INDEX, write_index
+from ..storage.backends.url import redact
 from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
-from ..storage.hub import HubError
+from ..storage.hub import HubError, HubRefused
 from ..storage.sources import HubSource, LocalSource, Place, Progress, Source
 from ..storage.store import LocalStore
 from . import events
@@ -26,9 +28,11 @@ from .records import (
     BundleExplanation,
     BundleRow,
     CellOptions,
+    Configuration,
     DeviceSummary,
     Exported,
     GcOptions,
+    HubCheck,
     HubListing,
     HubState,
     Imported,
@@ -45,10 +49,13 @@ from .records import (
     Removed,
     RemoveOptions,
     SessionStatus,
+    Setting,
     StoreStatistics,
     SwitchScope,
     TimeSaved,
     VersionFit,
+    WarmTemplate,
+    writer,
 )
 from .stores import Stores
 
@@ -147,6 +154,62 @@ class Commands:
             notebook_fetched=len(session.notebook.fetched),
             notebook_error=session.notebook.error,
         )
+
+    def config(self, store_dir: str | None = None) -> Configuration:
+        """Every setting in force and where it came from, the store (STORE_DIR's, or the session's) against its cap,
+        the warm templates running."""
+        from ..kernels import launcher, runtime_dir
+
+        settings = self.session.settings
+        rows = []
+        for name, value in settings.resolved().items():
+            shown = ("set" if value else "") if name == "secret" else redact(value) if name == "hub" else str(value)
+            rows.append(Setting(name, shown, settings.origin(name)))
+        store = self.session.store(store_dir)
+        directory = runtime_dir.runtime_dir()
+        templates = []
+        for info in launcher.templates(directory) if directory else []:
+            kernels = sum(runtime_dir.process_alive(pid) for pid in info.holders)
+            age = time.time() - info.started
+            templates.append(WarmTemplate(info.pid, info.python, _rss_bytes(info.pid), age, kernels))
+        return Configuration(rows, store.root, store.usage()[0], settings.max_bytes, templates, directory)
+
+    def hub_check(self, hub: HubSource) -> HubCheck:
+        """HUB tried as a cell uses it: its answer, reading (every version listed, signatures checked against the
+        team secret), and writing (a lease taken and given back at once, as a cell's single flight does)."""
+        from ..storage.signing import SignatureError, check_signature
+
+        state = HubState(url=hub.display_url, namespace=hub.namespace, signed=bool(hub.hub.config.secret))
+        check = HubCheck(state, getattr(hub.hub.backend, "credential", None))
+        try:
+            state.latency_ms = hub.hub.ping() * 1000
+            state.reachable, state.kind = True, hub.hub.backend.kind
+            self.session.hub_policy.answered(hub.url)
+            manifests, _refused = hub.hub.listing()
+        except HubError as exc:
+            state.reachable = state.reachable or False
+            if isinstance(exc, HubRefused):
+                check.read = str(exc)
+            else:
+                state.reachable, state.error = False, str(exc)
+            return check
+        check.versions = len(manifests)
+        if hub.hub.config.secret is not None:
+            good = 0
+            for manifest in manifests:
+                with contextlib.suppress(SignatureError):
+                    check_signature(manifest, hub.hub.config.secret)
+                    good += 1
+            check.verified, check.unverified = good, len(manifests) - good
+        lease = hub.hub.lease("jcc-check", "0" * 12, writer())
+        try:
+            if lease.acquire() is None:
+                lease.release()
+        except HubRefused as exc:
+            check.write = str(exc)
+        except HubError as exc:
+            check.write = f"the lease was not taken: {exc}"
+        return check
 
     def hub_state(self) -> HubState:
         """The hub, pinged now even if it failed a moment ago (`%compile_cache hub status`)."""
@@ -263,12 +326,14 @@ class Commands:
         return TimeSaved(per_layer, cells, sum(c.saved for c in cells))
 
     # -- changes --------------------------------------------------------------------------------------------------
-    def push(self, name: str, hub: HubSource | None = None, progress: Progress | None = None) -> Pushed:
+    def push(
+        self, name: str, hub: HubSource | None = None, progress: Progress | None = None, store_dir: str | None = None
+    ) -> Pushed:
         """The newest local version of NAME onto HUB (default: the session's); NoHub, NotFound, or the HubError."""
         hub = hub or self.session.hub_policy.for_cell(CellOptions())
         if hub is None:
             raise NoHub()
-        store = self.session.store()
+        store = self.session.store(store_dir)
         versions = store.versions(check_name(name))
         if not versions:
             raise NotFound(name, store_where(store))
@@ -276,11 +341,13 @@ class Commands:
         pushed = hub.push(versions[0], store, progress)
         return Pushed(pushed, hub_where(hub), time.perf_counter() - start)
 
-    def push_all(self, hub: HubSource, progress: Callable[[str], Progress] | None = None) -> PushedAll:
+    def push_all(
+        self, hub: HubSource, progress: Callable[[str], Progress] | None = None, store_dir: str | None = None
+    ) -> PushedAll:
         """The newest local version of every name onto HUB, where the hub lacks it (a bundle saved before the hub was
         set, or while it was down); `progress(name)` gives each push's progress. A HubError stops it: what went up
         stays up."""
-        store = self.session.store()
+        store = self.session.store(store_dir)
         pushed, present = [], []
         for name in store.names():
             versions = store.versions(name)
@@ -294,7 +361,9 @@ class Commands:
             pushed.append(Pushed(manifest, hub_where(hub), time.perf_counter() - start))
         return PushedAll(pushed, present, hub_where(hub))
 
-    def publish(self, folder: str, progress: Callable[[str], Progress] | None = None) -> PushedAll:
+    def publish(
+        self, folder: str, progress: Callable[[str], Progress] | None = None, store_dir: str | None = None
+    ) -> PushedAll:
         """The newest local version of every name into FOLDER (made if absent), laid out as a folder hub, with the
         listing a static server cannot make: served as it is, FOLDER is a read-only https:// hub. Signed with the
         team secret where one is set; kept for good."""
@@ -303,7 +372,7 @@ class Commands:
         hub = self.session.hub_policy.for_command(f"file://{folder}")
         if hub is None:  # a URL was named: never
             raise NoHub()
-        published = self.push_all(hub, progress)
+        published = self.push_all(hub, progress, store_dir)
         write_index(folder)
         published.listing = os.path.join(folder, INDEX)
         return published
@@ -388,11 +457,15 @@ class Commands:
         return HubListing(hub_where(hub), rows)
 
     def hub_pull(
-        self, hub: HubSource, name: str, progress: Callable[[Source, Manifest], Progress | None] | None = None
+        self,
+        hub: HubSource,
+        name: str,
+        progress: Callable[[Source, Manifest], Progress | None] | None = None,
+        store_dir: str | None = None,
     ) -> Pulled:
         """The newest version of NAME on HUB that fits this machine, into the local store (verified); NothingFits
         (why each version was skipped, and whether they were signed with another secret) when there is none."""
-        store = self.session.store()
+        store = self.session.store(store_dir)
         search = self.session.search
         found = search.newest(check_name(name), store, hub, local=False, progress=progress, on_down="raise")
         if found.manifest is None:
@@ -499,3 +572,12 @@ def _functions_against(manifest: Manifest, compiled: dict[str, str]) -> list[tup
         )
         out.append((function, verdict))
     return sorted(out)
+
+
+def _rss_bytes(pid: int) -> int | None:
+    """A process's resident memory (Linux's /proc), None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -121,6 +121,10 @@ class HubPolicy:
         config = hub_config(self.settings)
         return redact(config.url) if config is not None and self._is_down(config.url) else None
 
+    def answered(self, url: str) -> None:
+        """The hub at URL answered (a `hub check`): cells use it again at once."""
+        self._down_until.pop(url, None)
+
     def failed_here(self, url: str | None = None) -> bool:
         """Whether the hub of URL (default: the session's) failed in this session a moment ago."""
         config = hub_config(self.settings, url)

@@ -356,6 +356,21 @@ class HubState:
     error: str | None = None
 
 
+@dataclass
+class HubCheck:
+    """`hub check` (and `hub status`): the hub tried as a cell would use it. `read` and `write`: None where allowed,
+    else the refusal's words (write: not asked where reading failed); `verified` and `unverified`: of the versions
+    listed, how many carry the team secret's signature and how many do not (None: no secret set)."""
+
+    state: HubState
+    credential: str | None = None  # what supplied the credential (an object store's), None where the URL does
+    versions: int = 0
+    read: str | None = None
+    write: str | None = None
+    verified: int | None = None
+    unverified: int | None = None
+
+
 @dataclass(frozen=True)
 class NotebookCell:
     """A `%%compile_cache` cell of a saved notebook: its place among the code cells (from 1), NAME, options, and
@@ -442,6 +457,41 @@ class SessionStatus:
     notebook_path: str | None = None  # known, though its plan may still be in the making
     notebook_fetched: int = 0  # bundles pulled from the hub ahead of their cells
     notebook_error: str | None = None  # why the staging stopped early (its cells fetch their own bundles)
+
+
+@dataclass
+class Setting:
+    """One setting in force: its value as shown (the secret never: "set" or ""; a hub's password hidden) and where it
+    came from (`CompileCache.origin`)."""
+
+    name: str
+    value: str
+    origin: str
+
+
+@dataclass
+class WarmTemplate:
+    """A warm kernel template running for this user: its process, memory, age and the kernels forked from it that
+    still run."""
+
+    pid: int
+    python: str
+    rss_bytes: int | None
+    age_seconds: float
+    kernels: int
+
+
+@dataclass
+class Configuration:
+    """`config` (the CLI's `status`): every setting in force and where it came from, the local store's size against
+    its cap, and the warm templates running."""
+
+    settings: list[Setting]
+    store_dir: str
+    store_bytes: int
+    max_bytes: int
+    templates: list[WarmTemplate]
+    runtime_dir: str | None
 
 
 @dataclass

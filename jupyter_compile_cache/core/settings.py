@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from traitlets import Bool, Float, Int, TraitError, Unicode, default, validate
+from traitlets import All, Bool, Float, Int, TraitError, Unicode, default, observe, validate
 from traitlets.config import Configurable
 
 from ..storage.backends import check_url
@@ -138,7 +138,14 @@ class CompileCache(Configurable):
 
     def __init__(self, **kwargs: Any) -> None:
         self.env_problems: list[EnvProblem] = []  # variables that could not be read; the session warns once
+        self._set_here: set[str] | None = None  # settings given a value after start-up (not by %config)
         super().__init__(**kwargs)
+        self._set_here = set()
+
+    @observe(All)
+    def _note_set(self, change: dict[str, Any]) -> None:
+        if self._set_here is not None:
+            self._set_here.add(change["name"])
 
     def update_config(self, config: Any) -> None:
         """`%config CompileCache.x = value`: a refused value leaves every setting as it was, and says so."""
@@ -298,6 +305,18 @@ class CompileCache(Configurable):
         except ValueError as exc:
             self.env_problems.append(EnvProblem(ENV[name], str(exc), "on"))
             return True
+
+    def origin(self, name: str) -> str:
+        """Where NAME's value in force came from: "config" (`%config`, ipython_config.py), "set" (since start-up:
+        `--store`, `%compile_cache hub URL`, the API), "$VARIABLE", or "default"."""
+        section = self.config.get(type(self).__name__, {})
+        if name in section:
+            return "config"
+        if self._set_here and name in self._set_here:
+            return "set"
+        variable = ENV[name]
+        refused = any(problem.variable == variable for problem in self.env_problems)
+        return f"${variable}" if os.environ.get(variable, "").strip() and not refused else "default"
 
     def resolved(self) -> dict[str, Any]:
         """Every setting's value in use (the secret masked), for `status` and tests."""

@@ -34,11 +34,10 @@ from typing import Any
 
 from .._version import __version__
 from ..core.commands import COMMAND_ERRORS, Commands
-from ..core.events import NoTeamSecret
-from ..core.records import NoHub, NotFound, NothingFits, PlanTrouble, RemoveOptions
+from ..core.records import HubCheck, NotFound, NothingFits, PlanTrouble
 from ..core.stores import Stores
 from ..storage.backends.base import HubError
-from . import arguments, render, store_commands, wording
+from . import arguments, hub_commands, render, store_commands, wording
 from .reporter import TextReporter, TransferBar
 
 OK, NOT_FOUND, USAGE, REFUSED, HUB_FAILED, ERROR = 0, 1, 2, 3, 4, 5
@@ -57,13 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--store", dest="store_dir", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
         return cmd
 
+    # `show` is explain's old name; `status`, in a shell, is the configuration (in a kernel it adds the kernel's own)
+    aliases = {"explain": ["show"], "config": ["status"]}
     for name in store_commands.NAMES:
-        aliases = ["show"] if name == "explain" else []
-        store_commands.add_arguments(name, command(name, help=store_commands.HELP[name], aliases=aliases))
-    export = command("export", help="write the newest version of NAME to one file")
-    export.add_argument("name", metavar="NAME")
-    export.add_argument("file", metavar="FILE")
-    command("import", help="add a bundle file made by export").add_argument("file", metavar="FILE")
+        cmd = command(name, help=store_commands.HELP[name], aliases=aliases.get(name, []))
+        store_commands.add_arguments(name, cmd)
     job = command(
         "run",
         help="run COMMAND with NAME restored into torch's caches before and what it compiled saved after",
@@ -90,61 +87,15 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--user", action="store_true", help="for this user only")
     where.add_argument("--sys-prefix", action="store_true", help="into this Python environment (sys.prefix)")
     where.add_argument("--prefix", metavar="DIR", default=None, help="under DIR/share/jupyter/kernels")
-    hub = command("hub", help="the shared hub (Redis, S3 or a folder): ls | push NAME | pull NAME | rm NAME | gc")
-
-    def hub_options(parser: argparse.ArgumentParser, default: Any) -> None:
-        parser.add_argument(
-            "--hub",
-            dest="hub_url",
-            type=arguments.hub_url,
-            default=default,
-            help="redis://[user:password@]host:port/db, s3://bucket/prefix or file:///shared/folder "
-            "(default: $JUPYTER_COMPILE_CACHE_HUB)",
-        )
-        parser.add_argument(
-            "--namespace",
-            type=arguments.namespace,
-            default=default,
-            help="default: $JUPYTER_COMPILE_CACHE_NAMESPACE or 'default'",
-        )
-
-    hub_options(hub, None)
-    hub_options(job, None)
-    hub_sub = hub.add_subparsers(dest="hub_command", required=True, metavar="HUB_COMMAND")
-
-    def hub_command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        cmd = hub_sub.add_parser(name, **kwargs)
-        hub_options(cmd, argparse.SUPPRESS)
-        cmd.add_argument("--store", dest="store_dir", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
-        return cmd
-
-    hub_command("ls", help="bundles on the hub").add_argument("--json", action="store_true", help="the records as JSON")
-    hub_push = hub_command("push", help="push the newest version of NAME, or of every name (--all)")
-    pushing = hub_push.add_mutually_exclusive_group(required=True)
-    pushing.add_argument("name", nargs="?")
-    pushing.add_argument("--all", action="store_true", help="every name whose newest local version the hub lacks")
-    hub_push.add_argument(  # only a push makes something that lives
-        "--ttl", type=arguments.ttl_seconds, default=None, help="seconds the pushed bundle lives on the hub"
+    hub = command("hub", help="the shared hub: " + " | ".join(hub_commands.NAMES))
+    hub_commands.add_hub_options(hub, None)
+    hub_commands.add_hub_options(job, None)
+    hub_commands.add_commands(
+        hub.add_subparsers(dest="hub_command", required=True, metavar="HUB_COMMAND"),
+        lambda cmd: cmd.add_argument(
+            "--store", dest="store_dir", metavar="DIR", default=argparse.SUPPRESS, help=store_help
+        ),
     )
-    hub_command("pull", help="pull the newest version of NAME").add_argument("name")
-    hub_publish = hub_command(
-        "publish", help="write the local store's newest versions into DIR, to serve as a read-only https:// hub"
-    )
-    hub_publish.add_argument("dir", metavar="DIR")
-    hub_rm = hub_command("rm", help="delete NAME from the hub (every version needs --yes)")
-    hub_rm.add_argument("name")
-    hub_rm.add_argument("--version", default=None, help="only this version")
-    hub_rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    hub_rm.add_argument("--yes", action="store_true", help="needed to delete every version of NAME")
-    hub_gc = hub_command("gc", help="keep the newest versions of each name and machine, delete the rest")
-    hub_gc.add_argument(
-        "--keep",
-        type=arguments.keep_versions,
-        default=3,
-        metavar="N",
-        help="versions kept per name and machine (1 or more; default 3)",
-    )
-    hub_gc.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     return p
 
 
@@ -175,8 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     session = Stores(store_dir=args.store_dir, reporter=TextReporter())  # no cell runs: nothing of torch's side
     commands = Commands(session)
     try:
-        if args.command in store_commands.NAMES or args.command == "show":
-            command = "explain" if args.command == "show" else args.command
+        if args.command in store_commands.NAMES or args.command in ("show", "status"):
+            command = {"show": "explain", "status": "config"}.get(args.command, args.command)
             missing = store_commands.missing_store(commands, args)
             if missing:
                 print(f"note: {missing}", file=sys.stderr)
@@ -191,10 +142,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 return ERROR
             return status
-        if args.command == "export":
-            return _show(commands.export(args.name, args.file))
-        if args.command == "import":
-            return _show(commands.import_file(args.file))
         if args.command == "hub":
             return _hub_command(args, commands)
     except NotFound as exc:  # nothing by that name: exit status 1, as grep's
@@ -330,39 +277,8 @@ def _install_kernel(args: argparse.Namespace) -> int:
 
 
 def _hub_command(args: argparse.Namespace, commands: Commands) -> int:
-    shown: list[TransferBar] = []
-
-    def bar_for(name: str) -> TransferBar:  # one bar per bundle, the last one closed as the next starts
-        for done in shown:
-            done.close()
-        shown[:] = [TransferBar(f"pushing {name!r}", stream=sys.stderr)]
-        return shown[0]
-
-    try:
-        if args.hub_command == "publish":
-            return _show(commands.publish(args.dir, bar_for))
-        hub = commands.hub(args.hub_url, args.namespace, getattr(args, "ttl", None))
-        if hub is None:
-            raise NoHub()
-        if args.hub_command == "push" and args.all:
-            return _show(commands.push_all(hub, bar_for))
-    finally:
-        for done in shown:
-            done.close()
-    if args.hub_command == "ls":
-        return _show(commands.hub_bundles(hub), args.json)
-    if args.hub_command == "push":
-        bar = TransferBar(f"pushing {args.name!r}", stream=sys.stderr)
-        try:
-            return _show(commands.push(args.name, hub, bar))
-        finally:
-            bar.close()
-    if args.hub_command == "pull":
-        if hub.hub.config.secret is None:  # as kernels say it: what is pulled is not verified as the team's
-            print(f"warning: {wording.event_text(NoTeamSecret())}", file=sys.stderr)
-        bars = lambda _source, m: TransferBar(f"pulling {m.name!r}", stream=sys.stderr)  # noqa: E731
-        return _show(commands.hub_pull(hub, args.name, bars))
-    if args.hub_command == "rm":
-        options = RemoveOptions(args.name, args.version, args.dry_run)
-        return _show(commands.remove(options, hub, yes=args.yes))
-    return _show(commands.hub_gc(hub, args.keep, args.dry_run))
+    record = hub_commands.run(commands, args, lambda label: TransferBar(label, stream=sys.stderr))
+    status = _show(record, getattr(args, "json", False))
+    if isinstance(record, HubCheck) and (record.state.reachable is False or record.read is not None):
+        return HUB_FAILED  # what it found is shown: the hub cannot be used
+    return status

@@ -19,8 +19,9 @@ from ..core.commands import Commands
 from ..core.notebook import notebook_path
 from ..core.records import NotFound, bundle_name
 from ..core.session import CompileCacheSession
-from . import render, store_commands, tables, wording
+from . import hub_commands, render, store_commands, tables, wording
 from .cell_line import Parser, cell_parser, options_from
+from .reporter import TransferBar
 
 
 class _LineParser(Parser):
@@ -44,8 +45,13 @@ def line_parser() -> Parser:
     for command in ("enable", "disable"):
         cmd = p.subcommands[command] = sub.add_parser(command, help=f"{command} one of torch's cache layers")
         cmd.add_argument("layer", metavar="LAYER")
-    cmd = p.subcommands["hub"] = sub.add_parser("hub", help="set the hub, turn it off, or check it")
-    cmd.add_argument("target", metavar="URL|off|status", nargs="?", default="status")
+    cmd = p.subcommands["hub"] = sub.add_parser("hub", help="set the hub (URL), turn it off, or use it")
+    hub_commands.add_hub_options(cmd, None)
+    hub_sub = cmd.add_subparsers(dest="hub_command", parser_class=_LineParser, metavar="URL|off|HUB_COMMAND")
+    hub_commands.add_commands(hub_sub, lambda c: c.add_argument("--store", dest="store_dir", metavar="DIR"))
+    # the kernel's own: which hub this session uses (a shell names it with --hub or the variable)
+    hub_sub.add_parser("set", help="use the hub at URL in this session, if it answers").add_argument("url")
+    hub_sub.add_parser("off", help="no hub in this session")
     p.subcommands["panel"] = sub.add_parser("panel", help="the ipywidgets panel")
     return p
 
@@ -142,7 +148,7 @@ class CompileCacheMagics(Magics):
         if _asks_help(words):
             print(_subcommand_help(words[0]) if words[0] in _subcommands() else self.compile_cache_line.__doc__)
             return None
-        args = line_parser().parse_args(store_commands.words(words))
+        args = line_parser().parse_args(store_commands.words(_hub_words(words)))
         session = self.session
         commands = Commands(session)
         if args.command in (None, "status"):
@@ -178,7 +184,7 @@ class CompileCacheMagics(Magics):
             print(f"compile_cache: {render.switch_line(layer, commands.switch_scope(layer))}")
             return None
         if args.command == "hub":
-            return self._hub(args.target)
+            return self._hub(args, commands)
         if args.command == "panel":
             from .panel import Panel
 
@@ -188,25 +194,53 @@ class CompileCacheMagics(Magics):
                 raise UsageError(str(exc)) from None
         raise UsageError(f"unknown subcommand {args.command!r}\nusage: {line_usage()}")
 
-    def _hub(self, target: str) -> Any:
-        """`hub URL` and `hub off` set CompileCache.hub for this session (as `%config` would)."""
+    def _hub(self, args: Any, commands: Commands) -> Any:
+        """`hub URL` and `hub off` set CompileCache.hub for this session (as `%config` would), a URL only if it
+        answers; the hub's commands (`hub ls`, `hub push NAME`, ...) as the CLI's."""
         settings = self.session.settings
-        if target == "off":
+        if args.hub_command == "off":
             settings.hub = ""
             print("compile_cache: hub off for this session")
             return None
-        previous = settings.hub
-        if target != "status":
+        if args.hub_command != "set":
             try:
-                settings.hub = target
-            except TraitError as exc:
-                raise UsageError(f"{exc}\nusage: {line_usage()}") from None
-        state = Commands(self.session).hub_state()
-        if target != "status" and state.reachable is False:  # a hub no cell could use: the one before stays
+                record = hub_commands.run(commands, args, lambda label: TransferBar(label))
+            except NotFound as exc:
+                names = commands.session.store(getattr(args, "store_dir", None)).names()
+                raise UsageError(render.not_found(exc, names)) from None
+            except ValueError as exc:  # no hub, a bad name: said with the usage
+                raise UsageError(f"{wording.error_text(exc)}\nusage: {line_usage()}") from None
+            return _show(record, getattr(args, "json", False))
+        previous = settings.hub
+        try:
+            settings.hub = args.url
+        except TraitError as exc:
+            raise UsageError(f"{exc}\nusage: {line_usage()}") from None
+        state = commands.hub_state()
+        if state.reachable is False:  # a hub no cell could use: the one before stays
             settings.hub = previous
             print(f"compile_cache: warning: {wording.hub_not_set(state, previous)}", file=sys.stderr)
             return None
         return _show(state, False)
+
+
+def _hub_words(words: list[str]) -> list[str]:
+    """`hub URL` is `hub set URL`, and `hub` alone `hub status` (the words the magic has always taken)."""
+    if words[:1] != ["hub"]:
+        return words
+    rest, skip = [], False
+    for word in words[1:]:  # the words that are not options, nor the values of --hub, --namespace, --store
+        if skip or word.startswith("-"):
+            skip = not skip and word in ("--hub", "--namespace", "--store")
+            continue
+        rest.append(word)
+    known = {*hub_commands.NAMES, *(a for names in hub_commands.ALIASES.values() for a in names), "set", "off"}
+    if not rest:
+        return [*words, "status"]
+    if rest[0] not in known:
+        at = words.index(rest[0])
+        return [*words[:at], "set", *words[at:]]
+    return words
 
 
 def _show(record: render.Record, as_json: bool) -> Any:

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from ..core.records import (
     BundleExplanation,
     BundleRow,
+    Configuration,
     Exported,
+    HubCheck,
     HubListing,
     HubState,
     Imported,
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 # What a command returns: a table or a few lines.
 Record = (
     SessionStatus | list[BundleRow] | HubListing | BundleExplanation | NotebookPlan | StoreStatistics | Removed
-    | Pushed | PushedAll | Pulled | Exported | Imported | HubState
+    | Pushed | PushedAll | Pulled | Exported | Imported | HubState | Configuration | HubCheck
 )  # fmt: skip
 
 
@@ -89,6 +91,52 @@ def _pushed_all(r: PushedAll) -> list[str]:
     return lines
 
 
+_ORIGINS = {"config": "%config or ipython_config.py", "set": "set here (--store, %compile_cache hub, the API)"}
+
+
+def _configuration(r: Configuration) -> list[str]:
+    width = max(len(s.name) for s in r.settings)
+    values = [s.value or "(none)" for s in r.settings]
+    value_width = min(60, max(len(v) for v in values))
+    lines = [f"{'setting'.ljust(width)}  {'value'.ljust(value_width)}  from"]
+    for setting, value in zip(r.settings, values):
+        origin = _ORIGINS.get(setting.origin, setting.origin)
+        lines.append(f"{setting.name.ljust(width)}  {value.ljust(value_width)}  {origin}")
+    lines.append(f"local store: {human_bytes(r.store_bytes)} of the {human_bytes(r.max_bytes)} cap in {r.store_dir}")
+    if not r.templates:
+        where = f" ({r.runtime_dir})" if r.runtime_dir else ""
+        lines.append(f"warm kernel templates: none running{where}")
+    for t in r.templates:
+        memory = human_bytes(t.rss_bytes) if t.rss_bytes is not None else "memory unknown"
+        lines.append(
+            f"warm kernel template: pid {t.pid}, {memory}, up {t.age_seconds / 60:.0f} min, "
+            f"{count(t.kernels, 'kernel')} forked from it running ({t.python})"
+        )
+    return lines
+
+
+def _hub_check(r: HubCheck) -> list[str]:
+    lines = [f"hub {tables.hub_line(r.state)}"]
+    if r.credential is not None:
+        lines.append(f"credential: from {r.credential}")
+    if r.state.reachable is False:
+        return lines
+    if r.read is not None:
+        return [*lines, f"read: refused: {r.read}"]
+    if r.verified is None:
+        signed = "no team secret set: pulled bundles are trusted unverified"
+    elif not r.unverified:
+        signed = "every one signed with the team secret" if r.versions else "none to check against the team secret"
+    else:
+        signed = (
+            f"{r.unverified} of {r.versions} not signed with the team secret (another team's secret, or made before "
+            "it was set): they will not restore here"
+        )
+    lines.append(f"read: permitted, {count(r.versions, 'version')} listed; {signed}")
+    lines.append(f"write: refused: {r.write}" if r.write else "write: permitted (a lease taken and given back)")
+    return lines
+
+
 def _pulled(r: Pulled) -> list[str]:
     m = r.manifest
     return [f"skipped {wording.skip_line(skip)}" for skip in r.skipped] + [
@@ -124,6 +172,8 @@ _LINES: dict[type, Callable[[Any], list[str]]] = {
     Removed: _removed,
     Pushed: _pushed,
     PushedAll: _pushed_all,
+    Configuration: _configuration,
+    HubCheck: _hub_check,
     Pulled: _pulled,
     Imported: _imported,
     Exported: _exported,

@@ -1,4 +1,5 @@
-"""The commands on the local store that the magic and the CLI share (`list`, `explain`, `rm`, `gc`, `stats`): each
+"""The commands on the local store that the magic and the CLI share (`list`, `explain`, `rm`, `gc`, `stats`,
+`export`, `import`, `config`): each
 one's arguments are defined here once, and `run` turns them into the typed options core's `Commands` take and
 returns its record, so `%compile_cache gc ...` and `jupyter-compile-cache gc ...` take the same words and get the
 same records. Each front end adds `--store` its own way; frontends/render.py shows the records for both."""
@@ -14,7 +15,7 @@ from ..core.records import BundleExplanation, BundleRow, GcOptions, NotebookPlan
 from . import arguments
 from .render import Record
 
-NAMES = ("list", "explain", "rm", "gc", "stats")
+NAMES = ("list", "explain", "rm", "gc", "stats", "export", "import", "config")
 
 HELP = {
     "list": "bundles here and on the hub, with a total",
@@ -22,6 +23,9 @@ HELP = {
     "rm": "delete NAME from the local store (every version)",
     "gc": "evict old, unusable or least recently used versions",
     "stats": "what the cells that used the store did: restores, hits, time saved, size",
+    "export": "write the newest version of NAME to one file",
+    "import": "add a bundle file made by export",
+    "config": "the settings in force and where each came from, the store, the warm templates",
 }
 
 
@@ -36,9 +40,11 @@ def add_arguments(command: str, parser: argparse.ArgumentParser) -> None:
             help="which of this notebook's %%%%compile_cache cells Run All will restore here, and why not "
             "(in a kernel, its own notebook when NAME is left out)",
         )
-    if command == "rm":
+    if command in ("rm", "export"):
         parser.add_argument("name", metavar="NAME")
-    if command in ("list", "explain", "stats"):  # the read commands
+    if command in ("export", "import"):
+        parser.add_argument("file", metavar="FILE")
+    if command in ("list", "explain", "stats", "config"):  # the read commands
         parser.add_argument("--json", action="store_true", help="the records as JSON (a list or dict in a notebook)")
     if command == "list":  # the hub's bundles too: which hub, as every command that reaches one says it
         parser.add_argument(
@@ -95,7 +101,7 @@ def missing_store(commands: Commands, args: argparse.Namespace) -> str | None:
     """A line saying the store folder a command names (`--store DIR`) does not exist, or None: a typo in DIR must not
     read silently as an empty store."""
     named = getattr(args, "store_dir", None)
-    if named is None:
+    if named is None or getattr(args, "command", None) == "import":  # an import makes the store it names
         return None
     root = commands.session.store(named).root
     return None if os.path.isdir(root) else f"no store at {root} (nothing was saved there): an empty store"
@@ -131,6 +137,9 @@ _RUN: dict[str, Callable[[Commands, argparse.Namespace, str | None], Record]] = 
         GcOptions(store_dir, args.max_size, args.older_than, args.incompatible, args.dry_run, args.yes)
     ),
     "stats": lambda commands, args, store_dir: commands.stats(store_dir, zero=args.zero),
+    "export": lambda commands, args, store_dir: commands.export(args.name, args.file, store_dir),
+    "import": lambda commands, args, store_dir: commands.import_file(args.file, store_dir),
+    "config": lambda commands, args, store_dir: commands.config(store_dir),
 }
 
 

@@ -431,3 +431,33 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
     # an OSError of a store the user cannot write, as every command says it
     refused = OSError(errno.EROFS, "Read-only file system", f"{store.root}/.lock")
     assert wording.error_text(refused) == f"the folder is read-only: {store.root}/.lock"
+
+
+def test_the_cli_and_the_magic_take_one_vocabulary():
+    """Every command both front ends have takes the same options; the ones only one has are named here, each with
+    why (the magic's own act on the kernel; the CLI's own start processes or install)."""
+    import argparse
+
+    from jupyter_compile_cache.frontends import cli, magics
+
+    def commands(parser: argparse.ArgumentParser) -> dict[str, set[str]]:
+        found = {}
+        for action in parser._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                continue
+            for name, sub in action.choices.items():
+                nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+                if nested:
+                    found.update({f"{name} {k}": v for k, v in commands(sub).items()})
+                else:
+                    found[name] = {o for a in sub._actions for o in (a.option_strings or [a.dest])} - {"-h", "--help"}
+        return found
+
+    shell, kernel = commands(cli._parser()), commands(magics.line_parser())
+    kernel_only = {"enable", "disable", "panel", "hub set", "hub off"}  # the kernel's torch, hub and widgets
+    shell_only = {"run", "demo", "install-kernel", "show"}  # processes, the kernel spec; `show`: explain's old name
+    different = {"status"}  # the kernel's layers and cells; in a shell, `config`
+    assert set(kernel) - set(shell) == kernel_only and set(shell) - set(kernel) == shell_only
+    for name in set(shell) & set(kernel) - different:
+        assert shell[name] == kernel[name], (name, shell[name] ^ kernel[name])
+    assert {"export", "import", "config", "hub check", "hub status", "hub push", "hub publish"} <= set(kernel)
