@@ -96,7 +96,7 @@ def test_usage_and_help_are_generated_from_the_parsers(shell):
         assert option in help_text
     assert "wait for a collaborator compiling the same NAME" in help_text
     line_help = shell.find_line_magic("compile_cache").__doc__
-    assert "hub URL|off" in line_help and "hub status|ls|push|pull|publish|rm|gc" in line_help
+    assert "hub [--hub URL] [--namespace NS] URL|off|status|ls|push|pull|publish|rm|gc" in line_help
 
 
 def test_help_prints_the_usage_and_runs_nothing(shell, capsys):
