@@ -36,17 +36,23 @@ QUIET := tests/kernels/test_launcher.py tests/kernels/test_server_extension.py t
 ZOO ?= gpt2,t5,vit,resnet
 
 # `make help` lists the targets and what each does (the `## ` text on each target's line)
-.PHONY: help setup test test-zoo lint format bench notebooks demo setup-oldest test-oldest test-forked docs screenshots
+.PHONY: help setup setup-dev test test-zoo lint format bench notebooks demo setup-oldest test-oldest test-forked docs screenshots
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/:.*## /\t/' | expand -t 16
 
-setup:  ## set up .venv: torch, the package and its test extras (about 3 minutes)
+setup:  ## the package, torch and Jupyter's kernel into .venv: what the product and its demo need
 	VENV=$(VENV) bash .ci/setup
+
+setup-dev:  ## what the tests need besides (pytest, the test servers, a browser, the models); make test runs it once
+	VENV=$(VENV) DEV=1 bash .ci/setup
+
+$(VENV)/.dev-ready: pyproject.toml .ci/setup
+	$(MAKE) setup-dev
 
 # A second venv with the oldest torch the README names, and the restore tests on it.
 setup-oldest:  ## a second venv with the oldest torch the README names
-	VENV=.venv-torch$(OLDEST_TORCH) TORCH_VERSION=$(OLDEST_TORCH) AZURITE=0 bash .ci/setup
+	VENV=.venv-torch$(OLDEST_TORCH) TORCH_VERSION=$(OLDEST_TORCH) DEV=1 AZURITE=0 BROWSER=0 bash .ci/setup
 
 # One restore test of each kind there (a restart, an edit, a training step, damaged bundles, a decoder and a
 # convolutional model); `make test-oldest OLDEST_K=` runs every restore test, and .ci/torch-matrix runs them on the
@@ -60,12 +66,12 @@ test-oldest:  ## the restore tests on the oldest torch
 
 # The restore suites and the everyday edits again, every kernel forked from a warm template (the warm kernel spec),
 # each start's record in forked_starts.jsonl: forked kernels must answer as fresh ones (JCC_TEST_DEVICE=cuda on a GPU).
-test-forked:  ## the restore suites with every kernel forked from a warm template
+test-forked: $(VENV)/.dev-ready  ## the restore suites with every kernel forked from a warm template
 	JCC_TEST_KERNELS=warm JCC_TEST_KERNELS_LOG=forked_starts.jsonl $(BIN)/python -m pytest $(RESTORE_TESTS) \
 		tests/end_to_end/test_everyday_edits.py
 
 # The whole model zoo (every HF model from its tiny config, and timm's where timm is installed), cold then restored.
-test-zoo:  ## the whole model zoo, cold then restored
+test-zoo: $(VENV)/.dev-ready  ## the whole model zoo, cold then restored
 	$(BIN)/python -m pytest tests/end_to_end/test_model_zoo.py
 
 # Lint and type-check, then the tests and the notebooks under nbval (example_notebooks/conftest.py also fails a cell whose magic
@@ -73,7 +79,7 @@ test-zoo:  ## the whole model zoo, cold then restored
 # alone do (one pytest process, which leaves a core idle); `make test` fails if it fails. CI runs the oldest torch's
 # lane there, beside all but the QUIET tests, which go first, once BEFORE_QUIET (a command) has returned: CI waits
 # there for the oldest torch's setup, which could otherwise still be unpacking beside them.
-test:  ## ruff, pyright, the tests and the example notebooks (the README's test command)
+test: $(VENV)/.dev-ready  ## ruff, pyright, the tests and the example notebooks (the README's test command)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	JCC_TEST_ZOO=$(ZOO) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 tests \
@@ -91,7 +97,7 @@ demo:  ## a restart and its restore, on a store of its own
 notebooks:  ## run the example notebooks again and keep their outputs
 	$(BIN)/python example_notebooks/make_notebooks.py --execute
 
-lint:  ## ruff and pyright
+lint: $(VENV)/.dev-ready  ## ruff and pyright
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/pyright --pythonpath $(BIN)/python
 
 format:  ## ruff format
@@ -102,14 +108,14 @@ bench:  ## the CPU benchmarks
 
 # Re-run the quick start and the CPU notebooks here, then render every figure of README.md and docs/results.md from
 # its result file (docs/figures.py; `--check` is part of the tests).
-docs:  ## the notebooks, the figures of README.md and docs/results.md, the screenshots
+docs: $(VENV)/.dev-ready  ## the notebooks, the figures of README.md and docs/results.md, the screenshots
 	$(BIN)/python example_notebooks/make_notebooks.py --execute
 	$(BIN)/python docs/figures.py
 	$(MAKE) screenshots
 
 # The panel screenshots of docs/reference.md, from the browser test: the CPU one from a live kernel (its store and caches under
 # ~/.jcc-panel-demo, removed after), the GPU one from 05_gpu_max_autotune.ipynb's saved widget state.
-screenshots:  ## the panel's screenshots for the docs
+screenshots: $(VENV)/.dev-ready  ## the panel's screenshots for the docs
 	rm -rf ~/.jcc-panel-demo
 	PANEL_DEMO_DIR=~/.jcc-panel-demo PANEL_SCREENSHOT=docs/panel.png PANEL_GPU_SCREENSHOT=docs/panel_gpu.png \
 		$(BIN)/python -m pytest -q -p no:cacheprovider tests/frontends/test_panel_browser.py

@@ -251,11 +251,12 @@ def write_pack(
     members: list[Member] = []
     done = 0
     batches = file_copy.batches(sizes.values())
-    for batch in file_copy.in_order(lambda b: [copy(listed[i]) for i in b], batches, ahead=8):
-        members += batch
-        done += sum(m.size for m in batch)
-        if progress is not None:
-            progress(done, total)
+    with file_copy.ordered(lambda b: [copy(listed[i]) for i in b], batches, ahead=8) as copied:
+        for batch in copied:
+            members += batch
+            done += sum(m.size for m in batch)
+            if progress is not None:
+                progress(done, total)
     os.ftruncate(dst, total)
     return members, members_digest(members), total
 
@@ -363,12 +364,13 @@ def _stage_pack(
         return digest
 
     batches = file_copy.batches(m.size for m in manifest.members)
-    for batch in file_copy.in_order(lambda b: [(i, copy(i)) for i in b], batches, ahead=8):
-        for i, digest in batch:
-            digests.append(digest)
-            done += manifest.members[i].size
-        if progress is not None:
-            progress(done, total)
+    with file_copy.ordered(lambda b: [(i, copy(i)) for i in b], batches, ahead=8) as copied:
+        for batch in copied:
+            for i, digest in batch:
+                digests.append(digest)
+                done += manifest.members[i].size
+            if progress is not None:
+                progress(done, total)
     return staged, digests
 
 

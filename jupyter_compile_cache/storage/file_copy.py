@@ -11,6 +11,7 @@ through the thread's buffer instead.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -103,8 +104,22 @@ def batches(sizes: Iterable[int], most: int = 64, most_bytes: int = 8 << 20) -> 
         yield range(start, start + count)
 
 
+@contextlib.contextmanager
+def ordered(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Iterator[Iterator[Any]]:
+    """`in_order`'s results, its workers finished and joined, and ITEMS closed, when the block ends, whatever ends
+    it, in this thread. A generator left to the garbage collector is finalized in whichever thread runs the
+    collection: one of obstore's I/O threads once, whose join then waited on the requests that thread itself
+    serves (a push hung for good after a failed one)."""
+    results = in_order(fn, items, ahead)
+    try:
+        yield results
+    finally:
+        results.close()
+
+
 def in_order(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Iterator[Any]:
-    """`map(fn, items)` on worker threads, results in order, with at most `ahead` items taken and not yet given."""
+    """`map(fn, items)` on worker threads, results in order, with at most `ahead` items taken and not yet given.
+    Use it through `ordered` wherever its consumer may stop early."""
     with ThreadPoolExecutor(max_workers=min(ahead, workers()), thread_name_prefix="jupyter-compile-cache") as pool:
         pending: list[Future] = []
         try:
@@ -117,3 +132,6 @@ def in_order(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Iter
         finally:
             for future in pending:
                 future.cancel()
+            close = getattr(items, "close", None)  # a generator of items (another in_order) ends with this one
+            if close is not None:
+                close()

@@ -230,8 +230,9 @@ class Hub:
         def received() -> Iterator[tuple[int, bytes | None]]:
             step = self.backend.keys_per_call
             calls = (range(start, min(start + step, len(hashes))) for start in range(0, len(hashes), step))
-            for fetched in file_copy.in_order(fetch, calls, self.backend.pull_calls_in_flight):
-                yield from fetched
+            with file_copy.ordered(fetch, calls, self.backend.pull_calls_in_flight) as fetches:
+                for fetched in fetches:
+                    yield from fetched
 
         def place(item: tuple[int, bytes | None]) -> int:
             i, data = item
@@ -242,10 +243,11 @@ class Hub:
 
         done = 0
         try:
-            for placed in file_copy.in_order(place, received(), AHEAD):
-                done += placed
-                if progress:
-                    progress(done, manifest.payload_bytes)
+            with file_copy.ordered(place, received(), AHEAD) as placing:
+                for placed in placing:
+                    done += placed
+                    if progress:
+                        progress(done, manifest.payload_bytes)
         except HubRefused as exc:
             raise self._refused(exc, "read") from None
 
@@ -298,18 +300,22 @@ class Hub:
         sent, done, renewed = 0, 0, clock.monotonic()
         with open(payload_path, "rb") as f:
             pieces = iter(lambda: f.read(size), b"")
-            encoded = file_copy.in_order(chunks.encode if compress else chunks.as_is, pieces, AHEAD)
-            for count_sent in file_copy.in_order(send, calls(encoded), self.backend.push_calls_in_flight):
-                done += sum(sizes[sent : sent + count_sent])
-                sent += count_sent
-                if clock.monotonic() - renewed > orphan_ttl / 3:  # a long push keeps its first chunks alive
-                    if marker is None:
-                        self.backend.touch(keys(sent), orphan_ttl)
-                    else:
-                        self.backend.put({marker: b""}, ttl=orphan_ttl)
-                    renewed = clock.monotonic()
-                if progress:
-                    progress(done, manifest.payload_bytes)
+            encode = chunks.encode if compress else chunks.as_is
+            with (
+                file_copy.ordered(encode, pieces, AHEAD) as encoded,
+                file_copy.ordered(send, calls(encoded), self.backend.push_calls_in_flight) as sending,
+            ):
+                for count_sent in sending:
+                    done += sum(sizes[sent : sent + count_sent])
+                    sent += count_sent
+                    if clock.monotonic() - renewed > orphan_ttl / 3:  # a long push keeps its first chunks alive
+                        if marker is None:
+                            self.backend.touch(keys(sent), orphan_ttl)
+                        else:
+                            self.backend.put({marker: b""}, ttl=orphan_ttl)
+                        renewed = clock.monotonic()
+                    if progress:
+                        progress(done, manifest.payload_bytes)
         pushed = Manifest.from_json(manifest.to_json())
         pushed.chunk_size, pushed.chunk_sha256 = size, hashes
         pushed.chunk_compressed = flags if compress else None

@@ -92,7 +92,7 @@ def test_a_tls_url_on_a_plain_port_fails_within_the_connect_timeout(redis_server
 
     backend = RedisBackend(redis_server.url.replace("redis://", "rediss://"), connect_timeout=1.0, timeout=60.0)
     start = time.perf_counter()
-    with pytest.raises(HubError, match="Timeout connecting"):
+    with pytest.raises(HubError, match="the server did not answer in time"):
         _ = backend.client
     assert time.perf_counter() - start < 30  # bounded by the connect timeout, far below the 60 s read timeout
 
