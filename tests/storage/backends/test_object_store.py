@@ -15,7 +15,6 @@ from helpers.azurite import ACCOUNT, KEY
 from helpers.hubs import hub_at, local_bundle, pull_bytes
 
 from jupyter_compile_cache.storage.backends import check_url
-from jupyter_compile_cache.storage.backends.object_store import azure_credentials, google_credentials
 from jupyter_compile_cache.storage.hub import HubError, HubRefused
 from jupyter_compile_cache.storage.sources import HubSource
 from jupyter_compile_cache.storage.store import LocalStore
@@ -36,42 +35,6 @@ def no_cloud_credentials(monkeypatch, tmp_path):
 def _payload(store, manifest) -> bytes:
     with open(store.payload_path(manifest), "rb") as f:
         return f.read()
-
-
-def test_azure_credentials_are_found_as_azure_tools_find_them(tmp_path):
-    string = f"DefaultEndpointsProtocol=https;AccountName=team;AccountKey={KEY};EndpointSuffix=core.windows.net"
-    config, source = azure_credentials({"AZURE_STORAGE_CONNECTION_STRING": string})
-    assert source == "AZURE_STORAGE_CONNECTION_STRING"
-    assert config == {"account_name": "team", "account_key": KEY, "endpoint": "https://team.blob.core.windows.net"}
-    sas = "BlobEndpoint=https://team.blob.core.windows.net;SharedAccessSignature=sv=1&sig=x"
-    assert azure_credentials({"AZURE_STORAGE_CONNECTION_STRING": sas})[0] == {
-        "sas_token": "sv=1&sig=x",
-        "endpoint": "https://team.blob.core.windows.net",
-        "account_name": "team",
-    }
-    assert azure_credentials({"AZURE_STORAGE_ACCOUNT": "team", "AZURE_STORAGE_SAS_TOKEN": "sv=1&sig=x"}) == (
-        {"account_name": "team", "sas_token": "sv=1&sig=x"},
-        "AZURE_STORAGE_SAS_TOKEN",
-    )
-    assert azure_credentials({"AZURE_STORAGE_ACCOUNT": "team", "AZURE_STORAGE_KEY": KEY})[1] == "AZURE_STORAGE_KEY"
-    principal = {"AZURE_STORAGE_ACCOUNT": "team", "AZURE_CLIENT_ID": "i", "AZURE_CLIENT_SECRET": "s",
-                 "AZURE_TENANT_ID": "t"}  # fmt: skip
-    assert azure_credentials(principal)[1] == "AZURE_CLIENT_ID"
-    assert azure_credentials({"AZURE_STORAGE_CONNECTION_STRING": "UseDevelopmentStorage=true"})[0] == {
-        "use_emulator": "true"
-    }
-    key_file = tmp_path / "key.json"
-    assert google_credentials({"GOOGLE_APPLICATION_CREDENTIALS": str(key_file)}) == (
-        {"application_credentials": str(key_file)},
-        "GOOGLE_APPLICATION_CREDENTIALS",
-    )
-    adc = tmp_path / "gcloud" / "application_default_credentials.json"
-    adc.parent.mkdir()
-    adc.write_text("{}")
-    assert google_credentials({"CLOUDSDK_CONFIG": str(adc.parent)}) == (
-        {"application_credentials": str(adc)},
-        "gcloud auth application-default login",
-    )
 
 
 @pytest.mark.parametrize(
