@@ -105,12 +105,15 @@ def test_hub_down_or_untrusted_warns_once_and_the_local_store_still_works(
     again = k.run(COMPILE.format(name="other", options="")).check()
     assert "carrying on without the hub" not in again.stderr  # warned once, then skipped quickly
 
-    # A TLS hub whose certificate this machine's CA file did not sign: refused, said once, saved locally.
-    k.run(f"%compile_cache hub {tls_redis.url_with(tls_redis.wrong_ca)}").check()
+    # A TLS hub whose certificate this machine's CA file did not sign: `hub URL` does not take it (the hub before
+    # stays), a cell that names it is refused, said once, and saves locally.
+    untrusted = tls_redis.url_with(tls_redis.wrong_ca)
+    told = k.run(f"%compile_cache hub {untrusted}").check()
+    assert "not set: the hub's TLS certificate is not trusted" in told.stderr and "the hub stays" in told.stderr
     # forget the compiled model in memory, so the cell compiles (from torch's caches) and has files to save; before
     # torch 2.11 (no precompile) a cell that only reuses the in-memory model has nothing to save
     k.run("torch._dynamo.reset()").check()
-    out = k.run(COMPILE.format(name="tls", options="--force-save")).check()
+    out = k.run(COMPILE.format(name="tls", options=f"--force-save --hub {untrusted}")).check()
     assert "MATCHES_EAGER True" in out.stdout and "saved" in out.stdout
     assert out.stderr.count("TLS certificate is not trusted") == 1 and "ssl_ca_certs" in out.stderr
     assert LocalStore(str(tmp_path / "store_solo")).versions("tls")

@@ -30,7 +30,7 @@ def test_a_report_with_every_kind_of_warning_and_miss_reason_is_kept_as_json_and
         events.NotListed(hub, ("a", "b")),
         events.BadEnvironment(EnvProblem("JUPYTER_COMPILE_CACHE_HUB_TTL", "not a number", "0")),
         events.PrecompileFailed(PrecompileTrouble(PrecompileStep.LOAD, "IndexError: 3", True)),
-        *[events.StepFailed(step, "disk full", "net", "/s") for step in events.Step],
+        *[events.StepFailed(step, "disk full", "net", "/s", 28) for step in events.Step],
     ]
     assert all(event.level == "warning" for event in warnings)
     report = CellReport(
@@ -47,6 +47,7 @@ def test_a_report_with_every_kind_of_warning_and_miss_reason_is_kept_as_json_and
         "error": "disk full",
         "name": "net",
         "where": "/s",
+        "errno": 28,
     }
     assert [MissReason.from_json(r) for r in kept["miss_reasons"]] == report.miss_reasons
     assert kept["restore"]["skipped"][0]["kind"] == SkipKind.INCOMPATIBLE.value
