@@ -90,7 +90,7 @@ test: $(VENV)/.dev-ready  ## ruff, pyright, the tests and the example notebooks 
 		$(NOTEBOOKS); status=$$?; \
 	$(if $(BESIDE_ALONE),wait $$beside || status=1;) exit $$status
 
-# The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about a minute).
+# The quick start, a kernel restart, and the time it saved (real kernels, a temp folder, about 40 s on 2 cores).
 demo:  ## a restart and its restore, on a store of its own
 	$(BIN)/python -m jupyter_compile_cache demo
 

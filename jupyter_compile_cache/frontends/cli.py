@@ -75,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the command's processes load and save Dynamo precompile entries too (they trace nothing restored)",
     )
-    demo = command("demo", help="the quick start, then a kernel restart, in real kernels (about a minute)")
+    demo = command("demo", help="the quick start, then a kernel restart, in real kernels (about 40 s on 2 cores)")
     demo.add_argument("--dir", default=None, help="keep the demo's store and caches in DIR (default: a temp folder)")
     kernel = command(
         "install-kernel",
