@@ -3,7 +3,8 @@
 A new kernel loads the extension, builds a small model and compiles it under `%%compile_cache demo-mlp`; the kernel
 is restarted on an empty torch cache dir (what a colleague's fresh machine has, or a machine whose /tmp was
 cleaned) and runs the same cells. It prints what each run said and the two compile cells side by side. Everything
-lives in a temporary folder (or `--dir DIR`); your own store and caches are not touched. CPU only, about 40 s on 2 cores.
+lives in a temporary folder (or `--dir DIR`); your own store and caches are not touched.
+CPU only, about 40 s on 2 cores.
 """
 
 from __future__ import annotations
