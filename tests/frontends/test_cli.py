@@ -407,6 +407,12 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
     share.mkdir()
     assert cli.main([*mine, "hub", "--hub", f"file://{share}", "push", "resnet"]) == cli.OK
     capsys.readouterr()
+    import http.server
+    import threading
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)  # not Redis
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    not_redis = f"redis://127.0.0.1:{web.server_address[1]}/0"
     table = [
         ([*mine, "list"], cli.OK, ""),
         ([*mine, "rm", "resnt"], cli.NOT_FOUND, "did you mean 'resnet'?"),
@@ -416,6 +422,7 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
         ([*mine, "hub", "--hub", f"file://{share}", "rm", "resnet"], cli.REFUSED, "--yes"),
         ([*mine, "hub", "--hub", "redis://127.0.0.1:1/0", "ls"], cli.HUB_FAILED, "refused the connection"),
         ([*mine, "list", "--hub", "redis://127.0.0.1:1/0"], cli.HUB_FAILED, "refused the connection"),
+        ([*mine, "hub", "--hub", not_redis, "ls"], cli.HUB_FAILED, "a Redis server"),
         ([*mine, "import", str(tmp_path / "cut.jcc")], cli.ERROR, f"{tmp_path / 'cut.jcc'} is cut short or damaged"),
         ([*mine, "explain", "--notebook", str(tmp_path / "notes.ipynb")], cli.ERROR, "could not read the notebook"),
         (["demo", "--dir", str(tmp_path / "nowhere" / "x")], cli.ERROR, "is not a folder"),
@@ -428,6 +435,7 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
         err = capsys.readouterr().err
         assert got == status and words in err, (argv, got, err)
         assert "Traceback" not in err and "Errno" not in err and "Error 111" not in err, (argv, err)
+    web.shutdown()
     # an OSError of a store the user cannot write, as every command says it
     refused = OSError(errno.EROFS, "Read-only file system", f"{store.root}/.lock")
     assert wording.error_text(refused) == f"the folder is read-only: {store.root}/.lock"
