@@ -56,7 +56,7 @@ def add_hub_options(parser: argparse.ArgumentParser, default: Any) -> None:
     )
 
 
-def add_commands(sub: Any, options: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_commands(sub: Any, options: Callable[[argparse.ArgumentParser], object]) -> None:
     """The hub's commands on SUB (the `hub` parser's subparsers); OPTIONS adds a front end's own to each."""
     parsers = {}
     for name in NAMES:

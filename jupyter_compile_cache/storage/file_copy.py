@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -105,7 +105,7 @@ def batches(sizes: Iterable[int], most: int = 64, most_bytes: int = 8 << 20) -> 
 
 
 @contextlib.contextmanager
-def ordered(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Iterator[Iterator[Any]]:
+def ordered(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Iterator[Generator[Any, None, None]]:
     """`in_order`'s results, its workers finished and joined, and ITEMS closed, when the block ends, whatever ends
     it, in this thread. A generator left to the garbage collector is finalized in whichever thread runs the
     collection: one of obstore's I/O threads once, whose join then waited on the requests that thread itself
@@ -117,7 +117,7 @@ def ordered(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Itera
         results.close()
 
 
-def in_order(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Iterator[Any]:
+def in_order(fn: Callable[[Any], Any], items: Iterable[Any], ahead: int) -> Generator[Any, None, None]:
     """`map(fn, items)` on worker threads, results in order, with at most `ahead` items taken and not yet given.
     Use it through `ordered` wherever its consumer may stop early."""
     with ThreadPoolExecutor(max_workers=min(ahead, workers()), thread_name_prefix="jupyter-compile-cache") as pool:

@@ -74,7 +74,7 @@ def aws_credentials(environ: Mapping[str, str]) -> tuple[dict[str, str], str | N
              environ.get("AWS_CONFIG_FILE", os.path.join(home, ".aws", "config"))]  # fmt: skip
     if environ.get("AWS_PROFILE") or any(os.path.isfile(path) and os.path.getsize(path) for path in files):
         try:
-            import boto3
+            import boto3.session
             from obstore.auth.boto3 import Boto3CredentialProvider
         except ImportError:
             if environ.get("AWS_PROFILE"):
