@@ -171,7 +171,8 @@ class Commands:
         for info in launcher.templates(directory) if directory else []:
             kernels = sum(runtime_dir.process_alive(pid) for pid in info.holders)
             age = time.time() - info.started
-            templates.append(WarmTemplate(info.pid, info.python, _rss_bytes(info.pid), age, kernels))
+            rss, lifetime = _rss_bytes(info.pid), (info.idle_seconds, info.grace_seconds)
+            templates.append(WarmTemplate(info.pid, info.python, rss, age, kernels, *lifetime))
         return Configuration(rows, store.root, store.usage()[0], settings.max_bytes, templates, directory)
 
     def hub_check(self, hub: HubSource) -> HubCheck:

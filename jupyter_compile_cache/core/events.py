@@ -162,9 +162,11 @@ class SkippedVersion(Event):
 
 @dataclass(frozen=True)
 class CompiledWhileLoading(Event):
-    """A cell compiled while torch's compiler was still loading in the background: it ran without the cache."""
+    """A cell compiled while torch's compiler was still loading in the background, through code out of its sight:
+    without the cache (nothing saved), or, `watched`, restored and saved but as plain torch.compile (no precompile)."""
 
     name: str
+    watched: bool = False
     level: ClassVar[str] = "warning"
 
 

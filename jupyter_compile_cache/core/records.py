@@ -479,6 +479,8 @@ class WarmTemplate:
     rss_bytes: int | None
     age_seconds: float
     kernels: int
+    idle_seconds: float = 0.0  # it retires after this long without a start (0: never)
+    grace_seconds: float = 0.0  # and this long after the last process that launched from it ended
 
 
 @dataclass

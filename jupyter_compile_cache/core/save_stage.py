@@ -1,7 +1,7 @@
 """A cell's save stage and its ending. `save`: what it recorded, written as a new version of NAME in the local store
 (least recently used versions evicted past the size cap), then pushed to the hub by the policy. `publish_restored`:
-a version restored from the local store that the hub lacks goes up, so a bundle saved before the hub was set reaches
-the team. `end`: every
+a version restored from the local store goes up where the hub has none of NAME for this machine, so a bundle saved
+before the hub was set reaches the team. `end`: every
 cell's ending, whether its body ran to the end or raised: its run kept in the store it named, the statistics
 counted, its line told."""
 
@@ -81,8 +81,9 @@ class SaveStage:
             stores.hub_policy.push(hub, store, manifest, report, self.transfer(events.Moving.PUSH, name, opts.quiet))
 
     def publish_restored(self, name: str, report: CellReport, opts: CellOptions, hub: HubSource | None) -> None:
-        """The version the cell restored from the local store, pushed to HUB if it lacks it (asked once a session per
-        version, in one request); a version the cell saved was pushed by `save` already."""
+        """The version the cell restored from the local store, pushed to HUB if it has no version of NAME for this
+        machine (asked once a session per version): a copy the hub's single flight kept local, compiled beside the
+        version the hub got, stays local. A version the cell saved was pushed by `save` already."""
         restore = report.restore
         if hub is None or not opts.save or restore is None or restore.source != "local" or report.saved_version:
             return
@@ -104,6 +105,8 @@ class SaveStage:
             return
         if on_hub and not any(_signed_with(m, hub.hub.config.secret) for m in on_hub):
             self.tell(events.NotPushedSignedElsewhere(name), report)  # our secret is most likely not the team's
+            return
+        if any(m.fingerprint_id == manifest.fingerprint_id for m in on_hub):  # the team's copy for this machine
             return
         policy.push(hub, store, manifest, report, self.transfer(events.Moving.PUSH, name, opts.quiet))
 

@@ -112,19 +112,26 @@ class CompileCacheSession(Stores):
         bundle), compiler ready (the background prewarm joined), run (run_stage.py: the body, its cache files watched),
         record (record_stage.py: what it compiled and used) and save (save_stage.py: the local store, then the hub).
         Success and failure end the same way (`SaveStage.end`). A cell that compiles nothing while torch's compiler
-        is still loading, with nothing to restore, runs at once without the stages. A block whose processes do the
-        compiling (`restore_beside_body`, the CLI's `run`) restores from the local store beside its start instead.
+        is still loading, with nothing to restore, runs at once without the stages; one that does not compile in
+        this process (eager code, processes it starts) runs its stages without waiting for the compiler. A block
+        whose processes do the compiling (`!torchrun`, `restore_beside_body`: the CLI's `run`) restores from the
+        local store beside their start instead.
         A failure of ours before the body lets it run as plain torch.compile would; one after it leaves the cell's
         result standing: either is told, never raised."""
         opts = options or CellOptions()
         report = CellReport(check_name(name), source_digest=opts.source_digest)
         loading = self._compiles_nothing(opts) and not (opts.restore and name in self.store(opts.store_dir).names())
-        frames = compiler.frames_compiled() if loading else 0
+        # a body that does not compile here (eager code, processes) starts while the compiler still loads
+        deferred = not loading and self._compiles_elsewhere(opts)
+        here = opts.compiles_here and not (loading or deferred)  # the compiler readied before the body
+        frames = compiler.frames_compiled() if loading or deferred else 0
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
-        precompile = precompile and PrecompileGuard.available()
+        precompile = precompile and here and PrecompileGuard.available()
         hub = None if loading else self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use it
-        # a hub's single flight must decide before the body who compiles: only a local restore goes beside it
-        beside = opts.restore and opts.restore_beside_body and not opts.compiles_here and hub is None and not loading
+        # processes that compile start (Python, torch) while the restore runs, unless a hub's single flight must
+        # decide before the body who compiles: only a local restore goes beside it
+        beside = (opts.restore_beside_body and not here) or self._starts_processes_only(opts)
+        beside = beside and opts.restore and hub is None and not loading
         restored: CellRestore | None = None
         previous_precompile: bool | None = None
         carried: process_hook.Carried | None = None
@@ -142,21 +149,22 @@ class CompileCacheSession(Stores):
 
         try:
             try:
-                if not loading:
+                if here:
                     self.prewarm.join()  # before touching torch's compiler: importing it from two threads deadlocks
-                    if self._cache_load_patches is None and opts.compiles_here:
+                    if self._cache_load_patches is None:
                         self._cache_load_patches = kernel_load_fixes.cache_load_patches(self._load_fix_failed)
                         recording = cpp_headers.recording(self._header_calls.append)
                         self._cache_load_patches += [recording] if recording is not None else []
                     # torch's switch is left alone where nothing compiles (and Dynamo is not imported for it)
-                    previous_precompile = self._set_precompile(precompile) if opts.compiles_here else None
+                    previous_precompile = self._set_precompile(precompile)
+                if not loading:
                     if opts.restore:  # after the kernel's own fetch of NAME, if one is running
                         report.staged_wait_seconds = self.notebook.wait_for(name)
                     if beside:
                         restored = CellRestore()
                     else:
                         restored = self.restore_stage.restore_for_cell(name, opts, report, hub)
-                    self._compiler_stage(opts, report, hub)
+                    self._compiler_stage(here, report, hub, opts.torch_remote)
             except Exception as exc:
                 stand_aside(exc)
             ran = True
@@ -202,8 +210,10 @@ class CompileCacheSession(Stores):
             self.guard.find_elsewhere = None
             if carried is not None:  # a body that raised: its processes' records are not read
                 carried.discard()
-            if loading and ran and compiler.frames_compiled() > frames:  # through code out of the cell's sight
-                self.tell(events.CompiledWhileLoading(name), report)
+            if (loading or deferred) and ran and compiler.frames_compiled() > frames:  # code out of the cell's sight
+                self.tell(events.CompiledWhileLoading(name, watched=deferred), report)
+            if deferred:  # a compile in its body waited for the compiler's import (first_compile_gate): told now
+                report.waited_seconds += self.prewarm.take_waited()
             if ran:  # the body ran: its ending, whichever way it went
                 self._keep_header_calls(report)
                 self.save_stage.end(report, opts)
@@ -243,10 +253,10 @@ class CompileCacheSession(Stores):
         threading.Thread(target=run, name="jcc-restore", daemon=True).start()
         return future
 
-    def _compiler_stage(self, opts: CellOptions, report: CellReport, hub: HubSource | None) -> None:
-        """torch's compiler ready for the body: the prewarm's work it needs done, and torch's own remote caches
-        pointed at the hub where asked."""
-        if opts.compiles_here:
+    def _compiler_stage(self, here: bool, report: CellReport, hub: HubSource | None, torch_remote: bool) -> None:
+        """torch's compiler ready for a body that compiles `here`: the prewarm's work it needs done, and torch's own
+        remote caches pointed at the hub where asked."""
+        if here:
             self._wait_for_prewarm(report.restore)
         else:  # the processes it starts probe the CPU each: give them this machine's probe programs, if kept
             try:
@@ -257,7 +267,7 @@ class CompileCacheSession(Stores):
         prewarm_error = self.prewarm.take_error()
         if prewarm_error is not None:
             self.tell(events.StepFailed(events.Step.PREWARM, prewarm_error), report)
-        if opts.torch_remote and hub is not None:
+        if torch_remote and hub is not None:
             self.hub_policy.point_torch_at(hub, report)
 
     def _compiles_nothing(self, opts: CellOptions) -> bool:
@@ -269,6 +279,21 @@ class CompileCacheSession(Stores):
         if opts.body is None or compiler.may_compile(opts.body) or self.prewarm.loading() is None:
             return False
         return self.hub_policy.for_cell(opts) is None
+
+    def _compiles_elsewhere(self, opts: CellOptions) -> bool:
+        """A magic's cell while torch's compiler is still loading, whose body does not look like it compiles in this
+        process (eager code, data loading, processes it starts, which import the compiler for themselves): it
+        starts at once, restored and watched, without waiting for the compiler or readying it. Should it compile
+        here after all, `torch.compile` waits for the import first (kernels/prewarm.py), and that is said."""
+        if opts.body is None or compiler.compiles_here(opts.body) or not opts.compiles_here or opts.torch_remote:
+            return False  # (torch's remote caches are switched in its compiler's config)
+        return self.prewarm.loading() is not None
+
+    @staticmethod
+    def _starts_processes_only(opts: CellOptions) -> bool:
+        """A magic's cell whose body starts processes and does not look like it compiles here (`!torchrun`)."""
+        body = opts.body
+        return body is not None and compiler.starts_processes(body) and not compiler.compiles_here(body)
 
     def compiled_code(self) -> dict[str, str]:
         """{qualified name: code digest} of the functions this kernel's compiled cells looked up last."""

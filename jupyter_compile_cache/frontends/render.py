@@ -110,9 +110,15 @@ def _configuration(r: Configuration) -> list[str]:
         memory = human_bytes(t.rss_bytes) if t.rss_bytes is not None else "memory unknown"
         lines.append(
             f"warm kernel template: pid {t.pid}, {memory}, up {t.age_seconds / 60:.0f} min, "
-            f"{count(t.kernels, 'kernel')} forked from it running ({t.python})"
+            f"{count(t.kernels, 'kernel')} forked from it running ({t.python}); it stays {_minutes(t.grace_seconds)} "
+            f"after the last process that started kernels from it ends, "
+            f"{_minutes(t.idle_seconds) if t.idle_seconds > 0 else 'with no limit'} without a start"
         )
     return lines
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
 def _hub_check(r: HubCheck) -> list[str]:

@@ -212,9 +212,13 @@ def _(event: events.Evicted) -> str:
 
 @event_text.register
 def _(event: events.CompiledWhileLoading) -> str:
+    if event.watched:
+        ran = "so it compiled as plain torch.compile does, from torch's own caches, without precompile"
+    else:
+        ran = "so it ran without the cache this time (nothing saved)"
     return (
-        f"{event.name!r} compiled while torch's compiler was still loading in the background, so it ran without "
-        "the cache this time (nothing saved); a cell that says `torch.compile` waits for the compiler"
+        f"{event.name!r} compiled while torch's compiler was still loading in the background, {ran}; a cell that "
+        "says `torch.compile` or `.compile(` waits for the compiler"
     )
 
 

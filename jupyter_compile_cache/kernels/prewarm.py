@@ -3,12 +3,14 @@
 Importing Dynamo and Inductor, hashing torch's and Triton's files and probing the CPU's vector ISAs are per-process
 work that no cache can hold (measured in docs/how_it_works.md). `%load_ext` starts them in a background thread.
 
-Importing the same modules from two threads at once can trip over torch's circular imports, so any cell that
-looks like it compiles (and every `%%compile_cache` cell with something to restore or a body that looks like it
-compiles) first waits for the imports to finish, and a cell on a GPU machine also for the hashes its Triton
-kernels' keys need. A `%%compile_cache` cell that has nothing to restore and does not look like it compiles runs at
-once, without the cache around it. The ISA probe goes on in the background: a GPU model
-never needs it, and a CPU compile that asks first simply computes it. On a machine without a GPU no cell waits for
+Importing the same modules from two threads at once can trip over torch's circular imports, so a cell that
+looks like it compiles in this process first waits for the imports to finish, and a cell on a GPU machine also for
+the hashes its Triton kernels' keys need. Any other cell (eager code, data loading, a cell that starts processes,
+which import the compiler for themselves) starts at once; should it compile after all, `torch.compile` waits for the
+imports first (`first_compile_gate`, while they run), and only then is the wait told. A `%%compile_cache` cell that
+has nothing to restore and does not look like it compiles runs without the cache around it. The ISA probe goes on
+in the background: a GPU model never needs it, and a CPU compile that asks first simply computes it. On a machine
+without a GPU no cell waits for
 the hashes (only a fresh compile or an FX-graph lookup needs them, and computes them itself), so they are taken
 only once the kernel has been idle for a moment: hashing beside a running cell took a core and the GIL from it
 (restored code right after its cell ran several times slower on 2 cores). On a GPU machine the probe waits for such
@@ -84,12 +86,17 @@ class Prewarm:
         says which without asking CUDA (a warm template must not: asking starts NVML's thread). The rest waits for
         an idle moment, where cells are followed (`idle_work`, by default whether they are: a template says yes)."""
         start = time.perf_counter()
+        gate = None
         try:
             try:
+                if self.thread is threading.current_thread():  # a cell's compile meanwhile waits for the rest
+                    gate = compiler.first_compile_gate(self._wait_at_compile)
                 compiler.import_compiler()
             finally:
                 self.import_seconds = time.perf_counter() - start
                 self.imported.set()
+                if gate is not None:
+                    gate.undo()
             gpu = compiler.cuda_available() if gpu is None else gpu
             if gpu:  # a GPU cell waits for the hashes only: the probe goes once the kernel is idle, set aside
                 first, later = self._hash, lambda: self._probe(aside=True)
@@ -104,6 +111,11 @@ class Prewarm:
         finally:
             self.hashed.set()
             self.probed.set()
+
+    def _wait_at_compile(self) -> None:
+        """A compile in another thread (a cell's) while the imports run: it waits for them, and says so."""
+        if threading.current_thread() is not self.thread:
+            self.join()
 
     def _hash(self) -> None:
         compiler.hash_torch_and_triton()
@@ -166,5 +178,5 @@ class Prewarm:
         if self.thread is None or not self.thread.is_alive():
             return
         source = getattr(info, "raw_cell", "") or ""
-        if compiler.may_compile(source) and not source.lstrip().startswith("%%compile_cache"):
-            self.join()  # a %%compile_cache cell waits in the session, only if its body may compile
+        if compiler.compiles_here(source) and not source.lstrip().startswith("%%compile_cache"):
+            self.join()  # a %%compile_cache cell waits in the session, only if its body compiles here

@@ -19,7 +19,9 @@ environment (less its per-launch variables) and this user's private runtime fold
    retire it; each refusal is answered, and the launcher starts that kernel cold.
 
 It retires when it has not forked for JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE seconds (default 3600), when none of the
-processes that launched kernels from it (the Jupyter server, VS Code) is alive any more, when a newer template
+processes that launched kernels from it (the Jupyter server, VS Code, a script running notebooks) has been alive for
+JUPYTER_COMPILE_CACHE_TEMPLATE_GRACE seconds (default 600: the next run of a script that runs notebooks, minutes
+later, is forked too; `%compile_cache config` says its memory), when a newer template
 replaces it (at most JUPYTER_COMPILE_CACHE_TEMPLATES per user, default 3), and at SIGTERM: it forks no more, and
 exits once the kernels it forked have ended (it is their parent: it tells their launchers how each ended). A second
 SIGTERM, or SIGKILL, ends it at once. A warm-up that fails leaves its reason in the folder; the next launch prints
@@ -54,7 +56,8 @@ from .template_fit import EnvironReads, TemplateInfo, install_stamp, per_launch,
 NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
 IDLE_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE"
 DEFAULT_IDLE = 3600.0
-HOLDER_GRACE = 30.0  # seconds a template outlives the last process that launched from it (a front end's reload)
+GRACE_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE_GRACE"
+DEFAULT_GRACE = 600.0  # seconds a template outlives the last process that launched from it
 SETTLE_SECONDS = 10.0  # a helper thread that the warm-up started may take this long to end
 STAMP_EVERY = 3.0  # seconds between two looks at the installed files (every fork looks too)
 
@@ -226,10 +229,8 @@ def _thread_name(tid: str) -> str:
 
 
 class Template:
-    def __init__(
-        self, directory: str, info: TemplateInfo, baseline_threads: set[str], idle: float, headers: Replayer
-    ) -> None:
-        self.directory, self.info, self.idle = directory, info, idle
+    def __init__(self, directory: str, info: TemplateInfo, baseline_threads: set[str], headers: Replayer) -> None:
+        self.directory, self.info = directory, info
         self.headers = headers
         self.cpu_sample = _cpu_times()
         self.baseline_threads = baseline_threads
@@ -375,14 +376,15 @@ class Template:
         return None
 
     def _retire_reason(self) -> TemplateProblem | None:
-        if self.idle and time.monotonic() - self.last_used > self.idle:
+        idle = self.info.idle_seconds
+        if idle and time.monotonic() - self.last_used > idle:
             return TemplateProblem(TemplateTrouble.IDLE)
         self.holders = {pid for pid in self.holders if process_alive(pid)}
         if self.holders:
             self.holders_gone_at = None
         elif self.holders_gone_at is None:
             self.holders_gone_at = time.monotonic()
-        elif time.monotonic() - self.holders_gone_at > HOLDER_GRACE:
+        elif time.monotonic() - self.holders_gone_at > self.info.grace_seconds:
             return TemplateProblem(TemplateTrouble.HOLDERS_GONE)
         if not os.path.exists(self.info_path):
             return TemplateProblem(TemplateTrouble.FILE_REMOVED)
@@ -493,8 +495,10 @@ def main(argv: list[str]) -> int:
         started=started,
         warm_up_seconds=time.time() - started,
         holders=[holder],
+        idle_seconds=seconds_setting(start_env, IDLE_ENV, DEFAULT_IDLE),
+        grace_seconds=seconds_setting(start_env, GRACE_ENV, DEFAULT_GRACE),
     )
-    template = Template(directory, info, baseline, seconds_setting(start_env, IDLE_ENV, DEFAULT_IDLE), headers)
+    template = Template(directory, info, baseline, headers)
     child = None
     try:
         if stamp != install_stamp():

@@ -138,6 +138,8 @@ class TemplateInfo:
     started: float
     warm_up_seconds: float
     holders: list[int] = field(default_factory=list)
+    idle_seconds: float = 0.0  # it retires after this long without a fork (0: never)
+    grace_seconds: float = 0.0  # and this long after the last process that launched from it ended
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))

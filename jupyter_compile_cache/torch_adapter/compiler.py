@@ -8,6 +8,7 @@ feature-detected (read in torch 2.9 to 2.15), so a torch without it gets the pla
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import re
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .layers import COUNTER_GROUP
+from .patch import Patch
 
 MIN_TORCH = (2, 9)
 # torch's own Redis-backed caches, switched on by --torch-remote
@@ -28,13 +30,17 @@ REMOTE_CACHE_SWITCHES = (
     ("torch._functorch.config", "enable_remote_autograd_cache"),
 )
 TORCH_REDIS_ENV = "TORCHINDUCTOR_REDIS_URL"
-# A cell whose source matches may compile, in this process or in processes it starts (`!torchrun`, a launcher):
-# it then waits for the compiler's background import and is watched. Not a `%compile_cache` line magic, whose
-# commands answer at once (those that need the compiler wait themselves).
-COMPILE_HINT = re.compile(
-    r"torch\.compile|_dynamo|_inductor|torch\.compiler|%%compile_cache|compile_cache\.(?:cell|save|restore|Panel)\b"
-    r"|torch\.export"
-    r"|^\s*!|%%(?:bash|sh|script)\b|%system\b|subprocess|os\.system|torchrun|torch\.distributed\.run"
+# A cell whose source matches compiles in this process (`model.compile()` is nn.Module's): it waits for the
+# compiler's background import before its body. Not a `%compile_cache` line magic, whose commands answer at once
+# (those that need the compiler wait themselves).
+COMPILES_HERE_HINT = re.compile(
+    r"torch\.compile|\.compile\(|_dynamo|_inductor|torch\.compiler|%%compile_cache"
+    r"|compile_cache\.(?:cell|save|restore|Panel)\b|torch\.export"
+)
+# One that starts processes, which may compile (`!torchrun`, a launcher): watched, never waiting (they import torch's
+# compiler for themselves).
+STARTS_PROCESSES_HINT = re.compile(
+    r"^\s*!|%%(?:bash|sh|script)\b|%system\b|subprocess|os\.system|torchrun|torch\.distributed\.run"
     r"|notebook_launcher|accelerate\b|mp\.spawn|multiprocessing",
     re.MULTILINE,
 )
@@ -61,8 +67,34 @@ def torch_problem() -> TorchProblem | None:
 
 
 def may_compile(source: str) -> bool:
-    """Whether a cell's source looks like it compiles."""
-    return COMPILE_HINT.search(source) is not None
+    """Whether a cell's source looks like it compiles, in this process or in processes it starts."""
+    return compiles_here(source) or starts_processes(source)
+
+
+def starts_processes(source: str) -> bool:
+    """Whether a cell's source looks like it starts processes (which may compile)."""
+    return STARTS_PROCESSES_HINT.search(source) is not None
+
+
+def compiles_here(source: str) -> bool:
+    """Whether a cell's source looks like it compiles in this process."""
+    return COMPILES_HERE_HINT.search(source) is not None
+
+
+def first_compile_gate(wait: Callable[[], None]) -> Patch:
+    """`torch.compile` (which nn.Module.compile calls) calling `wait` before each compile, until the returned patch
+    is undone: while another thread imports torch's compiler, a compile waits for it here instead of importing the
+    same modules beside it."""
+    import torch
+
+    original = torch.compile
+
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        wait()
+        return original(*args, **kwargs)
+
+    return Patch(torch, "compile", compile)
 
 
 def frames_compiled() -> int:

@@ -67,6 +67,7 @@ ALL = [
     *[events.StepFailed(step, "disk full", "net", "/s") for step in events.Step],
     *[events.PrecompileFailed(PrecompileTrouble(step, "OSError: disk full", True)) for step in PrecompileStep],
     *[events.PrecompileFailed(PrecompileTrouble(step, "disk full", False)) for step in PrecompileStep],
+    events.CompiledWhileLoading("net", watched=True),
     events.CellFinished(CellReport("net", body_seconds=0.5)),
     events.CellFinished(CellReport("net", ok=False, body_seconds=0.5)),
 ]
@@ -124,6 +125,11 @@ def test_the_golden_lines():
     assert "connection broke 2 times: pulled again on a fresh one" in wording.event_text(broke)
     assert said[-1] == "'net' raised after 0.50 s: nothing saved (what a failed cell compiled is not bundled)"
     assert said[-2] == "'net' ran in 0.50 s, 0 cache hits, 0 misses; nothing new to save"
+    assert said[-3] == (
+        "'net' compiled while torch's compiler was still loading in the background, so it compiled as plain "
+        "torch.compile does, from torch's own caches, without precompile; a cell that says `torch.compile` or "
+        "`.compile(` waits for the compiler"
+    )
     trouble = PrecompileTrouble(PrecompileStep.LOAD, "IndexError: 3", True)
     assert wording.event_text(events.PrecompileFailed(trouble)) == (
         "Dynamo precompile failed while loading the saved entry (IndexError: 3); this function runs the plain "

@@ -96,6 +96,63 @@ def test_the_first_magics_answer_while_the_compiler_loads_and_a_compiling_cell_w
         kernel.shutdown()
 
 
+def test_a_cell_that_starts_a_process_never_waits_for_the_compiler_and_a_compile_out_of_sight_waits_at_it(tmp_path):
+    """A restored `%%compile_cache` cell whose body starts a process (which imports the compiler for itself) starts
+    while the kernel's compiler still loads, restored and watched; when the same body then compiles through code
+    out of its sight (a module's `torch.compile`), it waits at that call, says so, and gives plain torch.compile's
+    answer."""
+    from helpers.kernels import Kernel
+
+    env = {"JUPYTER_COMPILE_CACHE_DIR": str(tmp_path / "store"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cold")}
+    (tmp_path / "helper_module.py").write_text(
+        "import torch\n\ndef run():\n    return torch.compile(lambda x: x.cos() + 1)(torch.ones(3))\n"
+    )
+    prewarm = "__import__('jupyter_compile_cache').get_session().prewarm"
+    first = Kernel(env)
+    try:
+        first.run("import torch\n%load_ext jupyter_compile_cache").check()
+        first.run("%%compile_cache job\nf = torch.compile(lambda x: x.sin() + 1)\nf(torch.ones(4))").check()
+    finally:
+        first.shutdown()
+    kernel = Kernel(dict(env, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "restarted")))
+    try:
+        kernel.run(f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n%load_ext jupyter_compile_cache").check()
+        body = f"_waited = {prewarm}.waited\n!echo started\n_after = {prewarm}.imported.is_set()\n"
+        job = kernel.run(f"%%compile_cache job\n{body}import helper_module\ny = helper_module.run()").check()
+        assert "started" in job.output and "restored 'job'" in job.output, job.output
+        assert kernel.value("y.tolist()") == [1.5403022766113281] * 3, job.output  # cos(1) + 1, as torch.compile
+        assert kernel.value("_waited") == 0.0  # nothing waited for the compiler before the body
+        # What the state seen in the body says, never the clock (a fast machine may end the import first).
+        if not kernel.value("_after"):  # the module's compile came while it still loaded: it waited at it, told once
+            said = "'job' compiled while torch's compiler was still loading in the background, so it compiled as plain"
+            assert said in job.output, job.output
+            assert kernel.value(f"{prewarm}.imported.is_set()") is True
+    finally:
+        kernel.shutdown()
+
+
+def test_a_compile_while_the_compiler_loads_waits_at_torch_compile_and_the_gate_goes_with_the_import():
+    """The gate `first_compile_gate` puts on `torch.compile` while the prewarm thread imports: a compile in another
+    thread waits for the import to end, is counted as waited, and compiles as torch.compile does; once the import is
+    done, `torch.compile` is torch's own again."""
+    import torch
+
+    from jupyter_compile_cache.torch_adapter import compiler
+
+    original = torch.compile
+    prewarm = Prewarm()
+    prewarm.thread = threading.Thread(target=lambda: None)  # the import runs "elsewhere", ended by hand below
+    gate = compiler.first_compile_gate(prewarm._wait_at_compile)
+    assert torch.compile is not original
+    threading.Timer(0.3, prewarm.imported.set).start()
+    start = time.perf_counter()
+    f = torch.compile(lambda x: x * 2 + 1)
+    assert time.perf_counter() - start >= 0.25 and prewarm.take_waited() >= 0.25
+    assert torch.equal(f(torch.arange(3.0)), torch.tensor([1.0, 3.0, 5.0]))
+    gate.undo()
+    assert torch.compile is original
+
+
 def test_work_no_cell_waits_for_starts_only_once_no_cell_has_run_for_a_moment():
     prewarm = Prewarm()
     prewarm.before_cell(None)  # a cell runs

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
 import pytest
 from helpers.kernels import Kernel, process_gone
-from helpers.warm_kernels import wait_for_template
+from helpers.warm_kernels import end_templates, wait_for_template
 
 from jupyter_compile_cache.frontends import cli
 
@@ -154,3 +155,42 @@ def test_a_kernel_with_compile_workers_shuts_down_on_its_own(tmp_path):
             k.shutdown(now=False)
         codes[extension] = kernel.wait(10)
     assert codes == {False: -signal.SIGTERM, True: 0}
+
+
+RUN_NOTEBOOK = """
+import sys, nbclient, nbformat
+nb = nbformat.read(sys.argv[1], as_version=4)
+nbclient.NotebookClient(nb, kernel_name=sys.argv[2], timeout=300).execute()
+print(nb.cells[-1].outputs[0]["text"], end="")
+"""
+
+
+def test_a_second_headless_run_a_minute_after_the_first_is_forked(warm_env, tmp_path):
+    """A script that runs notebooks (nbclient, papermill, a CI job), twice, a minute apart: the template the first
+    run's launch started outlives that run's process (JUPYTER_COMPILE_CACHE_TEMPLATE_GRACE, default 10 min), and the
+    second run's kernel is forked from it."""
+    import nbformat
+
+    runtime = tmp_path / "runtime"  # a template of its own, whose only launchers are the two runs
+    runtime.mkdir(mode=0o700)
+    env = {**warm_env, "JUPYTER_COMPILE_CACHE_RUNTIME_DIR": str(runtime)}
+    notebook = tmp_path / "quick.ipynb"
+    cells = ["%load_ext jupyter_compile_cache", "_status = %compile_cache status\nprint(_status)"]
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), notebook)
+
+    def run() -> str:
+        done = subprocess.run([sys.executable, "-c", RUN_NOTEBOOK, str(notebook), NAME], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        first = run()
+        ended = time.monotonic()
+        assert "kernel: started cold" in first, first
+        wait_for_template(str(runtime))  # warmed up in the background meanwhile
+        time.sleep(max(0.0, 60 - (time.monotonic() - ended)))
+        second = run()
+        assert "kernel: forked from a warm template" in second, second
+    finally:
+        end_templates(str(runtime))

@@ -1,0 +1,128 @@
+"""A `%%compile_cache` cell that starts torchrun's ranks, restored in a new kernel, against torch's own warm cache,
+as a notebook user runs it: in a plain kernel and in the warm kernel.
+
+| case | the kernel (its first cell: `import torch`, and ours `%load_ext jupyter_compile_cache`) | the cell timed |
+|---|---|---|
+| `cold` | a plain kernel, an empty cache dir and store | `%%compile_cache ddp` over `!torchrun ...`: compiles, saves |
+| `torch_warm` | a plain kernel without the extension, on the cold cell's cache dir | `!torchrun ...` |
+| `ours_plain` | a new plain kernel, an empty cache dir, the cold cell's store | the `%%compile_cache` cell: restored |
+| `ours_warm` | the same, its kernel forked by the warm kernel's template | the same |
+
+The job is benchmarks/worker_processes.py's DDP training script (2 ranks, gloo on the CPU, NCCL on a GPU). Each
+round runs `torch_warm`, `ours_plain` and `ours_warm` in a turning order, each on a new kernel (and ours on a new
+empty cache dir); a row says the cell's seconds (sent to idle), its ratio to torch's warm cell of the same round,
+each rank's FX-graph misses, whether every rank's losses equal the cold cell's, and what our cell's line said.
+
+    python -m benchmarks torchrun_cell --rounds 3 --out benchmarks/results/torchrun_cell_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+
+from benchmarks.report import markdown_table
+from benchmarks.warm_restart import machine, template_ready
+from benchmarks.worker_processes import TRAIN
+from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
+
+LAUNCHER = [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher", "-f", "{connection_file}"]
+
+
+def cell_case(env: dict[str, str], setup: str, cell: str, warm: bool = False) -> tuple[float, str]:
+    """A new kernel (forked by the warm kernel's template where `warm`): SETUP, then CELL, timed."""
+    runner = KernelRunner(env, kernel_cmd=LAUNCHER if warm else None)
+    try:
+        runner.run(setup)
+        return runner.run(cell)
+    finally:
+        runner.close()
+
+
+def ranks(output: str) -> dict[int, tuple[str, int]]:
+    found = re.findall(r"RANK (\d+) LOSSES (\[.*?\]) MISSES (\d+)", output)
+    return {int(r): (losses, int(m)) for r, losses, m in found}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--out", help="where to write the results as JSON")
+    args = parser.parse_args()
+    import torch
+
+    work = tempfile.mkdtemp(prefix="jcc-torchrun-cell-")
+    script = os.path.join(work, "train.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(TRAIN)
+    job = f"!{sys.executable} -m torch.distributed.run --standalone --nproc_per_node {args.ranks} {script} 2>&1"
+    runtime = os.path.join(work, "runtime")
+    os.makedirs(runtime, mode=0o700)
+    base = {
+        "BENCH_WIDTH": str(args.width), "BENCH_MODE": "", "BENCH_LAYERS": "4", "BENCH_COMPILE_STEP": "0",
+        "BENCH_DDP": "1", "OMP_NUM_THREADS": "1", "JUPYTER_COMPILE_CACHE_DIR": os.path.join(work, "store"),
+        "JUPYTER_COMPILE_CACHE_RUNTIME_DIR": runtime, "JUPYTER_COMPILE_CACHE_HUB": "",
+    }  # fmt: skip
+
+    def env(cache: str) -> dict[str, str]:
+        return dict(base, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{cache}"))
+
+    ours_setup, torch_setup = "import torch\n%load_ext jupyter_compile_cache", "import torch"
+    ours_cell = f"%%compile_cache ddp\n{job}"
+    cold_seconds, cold_out = cell_case(env("torch"), ours_setup, ours_cell)
+    cold = ranks(cold_out)
+    print(f"cold: {cold_seconds:.2f} s, FX misses {[m for _, m in cold.values()]}", flush=True)
+    cell_case(env("template"), ours_setup, "pass", warm=True)  # starts the warm kernel's template
+    deadline = time.monotonic() + 300
+    while not template_ready(dict(os.environ, **env("template"))) and time.monotonic() < deadline:
+        time.sleep(1)
+    cases = ["torch_warm", "ours_plain", "ours_warm"]
+    rows, results = [], []
+    for i in range(args.rounds):
+        order = cases[i % len(cases) :] + cases[: i % len(cases)]
+        took = {}
+        for case in order:
+            if case == "torch_warm":
+                seconds, out = cell_case(env("torch"), torch_setup, job)
+            else:
+                seconds, out = cell_case(env(f"{case}-{i}"), ours_setup, ours_cell, warm=case == "ours_warm")
+            per_rank = ranks(out)
+            line = next((x.strip() for x in out.splitlines() if "'ddp' ran in" in x), "")
+            took[case] = {
+                "seconds": seconds,
+                "fx_misses": {r: m for r, (_, m) in sorted(per_rank.items())},
+                "same_losses": {r: losses for r, (losses, _) in per_rank.items()}
+                == {r: losses for r, (losses, _) in cold.items()},
+                "line": line,
+            }
+            print(f"round {i + 1} {case}: {seconds:.2f} s {line}", flush=True)
+        results.append(took)
+        for case in cases:
+            ratio = took[case]["seconds"] / took["torch_warm"]["seconds"]
+            misses = "/".join(str(m) for m in took[case]["fx_misses"].values())
+            rows.append([i + 1, case, f"{took[case]['seconds']:.2f}", f"{ratio:.2f}x", misses,
+                         took[case]["same_losses"], took[case]["line"][:90]])  # fmt: skip
+    print(f"\ncold cell: {cold_seconds:.2f} s ({args.ranks} ranks, width {args.width})\n")
+    headers = ["round", "case", "cell s", "vs torch_warm", "FX misses per rank", "same losses", "our line"]
+    print(markdown_table(headers, rows, "rlrrrll"))
+    for case in cases[1:]:
+        ratios = [r[case]["seconds"] / r["torch_warm"]["seconds"] for r in results]
+        print(f"{case}: median {statistics.median(ratios):.2f}x torch's warm cell, {sum(x <= 1.0 for x in ratios)} "
+              f"of {len(ratios)} rounds at or under 1.0x")  # fmt: skip
+    if args.out:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump({"machine": machine(device), "cold_seconds": cold_seconds, "rounds": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
