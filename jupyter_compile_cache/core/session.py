@@ -157,6 +157,8 @@ class CompileCacheSession(Stores):
                         self._cache_load_patches += [recording] if recording is not None else []
                     # torch's switch is left alone where nothing compiles (and Dynamo is not imported for it)
                     previous_precompile = self._set_precompile(precompile)
+                if deferred:
+                    self.prewarm.stand_back()  # the body and its processes go first
                 if not loading:
                     if opts.restore:  # after the kernel's own fetch of NAME, if one is running
                         report.staged_wait_seconds = self.notebook.wait_for(name)
@@ -164,7 +166,8 @@ class CompileCacheSession(Stores):
                         restored = CellRestore()
                     else:
                         restored = self.restore_stage.restore_for_cell(name, opts, report, hub)
-                    self._compiler_stage(here, report, hub, opts.torch_remote)
+                    processes = not opts.compiles_here or self._starts_processes(opts)  # the CLI's run: its command's
+                    self._compiler_stage(here, processes, report, hub, opts.torch_remote)
             except Exception as exc:
                 stand_aside(exc)
             ran = True
@@ -253,12 +256,14 @@ class CompileCacheSession(Stores):
         threading.Thread(target=run, name="jcc-restore", daemon=True).start()
         return future
 
-    def _compiler_stage(self, here: bool, report: CellReport, hub: HubSource | None, torch_remote: bool) -> None:
-        """torch's compiler ready for a body that compiles `here`: the prewarm's work it needs done, and torch's own
-        remote caches pointed at the hub where asked."""
+    def _compiler_stage(
+        self, here: bool, processes: bool, report: CellReport, hub: HubSource | None, torch_remote: bool
+    ) -> None:
+        """torch's compiler ready for a body that compiles `here`, and for the `processes` it starts: the prewarm's
+        work it needs done, and torch's own remote caches pointed at the hub where asked."""
         if here:
             self._wait_for_prewarm(report.restore)
-        else:  # the processes it starts probe the CPU each: give them this machine's probe programs, if kept
+        if processes:  # they probe the CPU each: give them this machine's probe programs, if kept
             try:
                 self.toolchain.restore()
             except Exception as exc:  # a speed-up only: the processes probe for themselves
@@ -290,10 +295,14 @@ class CompileCacheSession(Stores):
         return self.prewarm.loading() is not None
 
     @staticmethod
-    def _starts_processes_only(opts: CellOptions) -> bool:
-        """A magic's cell whose body starts processes and does not look like it compiles here (`!torchrun`)."""
-        body = opts.body
-        return body is not None and compiler.starts_processes(body) and not compiler.compiles_here(body)
+    def _starts_processes(opts: CellOptions) -> bool:
+        """A magic's cell whose body starts processes (`!torchrun`)."""
+        return opts.body is not None and compiler.starts_processes(opts.body)
+
+    @classmethod
+    def _starts_processes_only(cls, opts: CellOptions) -> bool:
+        """A magic's cell whose body starts processes and does not look like it compiles here."""
+        return cls._starts_processes(opts) and not compiler.compiles_here(opts.body or "")
 
     def compiled_code(self) -> dict[str, str]:
         """{qualified name: code digest} of the functions this kernel's compiled cells looked up last."""

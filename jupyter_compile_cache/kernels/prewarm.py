@@ -25,6 +25,7 @@ which does it when a compile needs it, instead of a thread that took a core and 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from typing import Any
 from ..torch_adapter import compiler
 
 IDLE_QUIET = 0.5  # seconds with no cell running before work no cell waits for starts
+FIRST_CELL_WAIT = 0.1  # seconds the imports wait after %load_ext for the next cell (Run All's comes in milliseconds)
 
 
 class Prewarm:
@@ -64,6 +66,9 @@ class Prewarm:
         self.idle = threading.Event()
         self.idle.set()
         self.idle_since = 0.0
+        self.stood_back = False  # a cell that does not wait for this work ran meanwhile (`stand_back`)
+        self.cell_seen = threading.Event()  # a cell started since %load_ext
+        self.wanted = threading.Event()  # a cell waits for the imports: they are held back no more
 
     def start(self) -> None:
         if self.thread is not None or not self.enabled():
@@ -89,8 +94,9 @@ class Prewarm:
         gate = None
         try:
             try:
-                if self.thread is threading.current_thread():  # a cell's compile meanwhile waits for the rest
-                    gate = compiler.first_compile_gate(self._wait_at_compile)
+                if self.thread is threading.current_thread():
+                    self._hold_back()
+                    gate = compiler.first_compile_gate(self._wait_at_compile)  # a cell's compile waits for the rest
                 compiler.import_compiler()
             finally:
                 self.import_seconds = time.perf_counter() - start
@@ -102,6 +108,8 @@ class Prewarm:
                 first, later = self._hash, lambda: self._probe(aside=True)
             else:  # a compiling CPU cell waits for the probe: it goes first, at the usual priority
                 first, later = self._probe, self._hash
+            if self.stood_back and (self.follows_cells if idle_work is None else idle_work):
+                self._wait_for_idle()  # the cell that stood it back, and its processes, go first
             first()
             if self.follows_cells if idle_work is None else idle_work:
                 self._wait_for_idle()
@@ -112,6 +120,30 @@ class Prewarm:
             self.hashed.set()
             self.probed.set()
 
+    def _hold_back(self) -> None:
+        """Before the imports: should the cell after %load_ext start processes and compile nothing here (`!torchrun`),
+        they wait until no cell runs, so that its processes have the CPU. A cell that waits for them ends the wait
+        (`wanted`); meanwhile torch.compile is torch's own: a compile in such a cell imports the compiler itself,
+        never beside this thread."""
+        if not self.follows_cells:
+            return
+        self.cell_seen.wait(FIRST_CELL_WAIT)
+        if self.stood_back:
+            self._wait_for_idle(until=self.wanted)
+
+    def stand_back(self) -> None:
+        """A cell that does not wait for this work runs (processes it starts, eager code): the rest of it goes at
+        the lowest CPU priority, so that the cell and its processes go first, and what follows the imports waits for
+        a moment when no cell runs. For good: Linux lets a thread lower its own priority, not raise it again."""
+        thread = self.thread
+        if self.stood_back or thread is None or not thread.is_alive() or thread.native_id is None:
+            return
+        self.stood_back = True
+        try:
+            os.setpriority(os.PRIO_PROCESS, thread.native_id, 19)  # Linux: this thread's own priority
+        except (AttributeError, OSError):  # not Linux, or not allowed: it shares the CPU as before
+            pass
+
     def _wait_at_compile(self) -> None:
         """A compile in another thread (a cell's) while the imports run: it waits for them, and says so."""
         if threading.current_thread() is not self.thread:
@@ -121,14 +153,16 @@ class Prewarm:
         compiler.hash_torch_and_triton()
         self.hashed.set()
 
-    def _wait_for_idle(self, quiet: float = IDLE_QUIET) -> None:
-        """Until no cell has run for `quiet` seconds (in Run All, the next cell starts within milliseconds)."""
-        while True:
-            self.idle.wait()
+    def _wait_for_idle(self, quiet: float = IDLE_QUIET, until: threading.Event | None = None) -> None:
+        """Until no cell has run for `quiet` seconds (in Run All, the next cell starts within milliseconds), or
+        `until` is set."""
+        while until is None or not until.is_set():
+            if not self.idle.wait(None if until is None else 0.05):
+                continue
             left = self.idle_since + quiet - time.perf_counter()
             if left <= 0 and self.idle.is_set():
                 return
-            time.sleep(max(left, 0.05))
+            time.sleep(max(left, 0.05) if until is None else 0.05)
 
     def _probe(self, aside: bool = False) -> None:
         if compiler.can_probe_cpu():
@@ -150,6 +184,7 @@ class Prewarm:
     def join(self, hashes: bool = False, probe: bool = False) -> None:
         """Wait for the imports, and with `hashes` for the file hashes, with `probe` for the CPU ISA probe too."""
         events = [self.imported] + [self.hashed] * hashes + [self.probed] * probe
+        self.wanted.set()
         if self.thread is not None and not all(e.is_set() for e in events):
             start = time.perf_counter()
             for event in events:
@@ -178,5 +213,10 @@ class Prewarm:
         if self.thread is None or not self.thread.is_alive():
             return
         source = getattr(info, "raw_cell", "") or ""
-        if compiler.compiles_here(source) and not source.lstrip().startswith("%%compile_cache"):
+        magic = source.lstrip().startswith("%%compile_cache")
+        body = source.lstrip().partition("\n")[2] if magic else source
+        if not self.imported.is_set() and compiler.starts_processes(body) and not compiler.compiles_here(body):
+            self.stand_back()  # its processes go first
+        self.cell_seen.set()
+        if compiler.compiles_here(source) and not magic:
             self.join()  # a %%compile_cache cell waits in the session, only if its body compiles here
