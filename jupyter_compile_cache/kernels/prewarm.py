@@ -68,7 +68,7 @@ class Prewarm:
         self.idle_since = 0.0
         self.stood_back = False  # a cell that does not wait for this work ran meanwhile (`stand_back`)
         self.cell_seen = threading.Event()  # a cell started since %load_ext
-        self.wanted = threading.Event()  # a cell waits for the imports: they are held back no more
+        self.needed: set[int] = set()  # id() of each event a cell has waited for: that work waits for no idle moment
 
     def start(self) -> None:
         if self.thread is not None or not self.enabled():
@@ -105,14 +105,16 @@ class Prewarm:
                     gate.undo()
             gpu = compiler.cuda_available() if gpu is None else gpu
             if gpu:  # a GPU cell waits for the hashes only: the probe goes once the kernel is idle, set aside
-                first, later = self._hash, lambda: self._probe(aside=True)
+                first, later, last = self._hash, lambda: self._probe(aside=True), self.probed
             else:  # a compiling CPU cell waits for the probe: it goes first, at the usual priority
-                first, later = self._probe, self._hash
+                first, later, last = self._probe, self._hash, self.hashed
+            first_done = self.probed if last is self.hashed else self.hashed
             if self.stood_back and (self.follows_cells if idle_work is None else idle_work):
-                self._wait_for_idle()  # the cell that stood it back, and its processes, go first
+                # the cell that stood it back, and its processes, go first
+                self._wait_for_idle(until=lambda: id(first_done) in self.needed)
             first()
             if self.follows_cells if idle_work is None else idle_work:
-                self._wait_for_idle()
+                self._wait_for_idle(until=lambda: id(last) in self.needed)
                 later()
         except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once
             self.error = f"{type(exc).__name__}: {exc}"
@@ -129,7 +131,7 @@ class Prewarm:
             return
         self.cell_seen.wait(FIRST_CELL_WAIT)
         if self.stood_back:
-            self._wait_for_idle(until=self.wanted)
+            self._wait_for_idle(until=lambda: bool(self.needed))
 
     def stand_back(self) -> None:
         """A cell that does not wait for this work runs (processes it starts, eager code): the rest of it goes at
@@ -153,10 +155,10 @@ class Prewarm:
         compiler.hash_torch_and_triton()
         self.hashed.set()
 
-    def _wait_for_idle(self, quiet: float = IDLE_QUIET, until: threading.Event | None = None) -> None:
+    def _wait_for_idle(self, quiet: float = IDLE_QUIET, until: Callable[[], bool] | None = None) -> None:
         """Until no cell has run for `quiet` seconds (in Run All, the next cell starts within milliseconds), or
-        `until` is set."""
-        while until is None or not until.is_set():
+        `until()` says a cell waits for what follows."""
+        while until is None or not until():
             if not self.idle.wait(None if until is None else 0.05):
                 continue
             left = self.idle_since + quiet - time.perf_counter()
@@ -184,7 +186,7 @@ class Prewarm:
     def join(self, hashes: bool = False, probe: bool = False) -> None:
         """Wait for the imports, and with `hashes` for the file hashes, with `probe` for the CPU ISA probe too."""
         events = [self.imported] + [self.hashed] * hashes + [self.probed] * probe
-        self.wanted.set()
+        self.needed.update(id(event) for event in events)  # a running cell waits: no idle moment comes meanwhile
         if self.thread is not None and not all(e.is_set() for e in events):
             start = time.perf_counter()
             for event in events:

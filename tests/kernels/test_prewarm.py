@@ -126,6 +126,9 @@ def test_a_cell_that_starts_a_process_never_waits_for_the_compiler_and_a_compile
         if not kernel.value("_after"):  # the module's compile came while it still loaded: told once
             said = "'job' compiled while torch's compiler was still loading in the background, so it compiled as plain"
             assert said in job.output, job.output
+        # A compiling cell right after it waits for what the background work held back, which goes on for it.
+        then = kernel.run("%%compile_cache then\nimport torch\nz = torch.compile(lambda x: x * 3)(torch.ones(2))")
+        assert then.check() and kernel.value("z.tolist()") == [3.0, 3.0], then.output
         deadline = time.monotonic() + 120  # the kernel idles: the background import goes on, and ends
         while not kernel.value(f"{prewarm}.imported.is_set()") and time.monotonic() < deadline:
             time.sleep(0.5)
