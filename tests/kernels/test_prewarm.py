@@ -18,7 +18,7 @@ def _unreadable_toolchain() -> None:
 def test_a_failure_in_the_background_is_kept_for_the_next_cell_once():
     prewarm = Prewarm()
     prewarm.before_probe = _unreadable_toolchain
-    prewarm.run_here()
+    prewarm.run_here(gpu=False)  # the probe first, as without a GPU (with one, it waits for an idle moment)
     assert prewarm.imported.is_set()  # the imports were done before it failed: cells need not wait
     assert prewarm.take_error() == "PermissionError: [Errno 13] Permission denied: 'toolchain'"
     assert prewarm.take_error() is None
@@ -31,7 +31,7 @@ def test_the_next_cell_tells_it_once_and_runs(tmp_path, monkeypatch, capsys):
     session = CompileCacheSession(store_dir=str(tmp_path / "store"), reporter=TextReporter())
     try:
         session.prewarm.before_probe = _unreadable_toolchain
-        session.prewarm.run_here()
+        session.prewarm.run_here(gpu=False)
         ran = []
         for _ in range(2):
             with session.cell("plain", CellOptions(save=False)):
