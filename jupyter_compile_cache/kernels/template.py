@@ -18,10 +18,10 @@ environment (less its per-launch variables) and this user's private runtime fold
    (a `pip install -U`), a file in the launch's folder that would shadow a module it imported. The first three
    retire it; each refusal is answered, and the launcher starts that kernel cold.
 
-It retires when it has not forked for JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE seconds (default 3600), when none of the
-processes that launched kernels from it (the Jupyter server, VS Code, a script running notebooks) has been alive for
-JUPYTER_COMPILE_CACHE_TEMPLATE_GRACE seconds (default 600: the next run of a script that runs notebooks, minutes
-later, is forked too; `%compile_cache config` says its memory), when a newer template
+It retires when it has not forked for JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE seconds (default 3600),
+JUPYTER_COMPILE_CACHE_TEMPLATE_GRACE seconds (default 600) after the last of the processes that launched kernels from
+it (the Jupyter server, VS Code, a script running notebooks) ended (the next run of such a script, minutes later, is
+forked too; `%compile_cache config` says its memory), when a newer template
 replaces it (at most JUPYTER_COMPILE_CACHE_TEMPLATES per user, default 3), and at SIGTERM: it forks no more, and
 exits once the kernels it forked have ended (it is their parent: it tells their launchers how each ended). A second
 SIGTERM, or SIGKILL, ends it at once. A warm-up that fails leaves its reason in the folder; the next launch prints

@@ -30,11 +30,11 @@ REMOTE_CACHE_SWITCHES = (
     ("torch._functorch.config", "enable_remote_autograd_cache"),
 )
 TORCH_REDIS_ENV = "TORCHINDUCTOR_REDIS_URL"
-# A cell whose source matches compiles in this process (`model.compile()` is nn.Module's): it waits for the
-# compiler's background import before its body. Not a `%compile_cache` line magic, whose commands answer at once
-# (those that need the compiler wait themselves).
+# A cell whose source matches compiles in this process (`model.compile()` is nn.Module's, `re.compile(` is not): it
+# waits for the compiler's background import before its body. Not a `%compile_cache` line magic, whose commands
+# answer at once (those that need the compiler wait themselves).
 COMPILES_HERE_HINT = re.compile(
-    r"torch\.compile|\.compile\(|_dynamo|_inductor|torch\.compiler|%%compile_cache"
+    r"torch\.compile|(?<!\bre)\.compile\(|_dynamo|_inductor|torch\.compiler|%%compile_cache"
     r"|compile_cache\.(?:cell|save|restore|Panel)\b|torch\.export"
 )
 # One that starts processes, which may compile (`!torchrun`, a launcher): watched, never waiting (they import torch's
