@@ -70,6 +70,8 @@ KERNEL_IMPORTS = (
     "jupyter_client.localinterfaces",
     "psutil",
     "IPython.core.debugger",
+    "IPython.core.oinspect",
+    "IPython.utils.wildcard",
     "IPython.core.completerlib",
     "IPython.extensions.storemagic",
     "sqlite3",
