@@ -80,6 +80,15 @@ class SaveStage:
         if report.push_left_to is None:
             stores.hub_policy.push(hub, store, manifest, report, self.transfer(events.Moving.PUSH, name, opts.quiet))
 
+    def keep(self, name: str, recorded: Recorded, report: CellReport, opts: CellOptions, hub: HubSource | None) -> None:
+        """What a cell recorded: a new version of NAME where it compiled something (or `--force-save`), else the
+        kernels it tuned again beside the bundles; then a restored version the hub lacks goes up."""
+        if opts.save and recorded.files.files and (recorded.compiled_new or opts.force_save):
+            self.save(name, recorded, report, opts, hub)
+        elif opts.save and report.kernels_retuned:  # no new version: kept beside the bundles
+            self.keep_run_builds(name, recorded, report, opts)
+        self.publish_restored(name, report, opts, hub)
+
     def publish_restored(self, name: str, report: CellReport, opts: CellOptions, hub: HubSource | None) -> None:
         """The version the cell restored from the local store, pushed to HUB if it has no version of NAME for this
         machine (asked once a session per version): a copy the hub's single flight kept local, compiled beside the

@@ -5,18 +5,25 @@ module: restore and lease (restore_stage.py: after the kernel's own fetch of NAM
 store then the hub; if nothing fits, the hub policy's single flight), compiler ready (the prewarm joined), run
 (run_stage.py: the body under `capture.CellCapture`, with one `CellSnapshot` of torch's counters), record
 (record_stage.py) and save (save_stage.py: the local store, then the hub policy's push), and one ending
-(`SaveStage.end`). Nothing here raises into the user's cell except the user's own exception: store and hub failures
-become warnings, and the cell's result stands. What the front ends show and manage besides cells (status, list,
-explain, stats, gc...) is commands.py.
+(`SaveStage.end`). Which of them a cell runs is its `CellPlan`, made first: a cell that compiles nothing while
+torch's compiler is still loading, with nothing to restore, runs at once without the stages; one that does not
+compile in this process (eager code, processes it starts) runs them without waiting for the compiler; a block whose
+processes do the compiling (`!torchrun`; `restore_beside_body`: the CLI's `run`) restores from the local store
+beside their start. What a stage switches on (torch's precompile switch, NAME's lease, the worker processes' hook) is
+undone on one `ExitStack`: at the cell's end, or at once where ours stands aside. Nothing here raises into the
+user's cell except the user's own exception: store and hub failures become warnings, and the cell's result stands.
+What the front ends show and manage besides cells (status, list, explain, stats, gc...) is commands.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from ..kernels import header_calls
@@ -36,6 +43,19 @@ from .stores import Stores
 from .toolchain import Toolchain
 
 current: CompileCacheSession | None = None  # the kernel's one session
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """How a cell runs, decided before its stages."""
+
+    loading: bool  # compiles nothing while torch's compiler loads: the body runs at once, without the stages
+    deferred: bool  # does not compile here (eager code, processes): restored and watched, the compiler not awaited
+    here: bool  # compiles here: the compiler readied before the body
+    precompile: bool  # torch's caching_precompile on for the body
+    hub: HubSource | None  # once per cell: restore, lease and push use it
+    beside: bool  # the local restore runs beside the body's start (processes that compile)
+    frames: int  # Dynamo's frames compiled before the body (loading or deferred: what compiled out of sight)
 
 
 def get_session(reporter: Reporter | None = None) -> CompileCacheSession:
@@ -105,124 +125,149 @@ class CompileCacheSession(Stores):
     # -- the cell -----------------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def cell(self, name: str, options: CellOptions | None = None) -> Iterator[CellReport]:
-        """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts.
-
-        The stages, in order, each in its own module: restore and lease (restore_stage.py: the local store, then the
-        hub; if nothing fits, the hub policy's single flight: one kernel compiles NAME while the others wait for its
-        bundle), compiler ready (the background prewarm joined), run (run_stage.py: the body, its cache files watched),
-        record (record_stage.py: what it compiled and used) and save (save_stage.py: the local store, then the hub).
-        Success and failure end the same way (`SaveStage.end`). A cell that compiles nothing while torch's compiler
-        is still loading, with nothing to restore, runs at once without the stages; one that does not compile in
-        this process (eager code, processes it starts) runs its stages without waiting for the compiler. A block
-        whose processes do the compiling (`!torchrun`, `restore_beside_body`: the CLI's `run`) restores from the
-        local store beside their start instead.
-        A failure of ours before the body lets it run as plain torch.compile would; one after it leaves the cell's
-        result standing: either is told, never raised."""
+        """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts: the stages
+        of the module docstring, in order. A failure of ours before the body lets it run as plain torch.compile
+        would; one after it leaves the cell's result standing: either is told, never raised."""
         opts = options or CellOptions()
-        report = CellReport(check_name(name), source_digest=opts.source_digest)
+        name = check_name(name)
+        report = CellReport(name, source_digest=opts.source_digest)
+        plan = self._plan(name, opts)
+        with contextlib.ExitStack() as ending:
+            ending.callback(setattr, self.guard, "find_elsewhere", None)
+            undo = ending.enter_context(contextlib.ExitStack())  # torch's switch, the lease: at the end, or at once
+            stand_aside = functools.partial(self._stand_aside, name, report, undo)
+            restored = self._ready(name, opts, report, plan, undo, stand_aside)
+            ending.callback(self._end, name, opts, report, plan)
+            refresh = self.restore_stage.refresh_loaded
+            with (
+                run_stage.run(report, restored, self.guard, plan.precompile, refresh, stand_aside) as watched,
+                contextlib.ExitStack() as body,
+            ):
+                if plan.beside and watched is not None:  # after the watch's listing: restored files, not compiled
+                    pending = self._restore_beside(name, opts, report)
+                    body.callback(lambda: watched.watcher.add_restored(pending.result()))
+                carried = self._carry_precompile(name, opts, report, ending, body)
+                yield report
+            self._record(name, opts, report, plan.hub, watched, carried)
+
+    def _plan(self, name: str, opts: CellOptions) -> CellPlan:
         loading = self._compiles_nothing(opts) and not (opts.restore and name in self.store(opts.store_dir).names())
-        # a body that does not compile here (eager code, processes) starts while the compiler still loads
         deferred = not loading and self._compiles_elsewhere(opts)
-        here = opts.compiles_here and not (loading or deferred)  # the compiler readied before the body
-        frames = compiler.frames_compiled() if loading or deferred else 0
+        here = opts.compiles_here and not (loading or deferred)
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
-        precompile = precompile and here and PrecompileGuard.available()
         hub = None if loading else self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use it
         # processes that compile start (Python, torch) while the restore runs, unless a hub's single flight must
         # decide before the body who compiles: only a local restore goes beside it
         beside = (opts.restore_beside_body and not here) or self._starts_processes_only(opts)
-        beside = beside and opts.restore and hub is None and not loading
-        restored: CellRestore | None = None
-        previous_precompile: bool | None = None
-        carried: process_hook.Carried | None = None
-        ran = False
+        return CellPlan(
+            loading=loading,
+            deferred=deferred,
+            here=here,
+            precompile=precompile and here and PrecompileGuard.available(),
+            hub=hub,
+            beside=beside and opts.restore and hub is None and not loading,
+            frames=compiler.frames_compiled() if loading or deferred else 0,
+        )
 
-        def stand_aside(exc: Exception) -> None:  # ours failed before the body: it runs without the cache around it
-            nonlocal restored, previous_precompile
-            self.tell(events.StoodAside(name, True, f"{type(exc).__name__}: {exc}"), report)
-            self._set_precompile(previous_precompile)  # torch's own switch back for the body
-            previous_precompile = None
-            self.guard.find_elsewhere = None
-            if restored is not None and restored.lease is not None:
-                restored.lease.release()
-            restored = None
-
+    def _ready(
+        self,
+        name: str,
+        opts: CellOptions,
+        report: CellReport,
+        plan: CellPlan,
+        undo: contextlib.ExitStack,
+        stand_aside: Callable[[Exception], None],
+    ) -> CellRestore | None:
+        """The stages before the body: the compiler readied (where it compiles here), NAME restored and leased, the
+        processes' toolchain. None where the body runs without them (ours failed: told, and undone)."""
         try:
-            try:
-                if here:
-                    self.prewarm.join()  # before touching torch's compiler: importing it from two threads deadlocks
-                    if self._cache_load_patches is None:
-                        self._cache_load_patches = kernel_load_fixes.cache_load_patches(self._load_fix_failed)
-                        recording = cpp_headers.recording(self._header_calls.append)
-                        self._cache_load_patches += [recording] if recording is not None else []
-                    # torch's switch is left alone where nothing compiles (and Dynamo is not imported for it)
-                    previous_precompile = self._set_precompile(precompile)
-                if deferred:
-                    self.prewarm.stand_back()  # the body and its processes go first
-                if not loading:
-                    if opts.restore:  # after the kernel's own fetch of NAME, if one is running
-                        report.staged_wait_seconds = self.notebook.wait_for(name)
-                    if beside:
-                        restored = CellRestore()
-                    else:
-                        restored = self.restore_stage.restore_for_cell(name, opts, report, hub)
-                    processes = not opts.compiles_here or self._starts_processes(opts)  # the CLI's run: its command's
-                    self._compiler_stage(here, processes, report, hub, opts.torch_remote)
-            except Exception as exc:
-                stand_aside(exc)
-            ran = True
-            refresh = self.restore_stage.refresh_loaded
-            with run_stage.run(report, restored, self.guard, precompile, refresh, stand_aside) as watched:
-                # after the watch's listing, so that what the restore writes is known as restored, not compiled
-                pending = self._restore_beside(name, opts, report) if beside and watched is not None else None
-                if opts.precompile_processes:
-                    try:
-                        carried = process_hook.Carried()
-                        carried.start()
-                    except Exception as exc:  # the processes trace as without the option
-                        carried = None
-                        step = events.Step.PRECOMPILE_PROCESSES
-                        self.tell(events.StepFailed(step, f"{type(exc).__name__}: {exc}", name), report)
-                try:
-                    yield report
-                finally:
-                    if carried is not None:
-                        carried.stop()
-                    if pending is not None and watched is not None:
-                        watched.watcher.add_restored(pending.result())
-            if carried is not None:  # before the record: the processes' entries are on disk by now
-                report.processes_precompile = carried.collect()
-                report.stale_rejected += report.processes_precompile.stale
-                for reason in report.processes_precompile.bypassed:
-                    self.tell(events.PrecompileBypassed(reason, in_processes=True), report, opts.quiet)
-                for trouble in report.processes_precompile.troubles:
-                    self.tell(events.PrecompileFailed(trouble), report)
-            if watched is not None:
-                try:
-                    recorded = record_stage.record(report, opts, watched, self.guard, self.tell)
-                    if recorded.files.processes and recorded.files.probe_programs:  # kept for the next processes
-                        self.toolchain.save(recorded.files.probe_programs)
-                    if opts.save and recorded.files.files and (recorded.compiled_new or opts.force_save):
-                        self.save_stage.save(name, recorded, report, opts, hub)
-                    elif opts.save and report.kernels_retuned:  # no new version: kept beside the bundles
-                        self.save_stage.keep_run_builds(name, recorded, report, opts)
-                    self.save_stage.publish_restored(name, report, opts, hub)
-                except Exception as exc:  # ours failed after the body: its result stands
-                    self.tell(events.StoodAside(name, False, f"{type(exc).__name__}: {exc}"), report)
-        finally:
-            self.guard.find_elsewhere = None
-            if carried is not None:  # a body that raised: its processes' records are not read
-                carried.discard()
-            if (loading or deferred) and ran and compiler.frames_compiled() > frames:  # code out of the cell's sight
-                self.tell(events.CompiledWhileLoading(name, watched=deferred), report)
-            if deferred:  # a compile in its body waited for the compiler's import (first_compile_gate): told now
-                report.waited_seconds += self.prewarm.take_waited()
-            if ran:  # the body ran: its ending, whichever way it went
-                self._keep_header_calls(report)
-                self.save_stage.end(report, opts)
-            self._set_precompile(previous_precompile)
-            if restored is not None and restored.lease is not None:
-                restored.lease.release()
+            if plan.here:
+                self.prewarm.join()  # before touching torch's compiler: importing it from two threads deadlocks
+                if self._cache_load_patches is None:
+                    self._cache_load_patches = kernel_load_fixes.cache_load_patches(self._load_fix_failed)
+                    recording = cpp_headers.recording(self._header_calls.append)
+                    self._cache_load_patches += [recording] if recording is not None else []
+                # torch's switch is left alone where nothing compiles (and Dynamo is not imported for it)
+                undo.callback(self._set_precompile, self._set_precompile(plan.precompile))
+            if plan.deferred:
+                self.prewarm.stand_back()  # the body and its processes go first
+            if plan.loading:
+                return None
+            if opts.restore:  # after the kernel's own fetch of NAME, if one is running
+                report.staged_wait_seconds = self.notebook.wait_for(name)
+            restore = self.restore_stage.restore_for_cell
+            restored = CellRestore() if plan.beside else restore(name, opts, report, plan.hub)
+            if restored.lease is not None:
+                undo.callback(restored.lease.release)
+            processes = not opts.compiles_here or self._starts_processes(opts)  # the CLI's run: its command's
+            self._compiler_stage(plan.here, processes, report, plan.hub, opts.torch_remote)
+            return restored
+        except Exception as exc:
+            stand_aside(exc)
+            return None
+
+    def _stand_aside(self, name: str, report: CellReport, undo: contextlib.ExitStack, exc: Exception) -> None:
+        """Ours failed before the body: it runs without the cache around it, torch's switch as it was."""
+        self.tell(events.StoodAside(name, True, f"{type(exc).__name__}: {exc}"), report)
+        undo.close()
+        self.guard.find_elsewhere = None
+
+    def _carry_precompile(
+        self,
+        name: str,
+        opts: CellOptions,
+        report: CellReport,
+        ending: contextlib.ExitStack,
+        body: contextlib.ExitStack,
+    ) -> process_hook.Carried | None:
+        """`--precompile-processes`: the worker processes the body starts load and save precompile entries too."""
+        if not opts.precompile_processes:
+            return None
+        try:
+            carried = process_hook.Carried()
+            carried.start()
+        except Exception as exc:  # the processes trace as without the option
+            self.tell(events.StepFailed(events.Step.PRECOMPILE_PROCESSES, f"{type(exc).__name__}: {exc}", name), report)
+            return None
+        ending.callback(carried.discard)  # a body that raised: its processes' records are not read
+        body.callback(carried.stop)
+        return carried
+
+    def _record(
+        self,
+        name: str,
+        opts: CellOptions,
+        report: CellReport,
+        hub: HubSource | None,
+        watched: run_stage.Watch | None,
+        carried: process_hook.Carried | None,
+    ) -> None:
+        """After a body that returned: what its processes and it compiled and used, recorded and saved."""
+        if carried is not None:  # before the record: the processes' entries are on disk by now
+            report.processes_precompile = carried.collect()
+            report.stale_rejected += report.processes_precompile.stale
+            for reason in report.processes_precompile.bypassed:
+                self.tell(events.PrecompileBypassed(reason, in_processes=True), report, opts.quiet)
+            for trouble in report.processes_precompile.troubles:
+                self.tell(events.PrecompileFailed(trouble), report)
+        if watched is None:
+            return
+        try:
+            recorded = record_stage.record(report, opts, watched, self.guard, self.tell)
+            if recorded.files.processes and recorded.files.probe_programs:  # kept for the next processes
+                self.toolchain.save(recorded.files.probe_programs)
+            self.save_stage.keep(name, recorded, report, opts, hub)
+        except Exception as exc:  # ours failed after the body: its result stands
+            self.tell(events.StoodAside(name, False, f"{type(exc).__name__}: {exc}"), report)
+
+    def _end(self, name: str, opts: CellOptions, report: CellReport, plan: CellPlan) -> None:
+        """Every cell whose body ran, whichever way it went: what compiled out of its sight, its wait, its line."""
+        if (plan.loading or plan.deferred) and compiler.frames_compiled() > plan.frames:
+            self.tell(events.CompiledWhileLoading(name, watched=plan.deferred), report)
+        if plan.deferred:  # a compile in its body waited for the compiler's import (first_compile_gate): told now
+            report.waited_seconds += self.prewarm.take_waited()
+        self._keep_header_calls(report)
+        self.save_stage.end(report, opts)
 
     def _keep_header_calls(self, report: CellReport) -> None:
         """torch's header checks first made in this cell, for the warm templates (kernels/header_calls.py)."""
