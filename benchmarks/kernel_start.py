@@ -57,7 +57,11 @@ VARIANTS = {
     "ours_warm": (WARM, LOAD, OURS),
     "ours_raw": (WARM, LOAD, OURS),
 }
-START_RECORD = "print(open(__import__('ipykernel.connect').connect.get_connection_file()[:-5] + '-start.json').read())"
+START_RECORD = (
+    "from ipykernel.connect import get_connection_file as _file\n"
+    "from jupyter_compile_cache.kernels.protocol import start_record_path as _path\n"
+    "print(open(_path(_file())).read())"
+)
 
 
 MISFIT = {"ours_misfit": WARM, "ours_new_dir": None}  # kernel spec; each kernel gets an empty cache dir

@@ -54,6 +54,7 @@ import time
 
 from benchmarks.report import markdown_table
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
+from jupyter_compile_cache.kernels.protocol import start_record_path
 
 CASES = (
     "eager", "cold", "torch_warm", "mega", "ours_cold", "ours", "ours_warm", "ours_hub", "ours_staged",
@@ -577,7 +578,7 @@ def _runtime_of(env: dict[str, str]) -> str:
 def _start_record(k: KernelRunner) -> dict:
     """How the warm kernel started (forked or cold, and why), as the launcher wrote it beside the connection file."""
     try:
-        with open(k.km.connection_file[: -len(".json")] + "-start.json") as f:
+        with open(start_record_path(k.km.connection_file)) as f:
             return json.load(f)
     except (OSError, ValueError):
         return {}

@@ -6,11 +6,10 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
-from .protocol import TemplateProblem
+from .protocol import TemplateProblem, start_record_path
 
 
 class Cold(str, enum.Enum):
@@ -69,13 +68,9 @@ class KernelStart:
         return cls(**fields)
 
 
-def start_path(connection_file: str) -> str:
-    return os.path.splitext(connection_file)[0] + "-start.json"
-
-
 def write_start(connection_file: str | None, start: KernelStart) -> None:
     if connection_file:
-        with contextlib.suppress(OSError), open(start_path(connection_file), "w", encoding="utf-8") as f:
+        with contextlib.suppress(OSError), open(start_record_path(connection_file), "w", encoding="utf-8") as f:
             json.dump(start.to_json(), f)
 
 
@@ -84,7 +79,7 @@ def this_kernel_start() -> KernelStart:
     try:
         from ipykernel.connect import get_connection_file
 
-        with open(start_path(get_connection_file()), encoding="utf-8") as f:
+        with open(start_record_path(get_connection_file()), encoding="utf-8") as f:
             return KernelStart.from_json(json.load(f))
     except Exception:  # not a kernel of our spec, or not in a kernel at all
         return KernelStart("plain")

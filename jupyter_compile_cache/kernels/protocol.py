@@ -245,6 +245,11 @@ def retired_path(directory: str, launch_key: str) -> str:
     return os.path.join(directory, f"{launch_key}.retired")
 
 
+def start_record_path(connection_file: str) -> str:
+    """How the kernel of this connection file started (kernel_start.py), written by its launcher beside it."""
+    return os.path.splitext(connection_file)[0] + "-start.json"
+
+
 def header_calls_path(directory: str, stamp: str) -> str:
     """The header checks kernels of this installation made, for its templates to make before they fork."""
     return os.path.join(directory, f"{stamp}.headers")

@@ -15,7 +15,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
 from jupyter_compile_cache.kernels.kernel_runner import CellOutput, argv_spec, execute
-from jupyter_compile_cache.kernels.protocol import LAUNCHER_MODULE
+from jupyter_compile_cache.kernels.protocol import LAUNCHER_MODULE, start_record_path
 
 # JCC_TEST_KERNELS=warm: the tests' plain kernels are kernels of the warm kernel spec instead, forked from a template,
 # so that any suite can check that a forked kernel answers as a fresh one; each start's record (forked, or cold and
@@ -172,7 +172,7 @@ def _make_template(env: dict[str, str]) -> bool:
 
 def _log_start(connection_file: str) -> None:
     try:
-        with open(connection_file[: -len(".json")] + "-start.json") as f:
+        with open(start_record_path(connection_file)) as f:
             record = json.load(f)
     except (OSError, ValueError) as exc:
         record = {"how": "unknown", "detail": str(exc)}

@@ -17,7 +17,7 @@ from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import LocalPortCache, write_connection_file
 
 from jupyter_compile_cache.kernels.launcher import templates
-from jupyter_compile_cache.kernels.protocol import warming_path
+from jupyter_compile_cache.kernels.protocol import start_record_path, warming_path
 from jupyter_compile_cache.kernels.runtime_dir import process_alive
 from jupyter_compile_cache.kernels.template_fit import TemplateInfo
 
@@ -89,7 +89,7 @@ class RawFrontEnd:
                     raise
 
     def start_record(self) -> dict:
-        with open(self.connection_file[: -len(".json")] + "-start.json") as f:
+        with open(start_record_path(self.connection_file)) as f:
             return json.load(f)
 
     def run(self, code: str, timeout: float = 120) -> str:

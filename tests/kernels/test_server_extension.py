@@ -15,6 +15,7 @@ import pytest
 from helpers.redis_server import free_port
 from helpers.warm_kernels import end_templates, wait_for_template
 
+from jupyter_compile_cache.kernels.protocol import start_record_path
 from jupyter_compile_cache.kernels.runtime_dir import process_alive
 
 pytestmark = pytest.mark.slow
@@ -65,8 +66,8 @@ def test_the_server_starts_the_template_and_its_first_kernel_is_forked(warm_env,
         assert template.holders == [server.pid]  # it lives as long as the server (and its idle time)
         kernel = _api(port, "POST", "kernels", {"name": "python3-compile-cache"})
         assert kernel is not None
-        start_file = jupyter_runtime / f"kernel-{kernel['id']}-start.json"
-        _wait_for(str(start_file), 60)
+        start_file = start_record_path(str(jupyter_runtime / f"kernel-{kernel['id']}.json"))
+        _wait_for(start_file, 60)
         with open(start_file) as f:
             record = json.load(f)
         assert record["how"] == "forked" and record["template_pid"] == template.pid, record
