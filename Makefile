@@ -24,6 +24,11 @@ RESTORE_TESTS := tests/end_to_end/test_kernel_restore.py tests/torch_adapter/tes
 # server or the clock. The warm-kernel tests and the notebooks run after them, alone: a template warms up only on an
 # idle CPU, and 02b restores what 02a saved.
 TEST_WORKERS ?= 2
+# The kernels of that first lane: forked from a warm template of each worker (tests/helpers/kernels.py), so that no
+# test waits for an `import torch`, and every suite checks that a forked kernel answers as a fresh one; `plain`
+# starts them as plain ipykernels. The warm kernel's own tests (tests/kernels) and the oldest torch's lane start
+# plain kernels.
+TEST_KERNELS ?= warm
 ALONE := tests/kernels
 # Of those, the ones whose templates wait for a quiet machine before they warm up (up to a minute) or that time that
 # wait: in CI nothing runs beside them.
@@ -36,7 +41,7 @@ QUIET := tests/kernels/test_launcher.py tests/kernels/test_server_extension.py t
 ZOO ?= gpt2,t5,vit,resnet
 
 # `make help` lists the targets and what each does (the `## ` text on each target's line)
-.PHONY: help setup setup-dev test test-zoo lint format bench notebooks demo setup-oldest test-oldest test-forked docs screenshots
+.PHONY: help setup setup-dev test test-zoo lint format bench notebooks demo setup-oldest test-oldest docs screenshots
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -64,12 +69,6 @@ test-oldest:  ## the restore tests on the oldest torch
 		$(RESTORE_TESTS) \
 		$(if $(OLDEST_K),-k "$(OLDEST_K)")
 
-# The restore suites and the everyday edits again, every kernel forked from a warm template (the warm kernel spec),
-# each start's record in forked_starts.jsonl: forked kernels must answer as fresh ones (JCC_TEST_DEVICE=cuda on a GPU).
-test-forked: $(VENV)/.dev-ready  ## the restore suites with every kernel forked from a warm template
-	JCC_TEST_KERNELS=warm JCC_TEST_KERNELS_LOG=forked_starts.jsonl $(BIN)/python -m pytest $(RESTORE_TESTS) \
-		tests/end_to_end/test_everyday_edits.py
-
 # The whole model zoo (every HF model from its tiny config, and timm's where timm is installed), cold then restored.
 test-zoo: $(VENV)/.dev-ready  ## the whole model zoo, cold then restored
 	$(BIN)/python -m pytest tests/end_to_end/test_model_zoo.py
@@ -82,8 +81,8 @@ test-zoo: $(VENV)/.dev-ready  ## the whole model zoo, cold then restored
 test: $(VENV)/.dev-ready  ## ruff, pyright, the tests and the example notebooks (the README's test command)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
-	JCC_TEST_ZOO=$(ZOO) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=20 tests \
-		--ignore=$(ALONE)
+	JCC_TEST_KERNELS=$(TEST_KERNELS) JCC_TEST_ZOO=$(ZOO) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal \
+		--durations=20 tests --ignore=$(ALONE)
 	$(if $(BESIDE_ALONE),$(if $(BEFORE_QUIET),{ $(BEFORE_QUIET); } &&) $(BIN)/python -m pytest --durations=5 $(QUIET))
 	$(if $(BESIDE_ALONE),{ $(BESIDE_ALONE); } & beside=$$!;) \
 	$(BIN)/python -m pytest --durations=5 $(NBVAL) $(ALONE) $(if $(BESIDE_ALONE),$(QUIET:%=--ignore=%)) \

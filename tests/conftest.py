@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from helpers import hubs  # noqa: E402
+from helpers import hubs, kernels  # noqa: E402
 from helpers.kernels import Kernel  # noqa: E402
 from helpers.redis_server import RedisClusterServers, RedisServer, TlsRedisServer  # noqa: E402
 from helpers.redis_server import free_port as _free_port  # noqa: E402
@@ -33,6 +33,31 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.pop(_name, None)
 
 
+def _template_workers(config: pytest.Config) -> list[str]:
+    """The pytest workers whose kernels are forked (JCC_TEST_KERNELS=warm), as PYTEST_XDIST_WORKER names them."""
+    if not kernels.WARM_KERNELS or hasattr(config, "workerinput"):  # (a worker: its controller made them)
+        return []
+    count = getattr(config.option, "numprocesses", None)
+    return [f"gw{i}" for i in range(count)] if isinstance(count, int) and count > 0 else ["main"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    workers = _template_workers(config)
+    if workers:
+        if "JCC_TEST_KERNELS_LOG" not in os.environ:  # the workers, started after this, inherit it
+            os.environ["JCC_TEST_KERNELS_LOG"] = os.path.join(tempfile.mkdtemp(prefix="jcc-test-starts-"), "log")
+        kernels.start_templates(workers)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    if _template_workers(config):
+        terminalreporter.write_line(kernels.start_summary(os.environ["JCC_TEST_KERNELS_LOG"]))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    kernels.end_worker_templates(_template_workers(config))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if _CXX_CACHE is not None:
         shutil.rmtree(_CXX_CACHE, ignore_errors=True)
@@ -48,11 +73,12 @@ def dirs(tmp_path):
 
 
 @pytest.fixture
-def kernel_factory():
+def kernel_factory(request):
     started: list[Kernel] = []
+    plain = request.node.get_closest_marker("plain_kernels") is not None  # the test's subject is the plain kernel
 
     def start(**env: str) -> Kernel:
-        kernel = Kernel({k: str(v) for k, v in env.items()})
+        kernel = Kernel({k: str(v) for k, v in env.items()}, plain=plain)
         started.append(kernel)
         return kernel
 

@@ -29,6 +29,7 @@ def _collaborator(kernel_factory, tmp_path, who, hub_url, **env):
     return k
 
 
+@pytest.mark.plain_kernels  # Alice's kernel probes the CPU itself (a forked one has it from its template)
 def test_colleague_restores_from_a_cluster_hub_with_no_misses(kernel_factory, tmp_path, redis_cluster):
     # A 3-master Redis Cluster, Alice and Bob given different nodes' addresses. A single server is the path of the
     # other tests here and of example notebook 03.

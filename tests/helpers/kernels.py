@@ -17,14 +17,16 @@ from jupyter_client.manager import KernelManager
 from jupyter_compile_cache.kernels.kernel_runner import CellOutput, argv_spec, execute
 from jupyter_compile_cache.kernels.protocol import LAUNCHER_MODULE, start_record_path
 
-# JCC_TEST_KERNELS=warm: the tests' plain kernels are kernels of the warm kernel spec instead, forked from a template,
-# so that any suite can check that a forked kernel answers as a fresh one; each start's record (forked, or cold and
-# why) is appended to the file JCC_TEST_KERNELS_LOG names.
+# JCC_TEST_KERNELS=warm (`make test`'s first lane): the tests' plain kernels are kernels of the warm kernel spec
+# instead, each forked from a template of its pytest worker (made before the workers start: `start_templates`), so
+# that a test waits for no `import torch` and every suite checks that a forked kernel answers as a fresh one; each
+# start's record (forked, or cold and why) is appended to the file JCC_TEST_KERNELS_LOG names (`start_summary`).
 WARM_KERNELS = os.environ.get("JCC_TEST_KERNELS") == "warm"
 LAUNCHER_CMD = [sys.executable, "-m", LAUNCHER_MODULE, "-f", "{connection_file}"]
 PLAIN_CMD = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # this Python's ipykernel
 _spec_folders: dict[str, str] = {}
 _template_ready = False
+_live_warm: set[Kernel] = set()  # this worker's forked kernels not shut down: they share its cache dir's symlink
 
 COUNTERS_CODE = (
     "import json as _json\n"
@@ -53,16 +55,20 @@ class CellResult(CellOutput):
 
 
 class Kernel:
-    def __init__(self, env: dict[str, str], kernel_name: str | None = None) -> None:
-        """A kernel of this Python; with `kernel_name`, the installed kernel spec of that name (its provisioner)."""
+    def __init__(self, env: dict[str, str], kernel_name: str | None = None, plain: bool = False) -> None:
+        """A kernel of this Python; with `kernel_name`, the installed kernel spec of that name (its provisioner);
+        `plain`: a plain ipykernel even under JCC_TEST_KERNELS=warm."""
         self.env = {**os.environ, "PYTHONWARNINGS": "ignore", **env}
         self.kernel_name = kernel_name
+        self.plain = plain
         self._start()
 
     def _start(self) -> None:
         global _template_ready
-        warm = WARM_KERNELS and self.kernel_name is None
+        # a second kernel alive at once (two collaborators) is a plain one: the symlink is its cache dir's only way
+        warm = self.warm = WARM_KERNELS and self.kernel_name is None and not self.plain and not (_live_warm - {self})
         if warm:
+            _live_warm.add(self)
             self.env = _warm_env(self.env)
             if not _template_ready:
                 _template_ready = _make_template(self.env)
@@ -103,7 +109,7 @@ class Kernel:
         `same_process_env`, the same kernel manager restarts it with them (jupyter_client's restart arguments)."""
         if same_process_env is not None:
             self.env.update(same_process_env)
-            if WARM_KERNELS and self.kernel_name is None:
+            if self.warm:
                 self.env = _warm_env(self.env)
             self.km.restart_kernel(now=True, env=self.env)
             self.kc.wait_for_ready(timeout=120)
@@ -119,6 +125,7 @@ class Kernel:
         """Stop the kernel; `now=False`: ask it to shut down, as a frontend does (killed only if it does not exit)."""
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=now)
+        _live_warm.discard(self)
 
 
 def _specs(argv: list[str]) -> KernelSpecManager:
@@ -129,16 +136,24 @@ def _specs(argv: list[str]) -> KernelSpecManager:
     return argv_spec(argv, _spec_folders[key])
 
 
-def _warm_env(env: dict[str, str]) -> dict[str, str]:
-    """A template is kept per TORCHINDUCTOR_CACHE_DIR, and each test has its own: every warm kernel gets one path
-    instead, a symlink pointed at the test's dir before each start (a test's kernels run one after another)."""
-    base = os.path.join(tempfile.gettempdir(), f"jcc-warm-test-kernels-{os.getuid()}")
+def warm_base(worker: str | None = None) -> str:
+    """The folder of one pytest worker's template (its runtime folder and its cache dir's symlink)."""
+    worker = worker or os.environ.get("PYTEST_XDIST_WORKER") or "main"
+    return os.path.join(tempfile.gettempdir(), f"jcc-warm-test-kernels-{os.getuid()}-{worker}")
+
+
+def _warm_env(env: dict[str, str], worker: str | None = None) -> dict[str, str]:
+    """A template is kept per TORCHINDUCTOR_CACHE_DIR, and each test has its own: every warm kernel of a worker gets
+    one path instead, a symlink pointed at the test's dir before each start (a worker's kernels run one after
+    another; two workers have a symlink, and so a template, each)."""
+    base = warm_base(worker)
     runtime = os.path.join(base, "runtime")
     os.makedirs(runtime, mode=0o700, exist_ok=True)
     env = {**env, "JUPYTER_COMPILE_CACHE_RUNTIME_DIR": runtime}
     target = env.get("TORCHINDUCTOR_CACHE_DIR")
     link = os.path.join(base, "torch-cache")
     if target and target != link:
+        os.makedirs(target, exist_ok=True)  # (torch makes a missing one, but not through a dangling symlink)
         fresh = f"{link}.{os.getpid()}"
         os.symlink(os.path.realpath(target), fresh)
         os.replace(fresh, link)
@@ -146,16 +161,55 @@ def _warm_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _make_template(env: dict[str, str]) -> bool:
-    """A template that fits these kernels: started by a first kernel (cold) if none fits, then waited for."""
+def start_templates(workers: list[str]) -> None:
+    """Before pytest's workers start (the machine quiet, as a template waits for): a template for each worker's
+    kernels, started as the Jupyter server extension starts one (`--template-only`), and waited for."""
+    import subprocess
+
+    envs = [
+        _warm_env({
+            **os.environ, "PYTHONWARNINGS": "ignore", "PYTEST_XDIST_WORKER": w,
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(warm_base(w), "first-cache"),  # the tests' point the symlink on
+        }, w)
+        for w in workers
+    ]  # fmt: skip
+    for env in envs:
+        subprocess.run([sys.executable, "-m", LAUNCHER_MODULE, "--template-only"], env=env, check=True)
+    for env in envs:
+        _make_template(env, start=False)
+
+
+def end_worker_templates(workers: list[str]) -> None:
+    from helpers.warm_kernels import end_templates
+
+    for worker in workers:
+        end_templates(os.path.join(warm_base(worker), "runtime"))
+
+
+def start_summary(log: str) -> str:
+    """How the tests' kernels started: "N forked", and each cold start with why (a template that did not fit)."""
+    try:
+        with open(log) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    except OSError:
+        return "test kernels: no start recorded"
+    cold = [r for r in records if r.get("how") != "forked"]
+    lines = [f"test kernels: {len(records) - len(cold)} of {len(records)} forked from a warm template"]
+    lines += [f"  cold: {r.get('test')}: {r.get('cold')} {r.get('problem') or r.get('detail') or ''}" for r in cold]
+    return "\n".join(lines)
+
+
+def _fitting(env: dict[str, str]) -> bool:
     from jupyter_compile_cache.kernels.launcher import templates
     from jupyter_compile_cache.kernels.template_fit import install_stamp
 
-    def fitting() -> bool:
-        folder = env["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"]
-        return any(t.mismatch(sys.executable, env, install_stamp()) is None for t in templates(folder))
+    folder = env["JUPYTER_COMPILE_CACHE_RUNTIME_DIR"]
+    return any(t.mismatch(sys.executable, env, install_stamp()) is None for t in templates(folder))
 
-    if not fitting():
+
+def _make_template(env: dict[str, str], start: bool = True) -> bool:
+    """A template that fits these kernels: started by a first kernel (cold) if none fits (`start`), then waited for."""
+    if start and not _fitting(env):
         km = KernelManager(kernel_name="argv", kernel_spec_manager=_specs(LAUNCHER_CMD))
         km.start_kernel(env=env)
         kc = km.client()
@@ -164,7 +218,7 @@ def _make_template(env: dict[str, str]) -> bool:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
     deadline = time.time() + 300
-    while not fitting():
+    while not _fitting(env):
         assert time.time() < deadline, "no warm template got ready for the tests' kernels"
         time.sleep(0.2)
     return True
