@@ -1,5 +1,6 @@
 """Rebuilding what torch's guard-state pickler cannot save by itself: wrapped functions, guard sources with
-derived fields, ContextVars, closures and tensors' dimension markings (used by `fixes._guard_state_pickler_patch`)."""
+derived fields, ContextVars, closures and tensors' dimension markings (used by
+`precompile_fixes._guard_state_pickler_patch`)."""
 
 from __future__ import annotations
 

@@ -26,11 +26,11 @@ from typing import Any
 
 from . import dispatch_state, entry_records, frame_sizes, guard_policy, precompile_patches
 from .code_digest import changed_parts, code_digest, code_parts
-from .fixes import Patch
 from .identity_checks import LoadScope, identity_check, innermost, into_tree, load_scope, never, resolve, sha
 from .installed_entries import DeserializedOnce, advance_unique_ids, check_installed_globals, set_aside
 from .layers import COUNTER_GROUP
 from .miss_reasons import MissCause, MissReason, PrecompileStep, PrecompileTrouble
+from .patch import Patch
 from .torch_logs import FILTERED_LOGGERS, TorchLogFilter
 
 # torch 2.10 has caching_precompile, but its saved entries fail to install (an IndexError, or code saved as a

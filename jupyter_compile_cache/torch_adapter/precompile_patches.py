@@ -12,11 +12,11 @@ import types
 import weakref
 from typing import Any, Protocol
 
-from . import fixes
-from .fixes import Patch
+from . import precompile_fixes
 from .identity_checks import sha
 from .layers import COUNTER_GROUP
 from .miss_reasons import PrecompileStep
+from .patch import Patch
 
 
 class Guard(Protocol):
@@ -134,7 +134,7 @@ def wire(guard: Guard) -> list[Patch]:
         return me._with_identity_guard(guard_manager, args, kwargs)
 
     return [
-        *fixes.patches(),
+        *precompile_fixes.patches(),
         Patch(cache, "load", load),  # instance attribute shadows the method
         Patch(cache, "record_package", record_package),
         Patch(compile_package, "install", install_package),

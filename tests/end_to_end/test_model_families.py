@@ -8,8 +8,8 @@ rest eagerly; so must a restored kernel).
 Cold in one kernel, then restored in a new kernel on an empty cache dir: every cell restores through precompile
 with no miss, no fallback and no trace, saves nothing new, and computes exactly what the cold kernel computed, which
 matches eager. What each family needed: torch_adapter/dispatch_state.py (autocast, inference_mode on torch 2.11 and
-2.13), fixes.py's guard-state pickler (dimension markings, torchao's tensors), precompile.py's entries per code
-(regional compilation) and fixes.py's recompile limit.
+2.13), precompile_fixes.py's guard-state pickler (dimension markings, torchao's tensors), precompile.py's entries per
+code (regional compilation) and precompile_fixes.py's recompile limit.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What fixes.py puts right in torch's precompile, on the workloads it was found on, in real kernels at tiny
+"""What precompile_fixes.py puts right in torch's precompile, on the workloads it was found on, in real kernels at tiny
 width: a Qwen2's static-cache `generate` with `model.forward = torch.compile(model.forward, mode="reduce-overhead",
 fullgraph=True)` and transformers' own compile of the call (its recipe), a compiled `flex_attention`, and a training
 step with a compiled forward, backward and AdamW step (torch's compiled-optimizer recipe).
