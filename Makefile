@@ -21,7 +21,7 @@ RESTORE_TESTS := tests/end_to_end/test_kernel_restore.py tests/torch_adapter/tes
 	tests/end_to_end/test_model_zoo.py
 
 # pytest's worker processes for `make test` (pytest-xdist): two keep 2 cores busy while a test waits on a kernel, a
-# server or the clock. The warm-kernel tests and the notebooks run after them, alone: a template warms up only on an
+# server or the clock (three, with forked kernels: 459 s against 458 s on 2 cores). The warm-kernel tests and the notebooks run after them, alone: a template warms up only on an
 # idle CPU, and 02b restores what 02a saved.
 TEST_WORKERS ?= 2
 # The kernels of that first lane: forked from a warm template of each worker (tests/helpers/kernels.py), so that no

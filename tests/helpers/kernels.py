@@ -164,12 +164,16 @@ def _warm_env(env: dict[str, str], worker: str | None = None) -> dict[str, str]:
 def start_templates(workers: list[str]) -> None:
     """Before pytest's workers start (the machine quiet, as a template waits for): a template for each worker's
     kernels, started as the Jupyter server extension starts one (`--template-only`), and waited for."""
+    import shutil
     import subprocess
 
+    end_worker_templates(workers)  # a run cut short left them, or a failed warm-up's mark that holds off a new one
+    for worker in workers:
+        shutil.rmtree(warm_base(worker), ignore_errors=True)
     envs = [
         _warm_env({
             **os.environ, "PYTHONWARNINGS": "ignore", "PYTEST_XDIST_WORKER": w,
-            "TORCHINDUCTOR_CACHE_DIR": os.path.join(warm_base(w), "first-cache"),  # the tests' point the symlink on
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(warm_base(w), "first-cache"),  # until a test's kernel repoints it
         }, w)
         for w in workers
     ]  # fmt: skip
@@ -183,7 +187,9 @@ def end_worker_templates(workers: list[str]) -> None:
     from helpers.warm_kernels import end_templates
 
     for worker in workers:
-        end_templates(os.path.join(warm_base(worker), "runtime"))
+        runtime = os.path.join(warm_base(worker), "runtime")
+        if os.path.isdir(runtime):
+            end_templates(runtime)
 
 
 def start_summary(log: str) -> str:
@@ -194,7 +200,7 @@ def start_summary(log: str) -> str:
     except OSError:
         return "test kernels: no start recorded"
     cold = [r for r in records if r.get("how") != "forked"]
-    lines = [f"test kernels: {len(records) - len(cold)} of {len(records)} forked from a warm template"]
+    lines = [f"test kernels of the warm spec: {len(records) - len(cold)} of {len(records)} forked from a template"]
     lines += [f"  cold: {r.get('test')}: {r.get('cold')} {r.get('problem') or r.get('detail') or ''}" for r in cold]
     return "\n".join(lines)
 
