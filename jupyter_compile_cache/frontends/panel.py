@@ -43,7 +43,8 @@ from ..core.records import (
 from ..core.session import CompileCacheSession
 from ..units import count, human_bytes
 from . import render, wording
-from .tables import age, elide, hub_line, notebook_line, removal_lines
+from .status_facts import status_facts
+from .tables import age, elide, removal_lines
 
 GREEN, RED, GREY = "#2e7d32", "#c62828", "#757575"
 ONE_LINE = "white-space: nowrap; overflow: hidden; text-overflow: ellipsis"
@@ -282,39 +283,13 @@ class Panel:
             if len(features) > 3:  # a CPU with many vector extensions: the first few, the rest on hover
                 shown_device = f"CPU {dev.name}, ISA {'+'.join(features[:3])} (+{len(features) - 3} more)"
         versions = f"torch {dev.torch} · Triton {dev.triton or '-'} · CUDA {dev.cuda or '-'}"
-        cap = status.max_bytes
-        store = (
-            f"{human_bytes(status.store_bytes)} of the {human_bytes(cap)} cap "
-            f"({100 * status.store_bytes / max(cap, 1):.1f} %) in {_short_path(status.store_dir)}"
-        )
-        kernel = wording.kernel_start_line(status.kernel_start)
-        hub = hub_line(status.hub) if status.hub.url else "none: %compile_cache hub URL sets one"
         # (what, the line shown, the whole of it on hover): each fact on one line, its detail a hover away
         rows: list[tuple[str, str, str | None]] = [
             ("device", shown_device or device, device),
             ("versions", versions, None),
-            ("local store", store, status.store_dir),
-            ("torch's cache", _short_path(status.cache_dir), status.cache_dir),
-            ("hub", hub, None if status.hub.url else hub_line(status.hub)),
-            ("kernel", kernel.split(";")[0].split(" (")[0], kernel),
+            *((f.label, f.short, f.full) for f in status_facts(status, _short_path)),
             ("time saved", f"{saved.total:.1f} s of compiling this session (estimate)", None),
         ]
-        if status.stale_rejected or status.precompile_fallbacks:
-            rows.append(
-                (
-                    "precompile",
-                    f"{count(status.stale_rejected, 'stale entry')} refused, "
-                    f"{count(status.precompile_fallbacks, 'function')} fell back to plain torch.compile",
-                    None,
-                )
-            )
-        if status.notebook is not None:
-            line = notebook_line(status.notebook, status.notebook_fetched)
-            rows.append(("notebook", line.split("; not ")[0], line))
-        elif status.notebook_error is not None:
-            rows.append(("notebook", f"its bundles were not fetched ahead: {status.notebook_error}", None))
-        elif status.notebook_path is not None:
-            rows.append(("notebook", "its bundles: still being fetched", None))
         body = "".join(
             f"<tr><td style='{ONE_LINE}; color: {GREY}; padding-right: 12px; width: 7.5em'>{html.escape(key)}</td>"
             f"<td style='max-width: 0; {ONE_LINE}' title='{html.escape(full or value)}'>{html.escape(value)}</td></tr>"

@@ -34,6 +34,7 @@ from ..core.records import (
 )
 from ..units import count, human_bytes, speed
 from . import tables, wording
+from .status_facts import hub_line
 
 if TYPE_CHECKING:
     from ..torch_adapter.layers import Layer
@@ -122,7 +123,7 @@ def _minutes(seconds: float) -> str:
 
 
 def _hub_check(r: HubCheck) -> list[str]:
-    lines = [f"hub {tables.hub_line(r.state)}"]
+    lines = [f"hub {hub_line(r.state)}"]
     if r.credential is not None:
         lines.append(f"credential: from {r.credential}")
     if r.state.reachable is False:
@@ -183,7 +184,7 @@ _LINES: dict[type, Callable[[Any], list[str]]] = {
     Pulled: _pulled,
     Imported: _imported,
     Exported: _exported,
-    HubState: lambda h: [f"hub {tables.hub_line(h)}" if h.url else f"no hub ({wording.NO_HUB_HINT})"],
+    HubState: lambda h: [f"hub {hub_line(h)}" if h.url else f"no hub ({wording.NO_HUB_HINT})"],
 }
 
 

@@ -18,7 +18,6 @@ from typing import Any
 from ..core.records import (
     RUN_BUILDS,
     BundleExplanation,
-    HubState,
     NotebookPlan,
     Removal,
     SessionStatus,
@@ -29,6 +28,7 @@ from ..core.records import (
 from ..storage.sources import Place
 from ..units import count, human_bytes
 from . import wording
+from .status_facts import plan_headline, status_facts
 
 
 def age(ts: float | None) -> str:
@@ -173,33 +173,7 @@ class StatusView(_View):
     )  # fmt: skip
 
     def preamble(self) -> list[str]:
-        d: SessionStatus = self.data
-        lines = [f"torch's cache dir: {d.cache_dir}", f"local store: {d.store_dir} ({human_bytes(d.store_bytes)})"]
-        if d.hub.url:
-            lines.append(f"hub: {hub_line(d.hub)}")
-        lines.append(f"kernel: {wording.kernel_start_line(d.kernel_start)}")
-        if d.torch_remote:
-            lines.append(
-                f"torch's own FX graph, AOTAutograd and autotune caches use the hub {d.torch_remote} in this whole "
-                "kernel, not only in our cells (--torch-remote; %unload_ext puts them back)"
-            )
-        if d.compiler_loading is not None:
-            lines.append(
-                f"torch's compiler: still loading in the background ({d.compiler_loading:.1f} s so far); the layers "
-                "show what is on disk, their switches and counters once it has loaded (status again)"
-            )
-        if d.notebook is not None:
-            lines.append(notebook_line(d.notebook, d.notebook_fetched))
-        elif d.notebook_error is not None:
-            lines.append(f"notebook {d.notebook_path}: its bundles were not fetched ahead ({d.notebook_error}); "
-                         "each cell fetches its own")  # fmt: skip
-        elif d.notebook_path is not None:
-            lines.append(f"notebook {d.notebook_path}: its bundles are still being fetched (status again)")
-        if d.stale_rejected:
-            lines.append(f"stale precompile entries refused this session: {d.stale_rejected}")
-        if d.precompile_fallbacks:
-            lines.append(f"functions that fell back from precompile to plain torch.compile: {d.precompile_fallbacks}")
-        return lines
+        return [f"{fact.label}: {fact.full}" for fact in status_facts(self.data)]
 
     def rows(self) -> list[list[Any]]:
         out = []
@@ -446,20 +420,6 @@ class Explanation(_View):
         )
 
 
-def plan_headline(plan: NotebookPlan) -> str:
-    return f"Run All will restore {plan.restoring} of {count(len(plan.cells), '%%compile_cache cell')}"
-
-
-def notebook_line(plan: NotebookPlan, fetched: int = 0) -> str:
-    """'Run All will restore 3 of 4 %%compile_cache cells (...)': the headline `status` and the panel show."""
-    if not plan.cells:
-        return f"notebook {os.path.basename(plan.path)}: no %%compile_cache cells"
-    ahead = f", {fetched} fetched from the hub ahead" if fetched else ""
-    others = [f"cell {c.index} {c.name!r}" for c in plan.cells if not c.restores]
-    why = f"; not {', '.join(others)} (`%compile_cache explain` says why)" if others else ""
-    return f"{plan_headline(plan)} of {os.path.basename(plan.path)}{ahead}{why}"
-
-
 class NotebookPlanView(_View):
     """`explain` with no NAME: the notebook's `%%compile_cache` cells, whether each restores here, and why not."""
 
@@ -475,19 +435,6 @@ class NotebookPlanView(_View):
             [c.index, c.name, "restores" if c.restores else "compiles", c.source or "-", wording.why_not_line(c)]
             for c in self.data.cells
         ]
-
-
-def hub_line(hub: HubState) -> str:
-    """'redis://host:6379/0 namespace 'team': reachable (0.4 ms); ...', or 'none (how to set one)'."""
-    if not hub.url:
-        return f"none ({wording.NO_HUB_HINT})"
-    kinds = {"redis cluster": "Redis Cluster", "folder": "shared folder", "s3": "S3", "gcs": "Google Cloud Storage",
-             "azure": "Azure Blob"}  # fmt: skip
-    kind = f"{kinds[hub.kind]}, " if hub.kind in kinds else ""
-    error = (hub.error or "").removeprefix(f"hub {hub.url}: ")  # the line names the hub already
-    state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"unreachable: {error}"
-    signed = "bundles signed with the team secret" if hub.signed else "no team secret: pulled bundles trusted"
-    return f"{hub.url} namespace {hub.namespace!r}: {state}; {signed}"
 
 
 class Lines:

@@ -503,6 +503,14 @@ def miss_lines(recorded: Iterable[Any]) -> list[str]:
     return lines
 
 
+def precompile_refusals(stale: int, fallbacks: int) -> str:
+    """What precompile did not restore, worded once for the cell's line, `status` and the panel ('' for nothing)."""
+    parts = [f"{count(stale, 'stale precompile entry')} refused (code changed)"] if stale else []
+    if fallbacks:
+        parts.append(f"{count(fallbacks, 'function')} fell back from precompile to plain torch.compile")
+    return "; ".join(parts)
+
+
 def cell_summary(report: CellReport) -> str:
     """The one line a cell ends with."""
     if not report.ok:
@@ -546,12 +554,9 @@ def cell_summary(report: CellReport) -> str:
             f"the processes it started re-tuned kernels at run time ({count(report.kernels_retuned, 'new build')}, "
             f"as with torch's own warm cache: {kept})"
         )
-    if report.stale_rejected:
-        parts.append(f"{count(report.stale_rejected, 'stale precompile entry')} refused (code changed)")
-    if report.precompile_fallbacks:
-        parts.append(
-            f"{count(report.precompile_fallbacks, 'function')} fell back from precompile to plain torch.compile"
-        )
+    refusals = precompile_refusals(report.stale_rejected, report.precompile_fallbacks)
+    if refusals:
+        parts.append(refusals)
     if report.staged_wait_seconds >= 0.5:
         parts.append(f"waited {report.staged_wait_seconds:.1f} s for its bundle, on its way from the hub")
     if report.waited_seconds >= 0.5:
