@@ -101,7 +101,7 @@ def bar_chart_svg(cells: list[CellSaving], width: int = 560) -> str:
     return "".join(parts)
 
 
-def _short_path(path: str, width: int = 72) -> str:
+def short_path(path: str, width: int = 72) -> str:
     """PATH from ~, its middle left out past WIDTH characters (the whole path is the cell's hover text)."""
     home = os.path.expanduser("~")
     if home not in ("", "/") and path.startswith(home + os.sep):
@@ -287,7 +287,7 @@ class Panel:
         rows: list[tuple[str, str, str | None]] = [
             ("device", shown_device or device, device),
             ("versions", versions, None),
-            *((f.label, f.short, f.full) for f in status_facts(status, _short_path)),
+            *((f.label, f.short, f.full) for f in status_facts(status, short_path)),
             ("time saved", f"{saved.total:.1f} s of compiling this session (estimate)", None),
         ]
         body = "".join(

@@ -4,8 +4,9 @@ Started by a launcher (launcher.py) that found no template fitting its launch, d
 environment (less its per-launch variables) and this user's private runtime folder as its working directory:
 `python -m jupyter_compile_cache.kernels.template HOLDER_PID LAUNCH_KEY`. It:
 
-1. waits for the machine to be quiet for a moment (at most a minute), then warms up, in a thread the OS runs only
-   on an otherwise idle CPU (so a kernel running cells beside it, such as the one whose launch started it, is never
+1. waits for the machine to be quiet for a moment (at most JUPYTER_COMPILE_CACHE_TEMPLATE_QUIET_WAIT seconds,
+   default 60; 0 where the machine's own use never falls), then warms up, in a thread the OS runs only on an
+   otherwise idle CPU (so a kernel running cells beside it, such as the one whose launch started it, is never
    slowed): imports ipykernel, torch, Dynamo and Inductor, hashes torch's and Triton's files, probes the CPU's
    vector ISAs and makes the C++ header checks kernels of this installation made (header_calls.py; again when a
    kernel keeps new ones), recording every environment variable it reads (template_fit.py). It never touches CUDA
@@ -56,6 +57,7 @@ from .template_fit import EnvironReads, TemplateInfo, install_stamp, per_launch,
 NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
 IDLE_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE"
 DEFAULT_IDLE = 3600.0
+QUIET_WAIT_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE_QUIET_WAIT"
 GRACE_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE_GRACE"
 DEFAULT_GRACE = 600.0  # seconds a template outlives the last process that launched from it
 SETTLE_SECONDS = 10.0  # a helper thread that the warm-up started may take this long to end
@@ -471,7 +473,7 @@ def main(argv: list[str]) -> int:
         set_here = NVML_CHECK_ENV not in os.environ
         os.environ.setdefault(NVML_CHECK_ENV, "1")
         try:
-            wait_for_a_quiet_machine()
+            wait_for_a_quiet_machine(most=seconds_setting(start_env, QUIET_WAIT_ENV, QUIET_WAIT_MAX))
             with EnvironReads() as reads:
                 baseline, kernel_sets = on_idle_cpu(lambda: warm_up(headers))
         finally:

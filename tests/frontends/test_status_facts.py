@@ -10,7 +10,7 @@ from jupyter_compile_cache.core.commands import Commands
 from jupyter_compile_cache.core.records import CellReport
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends import wording
-from jupyter_compile_cache.frontends.panel import Panel
+from jupyter_compile_cache.frontends.panel import Panel, short_path
 from jupyter_compile_cache.frontends.status_facts import status_facts
 from jupyter_compile_cache.frontends.tables import StatusView
 
@@ -28,16 +28,16 @@ def test_status_the_panel_and_the_cell_line_word_each_fact_alike(tmp_path):
             notebook_path=str(tmp_path / "team.ipynb"),
             notebook_error="PermissionError: the notebook went away",
         )
-        facts = status_facts(status)
+        facts = status_facts(status, short_path)  # the panel's paths from ~, their middles left out
         assert [f.label for f in facts] == [
             "torch's cache", "local store", "hub", "kernel", "torch's remote caches", "torch's compiler", "notebook",
             "precompile",
         ]  # fmt: skip
 
-        text = repr(StatusView(status))
+        text = repr(StatusView(status))  # `status` says each fact whole
+        assert [f"{f.label}: {f.full}" for f in status_facts(status)] == text.split("\n")[: len(facts)]
         header = html.unescape(Panel(session)._header_html(status, commands.time_saved()))
         for fact in facts:
-            assert f"{fact.label}: {fact.full}" in text, (fact, text)
             assert f">{fact.label}<" in header and f">{fact.short}<" in header and f"title='{fact.full}'" in header
 
         refusals = "2 stale precompile entries refused (code changed); 1 function fell back from precompile to plain "

@@ -16,14 +16,16 @@ from jupyter_client.manager import KernelManager
 
 from jupyter_compile_cache.kernels.kernel_runner import CellOutput, argv_spec, execute
 from jupyter_compile_cache.kernels.protocol import LAUNCHER_MODULE, start_record_path
+from jupyter_compile_cache.kernels.template import QUIET_WAIT_ENV
 
 # JCC_TEST_KERNELS=warm (`make test`'s first lane): the tests' plain kernels are kernels of the warm kernel spec
-# instead, each forked from a template of its pytest worker (made before the workers start: `start_templates`), so
+# instead, each forked from a template of its pytest worker (started before the workers: `start_templates`), so
 # that a test waits for no `import torch` and every suite checks that a forked kernel answers as a fresh one; each
 # start's record (forked, or cold and why) is appended to the file JCC_TEST_KERNELS_LOG names (`start_summary`).
 WARM_KERNELS = os.environ.get("JCC_TEST_KERNELS") == "warm"
 LAUNCHER_CMD = [sys.executable, "-m", LAUNCHER_MODULE, "-f", "{connection_file}"]
 PLAIN_CMD = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # this Python's ipykernel
+TEMPLATES_ENV = "JCC_TEST_TEMPLATES_STARTED"  # set where `start_templates` started the workers' templates
 _spec_folders: dict[str, str] = {}
 _template_ready = False
 _live_warm: set[Kernel] = set()  # this worker's forked kernels not shut down: they share its cache dir's symlink
@@ -70,8 +72,8 @@ class Kernel:
         if warm:
             _live_warm.add(self)
             self.env = _warm_env(self.env)
-            if not _template_ready:
-                _template_ready = _make_template(self.env)
+            if not _template_ready:  # the first of this worker's: its template may still be warming up
+                _template_ready = _make_template(self.env, start=TEMPLATES_ENV not in os.environ)
         if self.kernel_name is None:
             self.km = KernelManager(kernel_name="argv", kernel_spec_manager=_specs(LAUNCHER_CMD if warm else PLAIN_CMD))
         else:
@@ -162,8 +164,9 @@ def _warm_env(env: dict[str, str], worker: str | None = None) -> dict[str, str]:
 
 
 def start_templates(workers: list[str]) -> None:
-    """Before pytest's workers start (the machine quiet, as a template waits for): a template for each worker's
-    kernels, started as the Jupyter server extension starts one (`--template-only`), and waited for."""
+    """Before pytest's workers start: a template for each worker's kernels, started as the Jupyter server extension
+    starts one (`--template-only`), warming up at once on the CPU time the tests leave (no wait for a quiet machine:
+    the tests' is never quiet); a worker's first warm kernel waits for its template."""
     import shutil
     import subprocess
 
@@ -172,15 +175,14 @@ def start_templates(workers: list[str]) -> None:
         shutil.rmtree(warm_base(worker), ignore_errors=True)
     envs = [
         _warm_env({
-            **os.environ, "PYTHONWARNINGS": "ignore", "PYTEST_XDIST_WORKER": w,
+            **os.environ, "PYTHONWARNINGS": "ignore", "PYTEST_XDIST_WORKER": w, QUIET_WAIT_ENV: "0",
             "TORCHINDUCTOR_CACHE_DIR": os.path.join(warm_base(w), "first-cache"),  # until a test's kernel repoints it
         }, w)
         for w in workers
     ]  # fmt: skip
     for env in envs:
         subprocess.run([sys.executable, "-m", LAUNCHER_MODULE, "--template-only"], env=env, check=True)
-    for env in envs:
-        _make_template(env, start=False)
+    os.environ[TEMPLATES_ENV] = "1"  # the workers, started after this, inherit it
 
 
 def end_worker_templates(workers: list[str]) -> None:
