@@ -60,12 +60,12 @@ setup-oldest:  ## a second venv with the oldest torch the README names
 	VENV=.venv-torch$(OLDEST_TORCH) TORCH_VERSION=$(OLDEST_TORCH) DEV=1 AZURITE=0 BROWSER=0 bash .ci/setup
 
 # One restore test of each kind there (a restart, an edit, a training step, damaged bundles, a decoder and a
-# convolutional model); `make test-oldest OLDEST_K=` runs every restore test, and .ci/torch-matrix runs them on the
-# releases between the two lanes' torches.
+# convolutional model), in kernels forked from that torch's own templates as in the first lane; `make test-oldest
+# OLDEST_K=` runs every restore test, and .ci/torch-matrix runs them on the releases between the two lanes' torches.
 OLDEST_K ?= restart_on_empty_cache_dir or (stale_compiled_code and forward) or training_step or damaged or zoo
 OLDEST_WORKERS ?= $(TEST_WORKERS)
 test-oldest:  ## the restore tests on the oldest torch
-	JCC_TEST_ZOO=gpt2,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest -n $(OLDEST_WORKERS) --durations=5 \
+	JCC_TEST_KERNELS=$(TEST_KERNELS) JCC_TEST_ZOO=gpt2,resnet .venv-torch$(OLDEST_TORCH)/bin/python -m pytest -n $(OLDEST_WORKERS) --durations=5 \
 		$(RESTORE_TESTS) \
 		$(if $(OLDEST_K),-k "$(OLDEST_K)")
 

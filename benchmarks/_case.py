@@ -173,7 +173,7 @@ def count_real_autotunes() -> None:
 def overhead(cells: int) -> dict:
     """What `%%compile_cache` costs a cell with nothing to restore and nothing to compile (steady state)."""
     import jupyter_compile_cache as jcc
-    from jupyter_compile_cache.core.records import CellOptions
+    from jupyter_compile_cache.core.options import CellOptions
 
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")  # a GPU notebook has CUDA up before such a cell; do not time its start-up
@@ -281,7 +281,7 @@ def main() -> None:
     options = {} if args.mode == "default" else {"mode": args.mode}
     context = report = None
     if session is not None:
-        from jupyter_compile_cache.core.records import CellOptions
+        from jupyter_compile_cache.core.options import CellOptions
 
         context = session.cell(args.name, CellOptions(quiet=True))
         report = context.__enter__()

@@ -42,7 +42,7 @@ step, name, url = sys.argv[1], sys.argv[2], sys.argv[3]
 import redis, torch, torch._dynamo  # imported by any cell that compiles: the step's time is its own work
 import jupyter_compile_cache as jcc
 from jupyter_compile_cache.frontends import cli
-from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.options import CellOptions
 import os
 go = os.environ.get("BENCH_GO")
 if go:  # several at once: start together, after every process has imported

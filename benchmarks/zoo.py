@@ -62,7 +62,7 @@ def run_case(case: str, device: str) -> list[dict]:
         import torch._inductor.compile_fx  # noqa: F401
     if case.startswith("ours"):
         import jupyter_compile_cache as jcc
-        from jupyter_compile_cache.core.records import CellOptions
+        from jupyter_compile_cache.core.options import CellOptions
 
         session = jcc.get_session()
         # What `%load_ext` starts in the background while a notebook's first cells run (imports, Triton's hash, the

@@ -59,7 +59,8 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from .core.records import BundleExplanation, BundleRow, CellOptions, CellReport, RestoreResult, SessionStatus
+    from .core.options import CellOptions
+    from .core.records import BundleExplanation, BundleRow, CellReport, RestoreResult, SessionStatus
     from .core.session import CompileCacheSession
 
 
@@ -109,7 +110,7 @@ def cell(name: str, options: CellOptions | None = None) -> Any:
 
 def save(name: str, store_dir: str | None = None, quiet: bool = False) -> CellReport:
     """Save everything in torch's cache dirs now as bundle NAME (outside a cell there is no finer scope)."""
-    from .core.records import CellOptions
+    from .core.options import CellOptions
 
     session = get_session()
     opts = CellOptions(store_dir=store_dir, restore=False, force_save=True, quiet=quiet, whole_cache=True)
@@ -124,7 +125,11 @@ def __getattr__(name: str) -> Any:
         from .frontends.panel import Panel
 
         return Panel
-    if name in ("CellOptions", "CellReport", "RestoreResult"):
+    if name == "CellOptions":
+        from .core.options import CellOptions
+
+        return CellOptions
+    if name in ("CellReport", "RestoreResult"):
         from .core import records
 
         return getattr(records, name)

@@ -1,6 +1,6 @@
 """What the front ends do besides running a cell: `status`, `list`, `explain`, `stats`, `push`, `rm`, `gc`, the hub's
 own commands and the layer switches, over one session. The magics, the panel, the CLI and the Python API all call
-these, and get typed records (records.py) to show as they like.
+these, and get typed records (records.py, errors.py) to show as they like.
 """
 
 from __future__ import annotations
@@ -20,34 +20,29 @@ from ..storage.hub import HubError, HubRefused
 from ..storage.sources import HubSource, LocalSource, Place, Progress, Source
 from ..storage.store import LocalStore
 from . import events
+from .errors import NoHub, NoSuchVersion, NotFound, NothingFits
 from .machine_fit import MachineFit
+from .options import CellOptions, GcOptions, RemoveOptions, writer
+from .plans import NotebookPlan
 from .records import (
     NOT_COMPILED,
     OTHER_CODE,
     THIS_CODE,
     BundleExplanation,
     BundleRow,
-    CellOptions,
     Configuration,
     DeviceSummary,
     Exported,
-    GcOptions,
     HubCheck,
     HubListing,
     HubState,
     Imported,
     LayerState,
-    NoHub,
-    NoSuchVersion,
-    NotebookPlan,
-    NotFound,
-    NothingFits,
     Pulled,
     Pushed,
     PushedAll,
     Refusal,
     Removed,
-    RemoveOptions,
     SessionStatus,
     Setting,
     StoreStatistics,
@@ -55,9 +50,8 @@ from .records import (
     TimeSaved,
     VersionFit,
     WarmTemplate,
-    writer,
 )
-from .stores import Stores
+from .store_session import StoreSession
 
 if TYPE_CHECKING:
     from ..torch_adapter import layers
@@ -70,11 +64,11 @@ COMMAND_ERRORS: tuple[type[Exception], ...] = (ValueError, OSError, BundleError,
 
 
 class Commands:
-    """Over the kernel's session, or over a `Stores` alone where no cell runs (the CLI's listings): what is
+    """Over the kernel's session, or over a `StoreSession` alone where no cell runs (the CLI's listings): what is
     asked of the compiler (`status`, the layer switches, `device`) needs the kernel's session and imports torch's
     side only then, so a listing imports nothing of torch_adapter/ but the machine's fingerprint."""
 
-    def __init__(self, session: Stores) -> None:
+    def __init__(self, session: StoreSession) -> None:
         self.session = session
         self.settings = session.settings
 
@@ -84,7 +78,7 @@ class Commands:
         from .session import CompileCacheSession
 
         if not isinstance(self.session, CompileCacheSession):
-            raise TypeError("this command needs the kernel's session (CompileCacheSession), not Stores alone")
+            raise TypeError("this command needs the kernel's session (CompileCacheSession), not StoreSession alone")
         return self.session
 
     # -- views ----------------------------------------------------------------------------------------------------

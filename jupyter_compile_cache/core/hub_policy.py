@@ -28,7 +28,8 @@ from .events import (
     NoTorchRemote,
     Transfer,
 )
-from .records import CellOptions, CellReport, HubState, RestoreResult
+from .options import CellOptions
+from .records import CellReport, HubState, RestoreResult
 from .settings import CompileCache
 
 if TYPE_CHECKING:

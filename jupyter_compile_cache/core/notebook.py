@@ -27,8 +27,9 @@ from typing import Any
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
 from .machine_fit import MachineFit
-from .records import CellOptions, CellPlan, NotebookCell, NotebookPlan, NotRestoring, PlanProblem, PlanTrouble
-from .stores import Stores
+from .options import CellOptions
+from .plans import CellPlan, NotebookCell, NotebookPlan, NotRestoring, PlanProblem, PlanTrouble
+from .store_session import StoreSession
 
 SESSION_NAME_ENV = "JPY_SESSION_NAME"  # set by Jupyter servers: the notebook's path
 VSCODE_NOTEBOOK = "__vsc_ipynb_file__"  # set by VS Code in the user namespace
@@ -100,7 +101,7 @@ def read_cells(path: str, parse: LineParser) -> tuple[list[NotebookCell], list[P
 
 
 def plan(
-    session: Stores, path: str, cells: list[NotebookCell], problems: list[PlanProblem] | None = None
+    session: StoreSession, path: str, cells: list[NotebookCell], problems: list[PlanProblem] | None = None
 ) -> NotebookPlan:
     """Cell by cell, whether Run All will restore its bundle here, and why not. Hubs are asked (not pulled from);
     one that does not answer is left for a minute and said by the next cell that uses it, as a cell's failure is."""
@@ -132,7 +133,9 @@ def _where(cell: NotebookCell) -> tuple[str, str, str | None]:
     return cell.name, opts.store_dir or "", hub
 
 
-def _cell_plan(session: Stores, cell: NotebookCell, found: list[tuple[str, Manifest]], fit: MachineFit) -> CellPlan:
+def _cell_plan(
+    session: StoreSession, cell: NotebookCell, found: list[tuple[str, Manifest]], fit: MachineFit
+) -> CellPlan:
     if not cell.options.restore:
         return CellPlan(cell.index, cell.name, False, None, NotRestoring.BY_CHOICE)
     if not found:
@@ -164,7 +167,7 @@ class NotebookStage:
     """The notebook's bundles, fetched into the local store in a background thread before its cells run, then its
     plan. A cell asks `wait_for(NAME)` before its restore: it waits only while NAME itself is being fetched."""
 
-    def __init__(self, session: Stores) -> None:
+    def __init__(self, session: StoreSession) -> None:
         self.session = session
         self.path: str | None = None
         self.plan: NotebookPlan | None = None  # once staging is done

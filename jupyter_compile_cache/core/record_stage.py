@@ -11,10 +11,11 @@ from ..torch_adapter import capture
 from ..torch_adapter.miss_reasons import MissCause, MissReason
 from ..torch_adapter.precompile import PrecompileGuard
 from . import events
-from .records import CellOptions, CellReport
+from .options import CellOptions
+from .records import CellReport
 from .run_stage import Watch
 
-Tell = Callable[..., None]  # Stores.tell
+Tell = Callable[..., None]  # StoreSession.tell
 
 
 @dataclass

@@ -1,121 +1,25 @@
-"""What a `%%compile_cache` cell asks for and what it did: the plain records the session hands to the magics, the
-panel, the CLI and scripts. No behaviour beyond checking options, so every layer can import it."""
+"""What a `%%compile_cache` cell and the commands did, and the state they show: the plain records the session hands
+to the magics, the panel, the CLI and scripts (what they are asked: options.py; a bundle not found: errors.py;
+what Run All will do: plans.py). No behaviour, so every layer can import it."""
 
 from __future__ import annotations
 
 import enum
-import getpass
-import math
-import socket
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..storage.backends import check_url
-from ..storage.bundle import FieldMismatch, Manifest, check_name
+from ..storage.bundle import FieldMismatch, Manifest
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
-from ..storage.namespace import check_namespace
 from ..storage.sources import Place, Skip
 from ..storage.store import RUN_BUILDS as RUN_BUILDS  # a Removal of kernels built at run time
 from ..storage.store import Removal
+from .plans import NotebookPlan
 
 if TYPE_CHECKING:  # the launcher's record, and the torch adapter's: neither is imported for a listing
     from ..kernels.kernel_start import KernelStart
     from ..torch_adapter.miss_reasons import MissReason
     from ..torch_adapter.process_hook import ProcessesPrecompile
-
-
-def bundle_name(text: str) -> str:
-    """TEXT if it is a valid bundle name (letters, digits, '.', '_', '-'), else a ValueError saying the rule: what
-    the front ends check a NAME against, as the store does."""
-    return check_name(text)
-
-
-def hub_url(text: str) -> str:
-    """TEXT if some hub backend takes it as a URL, else a ValueError naming the URLs there are."""
-    return check_url(text)
-
-
-def namespace(text: str) -> str:
-    """TEXT if it is a valid hub namespace, else a ValueError saying the rule."""
-    return check_namespace(text)
-
-
-def writer() -> str:
-    """user@host, recorded in manifests and hub leases."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no login name and no passwd entry (some containers)
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
-@dataclass
-class CellOptions:
-    """One cell's options; None means the session's setting (`CompileCache.<name>`)."""
-
-    store_dir: str | None = None
-    restore: bool = True
-    save: bool = True
-    force_save: bool = False
-    quiet: bool = False
-    precompile: bool | None = None
-    whole_cache: bool = False  # bundle every file in the cache dirs, not only this block's (API `save`)
-    hub: str | None = None
-    no_hub: bool = False
-    namespace: str | None = None
-    ttl: int | None = None
-    wait: float = 0.0  # seconds to wait for a collaborator who is compiling the same NAME
-    torch_remote: bool = False  # also point torch's own Redis caches (FX graph, AOTAutograd, autotune) at the hub
-    source_digest: str | None = None  # the cell body's identity (notebook.source_digest), kept with the bundle
-    body: str | None = None  # the cell's source, when a magic runs it: one that does not look like it compiles
-    version: str | None = None  # restore this version of NAME only (an id, a prefix of one, or a short id)
-    # False: the block compiles nothing itself, only the processes it starts do (the CLI's `run`): torch's compiler
-    # is not loaded here, nor waited for
-    compiles_here: bool = True
-    # True: with no hub in play, NAME is restored while the block starts its processes, which look torch's caches
-    # up only after their own start (the CLI's `run`); what they compile before it lands is compiled as without us
-    restore_beside_body: bool = False
-    # True: the processes the block starts load and save Dynamo precompile entries too (torch_adapter/process_hook.py)
-    precompile_processes: bool = False
-
-    def __post_init__(self) -> None:
-        """The same rules as the magic's options, for scripts: a bad value is a ValueError naming the option."""
-        if self.ttl is not None and (isinstance(self.ttl, bool) or not isinstance(self.ttl, int) or self.ttl < 1):
-            raise ValueError(f"ttl: must be a whole number of seconds, 1 or more, not {self.ttl!r}")
-        if self.version is not None and (not isinstance(self.version, str) or not self.version.strip()):
-            raise ValueError(f"version: an id as `list` shows it, not {self.version!r}")
-        if not isinstance(self.wait, (int, float)) or not math.isfinite(self.wait) or self.wait < 0:
-            raise ValueError(f"wait: must be a number of seconds, 0 or more, not {self.wait!r}")
-        for option, value, check in (("namespace", self.namespace, check_namespace), ("hub", self.hub, check_url)):
-            try:
-                if value is not None:
-                    check(value)
-            except ValueError as exc:
-                raise ValueError(f"{option}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class RemoveOptions:
-    """`rm NAME`: every version of NAME, or the one whose id starts with `version` (a prefix `list` shows)."""
-
-    name: str
-    version: str | None = None
-    dry_run: bool = False
-    store_dir: str | None = None
-
-
-@dataclass(frozen=True)
-class GcOptions:
-    """`gc`: versions unused for `older_than` seconds, those `incompatible` with this machine, then the least
-    recently used down to `max_size` bytes (the cap when no rule is given); `yes` to empty the store."""
-
-    store_dir: str | None = None
-    max_size: int | None = None
-    older_than: float | None = None
-    incompatible: bool = False
-    dry_run: bool = False
-    yes: bool = False
 
 
 class Refusal(str, enum.Enum):
@@ -176,40 +80,6 @@ class Pulled:
     store_dir: str
     seconds: float
     skipped: list[Skip] = field(default_factory=list)
-
-
-class NotFound(LookupError):
-    """No bundle NAME (or no version of it) in WHERE: a command's answer that each front end words and tells as it
-    tells errors (a usage error in a notebook, exit status 1 in a shell)."""
-
-    def __init__(self, name: str, where: Place) -> None:
-        super().__init__(name, where)
-        self.name, self.where = name, where
-
-
-class NoSuchVersion(NotFound):
-    """NAME is in WHERE, but none of its versions is VERSION (`known`: the short ids it has)."""
-
-    def __init__(self, name: str, where: Place, version: str, known: str) -> None:
-        super().__init__(name, where)
-        self.version, self.known = version, known
-
-
-class NothingFits(NotFound):
-    """NAME is in WHERE, but no version of it can be pulled here: each one's reason in `skipped`; `wrong_signatures`
-    when versions were refused as signed with another team's secret."""
-
-    def __init__(self, name: str, where: Place, skipped: list[Skip], wrong_signatures: bool) -> None:
-        super().__init__(name, where)
-        self.skipped, self.wrong_signatures = skipped, wrong_signatures
-
-
-class NoHub(ValueError):
-    """A hub command with no hub: none configured, or the one configured failed a moment ago (the front ends say
-    how to set one)."""
-
-    def __str__(self) -> str:
-        return "no hub"
 
 
 @dataclass
@@ -369,69 +239,6 @@ class HubCheck:
     write: str | None = None
     verified: int | None = None
     unverified: int | None = None
-
-
-@dataclass(frozen=True)
-class NotebookCell:
-    """A `%%compile_cache` cell of a saved notebook: its place among the code cells (from 1), NAME, options, and
-    its body's identity."""
-
-    index: int
-    name: str
-    options: CellOptions
-    digest: str
-
-
-class NotRestoring(str, enum.Enum):
-    """Why a notebook cell will not restore its bundle when Run All reaches it."""
-
-    BY_CHOICE = "by_choice"  # --no-restore
-    NOTHING_SAVED = "nothing_saved"  # no bundle of its name yet
-    SAVED_ELSEWHERE = "saved_elsewhere"  # its bundles fit another machine (`detail`: how)
-    CELL_CHANGED = "cell_changed"  # the cell's code changed since the save
-    CALLS_CHANGED = "calls_changed"  # code it calls changed: its last restore refused `refused` entries
-
-
-@dataclass
-class CellPlan:
-    """Whether one notebook cell's bundle will restore here; `source` 'local' or 'hub' where one fits, `why_not`
-    why it will not restore (None: it will)."""
-
-    index: int
-    name: str
-    restores: bool
-    source: str | None
-    why_not: NotRestoring | None
-    mismatches: tuple[FieldMismatch, ...] = ()  # SAVED_ELSEWHERE: what differs from this machine
-    refused: int = 0  # CALLS_CHANGED: the entries its last restore refused
-
-
-class PlanTrouble(str, enum.Enum):
-    """What a notebook's plan could not read."""
-
-    UNREADABLE_NOTEBOOK = "unreadable_notebook"  # where: the notebook's path
-    BAD_CELL_LINE = "bad_cell_line"  # where: the cell's number; detail: what is wrong with its %%compile_cache line
-    HUB_SILENT = "hub_silent"  # where: the hub; its bundles were not looked at
-
-
-@dataclass(frozen=True)
-class PlanProblem:
-    trouble: PlanTrouble
-    where: str
-    detail: str  # the error, in its own words
-
-
-@dataclass
-class NotebookPlan:
-    """What Run All will do with the notebook's `%%compile_cache` cells, before any of them runs."""
-
-    path: str
-    cells: list[CellPlan]
-    problems: list[PlanProblem] = field(default_factory=list)  # cells or hubs that could not be read
-
-    @property
-    def restoring(self) -> int:
-        return sum(1 for cell in self.cells if cell.restores)
 
 
 @dataclass

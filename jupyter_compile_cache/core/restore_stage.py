@@ -21,8 +21,9 @@ from ..torch_adapter.entry_records import alternate_member
 from ..torch_adapter.precompile import PrecompileGuard
 from . import events
 from .notebook import NotebookStage
-from .records import CellOptions, CellReport, RestoreResult, writer
-from .stores import Stores
+from .options import CellOptions, writer
+from .records import CellReport, RestoreResult
+from .store_session import StoreSession
 
 
 @dataclass
@@ -37,7 +38,7 @@ class CellRestore:
 
 
 class RestoreStage:
-    def __init__(self, stores: Stores, guard: PrecompileGuard, notebook: NotebookStage) -> None:
+    def __init__(self, stores: StoreSession, guard: PrecompileGuard, notebook: NotebookStage) -> None:
         self.stores = stores
         self.tell = stores.tell  # what happens, to the front end
         self.transfer = stores.transfer  # a pull's or an install's progress, shown by the front end

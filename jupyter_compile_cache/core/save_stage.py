@@ -19,15 +19,16 @@ from ..storage.store import LocalStore
 from ..torch_adapter import fingerprint
 from ..torch_adapter.entry_records import saved_functions
 from . import events
+from .options import CellOptions, writer
 from .record_stage import Recorded
-from .records import CellOptions, CellReport, writer
-from .stores import Stores
+from .records import CellReport
+from .store_session import StoreSession
 
 
 class SaveStage:
     """A cell's save stage (`save`) and every cell's ending (`end`)."""
 
-    def __init__(self, stores: Stores) -> None:
+    def __init__(self, stores: StoreSession) -> None:
         self.stores = stores
         self.tell = stores.tell  # what happens, to the front end
         self.transfer = stores.transfer  # a save's or a push's progress, shown by the front end

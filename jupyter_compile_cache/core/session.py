@@ -35,11 +35,12 @@ from ..torch_adapter.precompile import PrecompileGuard
 from . import events, record_stage, run_stage
 from .events import Reporter
 from .notebook import NotebookStage
-from .records import CellOptions, CellReport, RestoreResult
+from .options import CellOptions
+from .records import CellReport, RestoreResult
 from .restore_stage import CellRestore, RestoreStage
 from .save_stage import SaveStage
 from .settings import CompileCache
-from .stores import Stores
+from .store_session import StoreSession
 from .toolchain import Toolchain
 
 current: CompileCacheSession | None = None  # the kernel's one session
@@ -66,7 +67,7 @@ def get_session(reporter: Reporter | None = None) -> CompileCacheSession:
     return current
 
 
-class CompileCacheSession(Stores):
+class CompileCacheSession(StoreSession):
     def __init__(
         self,
         store_dir: str | None = None,

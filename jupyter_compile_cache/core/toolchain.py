@@ -19,7 +19,8 @@ from . import events
 from .bundle_search import BundleSearch
 from .events import Event
 from .hub_policy import HubPolicy
-from .records import CellReport, writer
+from .options import writer
+from .records import CellReport
 
 
 class Toolchain:

@@ -10,8 +10,8 @@ import math
 import re
 from typing import Any, NoReturn
 
-from ..core.records import hub_url as check_hub_url
-from ..core.records import namespace as check_namespace
+from ..core.options import hub_url as check_hub_url
+from ..core.options import namespace as check_namespace
 from ..units import parse_age, parse_size
 
 USAGE_WIDTH = 100  # usage lines are wrapped here: they are quoted in every error

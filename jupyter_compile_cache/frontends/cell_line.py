@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from IPython.core.error import UsageError
 
 from ..core.notebook import source_digest
-from ..core.records import CellOptions, bundle_name
+from ..core.options import CellOptions, bundle_name
 from . import arguments
 
 

@@ -34,8 +34,10 @@ from typing import Any
 
 from .._version import __version__
 from ..core.commands import COMMAND_ERRORS, Commands
-from ..core.records import HubCheck, NotFound, NothingFits, PlanTrouble
-from ..core.stores import Stores
+from ..core.errors import NotFound, NothingFits
+from ..core.plans import PlanTrouble
+from ..core.records import HubCheck
+from ..core.store_session import StoreSession
 from ..storage.backends.base import HubError
 from . import arguments, hub_commands, render, store_commands, wording
 from .reporter import TextReporter, TransferBar
@@ -123,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: the demo stopped: {exc}", file=sys.stderr)
             return ERROR
         return OK
-    session = Stores(store_dir=args.store_dir, reporter=TextReporter())  # no cell runs: nothing of torch's side
+    session = StoreSession(store_dir=args.store_dir, reporter=TextReporter())  # no cell runs: nothing of torch's side
     commands = Commands(session)
     try:
         if args.command in store_commands.NAMES or args.command in ("show", "status"):
@@ -179,7 +181,7 @@ def _run_job(args: argparse.Namespace, job: list[str]) -> int:
     part meets (a hub down, a bundle for another machine), the command runs, and the line says why."""
     import subprocess
 
-    from ..core.records import CellOptions
+    from ..core.options import CellOptions
     from ..core.session import CompileCacheSession
 
     session = CompileCacheSession(store_dir=args.store_dir, reporter=TextReporter(out=sys.stderr))

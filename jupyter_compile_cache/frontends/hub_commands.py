@@ -11,8 +11,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..core.commands import Commands
+from ..core.errors import NoHub
 from ..core.events import NoTeamSecret
-from ..core.records import NoHub, RemoveOptions
+from ..core.options import RemoveOptions
 from . import arguments, wording
 from .render import Record
 

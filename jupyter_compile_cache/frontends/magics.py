@@ -16,8 +16,9 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from traitlets import TraitError
 
 from ..core.commands import Commands
+from ..core.errors import NotFound
 from ..core.notebook import notebook_path
-from ..core.records import NotFound, bundle_name
+from ..core.options import bundle_name
 from ..core.session import CompileCacheSession
 from . import hub_commands, render, store_commands, tables, wording
 from .cell_line import Parser, cell_parser, options_from

@@ -27,19 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.commands import COMMAND_ERRORS, Commands
+from ..core.errors import NotFound
 from ..core.events import CellFinished, Event
-from ..core.records import (
-    BundleRow,
-    CellOptions,
-    CellSaving,
-    GcOptions,
-    NotFound,
-    Removed,
-    RemoveOptions,
-    RestoreResult,
-    SessionStatus,
-    TimeSaved,
-)
+from ..core.options import CellOptions, GcOptions, RemoveOptions
+from ..core.records import BundleRow, CellSaving, Removed, RestoreResult, SessionStatus, TimeSaved
 from ..core.session import CompileCacheSession
 from ..units import count, human_bytes
 from . import render, wording

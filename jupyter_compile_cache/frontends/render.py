@@ -9,6 +9,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import NoSuchVersion, NotFound, NothingFits
+from ..core.plans import NotebookPlan
 from ..core.records import (
     BundleExplanation,
     BundleRow,
@@ -18,10 +20,6 @@ from ..core.records import (
     HubListing,
     HubState,
     Imported,
-    NoSuchVersion,
-    NotebookPlan,
-    NotFound,
-    NothingFits,
     Pulled,
     Pushed,
     PushedAll,

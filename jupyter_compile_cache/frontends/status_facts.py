@@ -7,7 +7,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core.records import HubState, NotebookPlan, SessionStatus
+from ..core.plans import NotebookPlan
+from ..core.records import HubState, SessionStatus
 from ..units import count, human_bytes
 from . import wording
 

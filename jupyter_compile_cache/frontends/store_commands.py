@@ -11,7 +11,9 @@ import os
 from collections.abc import Callable
 
 from ..core.commands import Commands
-from ..core.records import BundleExplanation, BundleRow, GcOptions, NotebookPlan, RemoveOptions
+from ..core.options import GcOptions, RemoveOptions
+from ..core.plans import NotebookPlan
+from ..core.records import BundleExplanation, BundleRow
 from . import arguments
 from .render import Record
 

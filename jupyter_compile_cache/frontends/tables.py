@@ -15,16 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.records import (
-    RUN_BUILDS,
-    BundleExplanation,
-    NotebookPlan,
-    Removal,
-    SessionStatus,
-    StoreStatistics,
-    SwitchScope,
-    short_id,
-)
+from ..core.plans import NotebookPlan
+from ..core.records import RUN_BUILDS, BundleExplanation, Removal, SessionStatus, StoreStatistics, SwitchScope, short_id
 from ..storage.sources import Place
 from ..units import count, human_bytes
 from . import wording

@@ -11,20 +11,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..core import events
-from ..core.records import (
-    CellPlan,
-    CellReport,
-    HubState,
-    NoHub,
-    NoSuchVersion,
-    NotFound,
-    NothingFits,
-    NotRestoring,
-    PlanProblem,
-    PlanTrouble,
-    RestoreResult,
-    SwitchScope,
-)
+from ..core.errors import NoHub, NoSuchVersion, NotFound, NothingFits
+from ..core.plans import CellPlan, NotRestoring, PlanProblem, PlanTrouble
+from ..core.records import CellReport, HubState, RestoreResult, SwitchScope
 from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..kernels.protocol import FIT_TROUBLES, TemplateProblem, TemplateTrouble
 from ..storage.backends.url import redact

@@ -9,7 +9,8 @@ from helpers.store import make_bundle, restored_whole
 
 from jupyter_compile_cache.core.bundle_search import BundleSearch
 from jupyter_compile_cache.core.hub_policy import HubPolicy
-from jupyter_compile_cache.core.records import CellOptions, CellReport
+from jupyter_compile_cache.core.options import CellOptions
+from jupyter_compile_cache.core.records import CellReport
 from jupyter_compile_cache.core.settings import CompileCache
 from jupyter_compile_cache.storage import bundle, sources
 from jupyter_compile_cache.storage.hub import HubError

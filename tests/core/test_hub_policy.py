@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from jupyter_compile_cache.core.events import HubUnavailable, NoTeamSecret
 from jupyter_compile_cache.core.hub_policy import HubPolicy, hub_config
-from jupyter_compile_cache.core.records import CellOptions, CellReport
+from jupyter_compile_cache.core.options import CellOptions
+from jupyter_compile_cache.core.records import CellReport
 from jupyter_compile_cache.core.settings import CompileCache
 from jupyter_compile_cache.storage.hub import HubError
 

@@ -12,7 +12,7 @@ from helpers.cells import COMPILE, DEFINE
 from helpers.kernels import misses
 
 from jupyter_compile_cache.core.notebook import notebook_path, plan, read_cells, source_digest
-from jupyter_compile_cache.core.records import NotRestoring, PlanTrouble
+from jupyter_compile_cache.core.plans import NotRestoring, PlanTrouble
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.cell_line import parse_cell_line
 from jupyter_compile_cache.storage.bundle import Manifest

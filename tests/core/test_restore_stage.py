@@ -9,7 +9,7 @@ import io
 from helpers.store import make_bundle, restored_whole
 
 from jupyter_compile_cache.core import events
-from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.options import CellOptions
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.reporter import TextReporter
 from jupyter_compile_cache.torch_adapter import fingerprint

@@ -10,7 +10,8 @@ import time
 from helpers.store import make_bundle
 
 from jupyter_compile_cache.core import events
-from jupyter_compile_cache.core.records import CellOptions, CellReport
+from jupyter_compile_cache.core.options import CellOptions
+from jupyter_compile_cache.core.records import CellReport
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.reporter import TextReporter
 from jupyter_compile_cache.storage.store import LocalStore

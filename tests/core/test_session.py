@@ -9,7 +9,8 @@ import pytest
 from helpers.store import make_bundle, restored_whole
 
 from jupyter_compile_cache.core import events
-from jupyter_compile_cache.core.records import RUN_BUILDS, CellOptions
+from jupyter_compile_cache.core.options import CellOptions
+from jupyter_compile_cache.core.records import RUN_BUILDS
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends import tables, wording
 from jupyter_compile_cache.storage.sources import Place
@@ -118,7 +119,7 @@ _FAULT_CELL = r"""
 import os, resource, signal, sys, torch
 import jupyter_compile_cache as jcc
 from jupyter_compile_cache.core import events
-from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.options import CellOptions
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit a write fails with EFBIG instead of killing us
 fault, hub = sys.argv[1], sys.argv[2]
 def f(x):

@@ -309,7 +309,7 @@ _VALUES = st.sampled_from(["n", "0", "-5", "3", "1.5", "nan", "inf", "bad ns", "
 @given(st.lists(_TOKENS | _VALUES, max_size=6).map(lambda parts: " ".join(parts)) | st.text(max_size=30))
 @settings(max_examples=300, deadline=None)
 def test_any_cell_line_parses_to_valid_options_or_is_a_usage_error(line):
-    from jupyter_compile_cache.core.records import CellOptions
+    from jupyter_compile_cache.core.options import CellOptions
     from jupyter_compile_cache.frontends import magics
 
     try:

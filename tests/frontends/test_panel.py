@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from jupyter_compile_cache.core.commands import Commands
-from jupyter_compile_cache.core.records import CellOptions, CellSaving, short_id
+from jupyter_compile_cache.core.options import CellOptions
+from jupyter_compile_cache.core.records import CellSaving, short_id
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.panel import Panel, bar_chart_svg
 

@@ -7,7 +7,8 @@ import typing
 from helpers.store import make_bundle
 
 from jupyter_compile_cache.core.commands import Commands
-from jupyter_compile_cache.core.records import GcOptions, Removed, RemoveOptions
+from jupyter_compile_cache.core.options import GcOptions, RemoveOptions
+from jupyter_compile_cache.core.records import Removed
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends import render, tables
 from jupyter_compile_cache.torch_adapter import fingerprint

@@ -52,7 +52,7 @@ def test_each_event_is_one_line_warnings_on_stderr_and_quiet_cells_say_only_warn
 
 
 def test_a_cells_lines_carry_the_prefix_once(tmp_path, monkeypatch):
-    from jupyter_compile_cache.core.records import CellOptions
+    from jupyter_compile_cache.core.options import CellOptions
     from jupyter_compile_cache.core.session import CompileCacheSession
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))

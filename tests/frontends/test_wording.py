@@ -234,7 +234,7 @@ def test_each_transfer_is_labelled():
 
 
 def test_what_a_notebooks_plan_could_not_read():
-    from jupyter_compile_cache.core.records import PlanProblem, PlanTrouble
+    from jupyter_compile_cache.core.plans import PlanProblem, PlanTrouble
 
     lines = [wording.plan_problem_line(PlanProblem(trouble, "W", "D")) for trouble in PlanTrouble]
     assert lines == [
@@ -294,7 +294,7 @@ def test_why_torch_cannot_be_used_is_said_with_what_was_found():
 
 def test_where_a_command_looked_and_what_it_did_not_find():
     """Storage and core hand over places and typed errors; each front end words them the same way."""
-    from jupyter_compile_cache.core.records import NoHub, NoSuchVersion, NotFound, NothingFits
+    from jupyter_compile_cache.core.errors import NoHub, NoSuchVersion, NotFound, NothingFits
 
     assert wording.place_text(LOCAL) == "the local store /s"
     assert wording.place_text(HUB) == "the hub redis://h:1/0"

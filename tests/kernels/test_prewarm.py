@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.options import CellOptions
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.kernels.prewarm import Prewarm
 

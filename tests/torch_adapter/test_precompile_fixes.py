@@ -131,7 +131,7 @@ def test_decode_flex_and_compiled_optimizer_restore_whole(kernel_factory, dirs):
 
 NOTHING_TO_COMPILE = """
 import sys, torch
-from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.options import CellOptions
 from jupyter_compile_cache.core.session import get_session
 i = 0
 with get_session().cell("noop", CellOptions(store_dir=sys.argv[1], no_hub=True)) as report:
@@ -161,7 +161,7 @@ def test_a_graph_with_nothing_to_compile_runs_in_a_cell_and_after_a_restore(tmp_
 CLEAN_COPY = """
 import pickle, sys, torch
 from torch._functorch._aot_autograd.aot_autograd_result import deserialize_bundled_cache_entry
-from jupyter_compile_cache.core.records import CellOptions
+from jupyter_compile_cache.core.options import CellOptions
 from jupyter_compile_cache.core.session import get_session
 def f(x):
     return torch.sin(x) * 2 + 1

@@ -229,7 +229,7 @@ def test_two_sessions_in_one_process_take_turns_wrapping_torch(tmp_path, monkeyp
     that broke the next compile with Dynamo's InternalTorchDynamoError."""
     import torch
 
-    from jupyter_compile_cache.core.records import CellOptions
+    from jupyter_compile_cache.core.options import CellOptions
     from jupyter_compile_cache.core.session import CompileCacheSession
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))

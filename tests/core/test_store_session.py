@@ -1,4 +1,4 @@
-"""stores.py: the stores a session works over, built alone where no cell runs (the CLI's listings)."""
+"""store_session.py: the stores a session works over, built alone where no cell runs (the CLI's listings)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.commands import Commands
 from jupyter_compile_cache.core.events import CacheWarning, Step, StepFailed
-from jupyter_compile_cache.core.stores import Stores
+from jupyter_compile_cache.core.store_session import StoreSession
 
 
 class Collected:
@@ -25,7 +25,7 @@ class Collected:
 
 def test_stores_alone_list_and_tell_without_the_kernels_session(tmp_path):
     told = Collected()
-    stores = Stores(store_dir=str(tmp_path / "store"), reporter=told)
+    stores = StoreSession(store_dir=str(tmp_path / "store"), reporter=told)
     seen: list[events.Event] = []
     stores.listeners.append(seen.append)
 
@@ -50,7 +50,7 @@ def test_stores_alone_list_and_tell_without_the_kernels_session(tmp_path):
 
 
 def test_what_asks_the_compiler_needs_the_kernels_session(tmp_path):
-    commands = Commands(Stores(store_dir=str(tmp_path / "store"), reporter=Collected()))
+    commands = Commands(StoreSession(store_dir=str(tmp_path / "store"), reporter=Collected()))
     with pytest.raises(TypeError, match="needs the kernel's session"):
         commands.status()
     with pytest.raises(TypeError, match="needs the kernel's session"):

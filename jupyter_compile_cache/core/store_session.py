@@ -18,7 +18,10 @@ from .records import CellReport
 from .settings import CompileCache
 
 
-class Stores:
+class StoreSession:
+    """A session without cells: what the commands of the stores need (the kernel's CompileCacheSession adds the cell
+    flow)."""
+
     def __init__(
         self,
         store_dir: str | None = None,
