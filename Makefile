@@ -32,7 +32,7 @@ TEST_KERNELS ?= warm
 ALONE := tests/kernels
 # Of those, the ones whose templates wait for a quiet machine before they warm up (up to a minute) or that time that
 # wait: in CI nothing runs beside them.
-QUIET := tests/kernels/test_launcher.py tests/kernels/test_server_extension.py tests/kernels/test_template.py \
+QUIET := tests/kernels/test_launcher.py tests/kernels/test_server_extension.py tests/kernels/test_idle_cpu.py \
 	tests/kernels/test_warm_kernel.py
 
 # The transformers zoo in `make test`: one model of each kind (a decoder, an encoder-decoder, a vision transformer, a

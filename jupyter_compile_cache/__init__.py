@@ -143,7 +143,7 @@ def __getattr__(name: str) -> Any:
 def load_ipython_extension(ipython: Any) -> None:
     from IPython.core.error import UsageError
 
-    from .frontends.wording import torch_problem_text
+    from .frontends.event_wording import torch_problem_text
     from .torch_adapter.compiler import torch_problem
 
     problem = torch_problem()

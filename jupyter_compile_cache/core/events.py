@@ -1,6 +1,6 @@
 """What the session tells the user, as typed records handed to a reporter that the front end supplies.
 
-Events carry data only. The front ends word them (frontends/wording.py: one sentence per kind of event, so the
+Events carry data only. The front ends word them (frontends/event_wording.py: one sentence per kind of event, so the
 magic's line, the CLI's stderr and the panel say the same thing with the same figures). Core and storage never
 print: with no front end attached (a library user's script), events go to the `jupyter_compile_cache` logger as
 records.

@@ -14,7 +14,8 @@ from ..core.commands import Commands
 from ..core.errors import NoHub
 from ..core.events import NoTeamSecret
 from ..core.options import RemoveOptions
-from . import arguments, wording
+from . import arguments
+from .event_wording import event_text
 from .render import Record
 
 NAMES = ("ls", "check", "push", "pull", "publish", "rm", "gc")
@@ -122,7 +123,7 @@ def run(commands: Commands, args: argparse.Namespace, bar: Callable[[str], Bar])
             return commands.push(args.name, hub, bar_for(f"pushing {args.name!r}"), store_dir)
         if name == "pull":
             if hub.hub.config.secret is None:  # as kernels say it: what is pulled is not verified as the team's
-                print(f"warning: {wording.event_text(NoTeamSecret())}", file=sys.stderr)
+                print(f"warning: {event_text(NoTeamSecret())}", file=sys.stderr)
             return commands.hub_pull(hub, args.name, lambda _source, m: bar_for(f"pulling {m.name!r}"), store_dir)
         if name == "rm":
             return commands.remove(RemoveOptions(args.name, args.version, args.dry_run), hub, yes=args.yes)

@@ -9,7 +9,7 @@ import time
 from typing import IO, Any, TextIO
 
 from ..core.events import Event, Moving, Transfer
-from .wording import event_text, transfer_label
+from .event_wording import event_text, transfer_label
 
 
 class TextReporter:

@@ -1,349 +1,29 @@
-"""The sentences the session's events and a cell's report are told in: one per kind, shared by the magic's lines,
-the CLI's stderr and the panel, so the same result reads the same everywhere. Core, storage, the kernel machinery
-and the torch adapter hand over data; only this module (with render.py and tables.py for the commands' records)
-turns it into words."""
+"""The words of a cell's report and of the records' parts (a skipped version, a mismatch, a miss reason, a kernel's
+start, where a command looked): one phrase per kind, shared by the magic's lines, the CLI and the panel, so the same
+result reads the same everywhere. Core, storage, the kernel machinery and the torch adapter hand over data; only the
+front ends turn it into words (event_wording.py the events, status_facts.py the session's state, render.py and
+tables.py the commands' records)."""
 
 from __future__ import annotations
 
 import errno
-import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..core import events
 from ..core.errors import NoHub, NoSuchVersion, NotFound, NothingFits
 from ..core.plans import CellPlan, NotRestoring, PlanProblem, PlanTrouble
-from ..core.records import CellReport, HubState, RestoreResult, SwitchScope
+from ..core.records import CellReport, HubState, SwitchScope
 from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..kernels.protocol import FIT_TROUBLES, TemplateProblem, TemplateTrouble
 from ..storage.backends.url import redact
 from ..storage.bundle import FieldMismatch
 from ..storage.sources import Place, Skip, SkipKind
-from ..storage.store import UnreadableManifest
 from ..units import count, human_bytes, speed
 
 if TYPE_CHECKING:  # the torch adapter's records, imported when a reason is worded: a listing imports none of it
-    from ..torch_adapter.compiler import TorchProblem
     from ..torch_adapter.miss_reasons import MissReason
 
 INSTALL_HINT = "`jupyter-compile-cache install-kernel` installs a kernel that starts with torch and its compiler loaded"
-
-
-@functools.singledispatch
-def event_text(event: events.Event) -> str:
-    """EVENT's one sentence. An event kind without one (a test holds that there is none) is shown as its record:
-    a reporter never raises into the cell."""
-    return repr(event)
-
-
-@event_text.register
-def _(event: events.CacheWarning) -> str:
-    return event.message
-
-
-@event_text.register
-def _(event: events.PlainKernel) -> str:
-    if event.start.how == "cold":
-        return f"this kernel started cold ({cold_start_line(event.start)}); torch's compiler loads now"
-    return (
-        "a plain kernel: torch's compiler loads now, as at every start of such a kernel; `jupyter-compile-cache "
-        "install-kernel` installs a kernel whose every start has it loaded"
-    )
-
-
-@event_text.register
-def _(event: events.HubUnavailable) -> str:
-    return f"{event.reason.rstrip('. ')}; carrying on without the hub (the local store is unaffected)"
-
-
-@event_text.register
-def _(event: events.NoTorchRemote) -> str:
-    return (
-        f"--torch-remote: torch's own remote caches speak to a single Redis server, and the hub {event.hub} is "
-        f"{event.kind!s} storage; torch's caches stay on this machine (our bundles still use the hub)"
-    )
-
-
-@event_text.register
-def _(event: events.HubRefusal) -> str:
-    reason = event.reason.rstrip(". ")
-    if event.action == "write":
-        return f"{reason}; bundles stay in the local store (restoring from the hub is unaffected)"
-    return f"{reason}; carrying on with the local store"
-
-
-@event_text.register
-def _(event: events.NoTeamSecret) -> str:
-    return "no team secret (JUPYTER_COMPILE_CACHE_SECRET): hub bundles are neither signed nor verified"
-
-
-@event_text.register
-def _(event: events.Restored) -> str:
-    rate = f" ({speed(event.bytes, event.seconds)})" if event.seconds >= 1 else ""
-    pulled = f", pull {event.pull_seconds:.2f} s" if event.source == "hub" else ""
-    if event.retries:
-        broke = "once" if event.retries == 1 else count(event.retries, "time")
-        pulled += f" (the hub's connection broke {broke}: pulled again on a fresh one)"
-    if event.source == "hub":
-        where = f"the hub {event.hub}"
-    else:
-        where = "the local store" + (", pulled from the hub when the kernel started" if event.fetched_at_start else "")
-    return (
-        f"restored {event.name!r} from {where} ({count(event.files, 'file')}, {human_bytes(event.bytes)}) "
-        f"in {event.seconds:.2f} s{rate}{pulled}"
-    )
-
-
-def unreadable_manifest_text(problem: UnreadableManifest) -> str:
-    return f"bundle {problem.name!r} version {problem.version}: unreadable manifest, quarantined ({problem.error})"
-
-
-@event_text.register
-def _(event: events.ManifestQuarantined) -> str:
-    return unreadable_manifest_text(event.problem)
-
-
-def torch_problem_text(problem: TorchProblem) -> str:
-    """Why `%load_ext` cannot go on: torch missing or too old."""
-    if problem.found is None:
-        return "jupyter_compile_cache needs PyTorch: pip install torch (2.9 or newer)"
-    return f"jupyter_compile_cache needs PyTorch 2.9 or newer with torch.compiler caches; found {problem.found}"
-
-
-_LOAD_FIX = {  # by kernel_load_fixes.LoadFix's values: a listing imports nothing of the torch adapter
-    "long_name_launcher": "kept torch's launcher for a long-named Triton kernel ({error})",
-    "autotune_recheck": "kept torch's autotune recheck ({error})",
-}
-
-
-@event_text.register
-def _(event: events.LoadFixFailed) -> str:
-    return _LOAD_FIX[event.trouble.fix].format(error=event.trouble.error)
-
-
-@event_text.register
-def _(event: events.CachingPrecompileEverywhere) -> str:
-    return (
-        "TORCH_CACHING_PRECOMPILE=1 turns torch's Dynamo precompile on outside %%compile_cache cells too, where it "
-        "drops identity guards and no guard of ours checks edits: plain torch.compile may return stale results after "
-        "a helper is redefined. Unset it: our cells switch precompile on themselves"
-    )
-
-
-@event_text.register
-def _(event: events.NotRestored) -> str:
-    reasons = [unreadable_manifest_text(problem) for problem in event.problems]
-    if event.pinned is not None:
-        reasons.append(
-            f"no version {event.pinned!r} of {event.name!r} (`%compile_cache list {event.name}` shows its ids)"
-        )
-    reasons += [skip_line(skip) for skip in event.skipped]
-    return f"{event.name!r} not restored: " + "; ".join(reasons)
-
-
-@event_text.register
-def _(event: events.SkippedVersion) -> str:
-    return skip_warning(event.name, event.skip)
-
-
-@event_text.register
-def _(event: events.CollaboratorCompiling) -> str:
-    busy = f"{event.name!r} is being compiled by {event.holder} (for {event.for_seconds:.0f} s)"
-    if event.wait_seconds <= 0:
-        return f"{busy}; compiling here too (use --wait SECONDS to wait for it)"
-    return f"{busy}; waiting up to {event.wait_seconds:.0f} s for that bundle"
-
-
-@event_text.register
-def _(event: events.NoBundleArrived) -> str:
-    return f"no bundle for {event.name!r} arrived; compiling"
-
-
-@event_text.register
-def _(event: events.StoodAside) -> str:
-    if event.before_body:
-        return (
-            f"the cache stood aside for {event.name!r} ({event.error}); plain torch.compile runs it, nothing is saved"
-        )
-    return f"what {event.name!r} compiled was not saved ({event.error}); the cell's result stands"
-
-
-@event_text.register
-def _(event: events.PrecompileBypassed) -> str:
-    if event.in_processes:
-        return (
-            f"torch does not package a function of the processes this cell started for precompile ({event.reason}); "
-            "a restored run traces it again, its compiled graph still from torch's AOTAutograd and FX graph caches"
-        )
-    return (
-        f"torch does not package a function of this cell for precompile ({event.reason}); a restored kernel traces "
-        "it again, its compiled graph still from torch's AOTAutograd and FX graph caches"
-    )
-
-
-@event_text.register
-def _(event: events.CompiledOutsideCell) -> str:
-    what = f"`{event.function}`" if event.function else "a model"
-    return (
-        f"{what} was given to torch.compile outside a %%compile_cache cell, so torch made it no precompile "
-        "package: a restored kernel traces it again (its compiled graph still from torch's caches); call "
-        "torch.compile in the cell to restore it without tracing"
-    )
-
-
-@event_text.register
-def _(event: events.Evicted) -> str:
-    return (
-        f"store over {human_bytes(event.cap_bytes)}: evicted {event.count} least recently used "
-        f"version{'s' if event.count != 1 else ''} ({', '.join(event.names)})"
-    )
-
-
-@event_text.register
-def _(event: events.CompiledWhileLoading) -> str:
-    if event.watched:
-        ran = "so it compiled as plain torch.compile does, from torch's own caches, without precompile"
-    else:
-        ran = "so it ran without the cache this time (nothing saved)"
-    return (
-        f"{event.name!r} compiled while torch's compiler was still loading in the background, {ran}; a cell that "
-        "says `torch.compile` or `.compile(` waits for the compiler"
-    )
-
-
-@event_text.register
-def _(event: events.NotPushedSignedElsewhere) -> str:
-    return (
-        f"not pushed {event.name!r} to the hub: its versions there are signed with another secret (is "
-        "JUPYTER_COMPILE_CACHE_SECRET the team's?); saved to the local store only"
-    )
-
-
-@event_text.register
-def _(event: events.NotListed) -> str:
-    names = ", ".join(event.names[:5]) + (" ..." if len(event.names) > 5 else "")
-    them = "it" if len(event.names) == 1 else "them"
-    return (
-        f"{count(len(event.names), 'bundle')} on {place_text(event.where)} not listed: this user is not permitted to "
-        f"read {them} ({names})"
-    )
-
-
-@event_text.register
-def _(event: events.BadEnvironment) -> str:
-    problem = event.problem
-    using = "no hub" if problem.using is None else f"using {problem.using}"
-    return f"{problem.variable}: {problem.error}; {using}"
-
-
-_STEP_FAILED = {
-    events.Step.SAVE: "could not save bundle {name!r} to {where}: {error}; the cell's result stands",
-    events.Step.EVICT: "could not evict old bundles from {where}: {error}",
-    events.Step.RUN_BUILDS: (
-        "the kernels built at run time for {name!r} were not kept or installed ({error}); the cell's result stands"
-    ),
-    events.Step.STATISTICS: "the store's statistics were not updated ({error}); the cell's result stands",
-    events.Step.PROBE_RESTORE: "the CPU probe programs were not restored ({error})",
-    events.Step.PROBE_SAVE: "could not save the CPU probe programs to {where}: {error}",
-    events.Step.HEADER_CALLS: (
-        "could not keep torch's C++ header checks for the warm kernels to come ({error}); they make them again"
-    ),
-    events.Step.PREWARM: (
-        "preparing torch's compiler in the background stopped ({error}); cells run as they would without it"
-    ),
-    events.Step.FIND_ELSEWHERE: "looking for another version of {name!r} for a function's code failed ({error})",
-    events.Step.VIEW: "a view of this session stopped updating ({error})",
-    events.Step.RESTORE_BESIDE: (
-        "restoring {name!r} while the job started failed ({error}); its processes compile as without the cache"
-    ),
-    events.Step.PRECOMPILE_PROCESSES: (
-        "precompile could not be handed to the processes {name!r} starts ({error}); they trace their code as "
-        "without --precompile-processes"
-    ),
-}
-
-
-# What a failed write of ours met, in the user's words (the library's are "[Errno 28] No space left on device: ...")
-_OS_ERRORS = {
-    errno.ENOSPC: "the disk is full",
-    errno.EDQUOT: "the disk quota is exceeded",
-    errno.EFBIG: "a file size limit was reached",
-    errno.EROFS: "the folder is read-only",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-}
-
-
-@event_text.register
-def _(event: events.StepFailed) -> str:
-    error = _OS_ERRORS.get(event.errno or 0, event.error)
-    return _STEP_FAILED[event.step].format(name=event.name, where=event.where, error=error)
-
-
-_PRECOMPILE_STEP = {
-    "record_function": "recording the compiled function",
-    "record_sources": "recording the sources it inlined",
-    "build_guards": "building the guards to save",
-    "load": "loading the saved entry",
-    "install": "installing the saved entry",
-    "collect": "collecting the entries to save",
-    "save": "saving the entry",
-    "start_in_process": "starting it in a process the cell started",
-    "keep_sizes": "the input sizes of a compiled function cannot be kept ({error})",
-    "find_by_code": "looking for a compiled function's entry by its code failed ({error})",
-    "use_saved_sizes": "the saved input sizes of a restored function were not used ({error})",
-    "save_sizes": "the input sizes of a compiled function were not saved ({error})",
-}
-
-
-@event_text.register
-def _(event: events.PrecompileFailed) -> str:
-    trouble = event.trouble
-    words = _PRECOMPILE_STEP[trouble.step.value]
-    if trouble.fallback:
-        return (
-            f"Dynamo precompile failed while {words} ({trouble.error}); this function runs the plain torch.compile "
-            "way (FX graph and AOTAutograd caches still apply)"
-        )
-    return words.format(error=trouble.error)
-
-
-@event_text.register
-def _(event: events.CellFinished) -> str:
-    return cell_summary(event.report)
-
-
-def restore_line(result: RestoreResult) -> str:
-    """What a restore did, in the words the cell's line uses."""
-    if result.restored:
-        restored = events.Restored(
-            result.name,
-            result.source or "",
-            result.hub_url,
-            False,
-            result.files,
-            result.bytes,
-            result.seconds,
-            result.pull_seconds,
-            result.retries,
-        )
-        return event_text(restored)
-    if result.skipped:
-        return event_text(events.NotRestored(result.name, tuple(result.skipped)))
-    return f"{result.name!r} not restored: no bundle of that name fits this machine"
-
-
-_MOVING = {
-    events.Moving.PULL: "pulling {name!r} from the hub",
-    events.Moving.RESTORE: "restoring {name!r}",
-    events.Moving.SAVE: "saving {name!r}",
-    events.Moving.PUSH: "pushing {name!r} to the hub",
-}
-
-
-def transfer_label(moving: events.Moving, name: str) -> str:
-    """A transfer's progress bar label."""
-    return _MOVING[moving].format(name=name)
 
 
 def mismatch_text(mismatches: Iterable[FieldMismatch]) -> str:
@@ -405,14 +85,24 @@ def hub_not_set(state: HubState, previous: str) -> str:
     return f"hub {state.url} not set: {error}; {stays} (`%config CompileCache.hub = URL` sets one that is down for now)"
 
 
+OS_ERRORS = {  # what a failed write says, in words ("[Errno 28] No space left on device" otherwise)
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exceeded",
+    errno.EFBIG: "a file size limit was reached",
+    errno.EROFS: "the folder is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+}
+
+
 def error_text(exc: BaseException) -> str:
     """An error a command raised, as the front ends tell it: ours in these words, any other in its own."""
     if isinstance(exc, NotFound):
         return not_found_text(exc)
     if isinstance(exc, NoHub):
         return f"no hub: pass --hub URL in a shell; in a notebook {NO_HUB_HINT}"
-    if isinstance(exc, OSError) and exc.errno in _OS_ERRORS:  # "[Errno 30] Read-only file system: '...'"
-        return _OS_ERRORS[exc.errno] + (f": {exc.filename}" if exc.filename else "")
+    if isinstance(exc, OSError) and exc.errno in OS_ERRORS:  # "[Errno 30] Read-only file system: '...'"
+        return OS_ERRORS[exc.errno] + (f": {exc.filename}" if exc.filename else "")
     return str(exc)
 
 

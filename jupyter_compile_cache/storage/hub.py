@@ -34,11 +34,7 @@ at most, so memory stays flat whatever the bundle's size.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -49,6 +45,7 @@ from .backends import Backend, open_backend, redact
 from .backends.base import HubError, HubRefused
 from .bundle import DamagedBundle, Manifest
 from .clock import SYSTEM_CLOCK, Clock
+from .lease import HOST, Lease, process_alive
 from .signing import SignatureError, check_signature, sign
 from .store import Removal
 
@@ -57,8 +54,6 @@ __all__ = ["Hub", "HubConfig", "HubError", "HubRefused", "Lease", "SignatureErro
 AHEAD = 4  # chunks being compressed or checked on worker threads at once
 ORPHAN_TTL = 300  # seconds an uncommitted chunk lives (renewed while its push runs)
 MAX_MANIFEST_BYTES = 16 << 20  # a 1 GB bundle's manifest is about 100 KB; a larger one is hostile
-LEASE_TTL = 30
-HOST = socket.gethostname()
 MAX_VERSIONS = 50  # versions of one name read per listing, newest first
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes total)
@@ -459,79 +454,10 @@ class Hub:
         if not isinstance(info, dict):
             return {"holder": "unknown"}
         pid = info.get("pid")
-        if info.get("host") == HOST and isinstance(pid, int) and not _process_alive(pid):
+        if info.get("host") == HOST and isinstance(pid, int) and not process_alive(pid):
             return None
         return info
 
     def lease(self, name: str, fp: str, holder: str) -> Lease:
         key, clock = self._lease_key(name, fp), self.config.clock
         return Lease(self.backend, key, holder, refused=lambda exc: self._refused(exc, "write"), clock=clock)
-
-
-class Lease:
-    """A lease on one key that a thread renews while the cell runs; a dead holder's lease simply expires. Taking,
-    renewing and releasing are each one atomic step of the backend, so an old holder never touches a lease a
-    collaborator took since."""
-
-    def __init__(
-        self,
-        backend: Backend,
-        key: str,
-        holder: str,
-        ttl: int = LEASE_TTL,
-        refused: Callable[[HubRefused], HubRefused] = lambda exc: exc,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        self.backend, self.key, self.ttl, self._refused, self.clock = backend, key, ttl, refused, clock
-        # host and pid: a collaborator on the same machine can tell a holder that died from one still compiling
-        token = {"holder": holder, "since": clock.time(), "id": uuid.uuid4().hex, "host": HOST, "pid": os.getpid()}
-        self.token = json.dumps(token)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def acquire(self) -> dict[str, Any] | None:
-        """Take the lease; returns None on success, else the current holder's info."""
-        try:
-            holder = self.backend.acquire(self.key, self.token.encode(), self.ttl)
-        except HubRefused as exc:
-            raise self._refused(exc) from None
-        if holder is None:
-            self._thread = threading.Thread(target=self._renew, name="jcc-lease", daemon=True)
-            self._thread.start()
-            return None
-        try:
-            info = json.loads(holder)
-            return info if isinstance(info, dict) else {"holder": "unknown", "since": self.clock.time()}
-        except ValueError:
-            return {"holder": "unknown", "since": self.clock.time()}
-
-    def _renew(self) -> None:
-        while not self.clock.wait(self._stop, self.ttl / 3):
-            try:
-                if not self.backend.renew(self.key, self.token.encode(), self.ttl):
-                    return  # expired and maybe taken by someone else: not ours to extend
-            except HubError:  # the hub went away: the lease expires by itself
-                return
-
-    def held(self) -> bool:
-        """Whether anyone holds this lease now (a holder that finished or died has let it go)."""
-        return self.backend.get([self.key])[0] is not None
-
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread is None:
-            return
-        try:
-            self.backend.release(self.key, self.token.encode())
-        except HubError:  # the hub went away: the lease expires by itself
-            pass
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True

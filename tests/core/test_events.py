@@ -1,5 +1,5 @@
-"""events.py: the session's events are records (the front ends word them: tests/frontends/test_wording.py); with no
-front end attached they go to the logger, warnings as warnings."""
+"""events.py: the session's events are records (the front ends word them: tests/frontends/test_event_wording.py);
+with no front end attached they go to the logger, warnings as warnings."""
 
 from __future__ import annotations
 

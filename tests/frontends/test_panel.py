@@ -10,9 +10,9 @@ import torch
 
 from jupyter_compile_cache.core.commands import Commands
 from jupyter_compile_cache.core.options import CellOptions
-from jupyter_compile_cache.core.records import CellSaving, short_id
+from jupyter_compile_cache.core.records import short_id
 from jupyter_compile_cache.core.session import CompileCacheSession
-from jupyter_compile_cache.frontends.panel import Panel, bar_chart_svg
+from jupyter_compile_cache.frontends.panel import Panel
 
 
 def _grid_rows(grid):
@@ -89,14 +89,6 @@ def test_errors_in_callbacks_are_shown_in_the_panel(session):
     panel = Panel(session)
     panel._guarded(lambda: 1 / 0)()
     assert "ZeroDivisionError" in panel.messages.outputs[-1]["text"]
-
-
-def test_chart_compares_cold_and_restored():
-    svg = bar_chart_svg([CellSaving("net", cold=10.0, restored=0.2, saved=9.8)])
-    assert svg.startswith("<svg") and "10.00 s" in svg and "0.20 s" in svg
-    assert "No restored" in bar_chart_svg([])
-    long_name = "transformer-max-autotune-infer"
-    assert f">{long_name}</text>" in bar_chart_svg([CellSaving(long_name, cold=1.0, restored=0.1, saved=0.9)])
 
 
 def test_bundles_show_age_and_use_push_needs_a_hub_and_gc_previews_before_it_removes(session, monkeypatch):

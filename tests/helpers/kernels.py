@@ -14,9 +14,9 @@ import psutil
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
+from jupyter_compile_cache.kernels.idle_cpu import QUIET_WAIT_ENV
 from jupyter_compile_cache.kernels.kernel_runner import CellOutput, argv_spec, execute
 from jupyter_compile_cache.kernels.protocol import LAUNCHER_MODULE, start_record_path
-from jupyter_compile_cache.kernels.template import QUIET_WAIT_ENV
 
 # JCC_TEST_KERNELS=warm (`make test`'s first lane): the tests' plain kernels are kernels of the warm kernel spec
 # instead, each forked from a template of its pytest worker (started before the workers: `start_templates`), so

@@ -1,5 +1,5 @@
-"""The template's warm-up runs on idle CPU only: its thread has the SCHED_IDLE policy, the forking thread keeps its
-own (a kernel forked from the template runs at the priority a fresh one would)."""
+"""idle_cpu.py: the template's warm-up runs on idle CPU only (its thread has the SCHED_IDLE policy, the forking thread
+keeps its own: a kernel forked from the template runs at the priority a fresh one would), once the machine is quiet."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from jupyter_compile_cache.kernels.template import QUIET_CORES, on_idle_cpu, wait_for_a_quiet_machine
+from jupyter_compile_cache.kernels.idle_cpu import QUIET_CORES, on_idle_cpu, wait_for_a_quiet_machine
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
 

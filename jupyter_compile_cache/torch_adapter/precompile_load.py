@@ -1,0 +1,143 @@
+"""Looking a function's saved entry up: found by its code digest (under torch's key, or another version's), refused
+when its code or the object it is a method of changed, loaded by torch otherwise; the packages torch makes and
+records for it, tied to that code."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import weakref
+from typing import Any
+
+from . import entry_records, frame_sizes
+from .code_digest import changed_parts, code_digest, code_parts
+from .identity_checks import innermost, load_scope
+from .layers import COUNTER_GROUP
+from .miss_reasons import MissCause, MissReason, PrecompileStep
+from .precompile_state import PrecompileState
+
+
+def _owners(parts: Any) -> set[str]:
+    """The part naming the object a saved function is a method of (`self (Block)`), from a record's parts."""
+    return {name for name in parts if name.startswith("self (")} if isinstance(parts, dict) else set()
+
+
+class EntryLoading(PrecompileState):
+    """torch's DynamoCache load, and the packages it makes and records."""
+
+    def _load(self, fn: Any, orig_load: Any) -> Any:
+        from torch._dynamo import package
+        from torch._dynamo.utils import counters
+
+        key = package.CompilePackage.source_id_from_fn(fn)
+        if key in self.refused_keys:  # never saved again: no digest to take
+            return None
+        digest = code_digest(fn)
+        function = getattr(innermost(fn), "__qualname__", None) or repr(fn)
+        parts = code_parts(fn)
+        self.pending[key] = digest
+        self.functions[key] = (function, parts)
+        self.codes.setdefault(key, {})[digest] = parts
+        self.lookups.append(key)
+        try:
+            code_id = frame_sizes.code_id(innermost(fn))
+        except Exception as exc:  # its input sizes are then not carried: a later recompile may compile afresh
+            code_id = None
+            self._tell(key, PrecompileStep.KEEP_SIZES, exc)
+        self.code_ids[key] = code_id
+        prefix = package.DynamoCache.path_prefix()
+        entry_dir = os.path.join(prefix, key)
+        record = entry_records.read_record(entry_dir)
+        if record is None or record.get("digest") != digest:
+            # torch names an entry by the function's name and first line: a line added above it, or the same code
+            # in another version of the bundle, is found by its code instead.
+            try:
+                if entry_records.is_empty_for(entry_records.sibling(prefix, key, digest), digest):
+                    return None  # this code traced nothing when it was saved (beside others of its key that did)
+                matching = entry_records.entry_with(prefix, digest)
+                if matching is None and self.find_elsewhere is not None and self.find_elsewhere(digest):
+                    matching = entry_records.entry_with(prefix, digest)
+                if matching is not None and matching != entry_dir:
+                    entry_records.adopt_entry(matching, entry_dir)
+                    counters[COUNTER_GROUP]["precompile_entry_found_by_code"] += 1
+                    record = entry_records.read_record(entry_dir)
+            except Exception as exc:  # a full disk, an unreadable folder: the entry under torch's name stands
+                self._tell(key, PrecompileStep.FIND_BY_CODE, exc)
+                record = (
+                    entry_records.read_record(entry_dir) if os.path.exists(os.path.join(entry_dir, "entry")) else None
+                )
+        if not os.path.exists(os.path.join(entry_dir, "entry")):
+            if record is not None and record.get("empty") and record.get("digest") == digest:
+                # Dynamo traced nothing of this function when it was saved (its frames are torch's own, such as
+                # `Module._wrapped_call_impl` under transformers' compiled `generate`): nothing to restore, no miss.
+                return None
+            self.miss_reasons.append(MissReason(MissCause.NO_ENTRY, function))
+            return orig_load(fn)
+        if record is None or record.get("digest") != digest:
+            counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+            saved_parts = (record or {}).get("parts")
+            if _owners(saved_parts) != _owners(parts):
+                # the entry of another class's method under torch's key (each block class's `Module._call_impl`
+                # under regional compilation): no entry for this code, nothing stale
+                self.miss_reasons.append(MissReason(MissCause.NO_ENTRY, function))
+                return None
+            counters[COUNTER_GROUP]["precompile_stale_rejected"] += 1
+            where = changed_parts(saved_parts, parts)[:3] if isinstance(saved_parts, dict) else []
+            self.miss_reasons.append(MissReason(MissCause.OTHER_CODE, function, changed=tuple(where)))
+            return None
+        if code_id is not None:
+            # What the cold kernel had seen of the inputs' sizes: a later recompile makes the same graph it made.
+            try:
+                frame_sizes.merge(entry_dir, code_id)
+            except Exception as exc:  # a damaged sizes file: the restored function still loads
+                self._tell(key, PrecompileStep.USE_SAVED_SIZES, exc)
+        try:
+            result = orig_load(fn)
+        except Exception as exc:  # torch's failure: the plain torch.compile path
+            self._fallback(key, PrecompileStep.LOAD, exc)
+            return None
+        self.entry_digest[key] = digest
+        if result is not None:
+            self.loaded_keys.add(key)
+            self._loading[key] = load_scope(record, fn)
+            # Saved again with this cell, the entry keeps its record of dropped guards.
+            self.dropped.setdefault(key, {}).update(record.get("guarded", {}))
+            self.dispatch_keys.setdefault(key, {}).update(record.get("dispatch_keys", {}))
+        return result
+
+    def _refused_by_torch(self, fn: Any, exc: BaseException) -> None:
+        """torch refused a saved entry we passed (its source check of inlined module code, its version check): the
+        function compiles as plain torch.compile would; the cell's line says why, and it is a miss, not a hit."""
+        from torch._dynamo.utils import counters
+
+        if counters["dynamo_cache"]["dynamo_cache_hit"] > 0:  # torch counted the load as a hit
+            counters["dynamo_cache"]["dynamo_cache_hit"] -= 1
+        counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+        with contextlib.suppress(Exception):  # not loaded after all
+            from torch._dynamo import package
+
+            key = package.CompilePackage.source_id_from_fn(fn)
+            self.loaded_keys.discard(key)
+            self._loading.pop(key, None)
+        name = getattr(innermost(fn), "__qualname__", None) or repr(fn)
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        self.miss_reasons.append(MissReason(MissCause.REFUSED, name, detail))
+
+    def _package_made(self, pkg: Any) -> None:
+        """torch made PKG for the function it just looked up (`_load`): which code it holds."""
+        key = getattr(pkg, "source_id", None)
+        digest = self.pending.get(key) if key else None
+        if key and digest:
+            self._package_digest[pkg] = digest
+            self._packages.setdefault(key, {})[digest] = weakref.ref(pkg)
+
+    def _package_recorded(self, pkg: Any) -> None:
+        """torch recorded PKG's entry for saving, under its key: kept under its code too (the last one last)."""
+        from torch._dynamo.precompile_context import PrecompileContext
+
+        key, digest = getattr(pkg, "source_id", None), self._package_digest.get(pkg)
+        entry = getattr(PrecompileContext, "_dynamo_cache_entries", {}).get(key)
+        if key and digest and entry is not None:
+            by_code = self.recorded.setdefault(key, {})
+            by_code.pop(digest, None)
+            by_code[digest] = entry

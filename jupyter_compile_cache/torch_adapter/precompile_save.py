@@ -1,0 +1,143 @@
+"""Saving a cell's entries: each one written alone (one torch cannot pickle loses no other), an entry per code where
+several codes share torch's key, and a record beside each (its code digest, dropped guards, dispatch keys, input
+sizes), a record marked empty for a function Dynamo traced nothing of."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from . import entry_records, frame_sizes
+from .miss_reasons import PrecompileStep
+from .precompile_state import PrecompileState
+
+
+class EntrySaving(PrecompileState):
+    """torch's precompile save, entry by entry, with our records."""
+
+    def save_cell_entries(
+        self, context: Any, compiled: set[str], loaded_since: set[str], looked_up: Iterable[str]
+    ) -> tuple[set[str], list[str]]:
+        """A cell's precompile entries written to the cache dir (`compiled`: those it compiled), each with its record;
+        returns the keys its bundle carries (compiled, restored and used, or traced to nothing) and the record
+        files written."""
+        # torch rewrites every entry of the process when saving (with new bytes each time): only save when this
+        # cell compiled something, or a warm re-run would look like new work.
+        if compiled:
+            self.save_entries(context)
+        # Entries whose precompile failed in torch stay out of bundles (and out of the cache dir).
+        keys = (compiled | loaded_since) - self.refused_keys
+        empty = self.empty_keys(looked_up)
+        records = self.write_digests(keys, empty)
+        return keys | empty | {os.path.basename(os.path.dirname(path)) for path in records}, records
+
+    def save_entries(self, context: Any) -> None:
+        """Write the process's precompile entries to the cache dir, one by one: torch's own save_to_dynamo_cache
+        stops at the first entry it cannot pickle (torch 2.11: "Can't pickle local object
+        'PyCodegen.pop_null.<locals>.<lambda>'") and so would lose every entry after it, in every later cell too."""
+        from torch._dynamo.package import DynamoCache
+
+        try:
+            if not hasattr(context, "create_cache_entries"):  # a torch without it: its all-or-nothing save
+                context.save_to_dynamo_cache()
+                return
+            entries, _ = context.create_cache_entries()
+        except Exception as exc:  # torch's failure: nothing saved for precompile
+            self._fallback(None, PrecompileStep.COLLECT, exc)
+            return
+        for key, entry in entries.items():
+            if key in self.refused_keys:
+                continue
+            try:
+                DynamoCache.write(entry, key)
+            except Exception as exc:  # this entry is not saved; the function already ran, the others are saved
+                self._fallback(key, PrecompileStep.SAVE, exc)
+                continue
+            if self.recorded.get(key):
+                self.entry_digest[key] = next(reversed(self.recorded[key]))
+            if len(self.codes.get(key, {})) > 1:
+                self._save_siblings(context, key)
+
+    def _save_siblings(self, context: Any, key: str) -> None:
+        """Each code's entry of a key that several codes share, in a folder of its own beside torch's."""
+        from torch._dynamo.package import DynamoCache, PrecompileCacheEntry
+
+        prefix = DynamoCache.path_prefix()
+        for digest, dynamo_entry in self.recorded.get(key, {}).items():
+            sibling = os.path.basename(entry_records.sibling(prefix, key, digest))
+            try:
+                entry = PrecompileCacheEntry.from_cache_entry(dynamo_entry, context._backend_artifacts_by_key)
+                if entry is not None:
+                    DynamoCache.write(entry, sibling)
+            except Exception as exc:  # that code compiles again where it is restored; the others are saved
+                self._tell(sibling, PrecompileStep.SAVE, exc)
+
+    def _traced_nothing(self, key: str, digest: str) -> bool:
+        """Whether the package torch made for this code of KEY holds no compiled frame (as `empty_keys`)."""
+        ref = self._packages.get(key, {}).get(digest)
+        pkg = ref() if ref is not None else None
+        codes = getattr(pkg, "_codes", None) if pkg is not None else None
+        return isinstance(codes, dict) and not any(getattr(code, "guarded_codes", True) for code in codes.values())
+
+    def empty_keys(self, looked_up: Iterable[str]) -> set[str]:
+        """Of the functions looked up, those torch made a package for that holds no compiled frame: Dynamo traced
+        none of their code (it skips torch's own frames), so they have no entry to save."""
+        from torch._dynamo.precompile_context import PrecompileContext
+
+        saved = getattr(PrecompileContext, "_dynamo_cache_entries", {})
+        out = set()
+        for key in set(looked_up) - self.refused_keys - saved.keys():
+            pkg = self.fresh[key]() if key in self.fresh else None
+            codes = getattr(pkg, "_codes", None) if pkg is not None else None
+            if isinstance(codes, dict) and not any(getattr(code, "guarded_codes", True) for code in codes.values()):
+                out.add(key)
+        return out
+
+    def write_digests(self, keys: set[str], empty: Iterable[str] = ()) -> list[str]:
+        """Write the record next to each saved entry, and a record marked empty for each function in `empty`
+        (found again on restore, it is no miss); returns the record files written."""
+        from torch._dynamo import package
+
+        written = []
+        sized = []  # (key, entry_dir) of saved entries whose function's input sizes this kernel remembers
+        prefix = package.DynamoCache.path_prefix()
+        empty = set(empty)
+        places = [
+            (key, os.path.join(prefix, key), self.entry_digest.get(key) or self.pending.get(key), key in empty)
+            for key in (keys | empty) - self.refused_keys
+        ]
+        for key in keys - self.refused_keys:
+            if len(self.codes.get(key, {})) > 1:  # several codes under one key: each its own, beside torch's
+                places += [
+                    (key, entry_records.sibling(prefix, key, digest), digest, self._traced_nothing(key, digest))
+                    for digest in self.codes[key]
+                ]
+        for key, entry_dir, digest, traced_nothing in places:
+            has_entry = os.path.exists(os.path.join(entry_dir, "entry"))
+            if digest is None or (not has_entry and not traced_nothing):
+                continue
+            guarded = self.dropped.get(key, {})
+            record = {
+                "version": entry_records.RECORD_VERSION,
+                "digest": digest,
+                "guarded": dict(sorted(guarded.items())),
+                "dispatch_keys": dict(sorted(self.dispatch_keys.get(key, {}).items())),
+            }
+            if not has_entry:
+                record["empty"] = True
+                os.makedirs(entry_dir, exist_ok=True)
+            if key in self.functions:  # which function, and a digest per part: where a later edit differs
+                record["function"] = self.functions[key][0]
+                record["parts"] = self.codes.get(key, {}).get(digest) or self.functions[key][1]
+            written.append(entry_records.write_record(entry_dir, record))
+            if has_entry and self.code_ids.get(key) is not None:
+                sized.append((key, entry_dir))
+        for key, entry_dir in sized:
+            try:
+                sizes = frame_sizes.save(entry_dir, self.code_ids[key])
+            except Exception as exc:  # a later recompile in a restored kernel may then compile afresh
+                self._tell(key, PrecompileStep.SAVE_SIZES, exc)
+            else:
+                written += [sizes] if sizes else []
+        return written
