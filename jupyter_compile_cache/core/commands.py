@@ -15,19 +15,15 @@ from typing import TYPE_CHECKING
 
 from ..storage.backends.https import INDEX, write_index
 from ..storage.backends.url import redact
-from ..storage.bundle import BundleError, Manifest, check_name, matching_versions, short_id
+from ..storage.bundle import BundleError, Manifest, check_name, short_id
 from ..storage.hub import HubError, HubRefused
-from ..storage.sources import HubSource, LocalSource, Place, Progress, Source
-from ..storage.store import LocalStore
+from ..storage.sources import HubSource, LocalSource, Progress, Source
 from . import events
-from .errors import NoHub, NoSuchVersion, NotFound, NothingFits
+from .errors import NoHub, NotFound, NothingFits
 from .machine_fit import MachineFit
 from .options import CellOptions, GcOptions, RemoveOptions, writer
 from .plans import NotebookPlan
 from .records import (
-    NOT_COMPILED,
-    OTHER_CODE,
-    THIS_CODE,
     BundleExplanation,
     BundleRow,
     Configuration,
@@ -52,6 +48,7 @@ from .records import (
     WarmTemplate,
 )
 from .store_session import StoreSession
+from .version_rows import bundle_row, functions_against, hub_where, store_where, version_named
 
 if TYPE_CHECKING:
     from ..torch_adapter import layers
@@ -165,7 +162,7 @@ class Commands:
         for info in launcher.templates(directory) if directory else []:
             kernels = sum(runtime_dir.process_alive(pid) for pid in info.holders)
             age = time.time() - info.started
-            rss, lifetime = _rss_bytes(info.pid), (info.idle_seconds, info.grace_seconds)
+            rss, lifetime = runtime_dir.rss_bytes(info.pid), (info.idle_seconds, info.grace_seconds)
             templates.append(WarmTemplate(info.pid, info.python, rss, age, kernels, *lifetime))
         return Configuration(rows, store.root, store.usage()[0], settings.max_bytes, templates, directory)
 
@@ -252,7 +249,7 @@ class Commands:
                     mismatches=verdict.mismatches,
                     fields=verdict.checks,
                     short_id=short_id(m.version),
-                    functions=_functions_against(m, compiled),
+                    functions=functions_against(m, compiled),
                 )
             )
         return BundleExplanation(name, store.root, versions, store.last_run(name))
@@ -509,70 +506,3 @@ class Commands:
         if layer.switch is None:
             return SwitchScope.KERNEL
         return SwitchScope.KERNEL if layer.switch_value() else SwitchScope.OFF
-
-
-def hub_where(hub: HubSource) -> Place:
-    """The hub and namespace a command works on."""
-    return Place(hub.kind, hub.display_url, hub.namespace)
-
-
-def store_where(store: LocalStore) -> Place:
-    """The local store a command works on."""
-    return LocalSource(store).where
-
-
-def bundle_row(m: Manifest, fit: MachineFit, last_used: float | None, where: str) -> BundleRow:
-    return BundleRow(
-        name=m.name,
-        version=m.version,
-        short_id=short_id(m.version),
-        bytes=m.payload_bytes,
-        files=len(m.members),
-        created=m.created,
-        last_used=last_used,
-        writer=m.writer,
-        where=where,
-        compatible=fit.fits(m),
-        mismatches=fit.mismatches(m),
-        fingerprint_id=m.fingerprint_id,
-    )
-
-
-def version_named(name: str, versions: list[str], given: str | None, where: Place) -> str | None:
-    """The one version `given` names among NAME's (None: all of them); a ValueError says when it names none or
-    several, and which there are."""
-    if given is None or not versions:  # no such NAME: the removal says so
-        return given
-    matching = matching_versions(versions, given)
-    if len(matching) == 1:
-        return matching[0]
-    known = ", ".join(short_id(v) for v in versions[:8]) + (" ..." if len(versions) > 8 else "")
-    if matching:
-        raise ValueError(f"version {given!r} of {name!r} is ambiguous: {len(matching)} versions start so ({known})")
-    raise NoSuchVersion(name, where, given, known)
-
-
-def _functions_against(manifest: Manifest, compiled: dict[str, str]) -> list[tuple[str, str]] | None:
-    """The functions a version's entries are for, each against the code this kernel compiled under that name."""
-    functions = manifest.stats.get("functions")
-    if not isinstance(functions, dict):
-        return None
-    out = []
-    for entry in functions.values():
-        if not isinstance(entry, dict) or not isinstance(entry.get("function"), str):
-            continue
-        function, digest = entry["function"], entry.get("digest")
-        verdict = (
-            NOT_COMPILED if function not in compiled else THIS_CODE if compiled[function] == digest else OTHER_CODE
-        )
-        out.append((function, verdict))
-    return sorted(out)
-
-
-def _rss_bytes(pid: int) -> int | None:
-    """A process's resident memory (Linux's /proc), None where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None

@@ -46,3 +46,12 @@ def process_alive(pid: int) -> bool:
             return f.read().rpartition(")")[2].split()[0] != "Z"
     except (OSError, IndexError):  # no /proc here
         return True
+
+
+def rss_bytes(pid: int) -> int | None:
+    """A process's resident memory (Linux's /proc), None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
