@@ -4,15 +4,14 @@ golden lines below hold the wording (other tests assert the records' fields)."""
 from __future__ import annotations
 
 import pytest
+from helpers.worded import INCOMPATIBLE, OMP_DIFFERS, SIGNED
 
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellReport, RestoreResult
 from jupyter_compile_cache.core.settings import EnvProblem
 from jupyter_compile_cache.frontends import event_wording
 from jupyter_compile_cache.kernels.kernel_start import Cold, KernelStart, Next
-from jupyter_compile_cache.kernels.protocol import TemplateProblem, TemplateTrouble
 from jupyter_compile_cache.storage import sources
-from jupyter_compile_cache.storage.bundle import FieldMismatch
 from jupyter_compile_cache.storage.store import UnreadableManifest
 from jupyter_compile_cache.torch_adapter.kernel_load_fixes import LoadFix, LoadFixTrouble
 from jupyter_compile_cache.torch_adapter.miss_reasons import (
@@ -20,14 +19,7 @@ from jupyter_compile_cache.torch_adapter.miss_reasons import (
     PrecompileTrouble,
 )
 
-OMP_DIFFERS = TemplateProblem(TemplateTrouble.VARIABLE_DIFFERS, "OMP_NUM_THREADS")
-IDLE = TemplateProblem(TemplateTrouble.IDLE)
 UNREADABLE = UnreadableManifest("net", "v3", "Expecting value")
-LOCAL = sources.Place("local", "/s")
-HUB = sources.Place("hub", "redis://h:1/0")
-TORCH_DIFFERS = (FieldMismatch("torch", "2.9", "2.13"),)
-INCOMPATIBLE = sources.Skip("v1", LOCAL, sources.SkipKind.INCOMPATIBLE, mismatches=TORCH_DIFFERS)
-SIGNED = sources.Skip("v2", HUB, sources.SkipKind.WRONG_SIGNATURE, "bundle 'net' version v2 has a wrong signature")
 
 ALL = [
     events.CacheWarning("a message of torch's own"),

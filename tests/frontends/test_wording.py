@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from helpers.worded import HUB, IDLE, INCOMPATIBLE, LOCAL, OMP_DIFFERS, SIGNED
+
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellReport
 from jupyter_compile_cache.frontends import event_wording, wording
@@ -16,14 +18,6 @@ from jupyter_compile_cache.torch_adapter.miss_reasons import (
     MissCause,
     MissReason,
 )
-
-OMP_DIFFERS = TemplateProblem(TemplateTrouble.VARIABLE_DIFFERS, "OMP_NUM_THREADS")
-IDLE = TemplateProblem(TemplateTrouble.IDLE)
-LOCAL = sources.Place("local", "/s")
-HUB = sources.Place("hub", "redis://h:1/0")
-TORCH_DIFFERS = (FieldMismatch("torch", "2.9", "2.13"),)
-INCOMPATIBLE = sources.Skip("v1", LOCAL, sources.SkipKind.INCOMPATIBLE, mismatches=TORCH_DIFFERS)
-SIGNED = sources.Skip("v2", HUB, sources.SkipKind.WRONG_SIGNATURE, "bundle 'net' version v2 has a wrong signature")
 
 
 def test_a_skipped_version_is_worded_once_each_kind_in_its_own_words():
