@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import tarfile
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from ..storage.bundle import BundleError, Manifest, check_name, short_id
 from ..storage.hub import HubError, HubRefused
 from ..storage.sources import HubSource, LocalSource, Progress, Source
 from . import events
+from .compiler_commands import CompilerCommands
 from .errors import NoHub, NotFound, NothingFits
 from .machine_fit import MachineFit
 from .options import CellOptions, GcOptions, RemoveOptions, writer
@@ -27,125 +27,38 @@ from .records import (
     BundleExplanation,
     BundleRow,
     Configuration,
-    DeviceSummary,
     Exported,
     HubCheck,
     HubListing,
     HubState,
     Imported,
-    LayerState,
     Pulled,
     Pushed,
     PushedAll,
     Refusal,
     Removed,
-    SessionStatus,
     Setting,
     StoreStatistics,
-    SwitchScope,
     TimeSaved,
     VersionFit,
     WarmTemplate,
 )
-from .store_session import StoreSession
 from .version_rows import bundle_row, functions_against, hub_where, store_where, version_named
 
 if TYPE_CHECKING:
-    from ..torch_adapter import layers
     from . import notebook
-    from .session import CompileCacheSession
 
 # What a command can fail with, for a front end to tell in one line: bad input (ValueError), a store or file that
 # cannot be read or written (OSError), a bundle file that is not one (BundleError, TarError), a hub that fails.
 COMMAND_ERRORS: tuple[type[Exception], ...] = (ValueError, OSError, BundleError, tarfile.TarError, HubError)
 
 
-class Commands:
+class Commands(CompilerCommands):
     """Over the kernel's session, or over a `StoreSession` alone where no cell runs (the CLI's listings): what is
-    asked of the compiler (`status`, the layer switches, `device`) needs the kernel's session and imports torch's
-    side only then, so a listing imports nothing of torch_adapter/ but the machine's fingerprint."""
-
-    def __init__(self, session: StoreSession) -> None:
-        self.session = session
-        self.settings = session.settings
-
-    @property
-    def kernel(self) -> CompileCacheSession:
-        """The kernel's session, for the commands that ask the compiler."""
-        from .session import CompileCacheSession
-
-        if not isinstance(self.session, CompileCacheSession):
-            raise TypeError("this command needs the kernel's session (CompileCacheSession), not StoreSession alone")
-        return self.session
+    asked of the compiler (compiler_commands.py) needs the kernel's session, so a listing imports nothing of
+    torch_adapter/ but the machine's fingerprint."""
 
     # -- views ----------------------------------------------------------------------------------------------------
-    def status(self, wait: bool = False, ping_hub: bool = True) -> SessionStatus:
-        """Per-layer state: switch, env var, entries and bytes in torch's cache dir and in the local store, this
-        kernel's hits / misses / bypasses. While torch's compiler still loads in the background, it answers at once
-        with what is on disk (`wait`: for the whole picture); importing the compiler from two threads at once can
-        break torch's imports. `ping_hub` False: the hub's state as last known, nothing asked of it."""
-        from ..torch_adapter import capture, cell_snapshot, compiler, layers
-
-        session = self.kernel
-        loading = None if wait else session.prewarm.loading()
-        if loading is None:
-            session.prewarm.join()
-        roots = capture.cache_roots()
-        usage = layers.disk_usage(roots["inductor"])
-        store = session.store()
-        stored = store.bundles()
-        in_store = layers.bundle_usage([(m.name, m.size) for b in stored for m in b.manifest.members])
-        totals = cell_snapshot.session_counts() if loading is None else {}
-        layer_states = []
-        for layer in layers.LAYERS:
-            counts = totals.get(layer.name, {})
-            scope = self.switch_scope(layer) if loading is None else SwitchScope.LOADING
-            on_disk = usage.get(layer.name, {})
-            layer_states.append(
-                LayerState(
-                    layer=layer.name,
-                    title=layer.title,
-                    scope=scope,
-                    enabled=scope not in ("off", "n/a", "loading"),
-                    supported=layer.supported() if loading is None else True,
-                    switch=".".join(layer.switch) if layer.switch else None,
-                    env_var=layer.env_var,
-                    env_value=os.environ.get(layer.env_var) if layer.env_var else None,
-                    place=layer.place,
-                    entries=on_disk.get("entries", 0),
-                    bytes=on_disk.get("bytes", 0),
-                    store_files=in_store[layer.name]["files"],
-                    store_bytes=in_store[layer.name]["bytes"],
-                    hits=counts.get("hits", 0),
-                    misses=counts.get("misses", 0),
-                    bypasses=counts.get("bypasses", 0),
-                )
-            )
-        store_bytes = sum(b.manifest.payload_bytes for b in stored)  # as `list`, `stats` and the cap count them
-        from ..kernels.kernel_start import this_kernel_start  # here: `list` and the CLI never need the kernels
-
-        return SessionStatus(
-            hub=session.hub_policy.state(ping=ping_hub),
-            settings=self.settings.resolved(),
-            kernel_start=this_kernel_start(),
-            cache_dir=roots["inductor"],
-            store_dir=store.root,
-            store_bytes=store_bytes,
-            max_bytes=self.settings.max_bytes,
-            precompile_default=session.precompile_default,
-            store_other_bytes=store_bytes - sum(state.store_bytes for state in layer_states),
-            torch_remote=session.hub_policy.torch_remote,
-            stale_rejected=compiler.stale_count() if loading is None else 0,
-            precompile_fallbacks=compiler.fallback_count() if loading is None else 0,
-            layers=layer_states,
-            cells=list(session.history),
-            compiler_loading=loading,
-            notebook=session.notebook.plan,
-            notebook_path=session.notebook.path,
-            notebook_fetched=len(session.notebook.fetched),
-            notebook_error=session.notebook.error,
-        )
-
     def config(self, store_dir: str | None = None) -> Configuration:
         """Every setting in force and where it came from, the store (STORE_DIR's, or the session's) against its cap,
         the warm templates running."""
@@ -281,22 +194,6 @@ class Commands:
             bundles=names,
             zeroed=zero,
         )
-
-    def device(self) -> DeviceSummary:
-        """This kernel's GPU (name, compute capability, memory in use / total) or CPU (model, ISA)."""
-        import torch
-
-        from ..torch_adapter import fingerprint
-
-        fp = fingerprint.current()
-        versions = {"torch": fp["torch"], "triton": fp["triton"], "cuda": fp["cuda"], "hip": fp["hip"]}
-        if torch.cuda.is_available():
-            free, total = torch.cuda.mem_get_info()
-            return DeviceSummary(
-                "gpu", fp["gpu_name"], **versions, capability=fp["gpu_capability"], memory_used=total - free,
-                memory_total=total,
-            )  # fmt: skip
-        return DeviceSummary("cpu", fp["cpu_model"] or platform.processor(), **versions, isa=fp["cpu_isa"])
 
     def time_saved(self) -> TimeSaved:
         """Estimated compile time saved: per restored cell (cold time in the bundle minus this run), per layer."""
@@ -468,41 +365,3 @@ class Commands:
     def hub_gc(self, hub: HubSource, keep: int, dry_run: bool = False) -> Removed:
         """Keep the newest KEEP versions of each name and machine on HUB; delete the rest."""
         return Removed(hub_where(hub), hub.gc(keep, dry_run=dry_run), dry_run)
-
-    # -- layer switches -------------------------------------------------------------------------------------------
-    def set_layer(self, layer_name: str, enabled: bool) -> layers.Layer:
-        """Switch one of torch's cache layers. Dynamo precompile drops identity guards that only our cells put
-        back, so it is switched for `%%compile_cache` cells alone (CompileCache.precompile) and torch's global
-        `caching_precompile` is never left on; the other layers are torch's own switches for the whole kernel."""
-        from ..torch_adapter import layers
-        from ..torch_adapter.precompile import PrecompileGuard
-
-        self.kernel.prewarm.join()
-        layer = layers.resolve(layer_name)
-        if layer.name == "dynamo_precompile":
-            if enabled and not PrecompileGuard.available():  # disabling it is always allowed: a no-op there
-                raise ValueError(
-                    "Dynamo precompile is not used with this torch (it needs torch's caching_precompile switch "
-                    "and torch 2.11 or newer)"
-                )
-            self.settings.precompile = enabled
-        else:
-            layer.set_switch(enabled)
-        return layer
-
-    def layer_names(self) -> list[str]:
-        from ..torch_adapter import layers
-
-        return [layer.name for layer in layers.LAYERS]
-
-    def switch_scope(self, layer: layers.Layer) -> SwitchScope:
-        """Where LAYER applies now."""
-        if not layer.supported():
-            return SwitchScope.NOT_AVAILABLE
-        if layer.name == "dynamo_precompile":
-            if layer.switch_value():  # torch's own switch, set outside us (TORCH_CACHING_PRECOMPILE=1, say)
-                return SwitchScope.EVERYWHERE
-            return SwitchScope.CELLS if self.kernel.precompile_default else SwitchScope.OFF
-        if layer.switch is None:
-            return SwitchScope.KERNEL
-        return SwitchScope.KERNEL if layer.switch_value() else SwitchScope.OFF

@@ -59,6 +59,19 @@ class CellPlan:
     frames: int  # Dynamo's frames compiled before the body (loading or deferred: what compiled out of sight)
 
 
+@dataclass(frozen=True)
+class Cell:
+    """One cell as its stages see it: what it was asked, how it runs, and its report, filled in as it runs."""
+
+    opts: CellOptions
+    plan: CellPlan
+    report: CellReport
+
+    @property
+    def name(self) -> str:
+        return self.report.name
+
+
 def get_session(reporter: Reporter | None = None) -> CompileCacheSession:
     """The kernel's one session (created on first use, telling REPORTER what happens)."""
     global current
@@ -129,29 +142,28 @@ class CompileCacheSession(StoreSession):
         """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts: the stages
         of the module docstring, in order. A failure of ours before the body lets it run as plain torch.compile
         would; one after it leaves the cell's result standing: either is told, never raised."""
-        opts = options or CellOptions()
-        name = check_name(name)
-        report = CellReport(name, source_digest=opts.source_digest)
-        plan = self._plan(name, opts)
+        cell = self._plan(name, options or CellOptions())
         with contextlib.ExitStack() as ending:
             ending.callback(setattr, self.guard, "find_elsewhere", None)
             undo = ending.enter_context(contextlib.ExitStack())  # torch's switch, the lease: at the end, or at once
-            stand_aside = functools.partial(self._stand_aside, name, report, undo)
-            restored = self._ready(name, opts, report, plan, undo, stand_aside)
-            ending.callback(self._end, name, opts, report, plan)
+            stand_aside = functools.partial(self._stand_aside, cell, undo)
+            restored = self._ready(cell, undo, stand_aside)
+            ending.callback(self._end, cell)
             refresh = self.restore_stage.refresh_loaded
             with (
-                run_stage.run(report, restored, self.guard, plan.precompile, refresh, stand_aside) as watched,
+                run_stage.run(cell.report, restored, self.guard, cell.plan.precompile, refresh, stand_aside) as watched,
                 contextlib.ExitStack() as body,
             ):
-                if plan.beside and watched is not None:  # after the watch's listing: restored files, not compiled
-                    pending = self._restore_beside(name, opts, report)
+                if cell.plan.beside and watched is not None:  # after the watch's listing: restored files, not compiled
+                    pending = self._restore_beside(cell)
                     body.callback(lambda: watched.watcher.add_restored(pending.result()))
-                carried = self._carry_precompile(name, opts, report, ending, body)
-                yield report
-            self._record(name, opts, report, plan.hub, watched, carried)
+                carried = self._carry_precompile(cell, ending, body)
+                yield cell.report
+            self._record(cell, watched, carried)
 
-    def _plan(self, name: str, opts: CellOptions) -> CellPlan:
+    def _plan(self, name: str, opts: CellOptions) -> Cell:
+        """NAME checked, and how its cell runs."""
+        name = check_name(name)
         loading = self._compiles_nothing(opts) and not (opts.restore and name in self.store(opts.store_dir).names())
         deferred = not loading and self._compiles_elsewhere(opts)
         here = opts.compiles_here and not (loading or deferred)
@@ -160,7 +172,7 @@ class CompileCacheSession(StoreSession):
         # processes that compile start (Python, torch) while the restore runs, unless a hub's single flight must
         # decide before the body who compiles: only a local restore goes beside it
         beside = (opts.restore_beside_body and not here) or self._starts_processes_only(opts)
-        return CellPlan(
+        plan = CellPlan(
             loading=loading,
             deferred=deferred,
             here=here,
@@ -169,18 +181,14 @@ class CompileCacheSession(StoreSession):
             beside=beside and opts.restore and hub is None and not loading,
             frames=compiler.frames_compiled() if loading or deferred else 0,
         )
+        return Cell(opts, plan, CellReport(name, source_digest=opts.source_digest))
 
     def _ready(
-        self,
-        name: str,
-        opts: CellOptions,
-        report: CellReport,
-        plan: CellPlan,
-        undo: contextlib.ExitStack,
-        stand_aside: Callable[[Exception], None],
+        self, cell: Cell, undo: contextlib.ExitStack, stand_aside: Callable[[Exception], None]
     ) -> CellRestore | None:
         """The stages before the body: the compiler readied (where it compiles here), NAME restored and leased, the
         processes' toolchain. None where the body runs without them (ours failed: told, and undone)."""
+        opts, plan, report = cell.opts, cell.plan, cell.report
         try:
             if plan.here:
                 self.prewarm.join()  # before touching torch's compiler: importing it from two threads deadlocks
@@ -195,9 +203,9 @@ class CompileCacheSession(StoreSession):
             if plan.loading:
                 return None
             if opts.restore:  # after the kernel's own fetch of NAME, if one is running
-                report.staged_wait_seconds = self.notebook.wait_for(name)
+                report.staged_wait_seconds = self.notebook.wait_for(cell.name)
             restore = self.restore_stage.restore_for_cell
-            restored = CellRestore() if plan.beside else restore(name, opts, report, plan.hub)
+            restored = CellRestore() if plan.beside else restore(cell.name, opts, report, plan.hub)
             if restored.lease is not None:
                 undo.callback(restored.lease.release)
             processes = not opts.compiles_here or self._starts_processes(opts)  # the CLI's run: its command's
@@ -207,43 +215,32 @@ class CompileCacheSession(StoreSession):
             stand_aside(exc)
             return None
 
-    def _stand_aside(self, name: str, report: CellReport, undo: contextlib.ExitStack, exc: Exception) -> None:
+    def _stand_aside(self, cell: Cell, undo: contextlib.ExitStack, exc: Exception) -> None:
         """Ours failed before the body: it runs without the cache around it, torch's switch as it was."""
-        self.tell(events.StoodAside(name, True, f"{type(exc).__name__}: {exc}"), report)
+        self.tell(events.StoodAside(cell.name, True, f"{type(exc).__name__}: {exc}"), cell.report)
         undo.close()
         self.guard.find_elsewhere = None
 
     def _carry_precompile(
-        self,
-        name: str,
-        opts: CellOptions,
-        report: CellReport,
-        ending: contextlib.ExitStack,
-        body: contextlib.ExitStack,
+        self, cell: Cell, ending: contextlib.ExitStack, body: contextlib.ExitStack
     ) -> process_hook.Carried | None:
         """`--precompile-processes`: the worker processes the body starts load and save precompile entries too."""
-        if not opts.precompile_processes:
+        if not cell.opts.precompile_processes:
             return None
         try:
             carried = process_hook.Carried()
             carried.start()
         except Exception as exc:  # the processes trace as without the option
-            self.tell(events.StepFailed(events.Step.PRECOMPILE_PROCESSES, f"{type(exc).__name__}: {exc}", name), report)
+            trouble = f"{type(exc).__name__}: {exc}"
+            self.tell(events.StepFailed(events.Step.PRECOMPILE_PROCESSES, trouble, cell.name), cell.report)
             return None
         ending.callback(carried.discard)  # a body that raised: its processes' records are not read
         body.callback(carried.stop)
         return carried
 
-    def _record(
-        self,
-        name: str,
-        opts: CellOptions,
-        report: CellReport,
-        hub: HubSource | None,
-        watched: run_stage.Watch | None,
-        carried: process_hook.Carried | None,
-    ) -> None:
+    def _record(self, cell: Cell, watched: run_stage.Watch | None, carried: process_hook.Carried | None) -> None:
         """After a body that returned: what its processes and it compiled and used, recorded and saved."""
+        opts, report = cell.opts, cell.report
         if carried is not None:  # before the record: the processes' entries are on disk by now
             report.processes_precompile = carried.collect()
             report.stale_rejected += report.processes_precompile.stale
@@ -257,18 +254,19 @@ class CompileCacheSession(StoreSession):
             recorded = record_stage.record(report, opts, watched, self.guard, self.tell)
             if recorded.files.processes and recorded.files.probe_programs:  # kept for the next processes
                 self.toolchain.save(recorded.files.probe_programs)
-            self.save_stage.keep(name, recorded, report, opts, hub)
+            self.save_stage.keep(cell.name, recorded, report, opts, cell.plan.hub)
         except Exception as exc:  # ours failed after the body: its result stands
-            self.tell(events.StoodAside(name, False, f"{type(exc).__name__}: {exc}"), report)
+            self.tell(events.StoodAside(cell.name, False, f"{type(exc).__name__}: {exc}"), report)
 
-    def _end(self, name: str, opts: CellOptions, report: CellReport, plan: CellPlan) -> None:
+    def _end(self, cell: Cell) -> None:
         """Every cell whose body ran, whichever way it went: what compiled out of its sight, its wait, its line."""
+        plan, report = cell.plan, cell.report
         if (plan.loading or plan.deferred) and compiler.frames_compiled() > plan.frames:
-            self.tell(events.CompiledWhileLoading(name, watched=plan.deferred), report)
+            self.tell(events.CompiledWhileLoading(cell.name, watched=plan.deferred), report)
         if plan.deferred:  # a compile in its body waited for the compiler's import (first_compile_gate): told now
             report.waited_seconds += self.prewarm.take_waited()
         self._keep_header_calls(report)
-        self.save_stage.end(report, opts)
+        self.save_stage.end(report, cell.opts)
 
     def _keep_header_calls(self, report: CellReport) -> None:
         """torch's header checks first made in this cell, for the warm templates (kernels/header_calls.py)."""
@@ -279,15 +277,16 @@ class CompileCacheSession(StoreSession):
         except Exception as exc:  # a speed-up for kernels to come: they make the checks themselves
             self.tell(events.StepFailed(events.Step.HEADER_CALLS, f"{type(exc).__name__}: {exc}"), report)
 
-    def _restore_beside(self, name: str, opts: CellOptions, report: CellReport) -> Future[list[str]]:
+    def _restore_beside(self, cell: Cell) -> Future[list[str]]:
         """NAME's restore from the local store on a thread of its own while the body starts; its future gives the
         files it installed (none if it failed, which is told: the processes compile as without us)."""
 
         def restore() -> list[str]:
             try:
-                return self.restore_stage.restore_for_cell(name, opts, report, None).files
+                return self.restore_stage.restore_for_cell(cell.name, cell.opts, cell.report, None).files
             except Exception as exc:
-                self.tell(events.StepFailed(events.Step.RESTORE_BESIDE, f"{type(exc).__name__}: {exc}", name), report)
+                trouble = f"{type(exc).__name__}: {exc}"
+                self.tell(events.StepFailed(events.Step.RESTORE_BESIDE, trouble, cell.name), cell.report)
                 return []
 
         future: Future[list[str]] = Future()

@@ -249,17 +249,17 @@ class Panel:
             toggle.disabled = not row.supported or row.switch is None
             if toggle.value != bool(row.enabled):
                 toggle.value = bool(row.enabled)
-            switch = row.switch.rsplit(".", 1)[-1] if row.switch else "always on"
+            switch = row.switch.rsplit(".", 1)[-1] if row.switch else "always on"  # the whole on hover
             cells += [
                 toggle,
-                self._html(_cell(row.title, title=f"{row.title}: {wording.scope_text(row.scope)}")),
+                self._html(_cell(row.title, title=f"{row.title}: {wording.enabled_text(row)}")),
                 self._html(_cell(row.store_files, align="right")),
                 self._html(_cell(human_bytes(row.store_bytes), align="right", data={"bytes": row.store_bytes})),
                 self._html(_count_cell(row.hits, GREEN)),
                 self._html(_count_cell(row.misses, RED)),
                 self._html(_count_cell(row.bypasses, RED)),
                 self._html(_cell(f"{saved.per_layer.get(row.layer, 0.0):.1f} s", align="right")),
-                self._html(_cell(switch, title=row.switch or "no switch: always on", color=GREY)),
+                self._html(_cell(switch, title=wording.switch_text(row), color=GREY)),
             ]
         other = status.store_other_bytes
         total_hits = sum(r.hits for r in status.layers)
@@ -289,9 +289,7 @@ class Panel:
         self.bundle_buttons = {}
         for b in rows:
             key = (b.where, b.name, b.version)
-            fits = "yes" if b.compatible else f"no: {wording.mismatch_text(b.mismatches)}" if b.mismatches else "no"
-            if b.missing_chunks:
-                fits = f"no: {count(b.missing_chunks, 'chunk')} gone from the hub"
+            fits = wording.fits_text(b)
             buttons = []
             for action in ("restore", "delete", "explain", "push"):
                 if action == "push" and (b.where != "local" or not hub):
@@ -311,7 +309,7 @@ class Panel:
                 self._html(_cell(human_bytes(b.bytes), align="right")),
                 self._html(_cell(age(b.created), title=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b.created)))),
                 self._html(_cell(b.writer)),
-                self._html(_cell(fits, color=GREEN if b.compatible and not b.missing_chunks else RED)),
+                self._html(_cell(fits, title=fits, color=GREEN if b.compatible and not b.missing_chunks else RED)),
                 w.HBox(buttons, layout=w.Layout(overflow="hidden")),
             ]
         self.bundle_box.children = cells

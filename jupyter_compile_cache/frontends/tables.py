@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.plans import NotebookPlan
-from ..core.records import RUN_BUILDS, BundleExplanation, Removal, SessionStatus, StoreStatistics, SwitchScope, short_id
+from ..core.records import RUN_BUILDS, BundleExplanation, Removal, SessionStatus, StoreStatistics, short_id
 from ..storage.sources import Place
 from ..units import count, human_bytes
 from . import wording
@@ -170,13 +170,10 @@ class StatusView(_View):
     def rows(self) -> list[list[Any]]:
         out = []
         for row in self.data.layers:
-            scope = wording.scope_text(row.scope)
-            off = row.scope in (SwitchScope.NOT_AVAILABLE, SwitchScope.OFF, SwitchScope.LOADING)
-            enabled = scope if off else f"on ({scope})"
             out.append(
                 [
                     row.title,
-                    enabled,
+                    wording.enabled_text(row),
                     row.store_files,
                     human_bytes(row.store_bytes),
                     row.entries,
@@ -184,7 +181,7 @@ class StatusView(_View):
                     row.hits,
                     row.misses,
                     row.bypasses,
-                    row.switch or "(always on)",
+                    wording.switch_text(row),
                 ]
             )
         d: SessionStatus = self.data
@@ -215,8 +212,7 @@ class BundleTable(_View):
                 age(b.created),
                 age(b.last_used),
                 b.writer,
-                ("yes" if b.compatible else "no")
-                + (f"; INCOMPLETE: {count(b.missing_chunks, 'chunk')} gone" if b.missing_chunks else ""),
+                wording.fits_text(b),
             ]
             for b in self.data
         ]

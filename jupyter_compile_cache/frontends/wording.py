@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import NoHub, NoSuchVersion, NotFound, NothingFits
 from ..core.plans import CellPlan, NotRestoring, PlanProblem, PlanTrouble
-from ..core.records import CellReport, HubState, SwitchScope
+from ..core.records import BundleRow, CellReport, HubState, LayerState, SwitchScope
 from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..kernels.protocol import FIT_TROUBLES, TemplateProblem, TemplateTrouble
 from ..storage.backends.url import redact
@@ -44,6 +44,26 @@ _SCOPE = {
 def scope_text(scope: SwitchScope) -> str:
     """Where a cache layer applies now: 'off', '%%compile_cache cells', 'this kernel'..."""
     return _SCOPE[scope]
+
+
+def enabled_text(layer: LayerState) -> str:
+    """Whether and where a cache layer is on: 'on (this kernel)', 'off', 'n/a', 'loading'."""
+    off = layer.scope in (SwitchScope.NOT_AVAILABLE, SwitchScope.OFF, SwitchScope.LOADING)
+    return scope_text(layer.scope) if off else f"on ({scope_text(layer.scope)})"
+
+
+def switch_text(layer: LayerState) -> str:
+    """torch's switch of a layer, dotted, or that it has none."""
+    return layer.switch or "always on (no switch)"
+
+
+def fits_text(row: BundleRow) -> str:
+    """Whether a version restores here, first, then what stops it, the worst first (a narrow column keeps the start):
+    'yes', 'no; INCOMPLETE: 2 chunks gone from the hub; torch: bundle '2.9' vs this kernel '2.13''."""
+    parts = ["yes" if row.compatible else "no"]
+    parts += [f"INCOMPLETE: {count(row.missing_chunks, 'chunk')} gone from the hub"] if row.missing_chunks else []
+    parts += [mismatch_text(row.mismatches)] if row.mismatches and not row.compatible else []
+    return "; ".join(parts)
 
 
 def place_text(place: Place) -> str:

@@ -179,3 +179,43 @@ def test_where_a_layer_applies_is_worded_once_for_the_table_the_panel_and_the_sw
         "%%compile_cache cells",
         "this kernel",
     )
+
+
+def test_a_layer_and_a_bundle_version_read_alike_in_the_panel_and_the_clis_tables(tmp_path):
+    """The panel's grid and `status` / `list` word a layer's switch and whether a version fits with one phrase each
+    (the panel's cell short, the whole on hover)."""
+    import dataclasses
+    import html
+    import re
+
+    from jupyter_compile_cache.core.commands import Commands
+    from jupyter_compile_cache.core.records import BundleRow, SwitchScope
+    from jupyter_compile_cache.core.session import CompileCacheSession
+    from jupyter_compile_cache.frontends.panel import Panel
+    from jupyter_compile_cache.frontends.tables import BundleTable, StatusView
+
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    try:
+        commands = Commands(session)
+        status = commands.status(wait=True)
+        layer = dataclasses.replace(status.layers[0], scope=SwitchScope.CELLS, switch="a.b.switch")
+        status = dataclasses.replace(status, layers=[layer])
+        mismatch = (FieldMismatch("torch", "2.9", "2.13"),)
+        row = BundleRow("net", "v" * 40, "vvvv", 2048, 3, 0.0, None, "me@box", "hub", False, "fp", mismatch, 2)
+        fits = "no; INCOMPLETE: 2 chunks gone from the hub; torch: bundle '2.9' vs this kernel '2.13'"
+        assert wording.fits_text(row) == fits
+        assert (wording.enabled_text(layer), wording.switch_text(layer)) == ("on (%%compile_cache cells)", "a.b.switch")
+
+        panel = Panel(session)
+        panel._layers(status, commands.time_saved())
+        panel._bundles([row], hub=True)
+        shown = html.unescape(" ".join(str(c.value) for c in [*panel.layer_box.children, *panel.bundle_box.children]
+                                       if isinstance(getattr(c, "value", None), str)))  # fmt: skip
+        assert f'title="{layer.title}: on (%%compile_cache cells)"' in shown and 'title="a.b.switch"' in shown
+        assert f'title="{fits}"' in shown
+
+        status_text = re.sub(r"\s+", " ", repr(StatusView(status)))
+        assert "on (%%compile_cache cells)" in status_text and "a.b.switch" in status_text
+        assert fits in html.unescape(BundleTable([row])._repr_html_())
+    finally:
+        session.close()

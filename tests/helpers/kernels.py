@@ -3,9 +3,11 @@ whether a process has gone."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -135,6 +137,7 @@ def _specs(argv: list[str]) -> KernelSpecManager:
     key = json.dumps(argv)
     if key not in _spec_folders:
         _spec_folders[key] = tempfile.mkdtemp(prefix="jcc-test-spec-")
+        atexit.register(shutil.rmtree, _spec_folders[key], ignore_errors=True)
     return argv_spec(argv, _spec_folders[key])
 
 
