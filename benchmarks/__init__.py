@@ -4,7 +4,7 @@
     python -m benchmarks NAME --help     # its options
     python -m benchmarks NAME [options]
 
-Shared parts: `_case.py` (one case in a fresh process), `report.py` (the table writer), the test harness's servers
-and kernels (`tests/helpers`). Results go to `benchmarks/results/`; docs/results.md names the command of each
-published figure.
+Shared parts: `harness.py` (the arguments, the result file and the tables of every benchmark), `_case.py` (one case
+in a fresh process), the test harness's servers and kernels (`tests/helpers`). Results go to `benchmarks/results/`;
+docs/results.md names the command of each published figure.
 """

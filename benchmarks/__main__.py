@@ -7,8 +7,10 @@ import os
 import pkgutil
 import sys
 
+from benchmarks import harness
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-NOT_BENCHMARKS = {"report", "__main__"}  # shared parts; `_case` and other private modules are left out too
+NOT_BENCHMARKS = {"harness", "__main__"}  # the harness; `_case` and other private modules are left out too
 
 
 def benchmarks() -> dict[str, str]:
@@ -38,10 +40,7 @@ def main(argv: list[str]) -> int:
     if name not in known:
         print(f"no benchmark {name!r}; there are: {', '.join(known)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"benchmarks.{name}")
-    sys.argv = [f"python -m benchmarks {name}", *rest]
-    result = module.main()
-    return result if isinstance(result, int) else 0
+    return harness.run(name, importlib.import_module(f"benchmarks.{name}"), rest)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,13 @@ one `id()` per object). To compare two versions of the package, run it once with
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 
-from benchmarks.report import markdown_table
-from benchmarks.warm_restart import machine
+from benchmarks.harness import Job, option
+
+OPTIONS = [option("--rounds", type=int, default=3)]
 
 CHILD = r"""
 import json, os, sys, time
@@ -64,27 +64,18 @@ def measure(case: str) -> dict:
     return json.loads(next(line for line in out.splitlines() if line.startswith("RESULT="))[len("RESULT=") :])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", help="the result file (JSON)")
-    args = parser.parse_args()
+def run(job: Job) -> None:
+    args = job.args
     runs: dict[str, list[dict]] = {case: [] for case in CASES}
     for i in range(args.rounds):
         for case in CASES if i % 2 == 0 else CASES[::-1]:
             runs[case].append(measure(case))
-            print(f"round {i + 1}/{args.rounds} {case}: {runs[case][-1]}", file=sys.stderr, flush=True)
+            job.say(f"round {i + 1}/{args.rounds} {case}: {runs[case][-1]}")
     best = {case: {key: min(r[key] for r in runs[case]) for key, _ in METRICS} for case in CASES}
     rows = [
         [label, f"{best['none'][key]:.1f}", f"{best['ours'][key]:.1f}", f"{best['ours'][key] / best['none'][key]:.2f}x"]
         for key, label in METRICS
     ]
-    print(f"package: {runs['ours'][0]['package']}")
-    print(markdown_table(["per call (fastest round)", "no cell recorded", "ours, after a cell", "ours / none"], rows))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"machine": machine("cpu"), "runs": runs, "best": best}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()
+    job.keep(runs=runs, best=best)
+    headers = ["per call (fastest round)", "no cell recorded", "ours, after a cell", "ours / none"]
+    job.table(headers, rows, title=f"package: {runs['ours'][0]['package']}")

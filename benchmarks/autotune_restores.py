@@ -24,7 +24,6 @@ dir ended up holding that the bundle does not (written after the cell's capture,
 
 from __future__ import annotations
 
-import argparse
 import getpass
 import json
 import os
@@ -33,7 +32,7 @@ import tempfile
 import time
 
 from benchmarks import bench  # configs and the case runner
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -94,7 +93,7 @@ def kinds(paths: dict[str, int]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def run(cfg: dict, case: str, cache: str, store: str, extra: list[str] = (), profile: str | None = None) -> dict:
+def run_case(cfg: dict, case: str, cache: str, store: str, extra: list[str] = (), profile: str | None = None) -> dict:
     """One case; with `profile`, py-spy samples it into that file (raw stacks, where a slow restore goes)."""
     env = dict(bench.clean_env(), TORCHINDUCTOR_CACHE_DIR=cache, JUPYTER_COMPILE_CACHE_DIR=store)
     env["BENCH_COUNT_RUNTIME_AUTOTUNE"] = "1"
@@ -124,11 +123,11 @@ def one_config(cfg: dict, work: str, restores: int, profiles: str | None = None)
         )
 
     empty_machine()
-    rows.append(run(cfg, "cold", os.path.join(root, "cold"), store, ["--mega-out", mega]))
+    rows.append(run_case(cfg, "cold", os.path.join(root, "cold"), store, ["--mega-out", mega]))
     show(rows[-1])
     empty_machine()
     ours_cold_dir = os.path.join(root, "ours_cold")
-    rows.append(run(cfg, "ours_cold", ours_cold_dir, store))
+    rows.append(run_case(cfg, "ours_cold", ours_cold_dir, store))
     show(rows[-1])
     at_exit = as_members(files_under(ours_cold_dir))
     time.sleep(10)  # compile workers finishing after the cell
@@ -150,7 +149,7 @@ def one_config(cfg: dict, work: str, restores: int, profiles: str | None = None)
         ("mega", os.path.join(root, "mega"), ["--mega-in", mega]),
     ):
         empty_machine()
-        rows.append(run(cfg, case, cache, store, extra))
+        rows.append(run_case(cfg, case, cache, store, extra))
         show(rows[-1])
     for i in range(restores):
         empty_machine()
@@ -158,7 +157,7 @@ def one_config(cfg: dict, work: str, restores: int, profiles: str | None = None)
         profile = None
         if profiles and i < 2:  # the first restore on the emptied machine, and the next one
             profile = os.path.join(profiles, f"{cfg['name']}_ours_{i + 1}.txt")
-        row = run(cfg, "ours", cache, store, profile=profile)
+        row = run_case(cfg, "ours", cache, store, profile=profile)
         row["restore_number"] = i + 1
         restored = set(bundle_members(store, cfg["name"]))
         new = {k: v for k, v in as_members(files_under(cache)).items() if k not in restored}
@@ -175,7 +174,7 @@ def one_config(cfg: dict, work: str, restores: int, profiles: str | None = None)
     return {"config": cfg["name"], "rows": rows, "cold_dir_vs_bundle": late}
 
 
-def table(results: list[dict]) -> str:
+def table(results: list[dict]) -> tuple[list[str], list[list[str]]]:
     most = max(sum(r["case"] == "ours" for r in x["rows"]) for x in results)
     headers = ["config", "cold", "torch warm", "mega", *(f"ours #{i + 1}" for i in range(most)), "worst ours / cold"]
     lines = []
@@ -195,28 +194,24 @@ def table(results: list[dict]) -> str:
         worst = max((r.get("first_call_s", float("inf")) for r in ours), default=float("nan"))
         cells = [cell(by.get("cold")), cell(by.get("torch_warm")), cell(by.get("mega"))] + [cell(r) for r in ours]
         lines.append([res["config"], *cells, f"{worst / cold:.3f}x"])
-    return markdown_table(headers, lines)
+    return headers, lines
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--restores", type=int, default=5)
-    p.add_argument("--only", nargs="*", default=CONFIGS)
-    p.add_argument("--out")
-    p.add_argument("--profiles", help="py-spy the first two restores of each config into this folder")
-    args = p.parse_args()
+OPTIONS = [
+    option("--restores", type=int, default=5),
+    option("--only", nargs="*", default=CONFIGS),
+    option("--profiles", help="py-spy the first two restores of each config into this folder"),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     configs = {c["name"]: c for c in bench.SUITES["gpu"]}
     results = []
     with tempfile.TemporaryDirectory(prefix="autotune-restores-") as work:
         for name in args.only:
             print(f"{name}:", flush=True)
             results.append(one_config(configs[name], work, args.restores, args.profiles))
-            if args.out:  # after each config: a run cut short keeps what it measured
-                with open(args.out, "w") as f:
-                    json.dump({"environment": bench.environment(), "results": results, "table": table(results)}, f)
-    print("\nfirst compiled call, s (/ cold); 'tuned': autotunings really run in that process\n" + table(results))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            job.keep(environment=bench.environment(), results=results)
+    title = "first compiled call, s (/ cold); 'tuned': autotunings really run in that process"
+    job.table(*table(results), title=title)

@@ -22,7 +22,6 @@ the other cases run without one.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import json
@@ -35,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -301,8 +300,8 @@ def _group(rows: list[dict]) -> dict[str, dict[str, dict]]:
     return groups
 
 
-def table(rows: list[dict], metric: str, unit: str = "s") -> str:
-    """Markdown: one row per config, the cases side by side, and ours against eager and cold."""
+def table(rows: list[dict], metric: str, unit: str = "s") -> tuple[list[str], list[list[str]]]:
+    """One row per config, the cases side by side, and ours against eager and cold."""
     lines = []
     for name, cases in _group(rows).items():
 
@@ -321,10 +320,10 @@ def table(rows: list[dict], metric: str, unit: str = "s") -> str:
         ratio_e = f"{ours / eager:.2f}x" if ours and eager and unit == "s" else "-"
         ratio_c = f"{ours / cold:.3f}x" if ours and cold and unit == "s" else "-"
         lines.append([name, *cells, ratio_e, ratio_c])
-    return markdown_table(["config", *CASES, "ours / eager", "ours / cold"], lines)
+    return ["config", *CASES, "ours / eager", "ours / cold"], lines
 
 
-def counters_table(rows: list[dict]) -> str:
+def counters_table(rows: list[dict]) -> tuple[list[str], list[list[object]]]:
     """torch's own counters per case: misses/hits of the FX graph, AOTAutograd and Dynamo precompile caches; matmul
     autotunings as torch's counter says (on a cache hit torch replays the cold compile's count) / really run."""
     headers = [
@@ -351,39 +350,39 @@ def counters_table(rows: list[dict]) -> str:
             f"{ind.get('select_algorithm_autotune', 0)}/{c.get('autotunes_run', '-')}",
             sum(c.get("recompiles", {}).values()),
         ])  # fmt: skip
-    return markdown_table(headers, lines)
+    return headers, lines
 
 
-def report(results: list[dict]) -> str:
+def report(job: Job, results: list[dict]) -> None:
     rows = merged_rows(results)
-    out = []
     for res in results:
         e = res["environment"]
-        out.append(
+        job.note(
             f"{e.get('gpu') or e['cpu']} ({e['cores']} cores), torch {e['torch']}, Triton {e['triton']}, "
             f"CUDA {e['cuda']}, Python {e['python']}, {e['date']}; think time {res['think_s']} s"
         )
-    out += ["", "First compiled call (s; with two batch sizes: both first calls)", table(rows, "first_call_s")]
-    out += ["", "Whole compile cell (s): torch.compile + first call(s); ours adds restore/capture/save", ""]
-    out += [table(rows, "cell_s"), "", "Bytes moved (MB): written cold, loaded (mega), pulled (remote, ours)", ""]
-    out += [table(rows, "bytes_moved", "MB"), "", "torch's counters", "", counters_table(rows)]
+    job.table(*table(rows, "first_call_s"), title="First compiled call (s; with two batch sizes: both first calls)")
+    title = "Whole compile cell (s): torch.compile + first call(s); ours adds restore/capture/save"
+    job.table(*table(rows, "cell_s"), title=title)
+    title = "Bytes moved (MB): written cold, loaded (mega), pulled (remote, ours)"
+    job.table(*table(rows, "bytes_moved", "MB"), title=title)
+    job.table(*counters_table(rows), title="torch's counters")
     for res in results:
         for o in res.get("overhead", []):
             if "error" in o:
-                out.append(f"\noverhead: ERROR {o['error'][-300:]}")
+                job.note(f"overhead: ERROR {o['error'][-300:]}")
                 continue
-            out.append(
-                f"\n%%compile_cache on a cell with nothing to restore ({'with' if o['hub'] else 'no'} hub, "
+            job.note(
+                f"%%compile_cache on a cell with nothing to restore ({'with' if o['hub'] else 'no'} hub, "
                 f"{o['cells']} cells): median {o['median_ms']:.1f} ms, max {o['max_ms']:.1f} ms, "
                 f"first cell {o['first_cell_ms']:.1f} ms"
             )
         for t in res.get("transfers", []):
-            out.append(
-                f"\nhub transfer {t['payload_bytes'] / 1e6:.0f} MB ({t['chunks']} chunks): push {t['push_s']:.2f} s, "
+            job.note(
+                f"hub transfer {t['payload_bytes'] / 1e6:.0f} MB ({t['chunks']} chunks): push {t['push_s']:.2f} s, "
                 f"pull into an empty store {t['pull_s']:.2f} s, restore from hub {t['hub_restore_s']:.2f} s vs from "
                 f"the local store {t['local_restore_s']:.2f} s"
             )
-    return "\n".join(out)
 
 
 def plot(results: list[dict], path: str) -> None:
@@ -427,18 +426,20 @@ def plot(results: list[dict], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--suite", choices=sorted(SUITES), default="cpu")
-    p.add_argument("--only", nargs="*", help="config names of the suite to run (default: all)")
-    p.add_argument("--think", type=float, default=0.0, help="idle seconds between the definition and compile cells")
-    p.add_argument("--redis-server", default=shutil.which("redis-server"))
-    p.add_argument("--transfer-mb", type=int, nargs="*", default=[110])
-    p.add_argument("--parts", nargs="*", default=["cases", "overhead", "transfer"], help="what to measure")
-    p.add_argument("--out", help="write the results as JSON here")
-    p.add_argument("--plot", help="write a PNG plot here (needs matplotlib)")
-    p.add_argument("--report", nargs="*", help="print tables (and --plot) of these JSON results; run nothing")
-    args = p.parse_args()
+OPTIONS = [
+    option("--suite", choices=sorted(SUITES), default="cpu"),
+    option("--only", nargs="*", help="config names of the suite to run (default: all)"),
+    option("--think", type=float, default=0.0, help="idle seconds between the definition and compile cells"),
+    option("--redis-server", default=shutil.which("redis-server")),
+    option("--transfer-mb", type=int, nargs="*", default=[110]),
+    option("--parts", nargs="*", default=["cases", "overhead", "transfer"], help="what to measure"),
+    option("--plot", help="write a PNG plot here (needs matplotlib)"),
+    option("--report", nargs="*", help="print tables (and --plot) of these JSON results; run nothing"),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     if args.report:
         results = []
         for path in args.report:
@@ -448,15 +449,13 @@ def main() -> None:
         configs = [c for c in SUITES[args.suite] if not args.only or c["name"] in args.only]
         work = tempfile.mkdtemp(prefix="jcc-bench-")
         result = {"environment": environment(), "suite": args.suite, "think_s": args.think, "cases": []}
-        print(json.dumps(result["environment"]), flush=True)
+        job.say(json.dumps(result["environment"]))
         try:
             with redis_server(args.redis_server, work) as url:
                 populated = os.path.join(work, "populated-cache")
                 for i, cfg in enumerate(configs if "cases" in args.parts else []):
                     result["cases"] += run_config(cfg, work, url, args.think, populated if i == 0 else None)
-                    if args.out:  # partial results survive an interrupted run
-                        with open(args.out, "w") as f:
-                            json.dump(result, f, indent=1)
+                    job.keep(**result)
                 if "overhead" in args.parts:
                     os.makedirs(populated, exist_ok=True)
                     result["overhead"] = overhead(url, work, populated)
@@ -464,16 +463,9 @@ def main() -> None:
                     result["transfers"] = [transfer(url, mb, work) for mb in args.transfer_mb]
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
+        job.keep(**result)
         results = [result]
-    print()
-    print(report(results))
+    report(job, results)
     if args.plot:
         plot(results, args.plot)
-        print(f"\nplot: {args.plot}")
-
-
-if __name__ == "__main__":
-    main()
+        job.note(f"plot: {args.plot}")

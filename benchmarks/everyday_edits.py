@@ -19,13 +19,11 @@ an empty dir after the variant's version). Every time is the whole compile cell;
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import tempfile
 
-from benchmarks.warm_restart import machine
+from benchmarks.harness import Job, option
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
 DEFINE = {
@@ -123,13 +121,16 @@ def run_case(workload: str, case: str, device: str, work: str, timeout: float) -
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--workloads", default="mlp,decode2")
-    parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+OPTIONS = [
+    option("--device", default="cpu"),
+    option("--workloads", default="mlp,decode2"),
+    option("--timeout", type=float, default=600.0),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
+    job.meta["device"] = args.device
     rows = []
     with tempfile.TemporaryDirectory(prefix="jcc-edits-") as work:
         for workload in args.workloads.split(","):
@@ -138,30 +139,22 @@ def main() -> int:
                     continue  # its variant is the same model: the mlp shows the churn
                 row = run_case(workload, case, args.device, work, args.timeout)
                 rows.append(row)
+                job.keep(rows=rows)
                 m = row["misses"]
-                print(
+                job.say(
                     f"{workload:8s} {case:14s} {row['seconds']:7.2f} s  misses dynamo {m['dynamo']} fx {m['fx']} "
-                    f"aot {m['aot']}  {(row['said'] or [''])[-1][:150]}",
-                    file=sys.stderr,
-                    flush=True,
+                    f"aot {m['aot']}  {(row['said'] or [''])[-1][:150]}"
                 )
     by = {(r["workload"], r["case"]): r for r in rows}
-    print(f"\n{'workload':8s} | {'case':14s} | {'cell s':>7s} | misses (dynamo/fx/aot) | x torch warm | same answer")
+    table = []
     for r in rows:
         warm = by.get((r["workload"], "torch_warm"))
         ratio = f"{r['seconds'] / warm['seconds']:.2f}" if warm and r["case"].startswith("ours") else ""
         cold = by[(r["workload"], "cold")]
         same = "yes" if r["results"] == cold["results"] or r["case"] == "ours_variant" else "NO"
         m = r["misses"]
-        print(
-            f"{r['workload']:8s} | {r['case']:14s} | {r['seconds']:7.2f} | {m['dynamo']}/{m['fx']}/{m['aot']:<18} | "
-            f"{ratio:>12s} | {same if r['case'] != 'ours_variant' else '(variant)'}"
-        )
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"meta": machine(args.device), "rows": rows}, f, indent=1)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        misses = f"{m['dynamo']}/{m['fx']}/{m['aot']}"
+        table.append([r["workload"], r["case"], f"{r['seconds']:.2f}", misses, ratio,
+                      same if r["case"] != "ours_variant" else "(variant)"])  # fmt: skip
+    headers = ["workload", "case", "cell s", "misses (dynamo/fx/aot)", "x torch warm", "same answer"]
+    job.table(headers, table, align="llrlrl")

@@ -11,16 +11,12 @@ checkout (a `git worktree` of an older commit, say), so before and after print i
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -59,14 +55,14 @@ def first_magic(code_dir: str, magic: str, work: str) -> float:
         km.shutdown_kernel(now=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--code", action="append", default=[], help="LABEL=DIR: another checkout's package to compare (repeatable)"
-    )
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", help="write the results as JSON here")
-    args = parser.parse_args()
+OPTIONS = [
+    option("--code", action="append", default=[], help="LABEL=DIR: another checkout's package to compare (repeatable)"),
+    option("--rounds", type=int, default=3),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     codes = {"this change": REPO}
     for spec in args.code:
         label, _, path = spec.rpartition("=")
@@ -78,29 +74,10 @@ def main() -> None:
                 times = []
                 for i in range(args.rounds):
                     times.append(first_magic(code_dir, magic, os.path.join(work, f"{label}-{name}-{i}")))
-                    print(f"{label:>14}  {name:<15} round {i + 1}: {times[-1]:.2f} s", file=sys.stderr, flush=True)
+                    job.say(f"{label:>14}  {name:<15} round {i + 1}: {times[-1]:.2f} s")
                 results[label][name] = times
-    import torch
-
+                job.keep(codes=codes, seconds=results)
     labels = list(codes)
-    print(
-        f"\nfirst magic after %load_ext in a fresh kernel, median of {args.rounds}, seconds; torch {torch.__version__}"
-    )
     rows = [[name] + [f"{statistics.median(results[label][name]):.2f}" for label in labels] for name in MAGICS]
-    print(markdown_table(["magic", *labels], rows))
-    if args.out:
-        with open(args.out, "w") as f:
-            meta = {
-                "date": time.strftime("%Y-%m-%d"),
-                "command": "python -m benchmarks first_magics "
-                + " ".join(sys.argv[1:]).replace(f" --out {args.out}", ""),
-                "torch": torch.__version__,
-                "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-                "cpu": platform.processor() or platform.machine(),
-                "cpus": os.cpu_count(),
-            }
-            json.dump({"meta": meta, "codes": codes, "seconds": results}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()
+    title = f"first magic after %load_ext in a fresh kernel, median of {args.rounds}, seconds"
+    job.table(["magic", *labels], rows, title=title, align="l" + "r" * len(labels))

@@ -13,12 +13,13 @@ A parent imports torch and its compiler as a template does (NVML-based CUDA chec
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
 import tempfile
 import time
+
+from benchmarks.harness import Job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -76,10 +77,7 @@ def cpu_matmul() -> dict:
     return {"cpu_matmul_s": time.perf_counter() - start}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+def run(job: Job) -> None:
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     from jupyter_compile_cache.kernels.template import native_threads
 
@@ -101,12 +99,5 @@ def main() -> int:
     result["threads_before_matmul"], result["threads_after_matmul"] = len(before), len(after)
     result["new_threads_seen_by_the_check"] = len(after - after_torch)
     result["child_after_parent_matmul"] = in_child(cpu_matmul, 20)
-    print(json.dumps(result, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    job.note(json.dumps(result, indent=1))
+    job.keep(**result)

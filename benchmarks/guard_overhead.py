@@ -13,7 +13,6 @@ callable attribute, so the restored entry really has dropped guards to check. Ea
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -21,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,7 +68,7 @@ print("RESULT " + json.dumps({"case": mode, "us_per_call": samples,
 """
 
 
-def run(case: str, device: str, calls: int, cache: str, store: str) -> dict:
+def run_case(case: str, device: str, calls: int, cache: str, store: str) -> dict:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, JUPYTER_COMPILE_CACHE_DIR=store, PYTHONWARNINGS="ignore")
     env["PYTHONPATH"] = os.path.dirname(HERE) + os.pathsep + env.get("PYTHONPATH", "")
     mode = "ours" if case.startswith("ours") else "plain"
@@ -85,35 +84,27 @@ def run(case: str, device: str, calls: int, cache: str, store: str) -> dict:
     return row
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--calls", type=int, default=5000)
-    p.add_argument("--repeat", type=int, default=3, help="rounds of the three cases (the order alternates)")
-    p.add_argument("--out")
-    args = p.parse_args()
+OPTIONS = [
+    option("--device", default="cpu"),
+    option("--calls", type=int, default=5000),
+    option("--repeat", type=int, default=3, help="rounds of the three cases (the order alternates)"),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for r in range(args.repeat):
             store = os.path.join(work, f"store-{r}")  # ours_cold compiles cold; ours restores its bundle
             for case in ("plain", "ours_cold", "ours"):
                 cache = os.path.join(work, f"{case}-{r}")  # each case: an empty cache dir
-                rows.append(dict(run(case, args.device, args.calls, cache, store), round=r))
-                print(f"  round {r} {case:10s} {rows[-1]['median_us']:8.1f} us/call", flush=True)
+                rows.append(dict(run_case(case, args.device, args.calls, cache, store), round=r))
+                job.say(f"  round {r} {case:10s} {rows[-1]['median_us']:8.1f} us/call")
     medians = {
         c: statistics.median(x["median_us"] for x in rows if x["case"] == c) for c in ("plain", "ours_cold", "ours")
     }
-    rows = [[case, f"{us:.1f}", f"{us / medians['plain']:.3f}x"] for case, us in medians.items()]
-    print("\n" + markdown_table(["case", "us per call (median)", "vs plain torch.compile"], rows))
-    if args.out:
-        import torch
-
-        meta = {"device": args.device, "torch": torch.__version__, "calls": args.calls}
-        if args.device == "cuda":
-            meta["gpu"] = torch.cuda.get_device_name()
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "medians_us": medians, "rows": rows}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()
+    job.meta |= {"device": args.device, "calls": args.calls}
+    job.keep(medians_us=medians, rows=rows)
+    table = [[case, f"{us:.1f}", f"{us / medians['plain']:.3f}x"] for case, us in medians.items()]
+    job.table(["case", "us per call (median)", "vs plain torch.compile"], table, align="lrr")

@@ -8,7 +8,6 @@ median seconds. A real redis-server is started on a free loopback port; the fold
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -18,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from benchmarks.harness import Job, option
 
 STEP = r"""
 import json, os, sys, tempfile, time
@@ -62,15 +63,17 @@ def step(src: str, url: str, size_mb: int, work: str) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=int, nargs="*", default=[10, 100], help="bundle sizes in MB (incompressible)")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--src", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p.add_argument("--baseline-src", help="another checkout, measured on Redis beside this one")
-    p.add_argument("--work", default=None)
-    p.add_argument("--out", help="write the results as JSON here")
-    args = p.parse_args()
+OPTIONS = [
+    option("--sizes", type=int, nargs="*", default=[10, 100], help="bundle sizes in MB (incompressible)"),
+    option("--repeats", type=int, default=3),
+    option("--src", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    option("--baseline-src", help="another checkout, measured on Redis beside this one"),
+    option("--work", default=None),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     work = args.work or tempfile.mkdtemp(prefix="jcc-hub-bench-")
     port = free_port()
     redis = subprocess.Popen(
@@ -92,7 +95,7 @@ def main() -> None:
                 runs = []
                 for i in range(args.repeats):
                     runs.append(step(src, url, size, os.path.join(work, f"w{size}")))
-                    print(f"  {label:14} {backend:6} {size:5d} MB run {i + 1}: {runs[-1]}", file=sys.stderr)
+                    job.say(f"  {label:14} {backend:6} {size:5d} MB run {i + 1}: {runs[-1]}")
                 rows.append({
                     "code": label, "backend": backend, "size_mb": size,
                     "push_s": statistics.median(r["push"] for r in runs),
@@ -101,13 +104,6 @@ def main() -> None:
     finally:
         redis.kill()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{'code':16}{'backend':9}{'size':>8}{'push s':>9}{'pull s':>9}   (median of {args.repeats})")
-    for r in rows:
-        print(f"{r['code']:16}{r['backend']:9}{r['size_mb']:>5} MB{r['push_s']:>9.3f}{r['pull_s']:>9.3f}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"rows": rows, "python": sys.version.split()[0]}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()
+    job.keep(rows=rows)
+    table = [[r["code"], r["backend"], f"{r['size_mb']} MB", f"{r['push_s']:.3f}", f"{r['pull_s']:.3f}"] for r in rows]
+    job.table(["code", "backend", "size", "push s", "pull s"], table, title=f"median of {args.repeats}", align="llrrr")

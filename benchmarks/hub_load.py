@@ -17,36 +17,32 @@ every kernel restores, none compiles, and the bundle was pulled once (Redis coun
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import pathlib
-import platform
 import tempfile
 import time
 
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 from tests.helpers import hub_load, hubs  # the same workers and servers as the hub tests
 from tests.helpers.hubs import hub_at, local_bundle
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--backends", nargs="+", default=["redis"], choices=["redis", "rediss", "s3", "az", "file"])
-    parser.add_argument("--scenarios", nargs="+", default=list(hub_load.SCENARIOS), choices=hub_load.SCENARIOS)
-    parser.add_argument("--size-mb", type=int, default=16)
-    parser.add_argument("--kernels", type=int, help="real kernels restoring one bundle at once, instead")
-    parser.add_argument("--out", help="JSON file for the figures")
-    args = parser.parse_args()
+OPTIONS = [
+    option("--processes", type=int, nargs="+", default=[1, 8, 32]),
+    option("--backends", nargs="+", default=["redis"], choices=["redis", "rediss", "s3", "az", "file"]),
+    option("--scenarios", nargs="+", default=list(hub_load.SCENARIOS), choices=hub_load.SCENARIOS),
+    option("--size-mb", type=int, default=16),
+    option("--kernels", type=int, help="real kernels restoring one bundle at once, instead"),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     if args.kernels:
-        rows = [kernels_at_once(backend, args.kernels) for backend in args.backends]
-        print("\n" + _kernel_table(rows))
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump({"machine": f"{platform.node()} ({os.cpu_count()} CPUs)", "rows": rows}, f, indent=1)
+        job.keep(rows=[kernels_at_once(backend, args.kernels) for backend in args.backends])
+        job.table(*_kernel_table(job.data["rows"]), align="lrrrrrr")
         return
     size = args.size_mb << 20
     counts = sorted(set([1, *args.processes]))
@@ -67,8 +63,8 @@ def main() -> None:
                             hub = hub_at(server.url, namespace=namespace, chunk_size=4 << 20)
                             chunks = len(hub.push(manifest, store.payload_path(manifest)).chunk_sha256 or [])
                         before = _gets(server)
-                        run = hub_load.run(scenario, server.url, namespace, n, size, os.path.join(work, namespace))
-                        summary = run.summary()
+                        load = hub_load.run(scenario, server.url, namespace, n, size, os.path.join(work, namespace))
+                        summary = load.summary()
                         summary["backend"] = backend
                         alone = alone or summary["median_wait_seconds"]
                         summary["median_wait_vs_alone"] = summary["median_wait_seconds"] / alone
@@ -77,15 +73,11 @@ def main() -> None:
                         plain = scenario == "restore" and before is not None and after is not None and chunks
                         summary["pulls"] = (after - before - n) / chunks if plain else None
                         rows.append(summary)
-                        print(_line(summary), flush=True)
+                        job.keep(size_mb=args.size_mb, rows=rows)
+                        job.say(_line(summary))
             finally:
                 server.stop()
-    machine = f"{platform.node()} ({os.cpu_count()} CPUs), Python {platform.python_version()}"
-    print(f"\n{machine}; bundle {args.size_mb} MB; loopback servers\n")
-    print(_table(rows))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"machine": machine, "size_mb": args.size_mb, "rows": rows}, f, indent=1)
+    job.table(*_table(rows), title=f"bundle {args.size_mb} MB; loopback servers", align="llrrrrrrrrr")
 
 
 def kernels_at_once(backend: str, n: int) -> dict:
@@ -153,7 +145,7 @@ def kernels_at_once(backend: str, n: int) -> dict:
             server.stop()
 
 
-def _kernel_table(rows: list[dict]) -> str:
+def _kernel_table(rows: list[dict]) -> tuple[list[str], list[list[object]]]:
     headers = ["backend", "kernels", "restored", "compiled", "GETs at the hub", "median cell (s)", "slowest cell (s)"]
     cells = [
         [
@@ -167,7 +159,7 @@ def _kernel_table(rows: list[dict]) -> str:
         ]
         for r in rows
     ]
-    return markdown_table(headers, cells, "lrrrrrr")
+    return headers, cells
 
 
 def _gets(server) -> int | None:
@@ -186,7 +178,7 @@ def _line(s: dict) -> str:
     )
 
 
-def _table(rows: list[dict]) -> str:
+def _table(rows: list[dict]) -> tuple[list[str], list[list[object]]]:
     headers = [
         "backend", "scenario", "processes", "restores lost", "retries", "duplicates pushed", "median wait (s)",
         "vs one alone", "slowest (s)", "hub throughput (MB/s)", "pulls",
@@ -207,8 +199,4 @@ def _table(rows: list[dict]) -> str:
         ]
         for s in rows
     ]
-    return markdown_table(headers, cells, "llrrrrrrrrr")
-
-
-if __name__ == "__main__":
-    main()
+    return headers, cells

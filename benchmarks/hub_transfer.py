@@ -20,18 +20,15 @@ bundle (a 4 GB bundle's within 10 % of a 1 GB one's).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 from tests.helpers import hubs  # the servers the hub tests use
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -169,7 +166,7 @@ def _clear(server: hubs.HubUnderTest) -> None:
         os.makedirs(server.url[len("file://") :])
 
 
-def run(kind: str, sizes: list[int], repeat: int, work: pathlib.Path) -> list[dict]:
+def run_backend(kind: str, sizes: list[int], repeat: int, work: pathlib.Path) -> list[dict]:
     rows = []
     hub_dir = work / f"hub-{kind}"
     hub_dir.mkdir()
@@ -221,7 +218,7 @@ def run(kind: str, sizes: list[int], repeat: int, work: pathlib.Path) -> list[di
     return rows
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     headers = [
         "backend", "bundle", "step", "ours: median (min-max)", "floor: median (min-max)", "ratio (target <= 1.3x)",
         "ours: peak memory over imports", "floor's",
@@ -237,31 +234,21 @@ def table(rows: list[dict]) -> str:
                 f"{ours['median_s'] / floor['median_s']:.2f}x",
                 f"{ours['peak_over_imports_mb']:.0f} MB", f"{floor['peak_over_imports_mb']:.0f} MB",
             ])  # fmt: skip
-    return markdown_table(headers, cells, "lrlrrrrr")
+    return headers, cells
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--backends", nargs="+", default=["redis", "s3", "az", "file"], choices=["redis", "s3", "az", "file"]
-    )
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000], help="bundle sizes, MB")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", help="JSON file for the figures (a .md table beside it)")
-    args = parser.parse_args()
+OPTIONS = [
+    option("--backends", nargs="+", default=["redis", "s3", "az", "file"], choices=["redis", "s3", "az", "file"]),
+    option("--sizes", type=int, nargs="+", default=[1000, 4000], help="bundle sizes, MB"),
+    option("--repeat", type=int, default=5),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     rows = []
     with tempfile.TemporaryDirectory(prefix="hub-transfer-") as work:
         for kind in args.backends:
-            rows += run(kind, args.sizes, args.repeat, pathlib.Path(work))
-    machine = f"{platform.node()} ({os.cpu_count()} CPUs), Python {platform.python_version()}"
-    text = f"{machine}; {time.ctime()}; chunks of {CHUNK >> 20} MB; loopback servers\n\n{table(rows)}\n"
-    print("\n" + text)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"machine": machine, "rows": rows}, f, indent=1)
-        with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-            f.write(text)
-
-
-if __name__ == "__main__":
-    main()
+            rows += run_backend(kind, args.sizes, args.repeat, pathlib.Path(work))
+            job.keep(rows=rows)
+    job.table(*table(rows), title=f"chunks of {CHUNK >> 20} MB; loopback servers", align="lrlrrrrr")

@@ -25,7 +25,6 @@ imported the same modules (PSS, the template counted once).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -33,14 +32,13 @@ import tempfile
 import threading
 import time
 
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 from benchmarks.warm_restart import (
     CALL,
     MODEL,
     JupyterClientFrontEnd,
     RawFrontEnd,
     environment,
-    machine,
     run_cell,
     template_ready,
 )
@@ -209,17 +207,19 @@ def memory(device: str, work: str, n: int = 4) -> dict:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--at-once", type=int, default=4)
-    parser.add_argument("--only", nargs="*", default=list(VARIANTS))
-    parser.add_argument("--misfit", type=int, default=0, metavar="N", help="N pairs of ours_misfit / ours_new_dir")
-    parser.add_argument("--no-extras", action="store_true", help="skip the restarts, at-once and memory parts")
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+OPTIONS = [
+    option("--device", default="cpu"),
+    option("--rounds", type=int, default=3),
+    option("--at-once", type=int, default=4),
+    option("--only", nargs="*", default=list(VARIANTS)),
+    option("--misfit", type=int, default=0, metavar="N", help="N pairs of ours_misfit / ours_new_dir"),
+    option("--no-extras", action="store_true", help="skip the restarts, at-once and memory parts"),
+]
 
+
+def run(job: Job) -> None:
+    args = job.args
+    job.meta |= {"device": args.device, "rounds": args.rounds, "misfit_pairs": args.misfit}
     from jupyter_compile_cache.kernels.warm_kernel import install_kernel_spec
 
     results: dict = {"variants": {}}
@@ -229,18 +229,19 @@ def main() -> int:
         os.environ["JUPYTER_PATH"] = os.path.join(work, "prefix", "share", "jupyter")
         for variant in args.only:  # fill the caches and the store; the warm spec's first start makes its template
             first = new_kernel(variant, args.device, work)
-            print(f"{variant}: first kernel {first['total_s']:.2f} s ({first['how'] or 'plain'})", flush=True)
+            job.say(f"{variant}: first kernel {first['total_s']:.2f} s ({first['how'] or 'plain'})")
             if VARIANTS[variant][0] is not None:
-                print(f"  template ready {wait_for_template(work, variant):.1f} s later", flush=True)
+                job.say(f"  template ready {wait_for_template(work, variant):.1f} s later")
         for variant in args.only:
             rounds = [new_kernel(variant, args.device, work) for _ in range(args.rounds)]
             for r in rounds:
                 cells = ", ".join(f"{s:.2f}" for s in r["cells_s"])
-                print(f"  {variant}: {r['total_s']:.2f} s (ready {r['ready_s']:.2f}; cells {cells}; {r['how']})")
+                job.say(f"  {variant}: {r['total_s']:.2f} s (ready {r['ready_s']:.2f}; cells {cells}; {r['how']})")
             results["variants"][variant] = {
                 "rounds": rounds,
                 "median_s": statistics.median(r["total_s"] for r in rounds),
             }
+            job.keep(**results)
         if args.misfit:
             if "ours_plain" not in args.only:  # the bundle both restore
                 new_kernel("ours_plain", args.device, work)
@@ -249,6 +250,7 @@ def main() -> int:
             results["restarts_2s_apart"] = restarts_apart(args.device, work, 2.0)
             results["at_once"] = at_once(args.at_once, args.device, work)
             results["memory"] = memory(args.device, work)
+    job.keep(**results)
 
     v = results["variants"]
     base, warm = v.get("plain_eager", {}).get("median_s"), v.get("torch_warm", {}).get("median_s")
@@ -262,7 +264,7 @@ def main() -> int:
         ]
         for name, r in v.items()
     ]
-    print("\n" + markdown_table(headers, rows))
+    job.table(headers, rows, align="lrrr")
     if "misfit" in results:
         m = results["misfit"]
         headers = ["empty cache dir, the bundle restored", "kernels", "median s", "ready (median s)", "restored cell"]
@@ -276,31 +278,17 @@ def main() -> int:
             ]
             for name, r in m.items()
         ]
-        print("\n" + markdown_table(headers, rows))
-        print(f"ours_misfit / ours_new_dir: {m['ours_misfit']['median_s'] / m['ours_new_dir']['median_s']:.2f}x")
+        job.table(headers, rows, align="lrrrr")
+        job.note(f"ours_misfit / ours_new_dir: {m['ours_misfit']['median_s'] / m['ours_new_dir']['median_s']:.2f}x")
     if args.no_extras:
-        return _write(results, args)
-    print(f"\ntwo restarts 2 s apart: {results['restarts_2s_apart']}")
+        return
+    job.note(f"two restarts 2 s apart: {results['restarts_2s_apart']}")
     once = results["at_once"]
     hows = [k["how"] for k in once["kernels"]]
     rights = [k["right"] for k in once["kernels"]]
     slowest = max(k["total_s"] for k in once["kernels"])
-    print(f"{len(hows)} kernels at once: {hows.count('forked')} forked, {sum(rights)} right; "
-          f"slowest {slowest:.2f} s, all done in {once['wall_s']:.2f} s")  # fmt: skip
+    job.note(f"{len(hows)} kernels at once: {hows.count('forked')} forked, {sum(rights)} right; "
+             f"slowest {slowest:.2f} s, all done in {once['wall_s']:.2f} s")  # fmt: skip
     mem = results["memory"]
     rows = [[name, f"{m['pss_bytes'] / 2**20:.0f} MiB", f"{m['rss_bytes'] / 2**20:.0f} MiB"] for name, m in mem.items()]
-    print("\n" + markdown_table(["4 kernels", "PSS (template counted once)", "RSS"], rows))
-    return _write(results, args)
-
-
-def _write(results: dict, args: argparse.Namespace) -> int:
-    results["meta"] = {**machine(args.device), "rounds": args.rounds, "misfit_pairs": args.misfit}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-        print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    job.table(["4 kernels", "PSS (template counted once)", "RSS"], rows, align="lrr")

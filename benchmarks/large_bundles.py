@@ -15,7 +15,6 @@ Redis) and the table shows the median, with the fastest and slowest beside it in
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -27,7 +26,7 @@ import tempfile
 import time
 
 from benchmarks.bench import redis_server  # a loopback redis-server, as the other benchmarks use
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -266,7 +265,7 @@ def _secs(r: dict) -> str:
 TARGETS_1GB = {"save": 3.0, "push": 2.5, "pull": 2.5, "restore": 1.5}
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
     headers = [
         "bundle", "save", "push", "pull", "restore (+ cell after it)", "peak RSS, max of steps", "copy", "dd",
         "dd+fsync", "dd, new memory", "sha256", "redis SET / GET, 1 client",
@@ -293,18 +292,20 @@ def table(rows: list[dict]) -> str:
         ])  # fmt: skip
     targets = [f"<= {TARGETS_1GB[k]:.1f} s" for k in ("save", "push", "pull", "restore")]
     lines.append(["target, 1 GB", *targets, "<= 500 MB", *[""] * 6])
-    return markdown_table(headers, lines)
+    return headers, lines
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="10,100,1000", help="bundle sizes in MB, comma-separated")
-    p.add_argument(
+OPTIONS = [
+    option("--sizes", default="10,100,1000", help="bundle sizes in MB, comma-separated"),
+    option(
         "--pulls-at-once", type=int, default=4, help="collaborators pulling the largest incompressible bundle at once"
-    )
-    p.add_argument("--repeat", type=int, default=3, help="runs of each case; the table shows the median")
-    p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
-    args = p.parse_args()
+    ),
+    option("--repeat", type=int, default=3, help="runs of each case; the table shows the median"),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="large-bundles-") as work:
@@ -315,30 +316,17 @@ def main() -> None:
                 for compressible in (False, True):
                     at_once = args.pulls_at_once if size == max(sizes) and not compressible else 0
                     rows.append(run_case(size, compressible, url, work, args.repeat, at_once))
-    meta = {"time": time.ctime(), "cpus": os.cpu_count(), "python": sys.version.split()[0]}
-    with contextlib.suppress(Exception):
-        import torch
-
-        meta["torch"] = torch.__version__
-    with open(args.out, "w") as f:
-        json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    text = (
-        f"{meta}\n\nSeconds for each step (a fresh process each, after its imports; the median of {args.repeat} runs), "
-        "and the machine's floors for the same bytes in the same run.\n\n"
+                    job.keep(rows=rows)
+    title = (
+        f"Seconds for each step (a fresh process each, after its imports; the median of {args.repeat} runs), "
+        "and the machine's floors for the same bytes in the same run."
     )
-    text += table(rows) + "\n"
+    job.table(*table(rows), title=title)
     for r in rows:
         if r.get("concurrent_pulls"):
             c = r["concurrent_pulls"]
             each = ", ".join("failed" if t is None else f"{t:.2f} s" for t in c["each_s"])
-            text += (
-                f"\n{c['n']} pulls of the {r['size_mb']} MB {r['kind']} bundle at once, one redis-server: each {each}; "
-                f"all done {c['wall_s']:.2f} s after the start ({r['pull'].get('seconds', 0):.2f} s alone)\n"
+            job.note(
+                f"{c['n']} pulls of the {r['size_mb']} MB {r['kind']} bundle at once, one redis-server: each {each}; "
+                f"all done {c['wall_s']:.2f} s after the start ({r['pull'].get('seconds', 0):.2f} s alone)"
             )
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(text)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -16,12 +16,21 @@ import random
 import shutil
 import sys
 
+from benchmarks.harness import Job, option
+
 SOURCE = "/tmp/many-small-files"
 FILES = {f"inductor/d{i % 300}/f{i}.py": f"{SOURCE}/d{i % 300}/f{i}.py" for i in range(3000)}
 
 
-def main() -> None:
-    step, code, store_dir = sys.argv[1:4]
+OPTIONS = [
+    option("step", choices=("prep", "save", "restore")),
+    option("code", help="the checkout whose package is timed"),
+    option("store_dir", help="the local store it writes or restores"),
+]
+
+
+def run(job: Job) -> None:
+    step, code, store_dir = job.args.step, job.args.code, job.args.store_dir
     sys.path.insert(0, os.path.abspath(code))
     from jupyter_compile_cache.storage.bundle import Manifest, extract
     from jupyter_compile_cache.storage.store import LocalStore
@@ -46,9 +55,3 @@ def main() -> None:
         shutil.rmtree(cache, ignore_errors=True)
         with store.open_payload(manifest) as payload:
             extract(payload, manifest, {"inductor": cache})
-    else:
-        raise SystemExit(f"unknown step {step!r}: prep, save or restore")
-
-
-if __name__ == "__main__":
-    main()

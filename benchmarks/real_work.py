@@ -43,7 +43,6 @@ earlier cell, not timed. What each of our cells said (restores, fallbacks, misse
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -52,7 +51,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 from jupyter_compile_cache.kernels.protocol import start_record_path
 
@@ -620,7 +619,7 @@ def _x(a: float | None, b: float | None, digits: int = 2) -> str:
     return "-" if a is None or not b else f"{a / b:.{digits}f}x"
 
 
-def table(rows: list[dict], hub: str = "a shared-folder hub") -> str:
+def table(job: Job, rows: list[dict], hub: str = "a shared-folder hub") -> None:
     headers = [
         "workload", "eager", "torch cold", "torch warm", "mega (+load)", "ours cold", "**ours restored**", "/eager",
         "/torch warm", "/cold", "ours restored, warm kernel", "/torch warm",
@@ -634,8 +633,7 @@ def table(rows: list[dict], hub: str = "a shared-folder hub") -> str:
             _x(ours, r.get("eager")), _x(ours, r.get("torch_warm")), _x(ours, r.get("cold"), 3),
             _c(r, "ours_warm"), _x(warm, r.get("torch_warm")),
         ])  # fmt: skip
-    lines = [markdown_table(headers, cells)]
-    lines += ["", "From a new kernel to the cell's answer (%load_ext + build cell + compiled cell), seconds:", ""]
+    job.table(headers, cells, title="Whole cell, seconds, one fresh kernel per case.")
     headers = [
         "workload", "eager", "torch cold", "torch warm", "ours restored", "/eager", "/torch warm", "ours, warm kernel",
         "/torch warm",
@@ -649,9 +647,9 @@ def table(rows: list[dict], hub: str = "a shared-folder hub") -> str:
             _x(t["ours"], t["eager"]), _x(t["ours"], t["torch_warm"]), _c(t, "ours_warm"),
             _x(t["ours_warm"], t["torch_warm"]),
         ])  # fmt: skip
-    lines.append(markdown_table(headers, cells))
+    title = "From a new kernel to the cell's answer (%load_ext + build cell + compiled cell), seconds:"
+    job.table(headers, cells, title=title)
     if any(r.get("ours_hub") is not None or r.get("ours_staged") is not None for r in rows):
-        lines += ["", f"A colleague's new kernel, the bundle on {hub} (compiled cell, seconds):", ""]
         headers = [
             "workload", "eager", "torch warm", "pulled by the cell", "**fetched at %load_ext (notebook known)**",
             "/eager", "/torch warm",
@@ -663,49 +661,50 @@ def table(rows: list[dict], hub: str = "a shared-folder hub") -> str:
                 r["workload"], _c(r, "eager"), _c(r, "torch_warm"), _c(r, "ours_hub"), f"**{_c(r, 'ours_staged')}**",
                 _x(staged, r.get("eager")), _x(staged, r.get("torch_warm")),
             ])  # fmt: skip
-        lines.append(markdown_table(headers, cells))
-    return "\n".join(lines)
+        job.table(headers, cells, title=f"A colleague's new kernel, the bundle on {hub} (compiled cell, seconds):")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    p.add_argument("--device", default="cpu")
-    p.add_argument(
+OPTIONS = [
+    option("--size", choices=sorted(SIZES), default="tiny"),
+    option("--device", default="cpu"),
+    option(
         "--workloads",
         default=",".join(n for n in CELLS if n not in FAMILIES),
         help="comma-separated, of: " + ", ".join(CELLS) + "; families: all of " + ", ".join(FAMILIES),
-    )
-    p.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may take (default 600)")
-    p.add_argument("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES))
-    p.add_argument(
+    ),
+    option("--cell-timeout", type=float, default=600.0, help="seconds one cell may take (default 600)"),
+    option("--cases", default=",".join(CASES), help="comma-separated, of: " + ", ".join(CASES)),
+    option(
         "--think",
         type=float,
         default=0.0,
         help="seconds between the build cell and the compiled cell, in every case (default 0: Run All)",
-    )
-    p.add_argument(
+    ),
+    option(
         "--profile",
         nargs="?",
         const="cprofile",
         choices=("cprofile", "sample"),
         help="the compiled cell of eager, torch_warm, torch_precompile, ours and ours_staged under cProfile, or "
         "under a stack sampler (sample)",
-    )
-    p.add_argument(
+    ),
+    option(
         "--hub",
         default=None,
         help="the hub of ours_cold, ours_hub and ours_staged (default: a shared folder); a redis:// URL through "
         "benchmarks/slow_link.py measures a colleague across a network",
-    )
-    p.add_argument(
+    ),
+    option(
         "--repeat",
         type=int,
         default=1,
         help="kernels for each of " + ", ".join(REPEATED) + " (default 1); the table shows their median",
-    )
-    p.add_argument("--out", required=True, help="JSON file; a .md table is written beside it")
-    args = p.parse_args()
+    ),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     cases = tuple(c for c in CASES if c in args.cases.split(","))
     needing = (
         ("torch_warm", "cold"), ("mega", "cold"), ("ours", "ours_cold"), ("ours_warm", "ours_cold"),
@@ -713,17 +712,11 @@ def main() -> None:
     )  # fmt: skip
     for case, needs in (*needing, ("ours_staged", "ours_cold")):
         if case in cases and needs not in cases:
-            p.error(f"--cases: {case} needs {needs}, which makes its caches")
+            raise SystemExit(f"--cases: {case} needs {needs}, which makes its caches")
     asked = [n for w in args.workloads.split(",") for n in (FAMILIES if w == "families" else [w]) if n]
     names = [n for n in asked if n not in GPU_ONLY or args.device == "cuda"]
-    import torch
-
-    meta = {"size": args.size, "device": args.device, "torch": torch.__version__, "time": time.ctime()}
-    meta["think_s"] = args.think
-    meta["hub"] = args.hub or "a shared folder"
-    meta["repeat"] = args.repeat
-    if args.device == "cuda":
-        meta["gpu"] = torch.cuda.get_device_name()
+    job.meta |= {"size": args.size, "device": args.device, "think_s": args.think}
+    job.meta |= {"hub": args.hub or "a shared folder", "repeat": args.repeat}
     rows = []
     with tempfile.TemporaryDirectory(prefix="real-work-") as work:
         for name in names:
@@ -741,14 +734,5 @@ def main() -> None:
                     args.repeat,
                 )
             )
-            with open(args.out, "w") as f:  # after each workload: a run cut short keeps what it measured
-                json.dump({"meta": meta, "rows": rows}, f, indent=1)
-    hub = f"the hub {args.hub}" if args.hub else "a shared-folder hub"
-    text = f"{meta}\n\nWhole cell, seconds, one fresh kernel per case.\n\n{table(rows, hub)}\n"
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(text)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()
+            job.keep(rows=rows)
+    table(job, rows, f"the hub {args.hub}" if args.hub else "a shared-folder hub")

@@ -13,19 +13,17 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 
+from benchmarks.harness import Job, option
 from benchmarks.large_bundles import floors, make_cache, save_push_pull_restore
-from benchmarks.report import markdown_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -164,8 +162,7 @@ def _s(result: dict, key: str = "seconds") -> float | None:
     return None if "error" in result else result.get(key)
 
 
-def report(meta: dict, client_rows: list[dict], big: dict, listed: dict) -> str:
-    lines = [f"{meta}", "", "## 1. The client (same bytes, same server, a fresh process each)", ""]
+def report(job: Job, client_rows: list[dict], big: dict, listed: dict) -> None:
     cells: list[list[object]] = []
     for r in client_rows:
         if "error" in r:
@@ -177,7 +174,8 @@ def report(meta: dict, client_rows: list[dict], big: dict, listed: dict) -> str:
             f"{r['put_s']:.2f} s ({mb / r['put_s']:.0f} MB/s)", f"{r['get_s']:.2f} s ({mb / r['get_s']:.0f} MB/s)",
             f"{r['peak_over_imports_mb']:.0f} MB",
         ])  # fmt: skip
-    lines.append(markdown_table(["bytes", "client", "as", "put", "get", "peak memory over imports"], cells))
+    title = "## 1. The client (same bytes, same server, a fresh process each)"
+    job.table(["bytes", "client", "as", "put", "get", "peak memory over imports"], cells, title=title)
     f = big["floors"]
     save, push, pull = _s(big["save"]), _s(big["push"]), _s(big["pull"])
     restore = _s(big["restore"], "restore_s")
@@ -196,11 +194,7 @@ def report(meta: dict, client_rows: list[dict], big: dict, listed: dict) -> str:
     def secs(value: float | None) -> str:
         return "FAILED" if value is None else f"{value:.2f} s"
 
-    lines += [
-        "",
-        f"## 2. A {big['size_mb']} MB bundle: ours against the floors of the same run",
-        "",
-        markdown_table(
+    job.table(
             ["step", "ours", "floor", "floor's time", "ratio (target <= 1.3x)", "peak memory over imports"],
             [
                 [
@@ -236,24 +230,27 @@ def report(meta: dict, client_rows: list[dict], big: dict, listed: dict) -> str:
                     memory(big["restore"]),
                 ],
             ],
-        ),  # fmt: skip
-        "",
+            title=f"## 2. A {big['size_mb']} MB bundle: ours against the floors of the same run",
+        )  # fmt: skip
+    job.note(
         f"Floors alone: dd {f['dd_s']:.2f} s, dd+fsync {f['dd_fsync_s']:.2f} s, sha256 {f['sha256_read_s']:.2f} s, "
         f"copy {f['copy_s']:.2f} s; obstore's own multipart transfer of the payload as one object: put "
-        f"{secs(big['raw_object'].get('put_s'))}, get {secs(big['raw_object'].get('get_s'))}.",
-        "",
+        f"{secs(big['raw_object'].get('put_s'))}, get {secs(big['raw_object'].get('get_s'))}."
+    )
+    job.note(
         f"## 3. Listing: {listed['objects']} objects by prefix in {listed['list_s']:.2f} s "
-        f"(written in {listed['put_s']:.1f} s)",
-    ]
-    return "\n".join(lines) + "\n"
+        f"(written in {listed['put_s']:.1f} s)"
+    )
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="10,1000", help="MB moved by each client, comma-separated")
-    p.add_argument("--bundle", type=int, default=1000, help="MB of the bundle ours moves")
-    p.add_argument("--out", required=True, help="JSON file; a .md report is written beside it")
-    args = p.parse_args()
+OPTIONS = [
+    option("--sizes", default="10,1000", help="MB moved by each client, comma-separated"),
+    option("--bundle", type=int, default=1000, help="MB of the bundle ours moves"),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     from tests.helpers import s3_server
 
     with tempfile.TemporaryDirectory(prefix="s3-hub-") as work:
@@ -275,13 +272,8 @@ def main() -> None:
         finally:
             if server is not None:
                 server.stop()
-    meta = {
-        "time": time.ctime(),
-        "command": "python -m benchmarks s3_hub",
-        "cpus": os.cpu_count(),
-        "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.machine()}",
+    job.meta |= {
         "server": "moto (loopback)" if server is not None else os.environ["AWS_ENDPOINT_URL"],
-        "python": sys.version.split()[0],
         "chunk_mb": CHUNK >> 20,
         "floor_client": "obstore",  # the hub's own client: its floors
         "peak_rss_mb_of_this_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -290,14 +282,6 @@ def main() -> None:
         import boto3
         import obstore
 
-        meta["boto3"], meta["obstore"] = boto3.__version__, obstore.__version__
-    with open(args.out, "w") as f:
-        json.dump({"meta": meta, "clients": client_rows, "bundle": big, "listing": listed}, f, indent=1)
-    text = report(meta, client_rows, big, listed)
-    with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-        f.write(text)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()
+        job.meta["boto3"], job.meta["obstore"] = boto3.__version__, obstore.__version__
+    job.keep(clients=client_rows, bundle=big, listing=listed)
+    report(job, client_rows, big, listed)

@@ -10,9 +10,10 @@ order, so a request-reply pays the round trip and a large value pays its size / 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
+
+from benchmarks.harness import Job, option
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, one_way_s: float, bytes_per_s: float):
@@ -55,16 +56,14 @@ async def _serve(listen: int, host: str, port: int, rtt_ms: float, mbps: float) 
         await server.serve_forever()
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--listen", type=int, required=True, help="port to listen on (127.0.0.1)")
-    p.add_argument("--to", required=True, help="HOST:PORT to forward to")
-    p.add_argument("--rtt-ms", type=float, default=20.0, help="round-trip time added, ms (default 20)")
-    p.add_argument("--mbps", type=float, default=100.0, help="bandwidth each way, Mbit/s (default 100)")
-    args = p.parse_args()
-    host, port = args.to.rsplit(":", 1)
-    asyncio.run(_serve(args.listen, host, int(port), args.rtt_ms, args.mbps))
+OPTIONS = [
+    option("--listen", type=int, required=True, help="port to listen on (127.0.0.1)"),
+    option("--to", required=True, help="HOST:PORT to forward to"),
+    option("--rtt-ms", type=float, default=20.0, help="round-trip time added, ms (default 20)"),
+    option("--mbps", type=float, default=100.0, help="bandwidth each way, Mbit/s (default 100)"),
+]
 
 
-if __name__ == "__main__":
-    main()
+def run(job: Job) -> None:
+    host, port = job.args.to.rsplit(":", 1)
+    asyncio.run(_serve(job.args.listen, host, int(port), job.args.rtt_ms, job.args.mbps))

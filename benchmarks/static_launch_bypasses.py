@@ -11,7 +11,6 @@ so that the check runs (and logs) in this process, and prints the reasons per mo
 
 from __future__ import annotations
 
-import argparse
 import collections
 import logging
 import os
@@ -23,6 +22,7 @@ os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 import torch
 import transformers
 
+from benchmarks.harness import Job, option
 from benchmarks.zoo import first_tensor, zoo_models
 
 
@@ -37,10 +37,11 @@ class _Reasons(logging.Handler):
             self.seen[message.split("due to", 1)[-1].strip()] += 1
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("models", help=f"comma-separated, of {', '.join(zoo_models())}")
-    names = parser.parse_args().models.split(",")
+OPTIONS = [option("models", help=f"comma-separated, of {', '.join(zoo_models())}")]
+
+
+def run(job: Job) -> None:
+    names = job.args.models.split(",")
     reasons = _Reasons()
     logger = logging.getLogger("torch._inductor.runtime.triton_heuristics")
     logger.setLevel(logging.INFO)
@@ -48,7 +49,7 @@ def main() -> None:
     if os.environ.get("JCC_FIXES"):
         from jupyter_compile_cache.torch_adapter import kernel_load_fixes
 
-        print("applied:", [p.name for p in kernel_load_fixes.cache_load_patches(print)])
+        job.note(f"applied: {[p.name for p in kernel_load_fixes.cache_load_patches(print)]}")
     namespace = {"torch": torch, "T": transformers}
     try:
         import timm
@@ -65,10 +66,11 @@ def main() -> None:
         args = {k: v.cuda() for k, v in eval(inputs, namespace).items()}
         with torch.no_grad():
             first_tensor(torch.compile(model)(**args))
-        print(f"{name}: {sum(reasons.seen.values())} kernels not launched statically")
-        for reason, count in reasons.seen.items():
-            print(f"  {count} x {reason}")
-
-
-if __name__ == "__main__":
-    main()
+        job.keep(**{name: dict(reasons.seen)})
+        rows = [[count, reason] for reason, count in reasons.seen.items()]
+        job.table(
+            ["kernels", "why not launched statically"],
+            rows,
+            title=f"{name}: {sum(reasons.seen.values())} kernels not launched statically",
+            align="rl",
+        )

@@ -36,9 +36,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from benchmarks.harness import Job, option
 from benchmarks.real_work import BUILD, CELLS, SETUP, SIZES
-from benchmarks.report import markdown_table
-from benchmarks.warm_restart import machine
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
 BUILD = {
@@ -341,7 +340,7 @@ def fastest_decile(times: list[float]) -> float:
     return sorted(times)[int(0.1 * (len(times) - 1))]
 
 
-def table(rows: list[dict], gate: float) -> str:
+def table(rows: list[dict], gate: float) -> tuple[list[str], list[list[object]]]:
     headers = [
         "workload", "torch warm, ms/call (median of pairs)", "ours restored", "ours / torch, median",
         "spread (min-max)", "fastest decile, ours / torch (median; spread)", "pairs", "same answers",
@@ -369,49 +368,47 @@ def table(rows: list[dict], gate: float) -> str:
             "yes" if r["same_answers"] else "NO", ", ".join(beyond) or "none",
             f"{tuned['torch']} / {tuned['ours']}", "pass" if r["median_ratio"] <= gate else "FAIL",
         ])  # fmt: skip
-    return markdown_table(headers, lines)
+    return headers, lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--workloads", default=",".join(CELLS), help=f"comma-separated, of {', '.join(CELLS)}")
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=20, help="timed calls per kernel")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed calls per kernel before them")
-    parser.add_argument(
-        "--rounds", type=int, default=1,
+OPTIONS = [
+    option("--size", choices=sorted(SIZES), default="tiny"),
+    option("--device", default="cpu"),
+    option("--workloads", default=",".join(CELLS), help=f"comma-separated, of {', '.join(CELLS)}"),
+    option("--pairs", type=int, default=5),
+    option("--calls", type=int, default=20, help="timed calls per kernel"),
+    option("--warmup", type=int, default=3, help="untimed calls per kernel before them"),
+    option(
+        "--rounds",
+        type=int,
+        default=1,
         help="N > 1: both kernels of a pair alive at once, N batches of --calls each, taking turns",
-    )  # fmt: skip
-    parser.add_argument("--gate", type=float, default=1.02)
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may take")
-    parser.add_argument("--out", help="the result file (JSON)")
-    parser.add_argument(
-        "--settle", type=float, default=0.0, help="then SECONDS idle and the calls again (kept, not in the ratio)"
-    )
-    parser.add_argument(
-        "--pause", type=float, default=0.0, help="SECONDS idle in every kernel before its model is built"
-    )
-    parser.add_argument(
-        "--profile", action="store_true", help="also profile each kernel's calls, and ours' restored cell (kept)"
-    )
-    parser.add_argument("--render", nargs="+", metavar="JSON", help="only print the table of earlier result files")
-    args = parser.parse_args()
+    ),  # fmt: skip
+    option("--gate", type=float, default=1.02),
+    option("--timeout", type=float, default=600.0, help="seconds one cell may take"),
+    option("--settle", type=float, default=0.0, help="then SECONDS idle and the calls again (kept, not in the ratio)"),
+    option("--pause", type=float, default=0.0, help="SECONDS idle in every kernel before its model is built"),
+    option("--profile", action="store_true", help="also profile each kernel's calls, and ours' restored cell (kept)"),
+    option("--render", nargs="+", metavar="JSON", help="only print the table of earlier result files"),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     if args.render:
         for path in args.render:
             with open(path) as f:
                 result = json.load(f)
-            print(f"{path} ({result['machine'].get('gpu') or result['machine'].get('cpu')}):")
-            print(table(result["rows"], result["args"]["gate"]) + "\n")
+            machine = result.get("meta") or result["machine"]
+            title = f"{path} ({machine.get('gpu') or machine.get('cpu')})"
+            job.table(*table(result["rows"], result["args"]["gate"]), title=title)
         return
+    job.meta["device"] = args.device
     rows: list[dict] = []
 
     def keep(*current: dict) -> None:
         """What is measured so far, written out: a run cut short keeps it."""
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump({"machine": machine(args.device), "args": vars(args), "rows": [*rows, *current]}, f, indent=1)
+        job.keep(args=vars(args), rows=[*rows, *current])
 
     with tempfile.TemporaryDirectory(prefix="jcc-steady-") as work:
         for workload in args.workloads.split(","):
@@ -419,10 +416,6 @@ def main() -> None:
                 rows.append(run_workload(workload, args.size, args.device, work, args, keep))
             except (TimeoutError, RuntimeError) as exc:  # one workload failing leaves the others to measure
                 rows.append({"workload": workload, "error": str(exc)[:2000]})
-                print(f"{workload:9s} FAILED: {str(exc).splitlines()[0]}", file=sys.stderr, flush=True)
+                job.say(f"{workload:9s} FAILED: {str(exc).splitlines()[0]}")
             keep()
-    print(table(rows, args.gate))
-
-
-if __name__ == "__main__":
-    main()
+    job.table(*table(rows, args.gate))

@@ -12,7 +12,6 @@ CI's second lane runs (kernel restore, precompile semantics, the model zoo); `gp
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -20,6 +19,8 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+
+from benchmarks.harness import Job, option
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITES = {
@@ -46,13 +47,16 @@ ABOUT = (
 )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", default=sys.executable, help="the environment's python (torch and the package)")
-    parser.add_argument("--suite", choices=sorted(SUITES), default="restore")
-    parser.add_argument("--rerun", metavar="JSON", help="run only the tests that failed in this earlier result")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
+OPTIONS = [
+    option("--python", default=sys.executable, help="the environment's python (torch and the package)"),
+    option("--suite", choices=sorted(SUITES), default="restore"),
+    option("--rerun", metavar="JSON", help="run only the tests that failed in this earlier result"),
+    option("--out", required=True, metavar="FILE.json"),
+]
+
+
+def run(job: Job) -> int:
+    args = job.args
     tests = SUITES[args.suite]
     if args.rerun:
         with open(args.rerun, encoding="utf-8") as f:
@@ -75,13 +79,8 @@ def main() -> int:
         for case in s.iter("testcase")
         if case.find("failure") is not None or case.find("error") is not None
     ]
+    job.meta.update(about)  # the environment that ran the tests, not the harness's
     result = {
-        "meta": {
-            "date": time.strftime("%Y-%m-%d"),
-            "command": "python -m benchmarks torch_versions "
-            + (f"--rerun {args.rerun}" if args.rerun else f"--suite {args.suite}"),
-            **about,
-        },
         "suite": args.suite,
         "tests": len(tests) if args.rerun else None,
         "passed": count["tests"] - count["failures"] - count["errors"] - count["skipped"],
@@ -93,13 +92,6 @@ def main() -> int:
         if about["precompile"]
         else "FX graph, AOTAutograd and kernels, with Dynamo tracing again (no precompile before torch 2.11)",
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-        f.write("\n")
-    print(f"torch {about['torch']}: {result['passed']} passed, {result['failed']} failed in {result['seconds']} s")
+    job.keep(**result)
+    job.note(f"torch {about['torch']}: {result['passed']} passed, {result['failed']} failed in {result['seconds']} s")
     return proc.returncode
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

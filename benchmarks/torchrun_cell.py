@@ -20,8 +20,6 @@ find (its ranks' backend phase took 2 s more than in the runs after it).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import shutil
@@ -30,8 +28,8 @@ import sys
 import tempfile
 import time
 
-from benchmarks.report import markdown_table
-from benchmarks.warm_restart import machine, template_ready
+from benchmarks.harness import Job, option
+from benchmarks.warm_restart import template_ready
 from benchmarks.worker_processes import TRAIN
 from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
@@ -58,20 +56,20 @@ def ranks(output: str) -> dict[int, tuple[str, int]]:
     return {int(r): (losses, int(m)) for r, losses, m in found}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument("--out", help="where to write the results as JSON")
-    args = parser.parse_args()
-    import torch
+OPTIONS = [
+    option("--rounds", type=int, default=3),
+    option("--ranks", type=int, default=2),
+    option("--width", type=int, default=256),
+]
 
+
+def run(job: Job) -> None:
+    args = job.args
     work = tempfile.mkdtemp(prefix="jcc-torchrun-cell-")
     script = os.path.join(work, "train.py")
     with open(script, "w", encoding="utf-8") as f:
         f.write(TRAIN)
-    job = f"!{sys.executable} -m torch.distributed.run --standalone --nproc_per_node {args.ranks} {script} 2>&1"
+    torchrun = f"!{sys.executable} -m torch.distributed.run --standalone --nproc_per_node {args.ranks} {script} 2>&1"
     runtime = os.path.join(work, "runtime")
     os.makedirs(runtime, mode=0o700)
     base = {
@@ -84,13 +82,13 @@ def main() -> int:
         return dict(base, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{cache}"))
 
     ours_setup, torch_setup = "import torch\n%load_ext jupyter_compile_cache", "import torch"
-    ours_cell = f"%%compile_cache ddp\n{job}"
+    ours_cell = f"%%compile_cache ddp\n{torchrun}"
     cold_seconds, cold_out = cell_case(env("torch"), ours_setup, ours_cell)
     cold = ranks(cold_out)
-    print(f"cold: {cold_seconds:.2f} s, FX misses {[m for _, m in cold.values()]}", flush=True)
+    job.say(f"cold: {cold_seconds:.2f} s, FX misses {[m for _, m in cold.values()]}")
     # torch's first run on its warm cache still writes what the cold run left to later runs (2 s more, by the
     # ranks' backend phase): its steady state is the run after it, the one compared.
-    print(f"torch's first warm run: {cell_case(env('torch'), torch_setup, job)[0]:.2f} s (not compared)", flush=True)
+    job.say(f"torch's first warm run: {cell_case(env('torch'), torch_setup, torchrun)[0]:.2f} s (not compared)")
     # The template reads TORCHINDUCTOR_CACHE_DIR: its kernels share one dir, emptied before each of them.
     warm_cache = env("warm")["TORCHINDUCTOR_CACHE_DIR"]
     runner = KernelRunner(env("warm"), kernel_cmd=LAUNCHER)  # starts the warm kernel's template
@@ -105,7 +103,7 @@ def main() -> int:
         took = {}
         for case in order:
             if case == "torch_warm":
-                seconds, out = cell_case(env("torch"), torch_setup, job)
+                seconds, out = cell_case(env("torch"), torch_setup, torchrun)
             elif case == "ours_plain":
                 seconds, out = cell_case(env(f"{case}-{i}"), ours_setup, ours_cell)
             else:
@@ -120,28 +118,20 @@ def main() -> int:
                 == {r: losses for r, (losses, _) in cold.items()},
                 "line": line,
             }
-            print(f"round {i + 1} {case}: {seconds:.2f} s {line}", flush=True)
+            job.say(f"round {i + 1} {case}: {seconds:.2f} s {line}")
             for rank, phases in sorted(re.findall(r"RANK (\d+) PHASES (.*)", out)):  # where a difference lies
-                print(f"    rank {rank} (s): {phases}", flush=True)
+                job.say(f"    rank {rank} (s): {phases}")
         results.append(took)
+        job.keep(cold_seconds=cold_seconds, rounds=results)
         for case in cases:
             ratio = took[case]["seconds"] / took["torch_warm"]["seconds"]
             misses = "/".join(str(m) for m in took[case]["fx_misses"].values())
             rows.append([i + 1, case, f"{took[case]['seconds']:.2f}", f"{ratio:.2f}x", misses,
                          took[case]["same_losses"], took[case]["line"][:90]])  # fmt: skip
-    print(f"\ncold cell: {cold_seconds:.2f} s ({args.ranks} ranks, width {args.width})\n")
     headers = ["round", "case", "cell s", "vs torch_warm", "FX misses per rank", "same losses", "our line"]
-    print(markdown_table(headers, rows, "rlrrrll"))
+    title = f"cold cell: {cold_seconds:.2f} s ({args.ranks} ranks, width {args.width})"
+    job.table(headers, rows, title=title, align="rlrrrll")
     for case in cases[1:]:
         ratios = [r[case]["seconds"] / r["torch_warm"]["seconds"] for r in results]
-        print(f"{case}: median {statistics.median(ratios):.2f}x torch's warm cell, {sum(x <= 1.0 for x in ratios)} "
-              f"of {len(ratios)} rounds at or under 1.0x")  # fmt: skip
-    if args.out:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump({"machine": machine(device), "cold_seconds": cold_seconds, "rounds": results}, f, indent=1)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        job.note(f"{case}: median {statistics.median(ratios):.2f}x torch's warm cell, {sum(x <= 1.0 for x in ratios)} "
+                 f"of {len(ratios)} rounds at or under 1.0x")  # fmt: skip

@@ -28,16 +28,13 @@ restart + Run All, timed from the restart request to the last cell's reply. Medi
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -69,21 +66,6 @@ VARIANTS = {
         "%%compile_cache restart-bench --quiet\n" + CALL.format(call="torch.compile(model)(x)"),
     ),
 }
-
-
-def machine(device: str) -> dict:
-    """What a result file says of the run: when, on which device, CPU, torch and Python."""
-    import torch
-
-    return {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "device": device,
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
 
 
 def template_ready(env: dict[str, str]) -> bool:
@@ -272,22 +254,25 @@ def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dic
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--pause", type=float, default=10.0, help="seconds between one Run All and the restart")
-    parser.add_argument("--only", nargs="*", default=list(VARIANTS))
-    parser.add_argument("--out", default=None)
-    parser.add_argument(
+OPTIONS = [
+    option("--device", default="cpu"),
+    option("--rounds", type=int, default=3),
+    option("--pause", type=float, default=10.0, help="seconds between one Run All and the restart"),
+    option("--only", nargs="*", default=list(VARIANTS)),
+    option(
         "--ready",
         choices=("nudge", "wait_for_ready"),
         default="nudge",
         help="when a restarted kernel is ready: the server's check (default), or jupyter_client's wait_for_ready",
-    )
-    args = parser.parse_args()
+    ),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     global READY
     READY = args.ready
+    job.meta |= {"device": args.device, "rounds": args.rounds, "pause_s": args.pause, "ready": args.ready}
 
     from jupyter_compile_cache.kernels.warm_kernel import install_kernel_spec
 
@@ -297,8 +282,9 @@ def main() -> int:
         os.environ["JUPYTER_PATH"] = os.path.join(work, "prefix", "share", "jupyter")
         results = {}
         for name in args.only:
-            print(f"{name}:", flush=True)
+            job.say(f"{name}:")
             results[name] = measure(name, args.device, args.rounds, args.pause, work)
+            job.keep(results=results)
     base = results.get("plain_eager", {}).get("median_s")
     headers = [
         "variant", "restart + Run All (median s)", "/ plain eager", "restart (old kernel's exit)",
@@ -313,22 +299,12 @@ def main() -> int:
         rows.append([
             name, f"{r['median_s']:.2f}", ratio, restart, f"{info:.2f}", *(f"{s:.2f}" for s in median_round["cells_s"]),
         ])  # fmt: skip
-    print("\n" + markdown_table(headers, rows))
+    job.table(headers, rows, align="lrrrrrrr")
     if READY == "wait_for_ready":
-        print("(kernel_info reply: here when wait_for_ready returned, its 0.2 s of quiet IOPub included)")
+        job.note("(kernel_info reply: here when wait_for_ready returned, its 0.2 s of quiet IOPub included)")
     for name in ("ours_warm", "ours_raw"):
         if results.get(name, {}).get("template_ready_s"):
             ready = [round(s, 2) for s in results[name]["template_ready_s"]]
-            print(f"\n{name}: template ready after (s, per round): {ready}")
+            job.note(f"{name}: template ready after (s, per round): {ready}")
     if results.get("ours_warm") and results.get("ours_raw"):
-        print(f"ours_raw / ours_warm: {results['ours_raw']['median_s'] / results['ours_warm']['median_s']:.2f}x")
-    meta = {**machine(args.device), "rounds": args.rounds, "pause_s": args.pause, "ready": args.ready}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "results": results}, f, indent=1)
-        print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        job.note(f"ours_raw / ours_warm: {results['ours_raw']['median_s'] / results['ours_warm']['median_s']:.2f}x")

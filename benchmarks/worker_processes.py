@@ -28,8 +28,6 @@ carrying precompiled entries into the ranks can save, and the precompile entries
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import statistics
@@ -39,8 +37,7 @@ import tempfile
 import time
 from collections import Counter
 
-from benchmarks.report import markdown_table
-from benchmarks.warm_restart import machine
+from benchmarks.harness import Job, option
 from jupyter_compile_cache.storage.store import LocalStore
 
 TRAIN = """
@@ -98,7 +95,9 @@ dist.destroy_process_group()
 """
 
 
-def run(command: list[str], env: dict[str, str], label: str = "") -> tuple[float, dict[int, tuple[str, int]], str]:
+def run_command(
+    command: list[str], env: dict[str, str], label: str = ""
+) -> tuple[float, dict[int, tuple[str, int]], str]:
     """COMMAND's wall time, each rank's (losses, FX-graph misses), and its stderr; with LABEL the time is printed, and
     the ranks' own seconds (to their first step, and the steps) beside it."""
     start = time.perf_counter()
@@ -138,7 +137,7 @@ def row(
     script = os.path.join(work, "train.py")
     with open(script, "w") as f:
         f.write(TRAIN)
-    job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), script]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks), script]
     ours = [sys.executable, "-m", "jupyter_compile_cache", "run", "bench", "--no-hub", "--store"]
     # `ours_carried`: the same with precompile carried into the ranks, from a bundle of its own
     carry = [sys.executable, "-m", "jupyter_compile_cache", "run", "bench", "--no-hub", "--precompile-processes"]
@@ -157,38 +156,40 @@ def row(
         return dict(base, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, f"cache-{ranks}-{mode}-{name}"))
 
     out = {}
-    out["cold"] = run(job, env("torch"), f"{ranks} rank(s) cold")
+    out["cold"] = run_command(torchrun, env("torch"), f"{ranks} rank(s) cold")
     torch_files = [_files(env("torch")["TORCHINDUCTOR_CACHE_DIR"])]
-    out["torch_warm"] = run(job, env("torch"), f"{ranks} rank(s) torch_warm")
+    out["torch_warm"] = run_command(torchrun, env("torch"), f"{ranks} rank(s) torch_warm")
     torch_files.append(_files(env("torch")["TORCHINDUCTOR_CACHE_DIR"]))
     store = os.path.join(work, f"store-{ranks}-{mode}")
-    out["ours_cold"] = run([*ours, store, "--", *job], env("ours-a"), f"{ranks} rank(s) ours_cold")
-    out["ours"] = run([*ours, store, "--", *job], env("ours-b"), f"{ranks} rank(s) ours")
+    out["ours_cold"] = run_command([*ours, store, "--", *torchrun], env("ours-a"), f"{ranks} rank(s) ours_cold")
+    out["ours"] = run_command([*ours, store, "--", *torchrun], env("ours-b"), f"{ranks} rank(s) ours")
     versions_after_ours = len(LocalStore(store).versions("bench"))
     carried_store = os.path.join(work, f"store-{ranks}-{mode}-carried")
 
     def command(case: str, i: int) -> tuple[list[str], dict[str, str]]:
         if case == "torch_warm":
-            return job, env("torch")
+            return torchrun, env("torch")
         if case == "ours":
-            return [*ours, store, "--", *job], env(f"ours-r{i}")
-        return [*carry, "--store", carried_store, "--", *job], env(f"carried-r{i}")
+            return [*ours, store, "--", *torchrun], env(f"ours-r{i}")
+        return [*carry, "--store", carried_store, "--", *torchrun], env(f"carried-r{i}")
 
     cases = ["torch_warm", "ours"]
     if carried:
         cases.append("ours_carried")
-        out["ours_carried_cold"] = run(*command("ours_carried", -1), f"{ranks} rank(s) ours_carried_cold")
-        out["ours_carried"] = run(*command("ours_carried", 0), f"{ranks} rank(s) ours_carried")
+        out["ours_carried_cold"] = run_command(*command("ours_carried", -1), f"{ranks} rank(s) ours_carried_cold")
+        out["ours_carried"] = run_command(*command("ours_carried", 0), f"{ranks} rank(s) ours_carried")
     # More rounds of torch's warm run and ours restored (each on a new empty dir), the order turning each round:
-    # they differ by less than one job's spread from run to run, so one round shows nothing.
+    # they differ by less than one torchrun's spread from run to run, so one round shows nothing.
     rounds = [{case: out[case][0] for case in cases}]
     for i in range(1, repeat):
         order = cases[i % len(cases) :] + cases[: i % len(cases)]
-        took = {case: run(*command(case, i), f"{ranks} rank(s) {case}, round {i + 1}/{repeat}") for case in order}
+        took = {
+            case: run_command(*command(case, i), f"{ranks} rank(s) {case}, round {i + 1}/{repeat}") for case in order
+        }
         rounds.append({case: took[case][0] for case in cases})
         assert all(m == 0 for case in cases[1:] for _, m in took[case][1].values()), took  # every rank restored
-    if again:  # once more on another empty dir: does a restored job's saving end after one time?
-        out["ours_again"] = run([*ours, store, "--", *job], env("ours-c"), f"{ranks} rank(s) ours_again")
+    if again:  # once more on another empty dir: does a restored torchrun's saving end after one time?
+        out["ours_again"] = run_command([*ours, store, "--", *torchrun], env("ours-c"), f"{ranks} rank(s) ours_again")
     # What a restored job saved anew, if it did: the members of the newest version that the one before lacks.
     versions = LocalStore(store).versions("bench")
     new_members = (
@@ -232,40 +233,38 @@ def row(
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--width", type=int, default=256)
-    parser.add_argument(
-        "--mode", default="", help="torch.compile's mode (max-autotune: a job whose compile is most of its time)"
-    )
-    parser.add_argument("--layers", type=int, default=4, help="layers; other than 4, each of a distinct width")
-    parser.add_argument("--compile-step", action="store_true", help="compile the AdamW step too")
-    parser.add_argument("--again", action="store_true", help="restore once more, on another empty dir")
-    parser.add_argument(
+OPTIONS = [
+    option("--ranks", type=int, nargs="+", default=[1, 2, 4]),
+    option("--width", type=int, default=256),
+    option("--mode", default="", help="torch.compile's mode (max-autotune: a job whose compile is most of its time)"),
+    option("--layers", type=int, default=4, help="layers; other than 4, each of a distinct width"),
+    option("--compile-step", action="store_true", help="compile the AdamW step too"),
+    option("--again", action="store_true", help="restore once more, on another empty dir"),
+    option(
         "--precompile-processes",
         action="store_true",
         help="one more case, ours_carried: ours with --precompile-processes (the ranks load precompile entries too)",
-    )
-    parser.add_argument("--no-ddp", action="store_true", help="each rank trains its compiled model alone, no DDP")
-    parser.add_argument(
-        "--repeat", type=int, default=1, help="rounds of torch warm and ours restored, the order turning"
-    )
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    ),
+    option("--no-ddp", action="store_true", help="each rank trains its compiled model alone, no DDP"),
+    option("--repeat", type=int, default=1, help="rounds of torch warm and ours restored, the order turning"),
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     import torch
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    meta = {**machine(device), "gpus": torch.cuda.device_count(), "width": args.width, "mode": args.mode}
-    meta.update(layers=args.layers, compile_step=args.compile_step, precompile_processes=args.precompile_processes)
-    meta.update(ddp=not args.no_ddp)
-    results: dict = {"rows": {}, "meta": meta}
+    job.meta |= {"device": "cuda" if torch.cuda.is_available() else "cpu", "gpus": torch.cuda.device_count()}
+    job.meta |= {"width": args.width, "mode": args.mode, "layers": args.layers, "compile_step": args.compile_step}
+    job.meta |= {"precompile_processes": args.precompile_processes, "ddp": not args.no_ddp}
+    results: dict = {"rows": {}}
     with tempfile.TemporaryDirectory(prefix="worker-processes-") as work:
         for n in args.ranks:
             results["rows"][n] = row(
                 n, work, args.width, args.mode, args.again, args.layers, args.compile_step, args.repeat,
                 args.precompile_processes, not args.no_ddp,
             )  # fmt: skip
+            job.keep(**results)
     carried = args.precompile_processes
     headers = [
         "ranks", "cold s", "torch warm s", "ours cold s", "ours restored s", "ours / torch warm", "ours / cold",
@@ -284,7 +283,7 @@ def main() -> int:
         if carried:
             mine = r["ours_carried"]["seconds"]
             rows[-1] += [f"{mine:.2f}", f"{mine / warm:.2f}x", f"{mine / cold:.2f}x"]
-    print("\n" + markdown_table(headers, rows))
+    job.table(headers, rows)
     if args.repeat > 1:
         paired = []
         for n, r in results["rows"].items():
@@ -296,13 +295,4 @@ def main() -> int:
                     f"**{statistics.median(ratios):.3f}x**", f"{min(ratios):.3f}-{max(ratios):.3f}",
                 ])  # fmt: skip
         headers = ["ranks", "case", "rounds", "torch warm s (median)", "restored s (median)", "/ torch warm, per round"]
-        print("\n" + markdown_table([*headers, "median", "spread (min-max)"], paired))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-        print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        job.table([*headers, "median", "spread (min-max)"], paired)

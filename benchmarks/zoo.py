@@ -33,7 +33,7 @@ import tempfile
 import time
 from typing import Any
 
-from benchmarks.report import markdown_table
+from benchmarks.harness import Job, option
 from tests.helpers.zoo_models import first_tensor, zoo_models  # the models of tests/end_to_end/test_model_zoo.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -179,7 +179,7 @@ def restore_path(row: dict) -> str:
     return f"{path}; {row['graphs_traced']} graphs traced (AOT/FX {hits} hit, {misses} miss)"
 
 
-def table(rows: list[dict]) -> str:
+def table(job: Job, rows: list[dict]) -> None:
     by = {(r["model"], r["case"]): r for r in rows}
     models = list(dict.fromkeys(r["model"] for r in rows))
     heads = ["model", "eager s", "torch cold s", "torch warm s", "ours cold s", "ours restored s", "restore s"]
@@ -197,8 +197,8 @@ def table(rows: list[dict]) -> str:
             m, *(f"{case['first_call_s']:.3f}" for case in (eager, cold, warm, ours_cold, ours)),
             f"{ours['restore_s']:.3f}", f"{ours['first_call_s'] / eager['first_call_s']:.2f}x", used, same,
         ])  # fmt: skip
-    lines = [markdown_table(heads, cells), ""]
-    lines.append("Files a restored first call wrote (work done again), and whether the cold cell's bundle lacked them:")
+    job.table(heads, cells)
+    lines = ["Files a restored first call wrote (work done again), and whether the cold cell's bundle lacked them:"]
     for m in models:
         ours, cold = by.get((m, "ours")), by.get((m, "ours_cold"))
         if ours and ours.get("files_written_by_call"):
@@ -209,22 +209,24 @@ def table(rows: list[dict]) -> str:
                 f"  {m}: {len(written)} files, {len(set(written) & lacking)} of them written by the cold call but"
                 f" not in its bundle; compiled kernels: {', '.join(kernels) or 'none'}"
             )
-    lines.append("")
-    lines.append("Where a restored first call goes (torch's own phase timings, nested phases overlap):")
+    job.note("\n".join(lines))
+    lines = ["Where a restored first call goes (torch's own phase timings, nested phases overlap):"]
     for m in models:
         ours = by.get((m, "ours"))
         if ours and ours.get("torch_phases_s"):
             top = list(ours["torch_phases_s"].items())[:6]
             lines.append(f"  {m}: " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in top))
-    return "\n".join(lines)
+    job.note("\n".join(lines))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--out", help="write the rows and the table here (JSON)")
-    p.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case in this process
-    args = p.parse_args()
+OPTIONS = [
+    option("--device", default="cpu"),
+    option("--case", help=argparse.SUPPRESS),  # internal: run one case in this process
+]
+
+
+def run(job: Job) -> None:
+    args = job.args
     if args.case:
         print("RESULT " + json.dumps(run_case(args.case, args.device)))
         return
@@ -237,21 +239,10 @@ def main() -> None:
             env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, f"cache-{cache_dir}"))
             env.update(JUPYTER_COMPILE_CACHE_DIR=store, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE)] + sys.path))
             env.pop("JUPYTER_COMPILE_CACHE_HUB", None)
-            print(f"{case}: a fresh process", file=sys.stderr, flush=True)
-            cmd = [sys.executable, "-m", "benchmarks.zoo", "--case", case, "--device", args.device]
+            job.say(f"{case}: a fresh process")
+            cmd = [sys.executable, "-m", "benchmarks", "zoo", "--case", case, "--device", args.device]
             out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
             rows += json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
-    import torch
-
-    text = table(rows)
-    print(text)
-    if args.out:
-        meta = {"torch": torch.__version__, "device": args.device}
-        if args.device.startswith("cuda"):
-            meta["gpu"] = torch.cuda.get_device_name()
-        with open(args.out, "w") as f:
-            json.dump({"meta": meta, "rows": rows, "table": text}, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()
+            job.keep(rows=rows)
+    job.meta["device"] = args.device
+    table(job, rows)

@@ -510,7 +510,7 @@ def render_steady_state(files: list[str], runs: list[dict]) -> str:
     ]
     metas = []
     for name, data in zip(files, runs):
-        m, a = data["machine"], data["args"]
+        m, a = data.get("meta") or data["machine"], data["args"]  # (runs before the harness: "machine")
         pinned = re.search(r"cores_(\d+)_(\d+)", name)
         meta = {key: m.get(key) for key in ("gpu", "device", "cpu", "cores", "torch", "date")}
         meta["command"] = (
