@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,17 +73,6 @@ class SettingRefused(BaseException):
 
     def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
         return [f"UsageError: {self}"]
-
-
-def _seconds(raw: str, kind: type) -> float:
-    """RAW as a number of seconds of KIND: a ttl (int) may be 0 (no expiry), a timeout (float) must be positive."""
-    try:
-        value = kind(raw)
-    except ValueError:
-        value = -1
-    if not math.isfinite(value) or value < 0 or (value == 0 and kind is float):
-        raise ValueError(f"not a number of seconds: {raw!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -166,121 +156,37 @@ class CompileCache(Configurable):
             unchanged = ", ".join(f"{section}.{name} stays {value!r}" for name, value in before.items())
             raise SettingRefused(f"{exc}; {unchanged}" if unchanged else str(exc)) from None
 
-    @default("store_dir")
-    def _default_store_dir(self) -> str:
-        return default_store_dir()
-
-    @default("hub")
-    def _default_hub(self) -> str:
-        value = os.environ.get(ENV["hub"], "").strip()
-        if value in ("", "off"):
-            return ""
+    def _from_environment(self, name: str) -> Any:
+        """NAME's default: its environment variable's value, checked, or the fallback (a bad value is said once)."""
+        raw, fallback = os.environ.get(ENV[name], "").strip(), FALLBACKS[name]
         try:
-            return check_url(value)
+            return CHECKS[name](raw) if raw else fallback
         except ValueError as exc:
-            self.env_problems.append(EnvProblem(ENV["hub"], str(exc), None))
-            return ""
-
-    @default("namespace")
-    def _default_namespace(self) -> str:
-        value = os.environ.get(ENV["namespace"], "").strip()
-        try:
-            return check_namespace(value) if value else "default"
-        except ValueError as exc:
-            self.env_problems.append(EnvProblem(ENV["namespace"], str(exc), "'default'"))
-            return "default"
-
-    @default("secret")
-    def _default_secret(self) -> str:
-        return os.environ.get(ENV["secret"], "")
-
-    @default("hub_ttl")
-    def _default_hub_ttl(self) -> int:
-        return int(self._env_number("hub_ttl", 0, int))
-
-    @default("hub_connect_timeout")
-    def _default_hub_connect_timeout(self) -> float:
-        return self._env_number("hub_connect_timeout", 2.0, float)
-
-    @default("hub_timeout")
-    def _default_hub_timeout(self) -> float:
-        return self._env_number("hub_timeout", 10.0, float)
-
-    @default("max_size")
-    def _default_max_size(self) -> str:
-        return self._env_size("max_size", "20G")
-
-    @default("hub_chunk_size")
-    def _default_hub_chunk_size(self) -> str:
-        return self._env_size("hub_chunk_size", "4M")
-
-    def _env_size(self, name: str, fallback: str) -> str:
-        value = os.environ.get(ENV[name], "").strip()
-        if not value:
-            return fallback
-        try:
-            _SIZE_CHECKS[name](value)
-            return value
-        except ValueError as exc:
-            self.env_problems.append(EnvProblem(ENV[name], str(exc), fallback))
+            using = "on" if fallback is True else str(fallback) if fallback != "" else None
+            self.env_problems.append(EnvProblem(ENV[name], str(exc), using))
             return fallback
 
-    @default("precompile")
-    def _default_precompile(self) -> bool:
-        return self._env_bool("precompile")
-
-    @default("prewarm")
-    def _default_prewarm(self) -> bool:
-        return self._env_bool("prewarm")
+    # traitlets registers a dynamic default per name, at the class's creation
+    _default_store_dir = default("store_dir")(lambda self: default_store_dir())  # (reads its variable itself)
+    _default_hub = default("hub")(lambda self: self._from_environment("hub"))
+    _default_namespace = default("namespace")(lambda self: self._from_environment("namespace"))
+    _default_secret = default("secret")(lambda self: os.environ.get(ENV["secret"], ""))
+    _default_hub_ttl = default("hub_ttl")(lambda self: self._from_environment("hub_ttl"))
+    _default_connect = default("hub_connect_timeout")(lambda self: self._from_environment("hub_connect_timeout"))
+    _default_hub_timeout = default("hub_timeout")(lambda self: self._from_environment("hub_timeout"))
+    _default_hub_chunk_size = default("hub_chunk_size")(lambda self: self._from_environment("hub_chunk_size"))
+    _default_max_size = default("max_size")(lambda self: self._from_environment("max_size"))
+    _default_precompile = default("precompile")(lambda self: self._from_environment("precompile"))
+    _default_prewarm = default("prewarm")(lambda self: self._from_environment("prewarm"))
 
     # Every message names the setting: IPython's %config logs only the message of a refused value.
-    @validate("hub")
-    def _check_hub(self, proposal: dict[str, Any]) -> str:
-        value = proposal["value"].strip()
-        if value in ("", "off"):
-            return ""
-        try:
-            return check_url(value)
-        except ValueError as exc:
-            raise TraitError(f"CompileCache.hub: {exc}") from None
-
-    @validate("namespace")
-    def _check_namespace(self, proposal: dict[str, Any]) -> str:
-        try:
-            return check_namespace(proposal["value"])
-        except ValueError as exc:
-            raise TraitError(f"CompileCache.namespace: {exc}") from None
-
-    @validate("max_size", "hub_chunk_size")
-    def _check_size(self, proposal: dict[str, Any]) -> str:
+    @validate(*ENV)
+    def _check(self, proposal: dict[str, Any]) -> Any:
         name = proposal["trait"].name
         try:
-            _SIZE_CHECKS[name](proposal["value"])
+            return CHECKS[name](proposal["value"])
         except ValueError as exc:
             raise TraitError(f"CompileCache.{name}: {exc}") from None
-        return proposal["value"]
-
-    @validate("store_dir")
-    def _check_store_dir(self, proposal: dict[str, Any]) -> str:
-        value = proposal["value"]
-        if not value.strip() or "\x00" in value:
-            raise TraitError(f"CompileCache.store_dir: not a directory path: {value!r}")
-        return value
-
-    @validate("hub_ttl")
-    def _check_ttl(self, proposal: dict[str, Any]) -> int:
-        if proposal["value"] < 0:
-            raise TraitError(f"CompileCache.hub_ttl: must be 0 (no expiry) or more seconds, not {proposal['value']}")
-        return proposal["value"]
-
-    @validate("hub_connect_timeout", "hub_timeout")
-    def _check_timeout(self, proposal: dict[str, Any]) -> float:
-        value = proposal["value"]
-        if not (math.isfinite(value) and value > 0):
-            raise TraitError(
-                f"CompileCache.{proposal['trait'].name}: must be a positive number of seconds, not {value}"
-            )
-        return value
 
     @property
     def max_bytes(self) -> int:
@@ -289,22 +195,6 @@ class CompileCache(Configurable):
     @property
     def hub_chunk_bytes(self) -> int:
         return parse_size(self.hub_chunk_size)
-
-    def _env_number(self, name: str, fallback: float, kind: type) -> float:
-        raw = os.environ.get(ENV[name], "").strip()
-        try:
-            return _seconds(raw, kind) if raw else fallback
-        except ValueError as exc:
-            self.env_problems.append(EnvProblem(ENV[name], str(exc), str(fallback)))
-            return fallback
-
-    def _env_bool(self, name: str) -> bool:
-        raw = os.environ.get(ENV[name], "").strip()
-        try:
-            return parse_bool(raw) if raw else True
-        except ValueError as exc:
-            self.env_problems.append(EnvProblem(ENV[name], str(exc), "on"))
-            return True
 
     def origin(self, name: str) -> str:
         """Where NAME's value in force came from: "config" (`%config`, ipython_config.py), "set" (since start-up:
@@ -325,11 +215,70 @@ class CompileCache(Configurable):
         return values
 
 
-def _check_chunk_size(text: str) -> int:
-    size = parse_size(text)
-    if not MIN_CHUNK <= size <= MAX_CHUNK:
-        raise ValueError(f"a chunk is 256K to 64M, not {text!r}")
-    return size
+def _hub(value: str) -> str:
+    value = value.strip()
+    return "" if value in ("", "off") else check_url(value)
 
 
-_SIZE_CHECKS = {"max_size": parse_size, "hub_chunk_size": _check_chunk_size}
+def _directory(value: str) -> str:
+    if not value.strip() or "\x00" in value:
+        raise ValueError(f"not a directory path: {value!r}")
+    return value
+
+
+def _size(value: str) -> str:
+    parse_size(value)
+    return value
+
+
+def _chunk_size(value: str) -> str:
+    if not MIN_CHUNK <= parse_size(value) <= MAX_CHUNK:
+        raise ValueError(f"a chunk is 256K to 64M, not {value!r}")
+    return value
+
+
+def _seconds(kind: type, least: str) -> Callable[[Any], Any]:
+    """A number of seconds of KIND (from the environment's text too): a ttl (int) may be 0, a timeout must not."""
+
+    def check(value: Any) -> Any:
+        try:
+            seconds = kind(value)
+        except ValueError:
+            seconds = -1
+        if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and kind is float):
+            raise ValueError(f"must be {least}, not {value!r}")
+        return seconds
+
+    return check
+
+
+def _bool(value: Any) -> bool:
+    return value if isinstance(value, bool) else parse_bool(value)
+
+
+# Each setting's check, for its environment variable's text and for a value set (%config, the API): the value to
+# use, or a ValueError saying why not; and the value its variable falls back to when unset or refused.
+CHECKS: dict[str, Callable[[Any], Any]] = {
+    "store_dir": _directory,
+    "hub": _hub,
+    "namespace": check_namespace,
+    "secret": str,
+    "hub_ttl": _seconds(int, "0 (no expiry) or more seconds"),
+    "hub_connect_timeout": _seconds(float, "a positive number of seconds"),
+    "hub_timeout": _seconds(float, "a positive number of seconds"),
+    "hub_chunk_size": _chunk_size,
+    "max_size": _size,
+    "precompile": _bool,
+    "prewarm": _bool,
+}
+FALLBACKS: dict[str, Any] = {
+    "hub": "",
+    "namespace": "default",
+    "hub_ttl": 0,
+    "hub_connect_timeout": 2.0,
+    "hub_timeout": 10.0,
+    "hub_chunk_size": "4M",
+    "max_size": "20G",
+    "precompile": True,
+    "prewarm": True,
+}
