@@ -5,7 +5,8 @@ module: restore and lease (restore_stage.py: after the kernel's own fetch of NAM
 store then the hub; if nothing fits, the hub policy's single flight), compiler ready (the prewarm joined), run
 (run_stage.py: the body under `capture.CellCapture`, with one `CellSnapshot` of torch's counters), record
 (record_stage.py) and save (save_stage.py: the local store, then the hub policy's push), and one ending
-(`SaveStage.end`). Which of them a cell runs is its `CellPlan`, made first: a cell that compiles nothing while
+(`SaveStage.end`). The stages share one record, the `Cell`: what it was asked (`CellOptions`), its `CellPlan`, made
+first, and the report it fills in. Which stages a cell runs is its plan: a cell that compiles nothing while
 torch's compiler is still loading, with nothing to restore, runs at once without the stages; one that does not
 compile in this process (eager code, processes it starts) runs them without waiting for the compiler; a block whose
 processes do the compiling (`!torchrun`; `restore_beside_body`: the CLI's `run`) restores from the local store
