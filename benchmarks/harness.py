@@ -154,7 +154,6 @@ def run(name: str, module: ModuleType, argv: list[str]) -> int:
     code = module.run(job)
     if job.tables or job.notes:
         print(f"\n{job.markdown()}")
-    if job.out and (job.data or job.tables or job.notes):
-        job._write()
+    if job.out and (job.data or job.tables or job.notes):  # (written at each keep, table and note)
         print(f"\nwrote {job.out}", file=sys.stderr)
     return code if isinstance(code, int) else 0

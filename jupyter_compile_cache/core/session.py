@@ -143,7 +143,7 @@ class CompileCacheSession(StoreSession):
         """Restore NAME, run the block, save what it compiled. Used by the magic and usable from scripts: the stages
         of the module docstring, in order. A failure of ours before the body lets it run as plain torch.compile
         would; one after it leaves the cell's result standing: either is told, never raised."""
-        cell = self._plan(name, options or CellOptions())
+        cell = self._new_cell(name, options or CellOptions())
         with contextlib.ExitStack() as ending:
             ending.callback(setattr, self.guard, "find_elsewhere", None)
             undo = ending.enter_context(contextlib.ExitStack())  # torch's switch, the lease: at the end, or at once
@@ -162,8 +162,8 @@ class CompileCacheSession(StoreSession):
                 yield cell.report
             self._record(cell, watched, carried)
 
-    def _plan(self, name: str, opts: CellOptions) -> Cell:
-        """NAME checked, and how its cell runs."""
+    def _new_cell(self, name: str, opts: CellOptions) -> Cell:
+        """NAME checked, its cell's plan made, and its report begun."""
         name = check_name(name)
         loading = self._compiles_nothing(opts) and not (opts.restore and name in self.store(opts.store_dir).names())
         deferred = not loading and self._compiles_elsewhere(opts)
