@@ -168,11 +168,8 @@ class HubPolicy:
         self._tell(HubRefusal(hub.display_url, str(exc), exc.action), report)
 
     def state(self, force: bool = False, ping: bool = True) -> HubState:
-        """The session's hub: redacted URL, namespace, cluster or not, reachable or not, latency.
-
-        A hub found down in the last minute is not pinged again unless `force`d (`%compile_cache hub status`).
-        `ping` False asks nothing of the hub (reachable None unless it failed a moment ago): the panel after a cell.
-        """
+        """The session's hub: redacted URL, namespace, kind, reachable or not, latency. A hub found down in the last
+        minute is not pinged again unless `force`d; `ping` False asks nothing of it (the panel after a cell)."""
         config = hub_config(self.settings)
         if config is None:
             return HubState()

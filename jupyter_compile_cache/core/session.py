@@ -1,19 +1,15 @@
 """The cell flow behind `%%compile_cache`: restore before a cell, watch it, save after it.
 
 One `CompileCacheSession` lives in each kernel (`get_session`). `cell` runs a cell's stages in order, each in its
-module: restore and lease (restore_stage.py: after the kernel's own fetch of NAME, the one bundle search, the local
-store then the hub; if nothing fits, the hub policy's single flight), compiler ready (the prewarm joined), run
-(run_stage.py: the body under `capture.CellCapture`, with one `CellSnapshot` of torch's counters), record
-(record_stage.py) and save (save_stage.py: the local store, then the hub policy's push), and one ending
-(`SaveStage.end`). The stages share one record, the `Cell`: what it was asked (`CellOptions`), its `CellPlan`, made
-first, and the report it fills in. Which stages a cell runs is its plan: a cell that compiles nothing while
-torch's compiler is still loading, with nothing to restore, runs at once without the stages; one that does not
-compile in this process (eager code, processes it starts) runs them without waiting for the compiler; a block whose
-processes do the compiling (`!torchrun`; `restore_beside_body`: the CLI's `run`) restores from the local store
-beside their start. What a stage switches on (torch's precompile switch, NAME's lease, the worker processes' hook) is
-undone on one `ExitStack`: at the cell's end, or at once where ours stands aside. Nothing here raises into the
-user's cell except the user's own exception: store and hub failures become warnings, and the cell's result stands.
-What the front ends show and manage besides cells (status, list, explain, stats, gc...) is commands.py.
+module, around one record, the `Cell` (its `CellOptions`, its `CellPlan`, the report it fills in): restore and lease
+(restore_stage.py: the one bundle search, local store then hub; if nothing fits, the hub's single flight), compiler
+ready, run (run_stage.py: the body watched, torch's counters snapshotted), record (record_stage.py) and save
+(save_stage.py: the local store, then the push). The plan decides which stages run: a cell that compiles nothing
+while the compiler loads, with nothing to restore, runs at once; one that does not compile here runs them without
+waiting for the compiler; one whose processes compile (`!torchrun`; the CLI's `run`) restores beside their start.
+What a stage switches on (precompile, NAME's lease, the processes' hook) is undone on one `ExitStack`. Nothing here
+raises into the cell but the user's own exception: store and hub failures become warnings. The commands besides
+cells are commands.py.
 """
 
 from __future__ import annotations
@@ -322,11 +318,9 @@ class CompileCacheSession(StoreSession):
             self.hub_policy.point_torch_at(hub, report)
 
     def _compiles_nothing(self, opts: CellOptions) -> bool:
-        """A magic's cell while torch's compiler is still loading, whose body does not look like it compiles, and no
-        hub for it (the caller checks the local store for its name). Waiting for the compiler gains it nothing (what
-        does not compile has nothing to save): it runs at once, without a snapshot of torch's counters or a save.
-        Should it compile after all (through code out of the cell's sight), that is said; plain torch.compile ran
-        it."""
+        """A magic's cell while torch's compiler is still loading, whose body does not look like it compiles, with no
+        hub (the caller checks the local store for its name): it runs at once, without a snapshot or a save (what does
+        not compile has nothing to save). Should it compile after all, that is said; plain torch.compile ran it."""
         if opts.body is None or compiler.may_compile(opts.body) or self.prewarm.loading() is None:
             return False
         return self.hub_policy.for_cell(opts) is None

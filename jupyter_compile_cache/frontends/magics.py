@@ -123,11 +123,9 @@ class CompileCacheMagics(Magics):
             return self._run_body(cell)
 
     def _run_body(self, cell: str) -> Any:
-        """Run the cell like IPython does (so its exception propagates unchanged, once); return the last expression.
-
-        The source is registered with IPython's compiler cache, so `inspect.getsource` (which Dynamo uses) works
-        for functions and classes the cell defines.
-        """
+        """Run the cell as IPython does (its exception propagates unchanged, once); return the last expression. The
+        source is registered with IPython's compiler cache, so `inspect.getsource` (which Dynamo uses) finds the cell's
+        code."""
         __tracebackhide__ = True  # noqa: F841
         shell: Any = self.shell
         source = shell.transform_cell(cell)

@@ -40,11 +40,9 @@ def quiet_below(quiet_cores: float = QUIET_CORES) -> float:
 def wait_for_a_quiet_machine(
     quiet_cores: float = QUIET_CORES, quiet_for: float = QUIET_FOR, most: float = QUIET_WAIT_MAX
 ) -> float:
-    """Seconds waited until the machine has used less than `quiet_cores` cores for `quiet_for` seconds (at most
-    `most`). SCHED_IDLE alone is not enough: where the CPUs are hyperthreads of one core, as on small cloud
-    machines, a warm-up on the "idle" sibling still slows the kernel that started it, so it waits for that kernel's
-    first cells to end. A machine with a whole core (two CPUs) left over counts as quiet too: the warm-up runs there,
-    and a many-core host whose background use never falls to `quiet_cores` does not wait `most` for it."""
+    """Seconds waited until the machine has used less than `quiet_cores` cores for `quiet_for` seconds (at most `most`).
+    SCHED_IDLE alone is not enough where the CPUs are hyperthreads of one core: a warm-up on the "idle" sibling still
+    slows the kernel that started it. A whole core (two CPUs) left over counts as quiet too."""
     start = time.monotonic()
     previous = cpu_times()
     quiet_cores = quiet_below(quiet_cores)

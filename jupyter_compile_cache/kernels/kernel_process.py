@@ -1,16 +1,12 @@
-"""The kernel's side of a launch: a process that becomes a kernel for a launcher that stands in for it.
+"""The kernel's side of a launch: a child forked from a warm template (template.py), or a cold process the launcher
+starts when no template fits (`python -m jupyter_compile_cache.kernels.kernel_process FD`, its end of a socket pair).
 
-Two kinds of process become kernels here: a child forked from a warm template (template.py), and a cold process
-the launcher starts when no template fits (`python -m jupyter_compile_cache.kernels.kernel_process FD`, its end of a
-socket pair as FD). Both receive one `KernelRequest` from the launcher (protocol.py), with the launcher's stdin,
-stdout and stderr; both then look like a fresh `python -m ipykernel_launcher ARGS` started where and how the
-launcher was: the launch's whole environment, working directory, umask and niceness, new standard streams,
-Python's, NumPy's and torch's random states as a fresh process has them. They answer with their pid, run the
-kernel in this process, and send back "exit CODE" once its exit handlers ran (the user's, IPython's history,
-ipykernel closing its sockets), so the launcher ends at once and the interpreter's finalization (seconds after
-torch.compile) goes on at the lowest priority, off the next kernel's path. The connection stays open as the
-kernel's tie to its launcher: if it closes first (the front end killed the launcher), the kernel's process group is
-killed with it.
+Both receive one `KernelRequest` (protocol.py) with the launcher's standard streams, and become what a fresh `python -m
+ipykernel_launcher ARGS` started there would be: the launch's environment, working directory, umask and niceness,
+Python's, NumPy's and torch's random states as a fresh process has them. They answer with their pid, run the kernel,
+and send "exit CODE" once its exit handlers ran, so the launcher ends at once and the interpreter's finalization goes
+on at the lowest priority, off the next kernel's path. If the connection closes first (the front end killed the
+launcher), the kernel's process group is killed with it.
 """
 
 from __future__ import annotations

@@ -1,23 +1,18 @@
-"""The warm kernel's launcher: the kernel spec's argv, run by every front end at every kernel start.
+"""The warm kernel's launcher: the kernel spec's argv (`python -m jupyter_compile_cache.kernels.launcher -f
+{connection_file}`), which JupyterLab, Notebook 7, nbclient, papermill and VS Code run at every kernel start. It:
 
-`install-kernel` writes a spec whose argv is `python -m jupyter_compile_cache.kernels.launcher -f {connection_file}`.
-JupyterLab, Notebook 7, nbclient and papermill (through jupyter_client) and VS Code (which runs the argv itself) all
-run it. The launcher:
-
-- asks this user's warm templates (template.py) for a kernel: the first that fits the launch (template_fit.py)
-  forks one, with the launcher's streams, environment and working directory;
-- or, with none that fits or answers, starts the kernel cold in a child process, and starts a template for the
-  launches that follow (detached: no kernel's child; at most one being made per environment);
-- either way stands in for the kernel: it forwards SIGINT (the front end's interrupt), SIGTERM and SIGHUP to it,
-  exits with the kernel's exit code as soon as the kernel's exit handlers ran (an `os._exit(N)` or a signal that
-  skipped them is told by the kernel's parent: the template, or this launcher for a cold kernel), and if the front
-  end kills the launcher, the kernel's process group is killed with it (kernel_process.py);
+- asks this user's warm templates (template.py) for a kernel: the first that fits the launch (template_fit.py) forks
+  one, with the launcher's streams, environment and working directory;
+- or, with none that fits or answers, starts the kernel cold in a child process, and starts a detached template for
+  the launches that follow (at most one being made per environment);
+- either way stands in for the kernel: forwards SIGINT, SIGTERM and SIGHUP to it, exits with its exit code as soon
+  as its exit handlers ran, and takes the kernel's process group with it if the front end kills the launcher
+  (kernel_process.py);
 - writes how the kernel started next to its connection file (kernel_start.py).
 
-JUPYTER_COMPILE_CACHE_TEMPLATE=0 in the kernel's environment makes the launcher become a plain ipykernel (`exec`,
-no stand-in, no template); so does a system without fork and Unix sockets that carry file descriptors (Windows;
-macOS, where forking a process that loaded system frameworks is unsafe). This module runs on every kernel start:
-it must stay light (no torch, no jupyter_client).
+JUPYTER_COMPILE_CACHE_TEMPLATE=0, or a system without fork and Unix sockets that carry file descriptors (Windows;
+macOS, where forking a process that loaded system frameworks is unsafe), makes it a plain ipykernel (`exec`). It
+runs on every kernel start: it must stay light (no torch, no jupyter_client).
 """
 
 from __future__ import annotations

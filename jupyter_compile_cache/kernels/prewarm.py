@@ -3,23 +3,15 @@
 Importing Dynamo and Inductor, hashing torch's and Triton's files and probing the CPU's vector ISAs are per-process
 work that no cache can hold (measured in docs/how_it_works.md). `%load_ext` starts them in a background thread.
 
-Importing the same modules from two threads at once can trip over torch's circular imports, so a cell that
-looks like it compiles in this process first waits for the imports to finish, and a cell on a GPU machine also for
-the hashes its Triton kernels' keys need. Any other cell (eager code, data loading, a cell that starts processes,
-which import the compiler for themselves) starts at once; should it compile after all, `torch.compile` waits for the
-imports first (`first_compile_gate`, while they run), and only then is the wait told. A `%%compile_cache` cell that
-has nothing to restore and does not look like it compiles runs without the cache around it. The ISA probe goes on
-in the background: a GPU model never needs it, and a CPU compile that asks first simply computes it. On a machine
-without a GPU no cell waits for
-the hashes (only a fresh compile or an FX-graph lookup needs them, and computes them itself), so they are taken
-only once the kernel has been idle for a moment: hashing beside a running cell took a core and the GIL from it
-(restored code right after its cell ran several times slower on 2 cores). On a GPU machine the probe waits for such
-a moment likewise, and runs at the lowest CPU priority: it starts a Python that imports torch per ISA, which took
-CPU from the launches of restored GPU code for 20 s after its cell. On a CPU machine a compiling cell waits for the
-probe, so there it keeps the usual priority. In a kernel forked from a warm
-template all of it was done before the kernel started: nothing is left to wait for. A script (`cell()` without
-IPython, which says when cells run) never has such a moment: there the work no cell waits for is left to torch,
-which does it when a compile needs it, instead of a thread that took a core and the GIL from the script's calls.
+Two threads importing the same modules can trip over torch's circular imports, so a cell that looks like it compiles
+waits for the imports (on a GPU machine, also for the hashes its Triton kernels' keys need). Any other cell (eager
+code, one that starts processes, which import the compiler for themselves) starts at once; should it compile after
+all, `torch.compile` waits at `first_compile_gate`, and the wait is told. A `%%compile_cache` cell with nothing to
+restore that does not look like it compiles runs without the cache around it. Work no cell waits for (the hashes on
+a CPU machine, the ISA probe on a GPU one, at the lowest CPU priority there) waits until the kernel has been idle for
+a moment: beside a running cell it took a core and the GIL from it. On a CPU machine a compiling cell waits for the
+probe, which keeps the usual priority. A kernel forked from a warm template has all of it done; a script (`cell()`
+without IPython, which never idles) leaves that work to torch, which does it when a compile needs it.
 `CompileCache.prewarm = False` (or JUPYTER_COMPILE_CACHE_PREWARM=0) turns this off.
 """
 
@@ -84,12 +76,11 @@ class Prewarm:
         return time.perf_counter() - self.started
 
     def run_here(self, gpu: bool | None = None, idle_work: bool | None = None) -> None:
-        """The work, in the calling thread (the background thread's body; a warm template calls it directly). After
-        the imports, what the cells here need first goes first: on a GPU machine the file hashes every Triton
-        kernel's key needs (a cell that found them unfinished would compute them again beside this thread: 2.5 s of
-        hashing on an H100, both threads slower for it), on a CPU-only one the ISA probe its C++ kernels need. `gpu`
-        says which without asking CUDA (a warm template must not: asking starts NVML's thread). The rest waits for
-        an idle moment, where cells are followed (`idle_work`, by default whether they are: a template says yes)."""
+        """The work, in the calling thread (the background thread's body; a warm template calls it directly). After the
+        imports, what cells here need first goes first: on a GPU machine the file hashes every Triton kernel's key needs
+        (a cell would otherwise compute them again beside this thread), on a CPU-only one the ISA probe. `gpu` says
+        which without asking CUDA (that starts NVML's thread in a template). The rest waits for an idle moment where
+        cells are followed (`idle_work`)."""
         start = time.perf_counter()
         gate = None
         try:

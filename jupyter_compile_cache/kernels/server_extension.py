@@ -1,18 +1,11 @@
-"""Templates ready before the first kernel: a Jupyter server extension.
+"""Templates ready before the first kernel: a Jupyter server extension
+(`jupyter server extension enable jupyter_compile_cache`).
 
-Enable it once, and the Jupyter server (JupyterLab, Notebook 7) starts a warm template for every installed warm
-kernel spec as it starts, so that even the day's first kernel is forked instead of cold::
-
-    jupyter server extension enable jupyter_compile_cache
-
-For each kernel spec whose argv runs the launcher, the server runs that argv's Python with `-m
-jupyter_compile_cache.kernels.launcher --template-only`, in the environment the spec's kernels get (the server's,
-with the spec's `env`): it starts a template for that environment unless one fits already, and exits. The server is
-the template's holder, so the template exits soon after the server does (or after its idle time). Nothing here
-waits: the server starts as fast as without it, and a template that cannot warm up only means a cold first kernel,
-told by its launcher.
-
-This module runs inside the Jupyter server: it must not import torch.
+As the Jupyter server starts, for each kernel spec whose argv runs the launcher, it runs that argv's Python with `-m
+jupyter_compile_cache.kernels.launcher --template-only` in the environment the spec's kernels get: a template starts
+for that environment unless one fits already, and the day's first kernel is forked too. The server is the template's
+holder: the template exits soon after it. Nothing here waits, and a template that cannot warm up only means a cold
+first kernel, told by its launcher. This module runs inside the Jupyter server: it must not import torch.
 """
 
 from __future__ import annotations

@@ -1,36 +1,24 @@
 """A warm template: a process that has imported torch, its compiler and ipykernel, and forks kernels.
 
-Started by a launcher (launcher.py) that found no template fitting its launch, detached, with that launch's
-environment (less its per-launch variables) and this user's private runtime folder as its working directory:
+Started detached by a launcher (launcher.py) that found no template fitting its launch, with that launch's
+environment (less its per-launch variables), in this user's private runtime folder:
 `python -m jupyter_compile_cache.kernels.template HOLDER_PID LAUNCH_KEY`. It:
 
-1. waits for the machine to be quiet for a moment (at most JUPYTER_COMPILE_CACHE_TEMPLATE_QUIET_WAIT seconds,
-   default 60; 0 where the machine's own use never falls), then warms up, in a thread the OS runs only on an
-   otherwise idle CPU (so a kernel running cells beside it, such as the one whose launch started it, is never
-   slowed): imports ipykernel, torch, Dynamo and Inductor, hashes torch's and Triton's files, probes the CPU's
-   vector ISAs and makes the C++ header checks kernels of this installation made (header_calls.py; again when a
-   kernel keeps new ones), recording every environment variable it reads (template_fit.py). It never touches CUDA
-   (`PYTORCH_NVML_BASED_CUDA_CHECK=1` while it imports: torch asks NVML, not the CUDA runtime, whether a GPU is
-   there) and never runs a torch operation on the CPU (an OpenMP thread pool does not survive a fork);
+1. waits for a quiet machine (at most JUPYTER_COMPILE_CACHE_TEMPLATE_QUIET_WAIT seconds, idle_cpu.py), then warms up
+   on otherwise idle CPU: ipykernel, torch, Dynamo and Inductor, the file hashes, the CPU's ISA probe and the header
+   checks kernels of this installation made (header_calls.py), recording every environment variable it reads
+   (template_fit.py). It never touches CUDA (`PYTORCH_NVML_BASED_CUDA_CHECK=1` while it imports) and runs no torch
+   operation on the CPU (an OpenMP thread pool does not survive a fork);
 2. says what it fits in `<runtime dir>/<name>.json` and listens on `<name>.sock` beside it;
-3. for each launcher that connects (this user's only), forks a child that becomes the kernel (kernel_process.py).
-   Before every fork it checks what would make a child differ from a fresh kernel, or hang: a thread started
-   since torch's import (an OpenMP or BLAS pool, a ZeroMQ context), CUDA initialized, its installed files changed
-   (a `pip install -U`), a file in the launch's folder that would shadow a module it imported. The first three
-   retire it; each refusal is answered, and the launcher starts that kernel cold.
+3. forks, for each launcher of this user that connects, a child that becomes the kernel (kernel_process.py), after
+   checking what would make a child differ from a fresh kernel, or hang (a thread started since torch's import, CUDA
+   initialized, its installed files changed, a file in the launch's folder shadowing a module it imported). Each
+   refusal is answered, and the launcher starts that kernel cold.
 
-It retires when it has not forked for JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE seconds (default 3600),
-JUPYTER_COMPILE_CACHE_TEMPLATE_GRACE seconds (default 600) after the last of the processes that launched kernels from
-it (the Jupyter server, VS Code, a script running notebooks) ended (the next run of such a script, minutes later, is
-forked too; `%compile_cache config` says its memory), when a newer template
-replaces it (at most JUPYTER_COMPILE_CACHE_TEMPLATES per user, default 3), and at SIGTERM: it forks no more, and
-exits once the kernels it forked have ended (it is their parent: it tells their launchers how each ended). A second
-SIGTERM, or SIGKILL, ends it at once. A warm-up that fails leaves its reason in the folder; the next launch prints
-it once.
-
-The hash seed of `str` is the one thing a child keeps from its template that a fresh process would draw anew: it
-is fixed at interpreter start. Set PYTHONHASHSEED in the kernel's environment where hashes must differ between
-kernels (it selects its own template then).
+When it retires (idle, its launchers gone for a grace, replaced, SIGTERM; docs/reference.md has the settings) it
+forks no more and exits once the kernels it forked have ended: it is their parent, and tells their launchers how each
+ended. A warm-up that fails leaves its reason in the folder; the next launch prints it once. The hash seed of `str`
+is the one thing a child keeps from its template: set PYTHONHASHSEED where hashes must differ between kernels.
 """
 
 from __future__ import annotations
@@ -106,12 +94,10 @@ def native_threads() -> set[str]:
 
 
 def warm_up(headers: Replayer | None = None) -> tuple[set[str], dict[str, str]]:
-    """Import and compute what a kernel's start and its first compiled cell would, without CUDA and without a torch
-    operation (`headers`: the header checks kernels of this installation made, made here too). Returns the OS
-    threads once it is done: any thread beyond them at a fork was started by something that must not be forked
-    (fails if the warm-up itself left one running beyond those of torch's import); and the environment variables
-    the kernel's imports set (debugpy sets PYDEVD_USE_FRAME_EVAL), which a fresh kernel has from its start: a
-    forked one gets them on top of its launch's environment."""
+    """Import and compute what a kernel's start and its first compiled cell would, without CUDA or a torch operation
+    (`headers`: this installation's kernels' header checks, made here too). Returns the OS threads once done (any thread
+    beyond them at a fork was started by something that must not be forked) and the environment variables the kernel's
+    imports set (debugpy's PYDEVD_USE_FRAME_EVAL), which a forked kernel gets on top of its launch's."""
     import importlib
 
     before = dict(os.environ)
@@ -141,11 +127,9 @@ def warm_up(headers: Replayer | None = None) -> tuple[set[str], dict[str, str]]:
 
 
 def settled_threads(baseline: set[str], timeout: float = SETTLE_SECONDS) -> str | None:
-    """Wait for native threads started since `baseline` to end (a library's helper threads may take a moment);
-    a description of those still running after `timeout` seconds, or None. The CUDA driver's own thread
-    ("cuda..."), which importing Inductor starts on a GPU host without initializing torch's CUDA, is allowed:
-    measured on an H100, children forked beside it run CUDA and CPU work right; an OpenMP pool's threads carry the
-    process's name and are not."""
+    """Wait for native threads started since `baseline` to end (a library's helper threads may take a moment); a
+    description of those still running after `timeout` seconds, or None. The CUDA driver's own thread ("cuda..."), which
+    importing Inductor starts on a GPU host, is allowed: forked children run CUDA and CPU work right beside it."""
     deadline = time.monotonic() + timeout
     while True:
         extra = {tid for tid in native_threads() - baseline if not _thread_name(tid).startswith("cuda")}

@@ -1,20 +1,11 @@
-"""Which warm template a kernel launch may be forked from.
-
-A child forked from a template is a fresh kernel only if nothing the template imported or computed while it warmed
-up would have come out differently in that launch. So a template fits a launch when:
-
-- it runs the same Python with the same installed files (`install_stamp`: the interpreter, every distribution's
-  metadata in the site folders, this package's own files; a `pip install -U` changes it), and
-- every environment variable that could have steered its warm-up has the launch's value (unset counts as a
-  value). Those are the variables the warm-up read through `os.environ` (recorded while it ran:
-  `EnvironReads`), and those read by native code when a library loads, which no recorder sees: CPython's
-  `PYTHON*`, the dynamic loader's `LD_*`, the C library's locale and time zone, the OpenMP and BLAS runtimes, CUDA,
-  torch's and Triton's C++ (`TORCH_*`, `PYTORCH_*`, `TRITON_*`), named in `NATIVE_NAMES` / `NATIVE_PREFIXES` after
-  reading their sources.
-
-Per-launch variables (`JPY_*`: the server's pid, the notebook's path) never select a template: the child simply
-gets them, with the rest of the launch's environment. Everything here is light: the launcher runs it on every
-kernel start.
+"""Which warm template a kernel launch may be forked from: one whose warm-up would have come out the same in that
+launch. That is, it runs the same Python with the same installed files (`install_stamp`: the interpreter, every
+distribution's metadata in the site folders, this package's own files), and every environment variable that could
+have steered its warm-up has the launch's value (unset counts as a value): those it read through `os.environ`
+(`EnvironReads`), and those native code reads when a library loads (CPython's `PYTHON*`, the loader's `LD_*`, the
+locale and time zone, the OpenMP and BLAS runtimes, CUDA, torch's and Triton's C++: `NATIVE_NAMES` and
+`NATIVE_PREFIXES`, named after reading their sources). Per-launch variables (`JPY_*`) never select a template: the
+child gets them. Everything here is light: the launcher runs it on every kernel start.
 """
 
 from __future__ import annotations

@@ -4,18 +4,13 @@ Install the kernel spec once, then pick "Python 3 (compile cache, warm)" in Jupy
 
     jupyter-compile-cache install-kernel [--name NAME] [--display-name TEXT] [--user | --sys-prefix | --prefix DIR]
 
-Its argv runs launcher.py, which every front end runs at every kernel start (jupyter_client's and VS Code's alike):
-the first start is cold and starts a warm template (template.py) for this environment; every later start, a
-restart, another notebook or several kernels at once, is a child forked from it in a fraction of a second: a
-fresh kernel (its own pid, the launch's environment, folder and streams, no variables, no CUDA context, the
-extension not loaded), only without the seconds of imports. A launch that no template fits (another environment,
-torch upgraded), or a template that died, means a cold start, never a failed one, and a template for next time.
-
-`%compile_cache status` says how the kernel started. Cost: one template per environment, idle, holding what
-torch's import holds (its pages shared with the kernels forked from it); it exits after an idle hour
-(JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE seconds) and with the front ends that used it. JUPYTER_COMPILE_CACHE_TEMPLATE=0
-in the kernel's environment turns it off. `jupyter server extension enable jupyter_compile_cache` has the Jupyter
-server start the templates as it starts, so the first kernel is forked too (server_extension.py).
+Its argv runs launcher.py at every kernel start: the first is cold and starts a warm template (template.py) for this
+environment; every later start (a restart, another notebook, several kernels at once) is a child forked from it in a
+fraction of a second, a fresh kernel without the seconds of imports. A launch no template fits (another environment,
+torch upgraded) starts cold, never fails, and gets a template for next time. `%compile_cache status` says how the
+kernel started. A template is idle between starts, its pages shared with its kernels; it exits after an idle hour
+(JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE) and with the front ends that used it; JUPYTER_COMPILE_CACHE_TEMPLATE=0 turns it
+off. `jupyter server extension enable jupyter_compile_cache` starts templates with the server (server_extension.py).
 
 This module runs inside the Jupyter server: it must not import torch.
 """

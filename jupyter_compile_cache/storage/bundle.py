@@ -221,12 +221,8 @@ def write_pack(
 ) -> tuple[list[Member], str, int]:
     """Write `files` ({member name: path on disk}) as a pack into the file `out`; returns (members, payload sha256,
     bytes). Each file is copied on a worker thread and hashed as it lies in the pack: what is hashed is what was
-    written.
-
-    Files gone before the save starts are skipped: torch may prune its cache concurrently and a missing entry only
-    costs a hit. A file that changes size while we copy it (written in place by someone) fails the save.
-    `progress(done, total)`: bytes written, of all.
-    """
+    written. A file gone before the save starts is skipped (torch may prune its cache: it only costs a hit); one that
+    changes size while copied fails the save. `progress(done, total)`: bytes written, of all."""
     names = sorted(files)
     for name in names:
         check_member_name(name)
@@ -272,12 +268,9 @@ def extract(
     progress: Callable[[int, int], None] | None = None,
     place_as: Callable[[str], str] | None = None,
 ) -> list[str]:
-    """Verify and restore a payload into the cache roots; returns the paths written. `progress(done, total)`:
-    the bytes of files restored so far, of all. `place_as(member)`: the member name to write it as (another version's
-    entries go beside torch's own); the name it gives is checked like a member's.
-
-    Raises UnsafeBundle or DamagedBundle and writes nothing visible if anything is off.
-    """
+    """Verify and restore a payload into the cache roots; returns the paths written (`progress(done, total)`: bytes
+    restored, of all; `place_as(member)`: the name to write it as, checked like a member's). Raises UnsafeBundle or
+    DamagedBundle, writing nothing visible, if anything is off."""
     expected = {}
     for m in manifest.members:
         check_member_name(m.name)
@@ -433,12 +426,9 @@ _CPU_KERNEL_MARKERS = (b"cpp_pybinding", b"async_compile.cpp(", b"CppPythonBindi
 
 
 def classify(members: Iterable[Member], files: Mapping[str, str] | None = None) -> tuple[bool, bool]:
-    """(uses_gpu, uses_cpu_kernels) of a bundle: decides which fingerprint fields must match.
-
-    CPU kernels are recognised by the generated wrapper modules that load them (when `files` gives their paths),
-    not by `.so` files alone: torch also leaves its CPU ISA probe programs in the cache dir, and those must not
-    make a GPU bundle look CPU-bound.
-    """
+    """(uses_gpu, uses_cpu_kernels) of a bundle: which fingerprint fields must match. CPU kernels are recognised by the
+    generated wrapper modules that load them (where `files` gives their paths), not by `.so` files alone: torch's CPU
+    ISA probe programs must not make a GPU bundle look CPU-bound."""
     uses_gpu = uses_cpu = False
     for m in members:
         base = m.name.rsplit("/", 1)[-1]

@@ -211,15 +211,11 @@ class Candidate:
 
 
 class Walk:
-    """NAME's versions, newest first, over `sources` in order (the local store, then the hub): each one that
-    `misfit` lets through and that fetches whole is yielded, already in `store`. The caller installs it, or not,
-    and says how that went: `take` ends the walk with it; `reject` (its payload failed a check while installing)
-    quarantines the local copy and goes on to the next; `give_up` (the cache dir could not take it) ends the walk
-    with nothing. What was passed over, and why, is in `found`.
-
-    `wanted(manifest)` says whether a version is one asked for (None: each is); `misfit(manifest)` the fields on
-    which it cannot restore on this machine (another torch, GPU...: none where it can); `progress(source, manifest)`
-    gives a fetch its progress bar (None: none)."""
+    """NAME's versions, newest first, over `sources` in order (the local store, then the hub): each one `wanted` asks
+    for (None: each), that `misfit` finds no field against (another torch, GPU...) and that fetches whole is yielded,
+    already in `store` (`progress(source, manifest)`: a fetch's progress bar). The caller says how installing it went:
+    `take` ends the walk; `reject` (a check failed) quarantines the local copy and goes on; `give_up` (the cache dir
+    could not take it) ends it with nothing. What was passed over, and why, is in `found`."""
 
     def __init__(
         self,

@@ -201,11 +201,10 @@ class LocalStore:
 
     @contextlib.contextmanager
     def receive(self, manifest: Manifest) -> Iterator[IO[bytes]]:
-        """A file for the payload of `manifest` as it arrives (a hub pull writes each verified chunk at its place):
-        a temp file beside its final place, committed when the block ends and the payload checks out, gone if it
-        does not or the block raises. A format 1 payload is hashed whole; a format 2 one is hashed member by member
-        on every restore, so here only its length is checked. A payload larger than the free space is refused before
-        a byte is written (a hostile manifest's sizes would fill the disk)."""
+        """A file for the payload of `manifest` as it arrives (a hub pull writes each verified chunk at its place),
+        beside its final place: committed when the block ends and the payload checks out (a format 1 payload hashed
+        whole; a format 2 one only its length, its members are hashed on every restore), gone otherwise. A payload
+        larger than the free space is refused before a byte is written (a hostile manifest's sizes would fill it)."""
         fd, tmp = self._temp_payload(manifest)
         free = shutil.disk_usage(os.path.dirname(tmp)).free
         if manifest.payload_bytes > free:

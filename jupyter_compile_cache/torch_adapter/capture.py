@@ -210,12 +210,8 @@ def _string_of(node: Any, known: dict[str, str]) -> str | None:
 
 
 def _isa_probe_programs(paths: set[str]) -> set[str]:
-    """torch's CPU ISA probe programs (written by whichever thread probes first, maybe during a cell).
-
-    They are not kernels and are rebuilt per machine by the prewarm thread (or kept in the toolchain bundle).
-    Each probe source is one of the `*_code` snippets of torch's ISA classes, written verbatim to
-    `<xx>/<key>.cpp` and built into `<key>.so` beside it.
-    """
+    """torch's CPU ISA probe programs (each `*_code` snippet of torch's ISA classes as `<xx>/<key>.cpp`, built into
+    `<key>.so` beside it): not kernels, rebuilt per machine by the prewarm thread or kept in the toolchain bundle."""
     if not any(path.endswith(".cpp") for path in paths):  # nothing to look at: torch's compiler not imported for it
         return set()
     probes = probe_snippets()
@@ -262,15 +258,11 @@ class CellFiles:
         return out
 
     def compiled_new(self, layer_counts: dict[str, dict[str, int]], frames: int, restored: bool = False) -> bool:
-        """Whether the cell compiled anything new; `frames`: the frames Dynamo compiled in this process;
-        `restored`: whether a bundle was restored for it.
-
-        In this process: a graph loaded from a cache still writes files (torch emits the Triton kernels bundled in
-        a precompile or FX entry), so new files only count when some graph layer missed. In the processes the cell
-        started (torchrun's ranks, a launcher's workers), whose counters are out of sight: files at paths no process
-        had written before, since a rank that loads a graph from the caches finds its files where they were. After a
-        restore, only a new graph entry counts there: torch re-tunes Triton kernels at run time (coordinate descent
-        builds new variants in its own warm cache too), which is no new work to bundle."""
+        """Whether the cell compiled anything new (`frames`: the frames Dynamo compiled here; `restored`: whether a
+        bundle was restored for it). Here, new files count only where some graph layer missed (a cache hit still writes
+        the Triton kernels it bundles). In the processes the cell started, whose counters are out of sight: files at
+        paths no process had written before; after a restore only a new graph entry counts there, since torch re-tunes
+        kernels at run time."""
         if sum(n for layer_name, n in self.new_by_layer.items() if layer_name != "pgo") == 0:
             return False
         lookups = sum(  # not "written": files another process wrote are no lookup of this one's

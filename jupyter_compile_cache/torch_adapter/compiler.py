@@ -115,12 +115,9 @@ def cuda_available() -> bool:
 
 # -- warming up (kernels/prewarm.py runs these off the cell's path) -----------------------------------------------
 def import_compiler() -> None:
-    """Import Dynamo and Inductor, and what Inductor's C++ builder imports when a compiled graph is loaded
-    (setuptools and Cython, through cpp_extension).
-
-    On a machine without a GPU, a CUDA build of torch (PyPI's default) logs "No CUDA runtime is found, using
-    CUDA_HOME=..." as cpp_extension is imported: in a kernel it landed in whichever cell ran then. Nothing can use
-    CUDA there and C++ kernels for the CPU do not need it, so that one line is left out while these imports run."""
+    """Import Dynamo and Inductor, and what Inductor's C++ builder imports to load a compiled graph (setuptools and
+    Cython, through cpp_extension), without the "No CUDA runtime is found" line a CUDA build of torch logs there on a
+    machine without a GPU (it landed in whichever cell ran then; nothing there can use CUDA)."""
     import logging
 
     class NoCudaRuntimeNote(logging.Filter):
@@ -170,13 +167,9 @@ def can_probe_cpu() -> bool:
 
 
 def probe_cpu(aside: bool = False) -> None:
-    """torch probes each vector ISA in turn, each in a child process; probe them side by side, then let torch pick.
-
-    Each `bool(isa)` fills torch's own per-ISA cache, so the `pick_vec_isa()` that follows finds every answer.
-    Only ISAs the CPU advertises are probed, as torch itself does. `aside`: no cell waits for the answer, so each
-    probe runs at the lowest CPU priority (`_probe_aside`); a probe a compiling cell waits for keeps the usual one,
-    or a busy machine would starve the cell's wait.
-    """
+    """torch probes each vector ISA in turn, each in a child process: probe those the CPU advertises side by side,
+    filling torch's per-ISA cache, then let `pick_vec_isa()` pick. `aside`: no cell waits for the answer, so each probe
+    runs at the lowest CPU priority; one a compiling cell waits for keeps the usual one."""
     from concurrent.futures import ThreadPoolExecutor
 
     from torch._inductor import cpu_vec_isa
@@ -288,13 +281,9 @@ def fallback_count() -> int:
 
 # -- background workers ---------------------------------------------------------------------------------------
 def stop_compile_workers() -> None:
-    """Shut down inductor's compile-worker pools (and reap the sidecar) if this process started any.
-
-    torch's graceful pool shutdown waits about a second for the sidecar to stop its own workers, out of the ~2.5 s
-    jupyter_client gives a kernel to exit. The kernel is going away, so the sidecar and its workers are killed
-    first; torch's shutdown then reaps the sidecar at once, and the workers, orphaned, are no longer this kernel's
-    children.
-    """
+    """Shut down inductor's compile-worker pools (and reap the sidecar) if this process started any. torch's graceful
+    shutdown waits about a second for the sidecar, of the ~2.5 s jupyter_client gives a kernel to exit: the kernel is
+    going away, so the sidecar and its workers are killed first, and torch reaps the sidecar at once."""
     async_compile = sys.modules.get("torch._inductor.async_compile")
     shutdown = getattr(async_compile, "shutdown_compile_workers", None)
     if shutdown is None:

@@ -1,16 +1,11 @@
 """What Dynamo remembers of a compiled function's input sizes, saved beside its precompile entry.
 
-Plain torch.compile remembers, for each function it traces, the sizes each input had (automatic dynamic shapes):
-when a later call brings another size, it compiles a graph with that dimension dynamic. A function restored
-through precompile is never traced in the new kernel, so that memory starts empty there, and its first recompile
-traces a static graph the cold kernel never compiled: a miss. Seen with a static-cache decode loop: the restored
-kernel compiled the prefill of a prompt of another length afresh, where the cold kernel had made it dynamic.
-
-So each saved precompile entry carries the function's memory (`jcc_frame_sizes`, torch's own `CodeState`), and a
-restored function gets it back at its first call, before anything can recompile: the restored kernel then
-compiles what the cold one compiled. torch keeps this memory on disk itself (PGO, `code_state_*.pkl`) only when
-`torch.compiler.config.job_id` is set, and keys it by a hash that changes with every process for functions with a
-closure (HF's forward is a decorator's wrapper); we key it by the precompile entry instead.
+Plain torch.compile remembers the sizes each input of a traced function had (automatic dynamic shapes), and compiles
+a dynamic graph when a later call brings another size. A function restored through precompile is never traced, so
+that memory started empty and its first recompile traced a static graph the cold kernel never compiled: a miss (the
+prefill of a prompt of another length, in a static-cache decode loop). So each saved entry carries the function's
+memory (`jcc_frame_sizes`, torch's own `CodeState`), given back at its first call. torch keeps it on disk itself (PGO)
+only with a `job_id`, keyed by a hash that changes per process for functions with a closure; we key it by the entry.
 """
 
 from __future__ import annotations

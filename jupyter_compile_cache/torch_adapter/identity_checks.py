@@ -267,12 +267,10 @@ def sha(data: bytes) -> str:
 def identity_check(
     values: dict[str, Any], deferred: dict[str, str], runtime_globals: dict[str, Any]
 ) -> tuple[Any, list[str]]:
-    """One guard function: every dropped guard's source still names the object verified for it. The objects of
-    `deferred` sources are verified against their digests the first time the guard runs, in the frame's scope,
-    and bound then; if one differs, the guard fails from then on.
-
-    It runs on every call of the restored entry: a part two sources share (`L['self']._modules['model']`) is
-    evaluated once per call, as torch's guard tree does, and each clause stops the check at its first mismatch."""
+    """One guard function: every dropped guard's source still names the object verified for it (`deferred` sources'
+    objects verified against their digests at the guard's first run, in the frame's scope, and bound then; one that
+    differs fails the guard from then on). It runs at every call of the restored entry: a part two sources share is
+    evaluated once per call, as in torch's guard tree, and each clause stops the check at its first mismatch."""
     env: dict[str, Any] = {**_closure_vars(), "G": runtime_globals, "___jcc_pending": bool(deferred)}
     targets = []
     for i, (source, value) in enumerate(values.items()):

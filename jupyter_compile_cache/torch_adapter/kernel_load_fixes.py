@@ -55,19 +55,11 @@ def _once(warn: Callable[[LoadFixTrouble], None]) -> Callable[[LoadFix, Exceptio
 
 
 def _long_kernel_name_patch(tell: Callable[[LoadFix, Exception], None]) -> list[Patch]:
-    """Let a Triton kernel whose name is longer than Triton's cache file names be launched statically.
-
-    Triton names a kernel's cache files after the first 150 characters of its name. torch (2.11 and 2.13, at least)
-    looks for the binary under the whole name, does not find it ("Bypassing StaticallyLaunchedCudaKernel due to
-    Cubin path not found") and saves the kernel for Triton's own launcher. Every restore then loads it through
-    Triton's compiler, and at times compiles it again: HF T5 on the H100 has five such kernels, about 1 s of its
-    1.8 s restored first call. Inductor names a kernel after the operations it fuses, so such names are common.
-
-    We give the binary the name torch looks for (a hard link beside it) before torch's check. Compile workers run
-    that check in their own processes, where our patch is not: the parent checks their long-named kernels again
-    when it takes them. Nothing about what a kernel computes changes, only how it is launched and saved; where
-    anything goes wrong, torch's way is kept.
-    """
+    """Let a Triton kernel whose name is longer than Triton's cache file names (its first 150 characters) be
+    launched statically: torch looked for the binary under the whole name, did not find it, and saved the kernel for
+    Triton's compiler to load at every restore (docs/how_it_works.md). The binary gets the name torch looks for (a
+    hard link) before torch's check; the parent checks again the long-named kernels its compile workers (where the
+    patch is not) built. Only how a kernel is launched and saved changes; on any failure torch's way is kept."""
     heuristics = _triton_heuristics()
     if heuristics is None:
         return []
@@ -168,23 +160,12 @@ def _triton_heuristics() -> types.ModuleType | None:
 
 
 def _recheck_autotune_patch(tell: Callable[[LoadFix, Exception], None]) -> list[Patch]:
-    """Give a Triton kernel loaded from the FX graph cache its autotune result back.
-
-    A kernel loaded from the FX graph cache ("static autotuner", pickled when it was compiled) keeps the path of
-    its source file in the cache dir it was compiled in, and looks for its `.best_config` beside that path. A bundle
-    restored into another cache dir (another kernel's temporary dir, a colleague's home) has its `.best_config` in
-    this cache dir, so torch misses it, benchmarks the kernel's configs again at its first call (5 kernels of a
-    restored 1.1 B `generate` on an H200) and saves the result into the old dir, re-creating it. The path is moved
-    into this cache dir first (`in_this_cache_dir`), where a compile here would have put it.
-
-    With `coordinate_descent_tuning` (on under max-autotune), each Triton kernel is tuned at its first run and the
-    result saved in its `.best_config` file. A kernel loaded from the FX graph cache ("static autotuner") rechecks
-    that file, but torch 2.11 only takes the cached config when the kernel was compiled with more than one, and drops
-    its `found_by_coordesc` mark when it is one of the compiled ones. Either way the kernel is tuned again at its
-    first call: 2.6-11 s of a max-autotune transformer's first restored call on an H100, which kernels depending on
-    the timing noise of the cold run's tuning (torch's own warm cache pays the same). torch 2.13 takes the cached
-    config in both cases; this is its method, for the torch versions that still have the old one.
-    """
+    """Give a Triton kernel loaded from the FX graph cache its autotune result back. It looks for its `.best_config`
+    beside its source's path in the cache dir it was compiled in: restored into another cache dir, it was tuned again
+    at its first call and wrote into the old dir. The path is moved into this cache dir first (`in_this_cache_dir`).
+    And torch before 2.13 took a coordinate-descent result only for a kernel compiled with several configs, and
+    dropped its `found_by_coordesc` mark: tuned again (seconds of a max-autotune first call). `backport` is 2.13's
+    method, for the versions that still have the old one."""
     heuristics = _triton_heuristics()
     if heuristics is None:
         return []

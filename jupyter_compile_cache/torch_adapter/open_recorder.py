@@ -1,17 +1,13 @@
 """Which files a cell opens, and how many processes it starts, while it runs.
 
-The functions of the standard library that open a file or start a process are wrapped for exactly as long as a
-cell is recorded, then put back. An audit hook (`sys.addaudithook`) would see the same events, but it cannot be
-removed: CPython would then build and hand it every audited event of the kernel's life, in and out of our cells
-(each `id()`, each class a pickle loads), and a deep copy makes one per object.
+The standard library's functions that open a file or start a process are wrapped for exactly as long as a cell is
+recorded (an audit hook would see the same events, but cannot be removed, and CPython would build every audited event
+of the kernel's life for it):
 
-Wrapped:
-
-* opens: `open` (builtins and io), `os.open`, and `io.open_code`, through which imports read the wrapper modules
-  torch generates;
-* process starts: `subprocess.Popen`, `os.fork`, `os.forkpty`, `os.posix_spawn[p]`, `os.system`, `os.execv[e]`
-  (the other `os.exec*` and `os.spawn*` call those) and multiprocessing's spawn. Starts made by torch's compiler or
-  Triton for this process's own compiles (a C++ compiler, compile workers) are not counted.
+* opens: `open` (builtins and io), `os.open`, and `io.open_code`, through which imports read torch's generated modules;
+* process starts: `subprocess.Popen`, `os.fork`, `os.forkpty`, `os.posix_spawn[p]`, `os.system`, `os.execv[e]` (the
+  other `os.exec*` and `os.spawn*` call those) and multiprocessing's spawn, less those torch's compiler or Triton make
+  for this process's own compiles.
 
 Files opened in C (`dlopen`, C++ streams) are out of sight here; capture.py finds loaded libraries another way.
 """

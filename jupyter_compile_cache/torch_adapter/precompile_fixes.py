@@ -1,25 +1,10 @@
 """What torch's Dynamo precompile gets wrong on everyday models, put right while precompile is in use.
 
-Each fix replaces one attribute of torch (a `Patch`) and is found by feature detection: a torch without the
-attribute, or where it changed shape, gets no patch. They are applied with the precompile guard, from the first
-`%%compile_cache` cell that uses precompile until `%unload_ext`, and matter only while torch's caching_precompile is
-on, which is only inside such cells. Found on HF transformers and timm models (the zoo of
-tests/end_to_end/test_model_zoo.py):
-
-* AOTAutograd entries are keyed as plain torch.compile keys them (`_aot_key_patch`);
-* the guard-state pickler saves wrapped functions, sources with derived fields and ContextVars
-  (`_guard_state_pickler_patch`, rebuilt by pickling.py);
-* modules that Dynamo's generated code loads as globals are recorded (`_module_global_patch`);
-* a decorated function is recorded under the module whose globals it runs with (`_globals_module_patch`);
-* the no-op Dynamo's bytecode calls to pop a NULL can be pickled (`_pop_null_patch`);
-* a restored entry runs with the CUDA graphs it was compiled with (`_precompile_cudagraphs_patch`);
-* the copies torch keeps of a loaded backend are made by a pickle round trip, not a deep copy
-  (`_record_artifact_patch`, `_loaded_entry_copy_patch`);
-* a graph Inductor did not compile into code (`x + 0` of a global 0: no OutputCode to bundle) is not cached,
-  instead of failing the user's compile (`_unbundlable_graph_patch`);
-* restored entries count towards Dynamo's recompile limit as compiled ones do (`_recompile_limit_patch`).
-
-What precompile drops on purpose (identity guards) is not here: precompile.py gives those back.
+Each fix replaces one attribute of torch (a `Patch`), found by feature detection: a torch without the attribute, or
+where it changed shape, gets no patch. They live as long as the precompile guard (the first `%%compile_cache` cell
+that uses precompile until `%unload_ext`) and matter only while caching_precompile is on: inside such cells. What
+each fixes, and on which models it was found: docs/how_it_works.md. What precompile drops on purpose (identity
+guards) is not here: precompile.py gives those back.
 """
 
 from __future__ import annotations
@@ -65,11 +50,8 @@ def patches() -> list[Patch]:
 
 
 def _unbundlable_graph_patch() -> list[Patch]:
-    """Under precompile torch bundles each compiled graph's code into its AOTAutograd entry, and raised
-    ("expected OutputCode, got <class 'method'>", torch 2.15, the user's `torch.compile(lambda x: x + i)` with a
-    global `i = 0` failing in a `%%compile_cache` cell) when Inductor returned a plain callable for a graph with
-    nothing to compile. Plain torch.compile caches no entry for such a graph either: neither do we, and the graph
-    runs as compiled (its function's precompile entry is then left out by torch, the plain path for it)."""
+    """A graph Inductor compiled into no code (`x + 0` of a global 0) is not cached, as plain torch.compile does:
+    under precompile torch bundled it and raised ("expected OutputCode, got <class 'method'>", torch 2.15)."""
     try:
         from torch._functorch._aot_autograd import graph_compile
         from torch._inductor.output_code import OutputCode
@@ -94,11 +76,8 @@ def _unbundlable_graph_patch() -> list[Patch]:
 
 
 def _recompile_limit_patch() -> list[Patch]:
-    """Count the entries a restore installed on a code object towards Dynamo's recompile limit, as the entries a
-    compile put there count. torch keeps restored entries apart and counts none of them, so a restored kernel
-    compiled past the limit where plain torch.compile stops (32 blocks each compiled with `block.compile()` and told
-    apart by an index: plain torch compiles 8 and runs the rest eagerly; restored, 8 more compiled, a new version
-    saved at every restore)."""
+    """Restored entries count towards Dynamo's recompile limit as compiled ones do: torch counted none, so a
+    restored kernel compiled past the limit where plain torch.compile stops."""
     try:
         from torch._C._dynamo.eval_frame import _debug_get_precompile_entries
         from torch._dynamo import convert_frame
@@ -125,10 +104,9 @@ def _recompile_limit_patch() -> list[Patch]:
 
 
 def _aot_key_patch() -> list[Patch]:
-    """Key AOTAutograd entries as plain torch.compile does. Under precompile torch puts the graph's backend id, a
-    fresh uuid per compile, into the AOTAutograd cache key, so an entry written by a function that is not
-    precompiled (a package bypass, a fallback) can never hit again in another process. The id only tells torch
-    which package a hit is bundled into, and torch takes it from the live config for that, never from the key."""
+    """Key AOTAutograd entries as plain torch.compile does: under precompile the key holds the backend id, a fresh
+    uuid per compile, so a function not precompiled (a bypass, a fallback) never hit again in another process. torch
+    reads the id from the live config, never from the key."""
     try:
         from torch._functorch._aot_autograd import autograd_cache
     except Exception:  # a torch without this module, or one that fails to import it: no patch
@@ -147,31 +125,20 @@ def _aot_key_patch() -> list[Patch]:
 
 
 def _guard_state_pickler_patch() -> list[Patch]:
-    """Save what torch's guard-state pickler gets wrong, so that a restored entry's guards can be rebuilt. The saved
-    objects only serve to rebuild the guards (their types, constants, defaults): the guards read the live objects.
+    """Save what torch's guard-state pickler gets wrong, so that a restored entry's guards can be rebuilt (the saved
+    objects give the guards types, constants and defaults; the guards read the live objects):
 
-    * A function whose qualified name resolves to another object (the wrapper a decorator put there: HF's
-      `GPT2LMHeadModel.forward`) is saved by value. torch saves a placeholder, and a guard on its defaults failed
-      while the restored entry was installed ("'_Missing' object has no attribute '__defaults__'", torch 2.13).
-    * A guard source is saved field by field and loaded back without running its constructor. torch 2.11 passes
-      every field to the constructor, also those it does not take ("DefaultsSource.__init__() takes from 3 to 4
-      positional arguments but 6 were given", HF BERT); and a source's `__post_init__` may install a guard, which
-      needs a trace in progress ("TracingContext.get() must be called within an ongoing trace" loading an
-      `ImportSource`, torch 2.13, a compiled `flex_attention`).
-    * A `contextvars.ContextVar` (HF ViT, on the GPU) is saved as a new one of the same name and default: it
-      cannot be pickled, and torch then saved no entry.
-    * A tensor keeps the dimension markings Dynamo guards on (`mark_dynamic`): torch saved the tensor without
-      them, and the restored guard failed on the marked input it was compiled for ("_has_dynamo_dim_marking is
-      present on runtime tensor but was absent at compile time"): Dynamo traced it again at every restore.
-    * A method whose function is a `functools.partial` (torchao) is saved as that function and its object.
-    * A tensor subclass that implements no `empty_like` (torchao's `Int8Tensor`) is saved from its inner tensors'
-      meta copies: torch's `empty_like(obj, device="meta")` raised, and torch saved no entry for the function.
-      torch.compile's own wrapper is not: it looks the same (functools.wraps gives it the wrapped function's
-      name), but saved by value it drags in the compiler and the compiled graph, which cannot be pickled ("Can't
-      pickle <function _runtime_wrapper>: attribute lookup _runtime_wrapper on __main__ failed", torch 2.13, with
-      `model.forward = torch.compile(model.forward)`, transformers' static-cache recipe). It is saved as a stand-in
-      holding the function it wraps, which is what Dynamo's guards read of it (`_torchdynamo_inline`, when a
-      compiled function is called inside a compiled module: a compiled flex_attention as a module attribute).
+    * a function whose qualified name resolves to another object (a decorator's wrapper) by value: torch saved a
+      placeholder, and a guard on its defaults failed at install;
+    * a guard source field by field, loaded back without its constructor: torch 2.11 passed fields it does not take,
+      and a `__post_init__` may install a guard, which needs a trace in progress;
+    * a `contextvars.ContextVar` as a new one of the same name and default (it cannot be pickled);
+    * a tensor with the dimension markings Dynamo guards on (`mark_dynamic`): without them the restored guard failed
+      on the very input it was compiled for;
+    * a method whose function is a `functools.partial` (torchao) as that function and its object;
+    * a tensor subclass without `empty_like` (torchao's `Int8Tensor`) from its inner tensors' meta copies;
+    * torch.compile's own wrapper as a stand-in holding the function it wraps (what Dynamo's guards read of it):
+      by value it dragged in the compiled graph, which cannot be pickled.
     """
     try:
         import torch
@@ -201,8 +168,7 @@ def _guard_state_pickler_patch() -> list[Patch]:
         if isinstance(obj, torch.Tensor):
             return _reduce_tensor(self, obj, original)
         if inspect.ismethod(obj) and not hasattr(obj.__func__, "__name__"):
-            # a method made by functools.partialmethod (torchao's tensors): torch 2.13 read `__func__.__name__`
-            # ("'functools.partial' object has no attribute '__name__'") and packaged nothing
+            # a method made by functools.partialmethod: torch 2.13 read `__func__.__name__` and packaged nothing
             return rebuild_bound_method, (obj.__func__, obj.__self__)
         reduced = original(self, obj)
         if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
@@ -287,10 +253,8 @@ def _with_empty_like(obj: Any, meta: Any, reduce: Any, failure: BaseException) -
 
 
 def _module_global_patch() -> list[Patch]:
-    """Record the modules Dynamo's generated code loads as globals (`___module_collections_<id>_c0`, to rebuild an
-    HF ModelOutput) as import sources of the entry, as torch records the modules a traced function imports. torch
-    does not, so a restored entry's code found no such global ("name '___module_collections_..._c0' is not
-    defined", HF ResNet)."""
+    """Record the modules Dynamo's generated code loads as globals (`___module_collections_<id>_c0`) as import
+    sources of the entry, as torch records a traced function's imports: else the restored code lacks the global."""
     try:
         from torch._dynamo.output_graph import OutputGraph
     except Exception:  # a torch without this module, or one that fails to import it: no patch
@@ -310,10 +274,8 @@ def _module_global_patch() -> list[Patch]:
 
 
 def _globals_module_patch() -> list[Patch]:
-    """Record the compiled function under the module whose globals its frame runs with. torch records
-    `fn.__module__`, which a decorator's `functools.wraps` sets to the decorated function's module (HF's forward is
-    a wrapper from `transformers.utils.generic`): a restored entry then builds its guards against another module's
-    globals, and they fail (Dynamo traces the function again); its compiled graph is installed there too."""
+    """Record the compiled function under the module whose globals its frame runs with, not `fn.__module__`, which
+    `functools.wraps` sets to the decorated function's (HF's forward): the restored guards read the wrong globals."""
     try:
         from torch._dynamo.package import CompilePackage
     except Exception:  # a torch without this module, or one that fails to import it: no patch
@@ -332,10 +294,8 @@ def _globals_module_patch() -> list[Patch]:
 
 
 def _pop_null_patch() -> list[Patch]:
-    """Make the no-op function Dynamo's bytecode calls to pop a NULL one that can be saved. torch puts a fresh
-    `lambda: None` among the code's constants, and the entry cannot be pickled ("Can't pickle local object
-    'PyCodegen.pop_null.<locals>.<lambda>'", HF T5 and BART on the GPU, torch 2.11): we put a module-level
-    function doing the same in its place."""
+    """The no-op Dynamo's bytecode calls to pop a NULL as a module-level function: torch's local `lambda: None`
+    cannot be pickled, and the entry was not saved."""
     try:
         from torch._dynamo.codegen import PyCodegen
     except Exception:  # a torch without this module, or one that fails to import it: no patch
@@ -356,11 +316,8 @@ def _pop_null_patch() -> list[Patch]:
 
 
 def _record_artifact_patch() -> list[Patch]:
-    """Copy a loaded backend artifact by a pickle round trip, not `copy.deepcopy`. Loading a precompiled entry,
-    torch keeps a copy of each backend (the compiled graph and its Triton kernels) for saving it again later; its
-    deepcopy took 62 of a tiny HF model's 419 ms restored first call under cProfile on the H100 (BERT, 9 kernels),
-    more for larger graphs. Artifacts are made to be pickled (that is how torch saves them), so the copy is what a
-    save would write; one that does not pickle is deep-copied as before."""
+    """Copy a loaded backend artifact (kept to be saved again) by a pickle round trip, as torch saves it, not
+    `copy.deepcopy`, a visible part of a restored first call; one that does not pickle is deep-copied as before."""
     try:
         from torch._dynamo.precompile_context import PrecompileContext
     except Exception:  # a torch without this module, or one that fails to import it: no patch
@@ -391,15 +348,10 @@ CUDAGRAPHS_STAMP = "jcc_cudagraphs"  # on a precompile backend artifact: whether
 
 
 def _precompile_cudagraphs_patch() -> list[Patch]:
-    """Load a precompiled graph with the CUDA-graph setting it was compiled with.
-
-    torch takes a restored entry's CUDA-graph switch from the global inductor config at load time
-    (`deserialize_bundled_cache_entry`: "TODO: this isn't exactly right", pytorch/pytorch#155703), not from the
-    mode the function was compiled in, so a `mode="reduce-overhead"` or `"max-autotune"` function came back without
-    CUDA graphs: its answers the same, each call several times slower. While torch compiles, the mode's config is in
-    force: the artifact it records is stamped with it, and loading applies the stamp. An artifact saved without
-    the stamp had CUDA graphs if its forward carries their metadata (`cudagraph_info`); else torch decides as before.
-    """
+    """Load a precompiled graph with the CUDA-graph setting it was compiled with: torch took it from the config at
+    load time (pytorch/pytorch#155703), so a `reduce-overhead` function came back without CUDA graphs. The artifact
+    recorded while its mode's config is in force is stamped with it; one saved without the stamp had CUDA graphs if
+    its forward carries their metadata (`cudagraph_info`), else torch decides as before."""
     try:
         import torch._inductor.config as inductor_config
         from torch._dynamo.precompile_context import PrecompileContext
@@ -449,12 +401,9 @@ def _round_trip(obj: Any) -> Any:
 
 
 def _loaded_entry_copy_patch() -> list[Patch]:
-    """Copy a backend entry being loaded by a pickle round trip, not `copy.deepcopy`. Before it loads a precompiled
-    entry's backend, torch deep-copies the entry (`deserialize_bundled_cache_entry`: a clean copy, should the
-    compiled function be serialized again); for a large model's graph that copy is a visible part of a restored
-    cell's first call. The entry has just been unpickled from a saved package, so a round trip gives the same
-    entry, several times faster. One that does not pickle is deep-copied as before; a torch whose loader copies
-    nothing never calls the hook, which is gone when the loader returns."""
+    """Copy a backend entry being loaded (torch deep-copies it, should it be saved again) by a pickle round trip:
+    it was just unpickled, so the copy is the same, several times faster. One that does not pickle is deep-copied as
+    before; the hook lives as long as the loader's call."""
     try:
         from torch._functorch._aot_autograd import aot_autograd_result as results
     except Exception:  # a torch without this module, or one that fails to import it: no patch

@@ -1,19 +1,15 @@
 """Dynamo precompile carried into the processes a cell starts (torchrun's ranks, a launcher's workers): opt-in, with
-`--precompile-processes` on the cell line or on `jupyter-compile-cache run`.
+`--precompile-processes` on the cell line or on `jupyter-compile-cache run`. Without it, each process traces with
+Dynamo again and only its graphs and kernels come from the bundle.
 
-Without it, each process traces its code with Dynamo again and only its graphs and kernels come from the bundle.
-With it, the cell puts `process_start/` first on its children's PYTHONPATH for the length of the body, so that Python
-imports that folder's sitecustomize.py in every process started beneath the cell (and then the sitecustomize it
-shadows, if any); the user's script is never edited. That calls `arm()`, which imports nothing of torch. The hook
-waits for the process's own `import torch`, then for its first `torch.compile`: torchrun's agent and torch's compile
-workers import torch but compile nothing, and pay nothing. At that first call it installs the precompile guard the
-notebook's cells use (precompile.py: the same checks of code and objects, the same fallbacks) with torch's
-caching_precompile, so the entries the restore brought are loaded; at the process's exit it writes the entries it
-compiled, with their records, into the cache dir, where the cell's watch finds them for the bundle.
-
-Each process that compiled leaves a record (JSON) in a folder the cell reads after the body (`Carried.collect`):
-the entries it loaded, the frames Dynamo traced all the same, stale entries refused, and what failed under it. Any
-failure of ours leaves the process on torch's plain path; the cell tells it.
+With it, the cell puts `process_start/` first on its children's PYTHONPATH for the length of the body, so every
+process started beneath it imports that folder's sitecustomize.py (then the one it shadows, if any); the user's script
+is never edited. `arm()` imports nothing of torch: the hook waits for the process's first `torch.compile` (torchrun's
+agent and compile workers never call it, and pay nothing), then installs the notebook's precompile guard
+(precompile.py: the same checks and fallbacks) with caching_precompile, so the restored entries load; at exit it
+writes the entries it compiled, with their records, into the cache dir, where the cell's watch finds them. Each
+process leaves a record (JSON) the cell reads after the body (`Carried.collect`). Any failure of ours leaves the
+process on torch's plain path; the cell tells it.
 """
 
 from __future__ import annotations

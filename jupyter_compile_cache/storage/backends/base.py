@@ -28,13 +28,9 @@ class HubConnectionLost(HubError):
 
 
 class HubRefused(HubError):
-    """The hub answered and refused: this user may not do it (an ACL, a read-only credential, a folder's
-    permissions, a wrong password) or it is full. Unlike a hub that is down, it costs no timeout, and what the user
-    may do (read, when a write was refused) still works.
-
-    `action` is what was refused: "read", "write" or "log in"; `denied`, whether the user lacks the permission (as
-    opposed to a full hub or a wrong password). A refused `get` of several keys, some of them allowed, carries the
-    allowed ones' values in `values` (None where refused), so a listing can skip the rest."""
+    """The hub answered and refused (an ACL, a read-only credential, a folder's permissions, a wrong password, a full
+    hub): no timeout, and what the user may do still works. `action`: "read", "write" or "log in"; `denied`: the user
+    lacks the permission; `values`: for a `get` refused for some keys, the allowed ones' values (None where refused)."""
 
     def __init__(
         self, message: str, action: str, denied: bool = False, values: list[bytes | None] | None = None

@@ -109,32 +109,21 @@ class FolderBackend:
                 pass
 
     @staticmethod
-    def _read(path: str) -> tuple[float, bytes] | None:
-        """(expiry, value) of a key's file, None when absent or not one of ours."""
+    def _read(path: str, header_only: bool = False) -> tuple[float, bytes] | None:
+        """(expiry, value) of a key's file (no value with `header_only`: 12 bytes read), None when absent or not
+        one of ours."""
         try:
             with open(path, "rb") as f:
-                data = f.read()
+                data = f.read(HEADER.size if header_only else -1)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
-        if len(data) < HEADER.size:
+        if len(data) < HEADER.size or HEADER.unpack_from(data)[0] != MAGIC:
             return None
-        magic, expires = HEADER.unpack_from(data)
-        if magic != MAGIC:
-            return None
-        return expires, data[HEADER.size :]
+        return HEADER.unpack_from(data)[1], data[HEADER.size :]
 
-    @staticmethod
-    def _expiry(path: str) -> float | None:
-        """The expiry in a key's header (12 bytes read, not the value), None when absent or not one of ours."""
-        try:
-            with open(path, "rb") as f:
-                header = f.read(HEADER.size)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            return None
-        if len(header) < HEADER.size:
-            return None
-        magic, expires = HEADER.unpack(header)
-        return expires if magic == MAGIC else None
+    def _expiry(self, path: str) -> float | None:
+        found = self._read(path, header_only=True)
+        return found[0] if found is not None else None
 
     def _live(self, expires: float) -> bool:
         return expires == 0 or expires > self.clock.time()

@@ -1,31 +1,14 @@
 """Object-store hubs: `s3://BUCKET/PREFIX` (AWS S3 or any S3-compatible store: MinIO, Ceph RGW, Cloudflare R2),
-`gs://BUCKET/PREFIX` (Google Cloud Storage) and `az://CONTAINER/PREFIX` (Azure Blob Storage): the scheme names the
-clouds' own tools, fsspec and obstore take.
+`gs://BUCKET/PREFIX` (Google Cloud Storage) and `az://CONTAINER/PREFIX` (Azure Blob Storage), all through obstore, one
+maintained client (docs/results.md has its measurements against boto3). Credentials come the way each cloud's own tools
+find them (cloud_credentials.py; the table in docs/reference.md), never in the URL, a message or a file.
 
-All three go through obstore, one maintained client (Rust's `object_store`, the storage layer of DataFusion and
-Delta Lake): it imports in 15 ms where boto3 took 0.5 s, and moves the same bytes as fast (docs/hubs.md has the
-measurements).
-
-Credentials come the way each cloud's own tools find them, and are never part of the URL, a message or a file:
-- AWS: `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN`); `AWS_PROFILE` and the files in
-  `~/.aws` through boto3's own chain where boto3 is installed; else a web identity (`AWS_WEB_IDENTITY_TOKEN_FILE`),
-  a container's or an instance's role. `AWS_REGION` (or `AWS_DEFAULT_REGION`), and `AWS_ENDPOINT_URL` (or
-  `AWS_ENDPOINT_URL_S3`) for a server other than AWS.
-- Google: `GOOGLE_APPLICATION_CREDENTIALS` (a service-account key or an authorized-user file), else the
-  application-default credentials `gcloud auth application-default login` writes, else the metadata server of a
-  Google Cloud machine.
-- Azure: `AZURE_STORAGE_CONNECTION_STRING`; or the account (`AZURE_STORAGE_ACCOUNT`) with `AZURE_STORAGE_KEY` or
-  `AZURE_STORAGE_SAS_TOKEN`; or, with the account alone, the service principal in `AZURE_CLIENT_ID`,
-  `AZURE_CLIENT_SECRET`, `AZURE_TENANT_ID`, the `az login` of this machine, or the managed identity of an Azure
-  machine, as `DefaultAzureCredential` tries them.
-
-Each key is one object (storage/backends/keys.py `object_name`), with its expiry in the object's metadata, seconds
-since the epoch or 0 for never (`jcc-expires`; on Azure, which takes only letters, digits and `_` in a metadata
-name, `jccexpires`). A reader takes an expired object for an absent one, and `hub gc` sweeps them (an object store
-deletes nothing on its own at that grain). Expiry compares clocks: the machines sharing a hub need synchronised
-clocks (NTP), as with a folder hub. Single flight is a lease object written only if absent (S3 and Azure
-`If-None-Match: *`, GCS `ifGenerationMatch=0`) and renewed, broken and released only if unchanged since it was read
-(the ETag; GCS the generation): of two writers, the store refuses the second.
+Each key is one object (storage/backends/keys.py `object_name`) with its expiry in the object's metadata, seconds
+since the epoch or 0 for never (`jcc-expires`; `jccexpires` on Azure, which takes no `-` there). A reader takes an
+expired object for an absent one, and `hub gc` sweeps them; expiry compares clocks, so the machines sharing a hub need
+synchronised clocks (NTP). Single flight is a lease object written only if absent (S3 and Azure `If-None-Match: *`,
+GCS `ifGenerationMatch=0`) and renewed, broken and released only if unchanged since it was read (the ETag; GCS the
+generation): of two writers, the store refuses the second.
 """
 
 from __future__ import annotations
