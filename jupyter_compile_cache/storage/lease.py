@@ -39,6 +39,7 @@ class Lease:
         self.token = json.dumps(token)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._due = 0.0  # the clock's monotonic time of the next renewal
 
     def acquire(self) -> dict[str, Any] | None:
         """Take the lease; returns None on success, else the current holder's info."""
@@ -47,6 +48,7 @@ class Lease:
         except HubRefused as exc:
             raise self._refused(exc) from None
         if holder is None:
+            self._due = self.clock.monotonic() + self.ttl / 3  # from the taking, however late its thread starts
             self._thread = threading.Thread(target=self._renew, name="jcc-lease", daemon=True)
             self._thread.start()
             return None
@@ -57,7 +59,8 @@ class Lease:
             return {"holder": "unknown", "since": self.clock.time()}
 
     def _renew(self) -> None:
-        while not self.clock.wait(self._stop, self.ttl / 3):
+        while not self.clock.wait(self._stop, max(0.0, self._due - self.clock.monotonic())):
+            self._due = self.clock.monotonic() + self.ttl / 3
             try:
                 if not self.backend.renew(self.key, self.token.encode(), self.ttl):
                     return  # expired and maybe taken by someone else: not ours to extend
