@@ -31,10 +31,10 @@ class CompilerCommands:
 
     # -- views ----------------------------------------------------------------------------------------------------
     def status(self, wait: bool = False, ping_hub: bool = True) -> SessionStatus:
-        """Per-layer state: switch, env var, entries and bytes in torch's cache dir and in the local store, this
-        kernel's hits / misses / bypasses. While torch's compiler still loads in the background, it answers at once
-        with what is on disk (`wait`: for the whole picture); importing the compiler from two threads at once can
-        break torch's imports. `ping_hub` False: the hub's state as last known, nothing asked of it."""
+        """Per-layer state: switch, env var, entries and bytes in torch's cache dir and the local store, this
+        kernel's hits / misses / bypasses. While the compiler loads in the background it answers with what is on disk
+        (`wait`: for the whole picture; two threads importing it can break torch's imports). `ping_hub` False: the
+        hub as last known."""
         from ..torch_adapter import capture, cell_snapshot, compiler, layers
 
         session = self.kernel

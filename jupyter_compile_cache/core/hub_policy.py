@@ -135,10 +135,9 @@ class HubPolicy:
         return self._down_until.get(url, 0) > time.time()
 
     def failed(self, hub: HubSource, exc: Exception, report: CellReport | None, quiet: bool = False) -> None:
-        """One warning per hub and session, then a minute without it. `quiet` (a background thread): the warning
-        waits for the next cell that would have used the hub. A refusal (HubRefused: the user may not, or the hub
-        is full) costs no timeout: it is told once per hub, namespace and action, and the hub stays in use for the
-        rest."""
+        """One warning per hub and session, then a minute without it (`quiet`, a background thread: at the next cell
+        that would have used the hub). A refusal (HubRefused) costs no timeout: told once per hub, namespace and
+        action, the hub stays in use for the rest."""
         if isinstance(exc, HubRefused):
             self._refused(hub, exc, report, quiet)
             return

@@ -42,10 +42,8 @@ LineParser = Callable[[str], tuple[str, CellOptions]]
 def notebook_path(
     user_ns: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> str | None:
-    """The .ipynb file this kernel serves, when its front end says so and the file is there; else None.
-
-    JPY_SESSION_NAME is an absolute path from jupyter_server 2, a path relative to the server's root before it;
-    the kernel runs in the notebook's folder, so a relative one is tried there by its file name too."""
+    """The .ipynb file this kernel serves, when its front end says so and the file is there; else None. A relative
+    JPY_SESSION_NAME (jupyter_server before 2) is also tried by its file name in the kernel's folder, the notebook's."""
     environ = os.environ if environ is None else environ
     cwd = cwd or os.getcwd()
     candidates = [str((user_ns or {}).get(VSCODE_NOTEBOOK) or ""), environ.get(SESSION_NAME_ENV, "")]

@@ -327,9 +327,8 @@ class CompileCacheSession(StoreSession):
 
     def _compiles_elsewhere(self, opts: CellOptions) -> bool:
         """A magic's cell while torch's compiler is still loading, whose body does not look like it compiles in this
-        process (eager code, data loading, processes it starts, which import the compiler for themselves): it
-        starts at once, restored and watched, without waiting for the compiler or readying it. Should it compile
-        here after all, `torch.compile` waits for the import first (kernels/prewarm.py), and that is said."""
+        process (eager code, data loading, processes it starts): it starts at once, restored and watched. Should it
+        compile here after all, `torch.compile` waits for the import first (kernels/prewarm.py), and that is said."""
         if opts.body is None or compiler.compiles_here(opts.body) or not opts.compiles_here or opts.torch_remote:
             return False  # (torch's remote caches are switched in its compiler's config)
         return self.prewarm.loading() is not None

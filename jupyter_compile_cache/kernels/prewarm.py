@@ -114,10 +114,9 @@ class Prewarm:
             self.probed.set()
 
     def _hold_back(self) -> None:
-        """Before the imports: should the cell after %load_ext start processes and compile nothing here (`!torchrun`),
-        they wait until no cell runs, so that its processes have the CPU. A cell that waits for them ends the wait
-        (`wanted`); meanwhile torch.compile is torch's own: a compile in such a cell imports the compiler itself,
-        never beside this thread."""
+        """Before the imports: should the cell after %load_ext start processes and compile nothing here
+        (`!torchrun`), they wait until no cell runs, leaving its processes the CPU; a cell that needs them ends the
+        wait (`wanted`), and a compile meanwhile imports the compiler itself, never beside this thread."""
         if not self.follows_cells:
             return
         self.cell_seen.wait(FIRST_CELL_WAIT)

@@ -66,9 +66,8 @@ def redis_module() -> Any:
 
 def _check_url(url: str) -> None:
     """A URL redis-py can open: redis://[user:password@]host[:port][/db], rediss://..., unix:///path,
-    redis+cluster://host:port. redis-py's own rules for the rest (query options) apply when it is loaded already:
-    importing it here would add 0.25 s to `%load_ext` (the variable is read at start-up); a URL it refuses is a
-    HubError at first use anyway."""
+    redis+cluster://host:port; redis-py's own rules (query options) where it is loaded already: importing it here would
+    add 0.25 s to `%load_ext`, and a URL it refuses is a HubError at first use anyway."""
     import sys
     from urllib.parse import parse_qs
 
