@@ -274,6 +274,15 @@ class Evicted(Event):
 
 
 @dataclass(frozen=True)
+class BuildAidsRemoved(Event):
+    """Versions of the store that held torch's build aids (precompiled headers: bundled by versions before 0.3),
+    written again without them."""
+
+    count: int
+    freed_bytes: int
+
+
+@dataclass(frozen=True)
 class CellFinished(Event):
     report: CellReport
 

@@ -16,7 +16,7 @@ from ..storage.bundle import Manifest, matching_versions
 from ..storage.hub import Lease
 from ..storage.run_builds import RunBuilds
 from ..storage.sources import HubSource, Progress, SkipKind, Source
-from ..torch_adapter import capture, fingerprint
+from ..torch_adapter import capture, fingerprint, layers
 from ..torch_adapter.entry_records import alternate_member
 from ..torch_adapter.precompile import PrecompileGuard
 from . import events
@@ -173,7 +173,7 @@ class RestoreStage:
         stamps = self._installed.get(key)
         if stamps is not None and all(_stamp(path) == stamp for path, stamp in stamps):
             return [path for path, _stamp_now in stamps]
-        paths = bundle.extract(payload, manifest, roots, progress)
+        paths = bundle.extract(payload, manifest, roots, progress, keep=layers.is_compile_result)
         self._installed[key] = [(path, _stamp(path)) for path in paths]
         self._to_refresh += paths  # a function this kernel already loaded may have a newer entry here
         return paths
@@ -198,7 +198,14 @@ class RestoreStage:
             return any(isinstance(f, dict) and f.get("digest") == digest for f in functions.values())
 
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
-            paths = bundle.extract(payload, manifest, roots, None, lambda m: alternate_member(m, manifest.version))
+            paths = bundle.extract(
+                payload,
+                manifest,
+                roots,
+                None,
+                lambda m: alternate_member(m, manifest.version),
+                layers.is_compile_result,
+            )
             if beside is not None:
                 beside.extend(paths)
             return paths

@@ -16,7 +16,7 @@ from ..storage.run_builds import RunBuilds
 from ..storage.signing import SignatureError, check_signature
 from ..storage.sources import HubSource
 from ..storage.store import LocalStore
-from ..torch_adapter import fingerprint
+from ..torch_adapter import fingerprint, layers
 from ..torch_adapter.entry_records import saved_functions
 from . import events
 from .options import CellOptions, writer
@@ -130,15 +130,20 @@ class SaveStage:
             self.tell(events.StepFailed(events.Step.RUN_BUILDS, str(exc), name, store.root), report)
 
     def enforce_size_cap(self, store: LocalStore, report: CellReport, quiet: bool) -> None:
-        """Evict least recently used versions past `CompileCache.max_size`."""
+        """Evict least recently used versions past `CompileCache.max_size`, after taking torch's build aids out of
+        any version that holds them."""
         cap = self.stores.settings.max_bytes
         try:
-            evicted = store.gc(cap)
+            removals = store.gc(cap, keep=layers.is_compile_result)
         except OSError as exc:
             self.tell(events.StepFailed(events.Step.EVICT, str(exc), where=store.root), report)
             return
+        slimmed = [r for r in removals if r.kept is not None]
+        if slimmed:
+            self.tell(events.BuildAidsRemoved(len(slimmed), sum(r.bytes for r in slimmed)), report, quiet)
+        evicted = [r for r in removals if r.kept is None]
         if evicted:
-            names = tuple(sorted({name for name, _, _ in evicted}))
+            names = tuple(sorted({r.name for r in evicted}))
             self.tell(events.Evicted(len(evicted), names, cap), report, quiet)
 
     def end(self, report: CellReport, opts: CellOptions) -> None:

@@ -14,7 +14,7 @@ from ..storage import bundle
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
 from ..storage.store import LocalStore
-from ..torch_adapter import capture, fingerprint
+from ..torch_adapter import capture, fingerprint, layers
 from . import events
 from .bundle_search import BundleSearch
 from .events import Event
@@ -43,7 +43,11 @@ class Toolchain:
         hub = self._hub_policy.for_toolchain()
         roots = capture.cache_roots()
         found = self._search.newest(  # a hub that is down: the next cell skips it instead of waiting, and says so
-            fingerprint.digest(now), store, hub, install=lambda m, p: bundle.extract(p, m, roots), on_down="quiet"
+            fingerprint.digest(now),
+            store,
+            hub,
+            install=lambda m, p: bundle.extract(p, m, roots, keep=layers.is_compile_result),
+            on_down="quiet",
         )
         self.source = found.source.kind if found.source is not None else None
 

@@ -101,6 +101,7 @@ def torch_problem_text(problem: TorchProblem) -> str:
 _LOAD_FIX = {  # by kernel_load_fixes.LoadFix's values: a listing imports nothing of the torch adapter
     "long_name_launcher": "kept torch's launcher for a long-named Triton kernel ({error})",
     "autotune_recheck": "kept torch's autotune recheck ({error})",
+    "built_kernel_header": "made torch's precompiled header for a C++ kernel already built ({error})",
 }
 
 
@@ -184,6 +185,15 @@ def _(event: events.Evicted) -> str:
     return (
         f"store over {human_bytes(event.cap_bytes)}: evicted {event.count} least recently used "
         f"version{'s' if event.count != 1 else ''} ({', '.join(event.names)})"
+    )
+
+
+@event_text.register
+def _(event: events.BuildAidsRemoved) -> str:
+    return (
+        f"the local store held torch's precompiled headers in {event.count} version"
+        f"{'s' if event.count != 1 else ''}, which are no compile result: removed them, freeing "
+        f"{human_bytes(event.freed_bytes)}"
     )
 
 

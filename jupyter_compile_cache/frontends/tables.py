@@ -445,9 +445,15 @@ def removal_lines(removals: Sequence[Removal], place: Place, dry_run: bool) -> l
     verb = "would remove" if dry_run else "removed"
     if not removals:
         return [f"nothing to remove from {where}"]
-    versions = [r for r in removals if r.version != RUN_BUILDS]
+    versions = [r for r in removals if r.version != RUN_BUILDS and r.kept is None]
     lines = [f"{verb} {count(len(versions), 'version')} from {where}, freeing {total}:"]
     lines += [f"  {r.name}  {short_id(r.version)}  {human_bytes(r.bytes)}" for r in versions]
+    lines += [
+        f"  {r.name}  {short_id(r.version)}  torch's precompiled headers, no compile result (the rest kept as "
+        f"{short_id(r.kept)})  {human_bytes(r.bytes)}"
+        for r in removals
+        if r.kept is not None
+    ]
     lines += [
         f"  {r.name}  its kernels built at run time (kept on this machine)  {human_bytes(r.bytes)}"
         for r in removals

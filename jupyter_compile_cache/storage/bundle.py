@@ -257,6 +257,24 @@ def write_pack(
     return members, members_digest(members), total
 
 
+def copy_pack(payload: IO[bytes], manifest: Manifest, keep: Callable[[str], bool], out: IO[bytes]) -> list[Member]:
+    """Write a format 2 payload's members that `keep` takes, as a pack, into the file `out`; returns them, each
+    hashed as it lies in the new pack (a damaged member raises DamagedBundle: nothing is copied on trust)."""
+    src, dst = payload.fileno(), out.fileno()
+    out.flush()
+    members, at, start = [], 0, 0
+    for m in manifest.members:
+        if keep(m.name):
+            digest, copied = file_copy.copy_hashed(src, start, dst, at, m.size)
+            if copied != m.size or digest != m.sha256:
+                raise DamagedBundle(f"member {m.name!r} fails its sha256 check")
+            members.append(m)
+            at += m.size
+        start += m.size
+    os.ftruncate(dst, at)
+    return members
+
+
 def _root_dirs(roots: Mapping[str, str]) -> dict[str, str]:
     return {k: os.path.realpath(v) for k, v in roots.items()}
 
@@ -267,18 +285,21 @@ def extract(
     roots: Mapping[str, str],
     progress: Callable[[int, int], None] | None = None,
     place_as: Callable[[str], str] | None = None,
+    keep: Callable[[str], bool] | None = None,
 ) -> list[str]:
     """Verify and restore a payload into the cache roots; returns the paths written (`progress(done, total)`: bytes
-    restored, of all; `place_as(member)`: the name to write it as, checked like a member's). Raises UnsafeBundle or
-    DamagedBundle, writing nothing visible, if anything is off."""
+    restored, of all; `place_as(member)`: the name to write it as, checked like a member's; `keep(member)`: whether
+    to restore it at all, the others neither read nor written). Raises UnsafeBundle or DamagedBundle, writing nothing
+    visible, if anything is off."""
     expected = {}
     for m in manifest.members:
         check_member_name(m.name)
         if m.name in expected:
             raise UnsafeBundle(f"member {m.name!r} is listed twice")
         expected[m.name] = m
+    wanted = {name for name in expected if keep is None or keep(name)}
     real_roots = _root_dirs(roots)
-    for root in {m.name.split("/", 1)[0] for m in manifest.members}:
+    for root in {name.split("/", 1)[0] for name in wanted}:
         if root not in real_roots:
             raise UnsafeBundle(f"bundle writes to cache root {root!r}, which this kernel does not have")
 
@@ -300,13 +321,13 @@ def extract(
 
     try:
         if manifest.format >= 2:
-            staged, digests = _stage_pack(payload, manifest, place, progress)
+            staged, digests = _stage_pack(payload, manifest, wanted, place, progress)
         else:
-            staged, digests = _stage_tar(payload, manifest, expected, place, progress)
+            staged, digests = _stage_tar(payload, manifest, expected, wanted, place, progress)
         for (name, _tmp, _final), digest in zip(staged, digests, strict=True):
             if digest != expected[name].sha256:
                 raise DamagedBundle(f"member {name!r} fails its sha256 check")
-        missing = set(expected) - {name for name, _tmp, _final in staged}
+        missing = wanted - {name for name, _tmp, _final in staged}
         if missing:
             raise DamagedBundle(f"payload lacks {len(missing)} member(s) listed in the manifest")
         written = []
@@ -330,23 +351,26 @@ Staged = list[tuple[str, str, str]]  # (member, staged path, final path)
 def _stage_pack(
     payload: IO[bytes],
     manifest: Manifest,
+    wanted: set[str],
     place: Callable[[str], tuple[str, str]],
     progress: Callable[[int, int], None] | None,
 ) -> tuple[Staged, list[str]]:
-    """Format 2: each member copied out of the pack file on a worker thread, then hashed as it lies in the cache
-    dir's staging folder: what is checked is what will be used."""
+    """Format 2: each wanted member copied out of the pack file on a worker thread, then hashed as it lies in the
+    cache dir's staging folder: what is checked is what will be used."""
     src = payload.fileno()
-    total = sum(m.size for m in manifest.members)
     actual = os.fstat(src).st_size
-    if actual != total:
-        raise DamagedBundle(f"payload has {actual} bytes, its members {total}")
+    if actual != sum(m.size for m in manifest.members):
+        raise DamagedBundle(f"payload has {actual} bytes, its members {sum(m.size for m in manifest.members)}")
     offsets = list(itertools.accumulate((m.size for m in manifest.members), initial=0))
-    staged: Staged = [(m.name, *place(m.name)) for m in manifest.members]
+    chosen = [i for i, m in enumerate(manifest.members) if m.name in wanted]
+    total = sum(manifest.members[i].size for i in chosen)
+    staged: Staged = [(manifest.members[i].name, *place(manifest.members[i].name)) for i in chosen]
     digests: list[str] = []
     done = 0
 
-    def copy(i: int) -> str:
-        member, tmp = manifest.members[i], staged[i][1]
+    def copy(j: int) -> str:
+        i = chosen[j]
+        member, tmp = manifest.members[i], staged[j][1]
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             digest, copied = file_copy.copy_hashed(src, offsets[i], fd, 0, member.size)
@@ -356,12 +380,12 @@ def _stage_pack(
             raise DamagedBundle(f"payload is truncated (in member {member.name!r})")
         return digest
 
-    batches = file_copy.batches(m.size for m in manifest.members)
-    with file_copy.ordered(lambda b: [(i, copy(i)) for i in b], batches, ahead=8) as copied:
+    batches = file_copy.batches(manifest.members[i].size for i in chosen)
+    with file_copy.ordered(lambda b: [(j, copy(j)) for j in b], batches, ahead=8) as copied:
         for batch in copied:
-            for i, digest in batch:
+            for j, digest in batch:
                 digests.append(digest)
-                done += manifest.members[i].size
+                done += manifest.members[chosen[j]].size
             if progress is not None:
                 progress(done, total)
     return staged, digests
@@ -371,10 +395,11 @@ def _stage_tar(
     payload: IO[bytes],
     manifest: Manifest,
     expected: Mapping[str, Member],
+    wanted: set[str],
     place: Callable[[str], tuple[str, str]],
     progress: Callable[[int, int], None] | None,
 ) -> tuple[Staged, list[str]]:
-    """Format 1: a zstd tar stream, hashed as a whole too."""
+    """Format 1: a zstd tar stream, hashed as a whole too (the members not wanted read through, not written)."""
     import zstandard
 
     staged: Staged = []
@@ -394,6 +419,8 @@ def _stage_tar(
                 if info.size != member.size:
                     raise DamagedBundle(f"member {info.name!r} has {info.size} bytes, manifest says {member.size}")
                 seen.add(info.name)
+                if info.name not in wanted:
+                    continue
                 tmp, final = place(info.name)
                 src = tar.extractfile(info)
                 sha = hashlib.sha256()

@@ -21,10 +21,12 @@ mtime records last use, which drives least-recently-used eviction in `gc`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
@@ -56,11 +58,13 @@ RUN_BUILDS = "run-time builds"  # a Removal's version for NAME's kernels built a
 
 
 class Removal(NamedTuple):
-    """One version a delete removed (or, in a dry run, would remove), or NAME's `RUN_BUILDS`."""
+    """One version a delete removed (or, in a dry run, would remove), or NAME's `RUN_BUILDS`; with `kept`, only
+    members of the version went, and `kept` is the version that holds the rest."""
 
     name: str
     version: str
     bytes: int
+    kept: str | None = None
 
 
 @dataclass(frozen=True)
@@ -322,11 +326,14 @@ class LocalStore:
         dry_run: bool = False,
         older_than: float | None = None,
         unusable: Callable[[Manifest], bool] | None = None,
+        keep: Callable[[str], bool] | None = None,
     ) -> list[Removal]:
         """Evict the versions unused for more than `older_than` seconds and those `unusable` says cannot restore,
-        then the least recently used until the bundles take at most max_bytes (None: no size limit); returns what
-        went (with `dry_run`, what would go)."""
+        then the least recently used until the bundles take at most max_bytes (None: no size limit); first, the
+        members `keep` refuses go from every version that holds any (`slim`). Returns what went (with `dry_run`,
+        what would go)."""
         now = time.time()
+        slimmed = self.slim(keep, dry_run) if keep is not None else []
         with self._lock():
             entries = sorted(self.bundles(), key=lambda b: b.last_used)
             doomed = [
@@ -336,6 +343,8 @@ class LocalStore:
                 or (unusable is not None and unusable(b.manifest))
             ]
             total = sum(b.manifest.payload_bytes for b in entries if b not in doomed)
+            if dry_run:  # the slimmed versions are still whole: count them as they will be
+                total -= sum(r.bytes for r in slimmed)
             for entry in entries:  # oldest first
                 if max_bytes is None or total <= max_bytes:
                     break
@@ -347,7 +356,58 @@ class LocalStore:
                 if not dry_run:
                     self._delete_version(entry.manifest.name, entry.manifest.version)
                 evicted.append(Removal(entry.manifest.name, entry.manifest.version, entry.manifest.payload_bytes))
-        return evicted
+        return slimmed + evicted
+
+    def slim(self, keep: Callable[[str], bool], dry_run: bool = False) -> list[Removal]:
+        """Every version holding members that `keep` refuses, written again without them under a new version id of
+        the same time and fingerprint (a version never changes), the old one removed; returns a removal per version
+        slimmed (with `dry_run`, what would be). A version that fails its checks is left to its next restore, which
+        quarantines it."""
+        out = []
+        with self._lock():
+            for stored in self.bundles():
+                manifest = stored.manifest
+                dropped = [m for m in manifest.members if not keep(m.name)]
+                if not dropped or manifest.format < 2:
+                    continue
+                freed = sum(m.size for m in dropped)
+                if dry_run:
+                    out.append(Removal(manifest.name, manifest.version, freed, kept=manifest.version))
+                    continue
+                try:
+                    slim = self._rewrite(manifest, keep)
+                except (OSError, DamagedBundle):
+                    continue
+                with contextlib.suppress(OSError):  # its last use stays its last use (gc's order)
+                    os.utime(self.manifest_path(slim), (stored.last_used, stored.last_used))
+                self._delete_version(manifest.name, manifest.version)
+                out.append(Removal(manifest.name, manifest.version, freed, kept=slim.version))
+        return out
+
+    def _rewrite(self, manifest: Manifest, keep: Callable[[str], bool]) -> Manifest:
+        stamp, _, _suffix = manifest.version.rpartition("-")
+        slim = dataclasses.replace(
+            manifest,
+            version=f"{stamp}-{uuid.uuid4().hex[:8]}",
+            members=[],
+            chunk_size=None,  # the hub's, and the signature over them: a push chunks and signs it anew
+            chunk_sha256=None,
+            chunk_compressed=None,
+            signature=None,
+        )
+        fd, tmp = self._temp_payload(slim)
+        try:
+            with os.fdopen(fd, "wb") as out, self.open_payload(manifest) as payload:
+                slim.members = bundle.copy_pack(payload, manifest, keep, out)
+            slim.payload_bytes = sum(m.size for m in slim.members)
+            slim.payload_sha256 = bundle.members_digest(slim.members)
+            os.replace(tmp, self.payload_path(slim))  # no prune: the old version goes next, in its place
+            _write_json_atomic(self.manifest_path(slim), slim.to_json())
+            return slim
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def version_count(self) -> int:
         return sum(len(self.versions(name)) for name in self.names())

@@ -131,6 +131,24 @@ ALIASES = {
 
 _TWO_CHAR_DIR = re.compile(r"^[0-9a-z]{2}$")
 
+# What torch keeps in its cache dir to build with, not what it built: precompiled C++ headers (torch 2.13+, ~150 MB
+# a compiler and flag set, kept in the default dir whatever dir is set), a compiler it installed, CUTLASS's sources,
+# kernel input dumps, Halide's runtime. Made again on any machine that needs them: never bundled, never restored.
+BUILD_AIDS = ("precompiled_headers", "gcc", "torch_cutlass", "unhashed_kernel_inputs")
+_BUILD_AID_PREFIXES = ("halide-runtime-",)
+
+
+def is_build_aid(relpath: str) -> bool:
+    """Whether an entry of the inductor cache dir (relpath uses '/') is one of torch's build aids."""
+    top = relpath.split("/", 1)[0]
+    return top in BUILD_AIDS or top.startswith(_BUILD_AID_PREFIXES)
+
+
+def is_compile_result(member: str) -> bool:
+    """Whether a bundle member ('inductor/...', 'triton/...') belongs in a bundle: anything but a build aid."""
+    root, _, rel = member.partition("/")
+    return root != "inductor" or not is_build_aid(rel)
+
 
 def resolve(name: str) -> Layer:
     key = ALIASES.get(name.lower(), name.lower())
@@ -145,6 +163,8 @@ def layer_of(relpath: str) -> str | None:
     top = parts[0]
     base = parts[-1]
     if top == "locks" or base.endswith(".lock") or base.startswith(".jcc-") or top.startswith(".jcc-"):
+        return None
+    if is_build_aid(relpath):
         return None
     if base.endswith(".best_config"):
         return "autotune"
