@@ -77,8 +77,8 @@ def kernel_factory(request):
     started: list[Kernel] = []
     plain = request.node.get_closest_marker("plain_kernels") is not None  # the test's subject is the plain kernel
 
-    def start(**env: str) -> Kernel:
-        kernel = Kernel({k: str(v) for k, v in env.items()}, plain=plain)
+    def start(unset: tuple[str, ...] = (), **env: str) -> Kernel:
+        kernel = Kernel({k: str(v) for k, v in env.items()}, plain=plain, unset=unset)
         started.append(kernel)
         return kernel
 

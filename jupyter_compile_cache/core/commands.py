@@ -17,6 +17,7 @@ from ..storage.backends.url import redact
 from ..storage.bundle import BundleError, Manifest, check_name, short_id
 from ..storage.hub import HubError, HubRefused
 from ..storage.sources import HubSource, LocalSource, Progress, Source
+from ..storage.store import Removal
 from ..torch_adapter import layers
 from . import events
 from .compiler_commands import CompilerCommands
@@ -300,13 +301,16 @@ class Commands(CompilerCommands):
         unusable = None
         if opts.incompatible:
             unusable = lambda m, fit=MachineFit(): not fit.fits(m)  # noqa: E731
-        rules = dict(older_than=opts.older_than, unusable=unusable, keep=layers.is_compile_result)
-        plan = store.gc(max_size, dry_run=True, **rules)
+
+        def gc(dry_run: bool) -> list[Removal]:
+            return store.gc(max_size, dry_run, opts.older_than, unusable, keep=layers.is_compile_result)
+
+        plan = gc(dry_run=True)
         if opts.dry_run or not plan:
             return Removed(store_where(store), plan, opts.dry_run)
         if sum(r.kept is None for r in plan) == store.version_count() and not opts.yes:
             return Removed(store_where(store), plan, dry_run=True, refused=Refusal.EMPTIES_STORE)
-        return Removed(store_where(store), store.gc(max_size, **rules), dry_run=False)
+        return Removed(store_where(store), gc(dry_run=False), dry_run=False)
 
     def export(self, name: str, path: str, store_dir: str | None = None) -> Exported:
         """The newest local version of NAME written to one file (storage/bundle_file.py)."""

@@ -14,8 +14,11 @@ pytestmark = pytest.mark.slow
 
 def test_the_demo_restores_after_the_restart_and_shows_both_runs(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_COMPILE_CACHE")}
+    outside, folder = tmp_path / "outside", tmp_path / "demo"
+    outside.mkdir()
+    env["TMPDIR"] = str(outside)  # where torch would put its precompiled headers, were the demo not to say
     proc = subprocess.run(
-        [sys.executable, "-m", "jupyter_compile_cache", "demo", "--dir", str(tmp_path)],
+        [sys.executable, "-m", "jupyter_compile_cache", "demo", "--dir", str(folder)],
         env=env,
         capture_output=True,
         text=True,
@@ -32,8 +35,13 @@ def test_the_demo_restores_after_the_restart_and_shows_both_runs(tmp_path):
     saved = re.search(r"^the restore saved ([0-9.]+) s of compiling \(the cell's code\)", out, re.M)
     assert saved and float(saved.group(1)) == pytest.approx(code[0] - code[1], abs=0.06), out  # not the import
     assert "WARNING" not in proc.stderr and "without encryption" not in out + proc.stderr, proc.stderr
-    # it kept to its folder: a store and two torch cache dirs there, nothing in the user's store
-    assert sorted(os.listdir(tmp_path)) == ["store", "torch-cache-1", "torch-cache-2"]
+    # it kept to its folder: a store, two torch cache dirs and the kernels' TMPDIR there, nothing in the user's
+    # store, not a byte outside (torch's precompiled headers, ~150 MB, in the folder's tmp/)
+    assert sorted(os.listdir(folder)) == ["store", "tmp", "torch-cache-1", "torch-cache-2"]
+    assert list(outside.rglob("*")) == []
+    # the bundle holds compile results only: no precompiled header (a few hundred KB, not ~150 MB)
+    stored = sum(p.stat().st_size for p in (folder / "store").rglob("*") if p.is_file())
+    assert stored < 1 << 20, stored
 
 
 def test_a_dir_inside_a_folder_that_is_not_there_is_refused_and_nothing_is_made(tmp_path, capsys):

@@ -59,10 +59,12 @@ class CellResult(CellOutput):
 
 
 class Kernel:
-    def __init__(self, env: dict[str, str], kernel_name: str | None = None, plain: bool = False) -> None:
+    def __init__(
+        self, env: dict[str, str], kernel_name: str | None = None, plain: bool = False, unset: tuple[str, ...] = ()
+    ) -> None:
         """A kernel of this Python; with `kernel_name`, the installed kernel spec of that name (its provisioner);
-        `plain`: a plain ipykernel even under JCC_TEST_KERNELS=warm."""
-        self.env = {**os.environ, "PYTHONWARNINGS": "ignore", **env}
+        `plain`: a plain ipykernel even under JCC_TEST_KERNELS=warm; `unset`: variables of this process it lacks."""
+        self.env = {k: v for k, v in {**os.environ, "PYTHONWARNINGS": "ignore", **env}.items() if k not in unset}
         self.kernel_name = kernel_name
         self.plain = plain
         self._start()

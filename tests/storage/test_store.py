@@ -238,3 +238,63 @@ def test_an_interrupted_restore_leaves_the_cache_dir_and_the_store_as_they_were(
     assert _tree_bytes(store.root) == stored
     with store.open_payload(manifest) as payload:
         assert len(bundle.extract(payload, manifest, {"inductor": str(cache)})) == 6
+
+
+def _with_build_aid(store, tmp_path, name="m", header=300_000):
+    """A version as versions before 0.3 saved it with nothing set: a kernel and torch's precompiled header."""
+    kernel, gch = tmp_path / f"k{time.time_ns()}.so", tmp_path / f"h{time.time_ns()}.gch"
+    kernel.write_bytes(os.urandom(1000))
+    gch.write_bytes(os.urandom(header))
+    files = {"inductor/ab/k.so": str(kernel), "inductor/precompiled_headers/h.h.gch": str(gch)}
+    return store.write(_manifest(name), files), kernel.read_bytes()
+
+
+def _no_header(member):
+    return "precompiled_headers" not in member
+
+
+def test_gc_takes_what_keep_refuses_out_of_every_version_and_keeps_the_rest_whole(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    fat, kernel = _with_build_aid(store, tmp_path)
+    clean = _write(store, tmp_path, name="clean")
+    past = time.time() - 3600
+    os.utime(store.manifest_path(fat), (past, past))
+
+    plan = store.gc(None, dry_run=True, keep=_no_header)
+    assert [(r.name, r.version, r.bytes, r.kept) for r in plan] == [("m", fat.version, 300_000, fat.version)]
+    assert [m.version for m in store.versions("m")] == [fat.version]  # a dry run changes nothing
+
+    [removal] = store.gc(None, keep=_no_header)
+    [slim] = store.versions("m")
+    assert removal.kept == slim.version != fat.version
+    assert slim.version.split("-")[:2] == fat.version.split("-")[:2]  # same time and fingerprint: same order
+    assert [m.name for m in slim.members] == ["inductor/ab/k.so"] and slim.payload_bytes == 1000
+    assert not os.path.exists(store.payload_path(fat)) and not os.path.exists(store.manifest_path(fat))
+    assert abs(os.stat(store.manifest_path(slim)).st_mtime - past) < 1  # its last use is kept for eviction
+    assert [m.version for m in store.versions("clean")] == [clean.version]
+    restored = tmp_path / "restored"
+    with store.open_payload(slim) as payload:
+        [path] = bundle.extract(payload, slim, {"inductor": str(restored)})
+    with open(path, "rb") as f:
+        assert f.read() == kernel
+    assert store.gc(None, keep=_no_header) == []  # nothing more to take
+
+
+def test_a_version_slimmed_beside_others_of_its_name_prunes_none_of_them(tmp_path):
+    store = LocalStore(str(tmp_path / "s"), max_versions=2)
+    older = _write(store, tmp_path)
+    fat, _kernel = _with_build_aid(store, tmp_path)
+    store.slim(_no_header)
+    versions = store.versions("m")
+    assert len(versions) == 2 and versions[1].version == older.version
+    assert [m.name for m in versions[0].members] == ["inductor/ab/k.so"]
+
+
+def test_a_restore_writes_no_member_that_keep_refuses(tmp_path):
+    store = LocalStore(str(tmp_path / "s"))
+    fat, kernel = _with_build_aid(store, tmp_path)
+    restored = tmp_path / "restored"
+    with store.open_payload(fat) as payload:
+        written = bundle.extract(payload, fat, {"inductor": str(restored)}, keep=_no_header)
+    assert [os.path.relpath(p, restored) for p in written] == [os.path.join("ab", "k.so")]
+    assert not (restored / "precompiled_headers").exists()

@@ -37,3 +37,18 @@ def test_the_same_counts_with_a_graph_miss_are_real_work():
 def test_no_graph_counters_at_all_is_not_a_hit():
     # caches switched off: no hits, no misses; files written then are new work and must be saved
     assert not layers.only_graph_hits(layers.counter_delta({}, _snapshot(async_compile_cache_miss=3)))
+
+
+def test_torchs_build_aids_belong_to_no_layer_and_never_to_a_bundle():
+    for rel in (
+        "precompiled_headers/cwk.h.gch",
+        "precompiled_headers/locks/cwk.lock",
+        "gcc/bin/g++",
+        "torch_cutlass/cutlass_library/x.py",
+        "halide-runtime-host-abc/standalone_halide_runtime.a",
+    ):
+        assert layers.layer_of(rel) is None, rel
+        assert not layers.is_compile_result("inductor/" + rel), rel
+    for member in ("inductor/ab/cab.so", "inductor/fxgraph/kp/x/y", "inductor/dynamo/k/entry", "triton/0/x.cubin"):
+        assert layers.is_compile_result(member), member
+    assert layers.is_compile_result("triton/precompiled_headers/x")  # a Triton dir's own names are Triton's
