@@ -18,7 +18,6 @@ from ..storage.bundle import BundleError, Manifest, check_name, short_id
 from ..storage.hub import HubError, HubRefused
 from ..storage.sources import HubSource, LocalSource, Progress, Source
 from ..storage.store import Removal
-from ..torch_adapter import layers
 from . import events
 from .compiler_commands import CompilerCommands
 from .errors import NoHub, NotFound, NothingFits
@@ -301,6 +300,8 @@ class Commands(CompilerCommands):
         unusable = None
         if opts.incompatible:
             unusable = lambda m, fit=MachineFit(): not fit.fits(m)  # noqa: E731
+
+        from ..torch_adapter import layers  # here: `list` and the other commands import none of the torch adapter
 
         def gc(dry_run: bool) -> list[Removal]:
             return store.gc(max_size, dry_run, opts.older_than, unusable, keep=layers.is_compile_result)

@@ -55,10 +55,10 @@ ALL = [
     *[events.StepFailed(step, "disk full", "net", "/s") for step in events.Step],
     *[events.PrecompileFailed(PrecompileTrouble(step, "OSError: disk full", True)) for step in PrecompileStep],
     *[events.PrecompileFailed(PrecompileTrouble(step, "disk full", False)) for step in PrecompileStep],
+    events.BuildAidsRemoved(2, 300 << 20),
     events.CompiledWhileLoading("net", watched=True),
     events.CellFinished(CellReport("net", body_seconds=0.5)),
     events.CellFinished(CellReport("net", ok=False, body_seconds=0.5)),
-    events.BuildAidsRemoved(2, 300 << 20),
 ]
 
 
@@ -101,7 +101,7 @@ def test_the_golden_lines():
     assert said[11] == "'net' not restored: no version 'abc' of 'net' (`%compile_cache list net` shows its ids)"
     assert "compiling here too" in said[13] and "waiting up to 30 s" in said[14]
     assert said[21] == "store over 20.0 GB: evicted 1 least recently used version (old)"
-    assert said[-1] == (
+    assert event_wording.event_text(events.BuildAidsRemoved(2, 300 << 20)) == (
         "the local store held torch's precompiled headers in 2 versions, which are no compile result: removed them, "
         "freeing 300.0 MB"
     )
