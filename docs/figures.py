@@ -87,12 +87,15 @@ def run_quickstart() -> None:
     from jupyter_compile_cache.kernels.kernel_runner import KernelRunner
 
     runs = {}
+    # As a user runs it, with nothing set: the kernels' HOME (the store) and TMPDIR (torch's cache dir) are new, and
+    # the restarted kernel's TMPDIR is another (/tmp cleaned, or a reboot), so that torch's own caches are empty.
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "JUPYTER_COMPILE_CACHE_DIR", "XDG_CACHE_HOME"):
+        os.environ.pop(name, None)
     with tempfile.TemporaryDirectory(prefix="jcc-figures-") as work:
-        for run, cache in (("first", "cache-1"), ("restarted", "cache-2")):
-            env = {
-                "JUPYTER_COMPILE_CACHE_DIR": os.path.join(work, "store"),
-                "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, cache),
-            }
+        for run, tmp in (("first", "tmp-1"), ("restarted", "tmp-2")):
+            env = {"HOME": os.path.join(work, "home"), "TMPDIR": os.path.join(work, tmp)}
+            for folder in env.values():
+                os.makedirs(folder, exist_ok=True)
             kernel = KernelRunner(env)
             try:
                 _seconds, loaded = kernel.run(SETUP)  # what %load_ext says in a plain kernel
@@ -197,7 +200,16 @@ COMMANDS = {
 
 def render_quickstart(files: list[str], runs: list[dict]) -> str:
     data = runs[0]
-    lines = ["```python", data["cell"], "```", "", "A new kernel, then the same cells after a restart:", "", "```"]
+    lines = [
+        "```python",
+        data["cell"],
+        "```",
+        "",
+        "A new kernel with nothing set (no torch cache dir, no store), then the same cells after a restart on an "
+        "emptied /tmp:",
+        "",
+        "```",
+    ]
     for run in ("first", "restarted"):  # %load_ext's line (runs before 2026-11-29 kept none), then the cell's
         printed = data[run].get("loaded", []) + data[run]["printed"]
         lines += [line for line in printed if line.startswith("compile_cache:")]
