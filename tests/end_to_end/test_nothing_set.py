@@ -4,36 +4,30 @@ a new machine (another HOME and TMPDIR) from an exported bundle. Plain kernels: 
 from __future__ import annotations
 
 import getpass
+import os
 import re
+import sys
 
 import pytest
 from helpers.kernels import misses
 
 from jupyter_compile_cache.storage.store import LocalStore
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "docs"))
+import figures  # noqa: E402
+
 pytestmark = [pytest.mark.slow, pytest.mark.plain_kernels]
 
 # what the user has not set: torch's and Triton's cache dirs, the store, the user cache folder
 UNSET = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "JUPYTER_COMPILE_CACHE_DIR", "XDG_CACHE_HOME")
 
-DEFINE = """import torch
-%load_ext jupyter_compile_cache
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l1, self.l2 = torch.nn.Linear(256, 512), torch.nn.Linear(512, 256)
-    def forward(self, x):
-        return self.l2(torch.nn.functional.gelu(self.l1(x)))
-
-torch.manual_seed(0)
-model, x = Net(), torch.randn(64, 256)"""
-
-COMPILE = """%%compile_cache mlp
-compiled = torch.compile(model)
-with torch.no_grad():
-    y = compiled(x)
+# the README's quick start, as docs/figures.py runs it for the README's figure
+DEFINE = figures.SETUP
+COMPILE = (
+    figures.CELL
+    + """
     print("MATCHES_EAGER", torch.allclose(y, model(x), atol=1e-5))"""
+)
 
 _UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 
