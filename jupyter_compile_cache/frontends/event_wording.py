@@ -283,6 +283,7 @@ _PRECOMPILE_STEP = {
     "find_by_code": "looking for a compiled function's entry by its code failed ({error})",
     "use_saved_sizes": "the saved input sizes of a restored function were not used ({error})",
     "save_sizes": "the input sizes of a compiled function were not saved ({error})",
+    "merge": "only the last instance of a function compiled several times is saved ({error})",
 }
 
 

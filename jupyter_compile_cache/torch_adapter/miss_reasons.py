@@ -88,6 +88,7 @@ class PrecompileStep(str, enum.Enum):
     FIND_BY_CODE = "find_by_code"  # looking for the function's entry by its code
     USE_SAVED_SIZES = "use_saved_sizes"  # using a restored function's saved input sizes
     SAVE_SIZES = "save_sizes"  # saving the function's input sizes
+    MERGE = "merge"  # putting what several instances of one code compiled into one entry
 
 
 @dataclass(frozen=True)

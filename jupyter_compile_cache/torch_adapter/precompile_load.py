@@ -130,14 +130,3 @@ class EntryLoading(PrecompileState):
         if key and digest:
             self._package_digest[pkg] = digest
             self._packages.setdefault(key, {})[digest] = weakref.ref(pkg)
-
-    def _package_recorded(self, pkg: Any) -> None:
-        """torch recorded PKG's entry for saving, under its key: kept under its code too (the last one last)."""
-        from torch._dynamo.precompile_context import PrecompileContext
-
-        key, digest = getattr(pkg, "source_id", None), self._package_digest.get(pkg)
-        entry = getattr(PrecompileContext, "_dynamo_cache_entries", {}).get(key)
-        if key and digest and entry is not None:
-            by_code = self.recorded.setdefault(key, {})
-            by_code.pop(digest, None)
-            by_code[digest] = entry

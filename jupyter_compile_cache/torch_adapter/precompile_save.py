@@ -4,6 +4,7 @@ sizes), a record marked empty for a function Dynamo traced nothing of."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -58,6 +59,30 @@ class EntrySaving(PrecompileState):
                 self.entry_digest[key] = next(reversed(self.recorded[key]))
             if len(self.codes.get(key, {})) > 1:
                 self._save_siblings(context, key)
+
+    def _package_recorded(self, pkg: Any) -> None:
+        """torch recorded PKG's entry for saving, under its key, replacing the entry of any other package of the
+        same code (each `torch.compile` of one class, at two sizes, makes a package): the entry saved holds what
+        every package of that code compiled. It is kept under its code too (the last one last)."""
+        from torch._dynamo.precompile_context import PrecompileContext
+
+        key, digest = getattr(pkg, "source_id", None), self._package_digest.get(pkg)
+        entries = getattr(PrecompileContext, "_dynamo_cache_entries", {})
+        entry = entries.get(key)
+        if not (key and digest and entry is not None):
+            return
+        serial = self._package_serial.setdefault(pkg, next(self._serials))
+        by_package = self._package_entries.setdefault((key, digest), {})
+        by_package[serial] = entry
+        try:
+            entry = merged_entry([e for e in by_package.values() if e.device_type == entry.device_type])
+        except Exception as exc:  # the other packages' graphs compile again where this entry is restored
+            self._tell(key, PrecompileStep.MERGE, exc)
+        else:
+            entries[key] = entry
+        by_code = self.recorded.setdefault(key, {})
+        by_code.pop(digest, None)
+        by_code[digest] = entry
 
     def _save_siblings(self, context: Any, key: str) -> None:
         """Each code's entry of a key that several codes share, in a folder of its own beside torch's."""
@@ -141,3 +166,52 @@ class EntrySaving(PrecompileState):
             else:
                 written += [sizes] if sizes else []
         return written
+
+
+def merged_entry(entries: list[Any]) -> Any:
+    """One of torch's dynamo entries holding every compiled frame of ENTRIES (entries of one function's code, from
+    its packages), each once and in the order they were recorded; a code one package set aside (bypassed) keeps the
+    frames of the packages that did not."""
+    if len(entries) == 1:
+        return entries[0]
+    codes: list[Any] = []
+    for entry in entries:
+        for code in entry.codes:
+            into = next((c for c in codes if _same_code(c, code)), None)
+            if into is None:
+                codes.append(
+                    dataclasses.replace(
+                        code,
+                        guarded_codes=list(code.guarded_codes),
+                        backend_ids=list(code.backend_ids),
+                        import_sources=dict(code.import_sources),
+                    )
+                )
+                continue
+            if code.bypassed:
+                continue
+            if into.bypassed:
+                into.bypassed, into.guarded_codes, into.backend_ids = False, [], []
+            new = [g for g in code.guarded_codes if not any(_same_frame(g, h) for h in into.guarded_codes)]
+            into.guarded_codes += new
+            into.backend_ids += [b for b in code.backend_ids if b not in into.backend_ids]
+            into.import_sources.update(code.import_sources)
+            into.has_compile_id = into.has_compile_id or code.has_compile_id
+    sources = set().union(*(entry.source_info.inlined_sources for entry in entries))
+    last = entries[-1]
+    source_info = dataclasses.replace(last.source_info, inlined_sources=sources)
+    return dataclasses.replace(last, codes=codes, source_info=source_info)
+
+
+def _same_code(a: Any, b: Any) -> bool:
+    return (a.python_module, a.function_names, a.code_source, a.python_code) == (
+        b.python_module,
+        b.function_names,
+        b.code_source,
+        b.python_code,
+    )
+
+
+def _same_frame(a: Any, b: Any) -> bool:
+    """One compiled frame: a restored package holds the very frames of the entry it was loaded from."""
+    return a.guards_state == b.guards_state and a.dynamo_code == b.dynamo_code

@@ -4,6 +4,7 @@ failure of torch's precompile machinery is told (the plain path for that functio
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
 import weakref
@@ -61,6 +62,10 @@ class PrecompileState:
         self._packages: dict[str, dict[str, weakref.ref[Any]]] = {}
         self.recorded: dict[str, dict[str, Any]] = {}  # key -> {code digest -> torch's dynamo entry of its package}
         self._package_digest: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        # (key, code digest) -> {package -> torch's dynamo entry of it}: packages of one code, merged into its entry
+        self._package_entries: dict[tuple[str, str], dict[int, Any]] = {}
+        self._package_serial: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._serials = itertools.count()
         self.entry_digest: dict[str, str] = {}  # key -> the code digest of the entry in torch's folder for it
         # functions Dynamo compiled in a cell with no package (new_unpackaged)
         self._unpackaged: list[str] = []

@@ -153,6 +153,48 @@ def test_a_later_cells_input_size_restores_without_a_new_trace(kernel_factory, d
         assert k.value(LOADS) == 2
 
 
+# Every instance: each `torch.compile` makes a package of its own, and torch keeps one entry per function, the last
+# package's; a class at two sizes (its objects differ) and a function wrapped twice, at two dtypes (one code, one
+# object), in one cell, then a third dtype in a later cell.
+INSTANCES = """
+class Block(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = torch.nn.Linear(n, n)
+    def forward(self, t):
+        return self.lin(t).relu() * 2
+small, big = Block(8), Block(24)
+"""
+TWO = (
+    "%%compile_cache two\nwith torch.no_grad():\n"
+    "    outs = [torch.compile(small)(torch.ones(3, 8)), torch.compile(big)(torch.ones(3, 24)),\n"
+    "            torch.compile(decode_step)(short), torch.compile(decode_step)(short.double())]\n"
+    "print('TWO', [o.sum().item() for o in outs])"
+)
+THIRD = (
+    "%%compile_cache third\nwith torch.no_grad():\n    o = torch.compile(decode_step)(short.bfloat16())\n"
+    "print('THIRD', o.float().sum().item())"
+)
+
+
+@pytest.mark.skipif(not PrecompileGuard.available(), reason="torch 2.11 on: Dynamo's entries restored")
+def test_every_instance_of_one_code_restores_without_a_trace(kernel_factory, dirs):
+    k = _start(kernel_factory, dirs)
+    k.run(SHAPES.format(device=DEVICE) + INSTANCES).check()
+    cold = [k.run(cell).check().stdout for cell in (TWO, THIRD)]
+    assert k.value(TRACES) == 5 and all("saved" in out for out in cold)
+
+    k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
+    k.run("%load_ext jupyter_compile_cache").check()
+    k.run(SHAPES.format(device=DEVICE) + INSTANCES).check()
+    restored = [k.run(cell).check().stdout for cell in (TWO, THIRD)]
+    assert [re.findall(r"(?:TWO|THIRD) .*", out) for out in restored] == [
+        re.findall(r"(?:TWO|THIRD) .*", out) for out in cold
+    ]
+    assert misses(k.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    assert k.value(TRACES) == 0, restored
+
+
 @pytest.mark.skipif(not PrecompileGuard.available(), reason="torch 2.11 on: entries installed into live functions")
 def test_an_older_or_narrower_bundle_never_drops_graphs_the_live_function_has(kernel_factory, dirs):
     k = _start(kernel_factory, dirs)
