@@ -8,6 +8,7 @@ import contextvars
 import functools
 import importlib
 import marshal
+import sys
 import types
 from typing import Any, cast
 
@@ -27,6 +28,34 @@ def rebuild_compiled_wrapper(inline: Any) -> Any:
     compiled._torchdynamo_inline = inline  # type: ignore[attr-defined]
     compiled._torchdynamo_orig_callable = inline  # type: ignore[attr-defined]
     return compiled
+
+
+def rebuild_type_of(module: str, name: str) -> type:
+    """A class made inside a function, found again as the type of the module global it was saved by (`type_of`)."""
+    return type(getattr(importlib.import_module(module), name))
+
+
+def rebuild_module_of_type(module: str, name: str, state: dict[str, Any]) -> Any:
+    """A torch module of a class made inside a function (`rebuild_type_of`), its state set as torch's own unpickler
+    sets a module's (without running its constructor)."""
+    import torch
+
+    cls: Any = rebuild_type_of(module, name)
+    obj = cls.__new__(cls)
+    torch.nn.Module.__setstate__(obj, state)
+    return obj
+
+
+def global_of_type(cls: type) -> tuple[str, str] | None:
+    """(module, name) of a global of `cls.__module__` whose type is CLS: how a class made inside a function (not
+    reachable by its qualified name) can be found again in another process; None where there is none."""
+    module = sys.modules.get(getattr(cls, "__module__", None) or "")
+    if module is None:
+        return None
+    for name, value in list(vars(module).items()):
+        if type(value) is cls:
+            return module.__name__, name
+    return None
 
 
 def rebuild_source(cls: type, values: dict[str, Any]) -> Any:

@@ -23,12 +23,15 @@ from typing import Any
 from .patch import Patch
 from .pickling import (
     cell_value,
+    global_of_type,
     rebuild_bound_method,
     rebuild_compiled_wrapper,
     rebuild_context_var,
     rebuild_function,
     rebuild_marked_tensor,
+    rebuild_module_of_type,
     rebuild_source,
+    rebuild_type_of,
     return_none,
 )
 
@@ -38,6 +41,7 @@ def patches() -> list[Patch]:
     return [
         *_aot_key_patch(),
         *_guard_state_pickler_patch(),
+        *_local_type_guard_patch(),
         *_module_global_patch(),
         *_globals_module_patch(),
         *_pop_null_patch(),
@@ -138,7 +142,12 @@ def _guard_state_pickler_patch() -> list[Patch]:
     * a method whose function is a `functools.partial` (torchao) as that function and its object;
     * a tensor subclass without `empty_like` (torchao's `Int8Tensor`) from its inner tensors' meta copies;
     * torch.compile's own wrapper as a stand-in holding the function it wraps (what Dynamo's guards read of it):
-      by value it dragged in the compiled graph, which cannot be pickled.
+      by value it dragged in the compiled graph, which cannot be pickled;
+    * a class made inside a function as the type of the module global that holds its object (`pickling.
+      global_of_type`; see `_local_type_guard_patch`), and a torch module of such a class as one of that class:
+      torch rebuilt it as a plain `nn.Module`, and a guard reading its class (the `kernels` package's
+      `_create_func_module.<locals>.Func`, on the attention layers of transformers 5.25's Llama, Qwen2, Mistral and
+      others) failed at install.
     """
     try:
         import torch
@@ -167,10 +176,20 @@ def _guard_state_pickler_patch() -> list[Patch]:
             return rebuild_compiled_wrapper, (getattr(obj, "_torchdynamo_inline", wrapped),)
         if isinstance(obj, torch.Tensor):
             return _reduce_tensor(self, obj, original)
+        if isinstance(obj, type) and "<locals>" in obj.__qualname__:
+            found = global_of_type(obj)
+            if found is not None:
+                return rebuild_type_of, found
         if inspect.ismethod(obj) and not hasattr(obj.__func__, "__name__"):
             # a method made by functools.partialmethod: torch 2.13 read `__func__.__name__` and packaged nothing
             return rebuild_bound_method, (obj.__func__, obj.__self__)
         reduced = original(self, obj)
+        if isinstance(obj, torch.nn.Module) and _is_call(reduced, getattr(type(self), "_unpickle_module", None)):
+            # torch rebuilds a module of a class made inside a function as a plain `nn.Module`: guards that read
+            # its class (its `forward`'s closure) then failed at install
+            found = global_of_type(type(obj))
+            if found is not None:
+                return rebuild_module_of_type, (*found, reduced[1][0])
         if isinstance(reduced, tuple) and reduced and reduced[0] is missing and inspect.isfunction(obj):
             module = getattr(obj, "__module__", None)
             if module and module in sys.modules:
@@ -189,6 +208,43 @@ def _guard_state_pickler_patch() -> list[Patch]:
         return reduced
 
     return [Patch(pickler, "reducer_override", reducer_override)]
+
+
+def _local_type_guard_patch() -> list[Patch]:
+    """Save a type guard on a class made inside a function where that class is the type of a module global: the
+    `kernels` package turns functions into objects of such classes (transformers 5.25's `apply_rotary_pos_emb` in
+    Llama, Qwen2, Mistral, ...), and torch refused to save the guard on their type ("defined in local scope"), so the
+    model compiled again at every restore. The restored guard checks the type of that global in the new process,
+    found again by the pickler (`_guard_state_pickler_patch`); any other local class stays refused, as in torch."""
+    try:
+        from torch._dynamo.guards import CheckFunctionManager
+    except Exception:  # a torch without this module, or one that fails to import it: no patch
+        return []
+    original = getattr(CheckFunctionManager, "serialize_guards", None)
+    if original is None:
+        return []
+
+    def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
+        for guard in sorted_guards:
+            # the local class (torch 2.15), or True (2.14)
+            flag = getattr(guard, "_unserializable", None)
+            if flag and guard.create_fn_name() in ("TYPE_MATCH", "BUILTIN_MATCH"):
+                with contextlib.suppress(Exception):  # torch's refusal stands
+                    if isinstance(flag, type):
+                        kind = flag
+                    else:
+                        value = builder.get(guard)
+                        kind = getattr(value, "pytype", None) or type(value)  # a FakeTensor's, as torch's guard reads
+                    if global_of_type(kind) is not None:
+                        guard._unserializable = False if isinstance(flag, bool) else None
+        return original(self, builder, sorted_guards, *args, **kwargs)
+
+    return [Patch(CheckFunctionManager, "serialize_guards", serialize_guards)]
+
+
+def _is_call(reduced: Any, function: Any) -> bool:
+    """Whether a reducer's answer REDUCED rebuilds its object by calling FUNCTION with one argument."""
+    return function is not None and isinstance(reduced, tuple) and len(reduced) >= 2 and reduced[0] == function
 
 
 # The attributes Dynamo reads off a tensor to decide which dimensions are dynamic (torch.utils' `mark_dynamic` and

@@ -21,6 +21,16 @@ HF_MODELS = {
         " hidden_size=32, intermediate_size=64, vocab_size=64, max_position_embeddings=32))",
         INPUT_IDS,
     ),
+    "qwen2": (
+        "T.Qwen2ForCausalLM(T.Qwen2Config(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,"
+        " hidden_size=32, intermediate_size=64, vocab_size=64, max_position_embeddings=32))",
+        INPUT_IDS,
+    ),
+    "mistral": (
+        "T.MistralForCausalLM(T.MistralConfig(num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,"
+        " hidden_size=32, intermediate_size=64, vocab_size=64, max_position_embeddings=32))",
+        INPUT_IDS,
+    ),
     "bert": (
         "T.BertModel(T.BertConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=32, intermediate_size=64,"
         " vocab_size=64, max_position_embeddings=32))",
@@ -36,6 +46,12 @@ HF_MODELS = {
         " decoder_attention_heads=2, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=64,"
         " max_position_embeddings=32))",
         INPUT_IDS,
+    ),
+    "whisper": (
+        "T.WhisperForConditionalGeneration(T.WhisperConfig(d_model=32, encoder_layers=1, decoder_layers=1,"
+        " encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=64,"
+        " num_mel_bins=8, max_source_positions=16, max_target_positions=32, pad_token_id=0, decoder_start_token_id=1))",
+        "dict(input_features=torch.randn(2, 8, 32), decoder_input_ids=torch.randint(0, 64, (2, 4)))",
     ),
     "vit": (
         "T.ViTModel(T.ViTConfig(num_hidden_layers=1, num_attention_heads=2, hidden_size=32, intermediate_size=64,"

@@ -222,3 +222,69 @@ def test_a_restored_backend_keeps_a_clean_copy_that_loads_again(tmp_path):
     assert _close(outputs["cold"]["VALUES"], eager)
     assert _close(outputs["restored"]["VALUES"], eager)
     assert _close(outputs["restored"]["AGAIN"], eager)
+
+
+# A function turned into an object of a class made inside a function, and a model holding its own instance of that
+# class, as the `kernels` package does for transformers 5.25's Llama, Qwen2 and Mistral (`_create_func_module`).
+LOCAL_CLASS_MODULE = """
+import torch
+def _module_of(func):
+    class Func(torch.nn.Module):
+        def forward(self, *args):
+            return func(*args)
+    Func.__module__ = func.__module__
+    return Func
+def _rotate(t, k=2.0):
+    return t.roll(1, -1) * k
+rotate = _module_of(_rotate)()
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.funcs = {"rotate": type(rotate)()}
+    def forward(self, t):
+        return self.funcs["rotate"](self.lin(t))
+"""
+LOCAL_CLASS_CELL = """
+import sys, torch
+sys.path.insert(0, sys.argv[2])
+from torch._dynamo.utils import counters
+from jupyter_compile_cache.core.options import CellOptions
+from jupyter_compile_cache.core.session import get_session
+import funcs
+torch.manual_seed(0)
+net, x = funcs.Net(), torch.randn(2, 8)
+with get_session().cell("local", CellOptions(store_dir=sys.argv[1], no_hub=True)), torch.no_grad():
+    y = torch.compile(net)(x)
+print("MATCHES_EAGER", torch.allclose(y, net(x)))
+fallbacks = counters["jupyter_compile_cache"]["precompile_fallback"]
+print("TRACED", counters["stats"]["unique_graphs"], "FALLBACKS", fallbacks)
+"""
+
+
+@pytest.mark.skipif(not PrecompileGuard.available(), reason="Dynamo precompile: torch 2.11 on")
+def test_a_function_made_an_object_of_a_local_class_restores_and_an_edit_to_it_recompiles(tmp_path):
+    # torch refused the guard on the local class ("defined in local scope"), then rebuilt the model's instance as a
+    # plain nn.Module, whose class has no `forward` closure to guard on: the model traced again at every restore.
+    import os
+    import subprocess
+    import sys
+
+    script, module = tmp_path / "cell.py", tmp_path / "mods" / "funcs.py"
+    script.write_text(LOCAL_CLASS_CELL)
+    module.parent.mkdir()
+    runs = {}
+    for run, edit in (("cold", ""), ("restored", ""), ("edited", "k=3.0")):
+        module.write_text(LOCAL_CLASS_MODULE.replace("k=2.0", edit or "k=2.0"))
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / run), "PYTHONWARNINGS": "ignore"}
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "store"), str(module.parent)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "MATCHES_EAGER True" in done.stdout, done.stdout + done.stderr[-3000:]
+        runs[run] = re.findall(r"TRACED (\d+) FALLBACKS (\d+)", done.stdout)[0]
+    assert runs == {"cold": ("1", "0"), "restored": ("0", "0"), "edited": ("1", "0")}, runs
