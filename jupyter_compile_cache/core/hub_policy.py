@@ -8,6 +8,7 @@ the front ends reach the hub through this object and the `Source` protocol only.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from ..torch_adapter.compiler import RemoteCaches
 
 DOWN_SECONDS = 60  # a hub that failed is left alone this long, instead of paying its timeout in every cell
+# A cell asks a hub that has not answered in the last DOWN_SECONDS for a ping, and waits this long for it: a hub that
+# takes connections and never answers cost a cell its read timeout twice (19-22 s) before it was found down.
+ANSWER_SECONDS = 2.0
 
 
 def hub_config(
@@ -61,6 +65,7 @@ class HubPolicy:
         self.settings = settings
         self._tell = tell
         self._down_until: dict[str, float] = {}
+        self._answered_at: dict[str, float] = {}  # url -> when it last answered a cell's ping
         self._warned: set[str] = set()
         self._untold: dict[str, str] = {}  # failures found in the background, told by the next cell
         self._trust_warned = False
@@ -71,8 +76,9 @@ class HubPolicy:
         self.remote_caches: RemoteCaches | None = None  # what --torch-remote changed in torch, for close()
 
     # -- which hub --------------------------------------------------------------------------------------------
-    def for_cell(self, opts: CellOptions) -> HubSource | None:
-        """The hub this cell uses, or None (off, not configured, or found down in the last minute)."""
+    def for_cell(self, opts: CellOptions, quiet: bool = False) -> HubSource | None:
+        """The hub this cell uses, or None (off, not configured, found down in the last minute, or silent now);
+        `quiet`: asked from a background thread (a failure is told by the next cell, as in `failed`)."""
         if opts.no_hub:
             return None
         config = hub_config(self.settings, opts.hub, opts.namespace, opts.ttl)
@@ -84,12 +90,39 @@ class HubPolicy:
                 self._warned.add(config.url)
                 self._tell(HubUnavailable(redact(config.url), untold), None)
             return None
-        return HubSource(self._hub(config))
+        hub = HubSource(self._hub(config))
+        return hub if self._answers(hub, quiet) else None
+
+    def _answers(self, hub: HubSource, quiet: bool) -> bool:
+        """Whether HUB answered a ping within ANSWER_SECONDS (asked only when it has not answered in the last
+        DOWN_SECONDS); one that did not is failed (one warning, a minute without it). The ping runs on in a thread
+        of its own until the backend's own timeout ends it."""
+        if time.time() - self._answered_at.get(hub.url, 0.0) < DOWN_SECONDS:
+            return True
+        outcome: list[BaseException | None] = []
+
+        def ping() -> None:
+            try:
+                hub.hub.ping()
+                outcome.append(None)
+            except Exception as exc:  # told below, as any hub failure
+                outcome.append(exc)
+
+        thread = threading.Thread(target=ping, name="jupyter_compile_cache hub ping", daemon=True)
+        thread.start()
+        thread.join(ANSWER_SECONDS)
+        error = outcome[0] if outcome else HubError(f"hub {hub.display_url}: no answer within {ANSWER_SECONDS:g} s")
+        if error is None:
+            self._answered_at[hub.url] = time.time()
+            return True
+        failure = error if isinstance(error, HubError) else HubError(f"hub {hub.display_url}: {error}")
+        self.failed(hub, failure, None, quiet=quiet)
+        return False
 
     def for_toolchain(self) -> HubSource | None:
         """The session's hub, in a namespace of its own for the CPU probe programs (one bundle per CPU
         fingerprint, out of the way of the team's bundle names)."""
-        return self.for_cell(CellOptions(namespace=f"{self.settings.namespace}/toolchain"))
+        return self.for_cell(CellOptions(namespace=f"{self.settings.namespace}/toolchain"), quiet=True)
 
     def for_command(
         self, url: str | None = None, namespace: str | None = None, ttl: int | None = None
@@ -125,6 +158,7 @@ class HubPolicy:
     def answered(self, url: str) -> None:
         """The hub at URL answered (a `hub check`): cells use it again at once."""
         self._down_until.pop(url, None)
+        self._answered_at[url] = time.time()
 
     def failed_here(self, url: str | None = None) -> bool:
         """Whether the hub of URL (default: the session's) failed in this session a moment ago."""
@@ -142,6 +176,7 @@ class HubPolicy:
             self._refused(hub, exc, report, quiet)
             return
         self._down_until[hub.url] = time.time() + DOWN_SECONDS
+        self._answered_at.pop(hub.url, None)
         if quiet:
             self._untold[hub.url] = str(exc)
         elif hub.url not in self._warned:

@@ -112,7 +112,7 @@ def plan(
         found: list[tuple[str, Manifest]] = []
         store = session.store(cell.options.store_dir)
         found += [("local", m) for m in store.versions(cell.name)]
-        hub = session.hub_policy.for_cell(cell.options)
+        hub = session.hub_policy.for_cell(cell.options, quiet=True)
         if hub is not None:
             try:
                 found += [("hub", m) for m in hub.versions(cell.name)]
@@ -242,7 +242,7 @@ class NotebookStage:
         """The newest fitting version of the cell's NAME into the local store, from the hub if it is not local."""
         session = self.session
         store = session.store(cell.options.store_dir)
-        hub = session.hub_policy.for_cell(cell.options)
+        hub = session.hub_policy.for_cell(cell.options, quiet=True)
         if hub is None:
             return  # local bundles are restored from where they are
         found = session.search.newest(cell.name, store, hub, on_down="quiet")

@@ -47,7 +47,10 @@ def with_suggestion(message: str, parser: argparse.ArgumentParser) -> str:
     if unknown:
         options = _options(parser)
         hints = []
-        for word in unknown.group(1).split():
+        words = unknown.group(1).split()
+        if any(a.dest == "name" and not a.option_strings for a in parser._actions) and words[0][:1] != "-":
+            hints.append("a bundle NAME is one word, without spaces: join the words (my_model)")
+        for word in words:
             typed = word.split("=")[0]
             if typed[:1] != "-":
                 continue

@@ -101,6 +101,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command_first(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
+    """WORDS with the options given before the command (`--json list`, `--hub URL hub pull NAME`) moved to its end,
+    where every command takes them: the README's "options before or after the command"."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands: dict[str, argparse.ArgumentParser] = dict(sub.choices)
+    parsers = [parser, *commands.values()]
+    for command in list(commands.values()):  # the hub's commands, one level down
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        parsers += [p for a in nested for p in a.choices.values()]
+    valued = {o for p in parsers for a in p._actions if a.nargs != 0 and a.option_strings for o in a.option_strings}
+    at = 0
+    while at < len(words) and words[at].startswith("-") and words[at] != "--":
+        at += 2 if words[at] in valued else 1
+    if at == 0 or at >= len(words) or words[at] not in commands:
+        return words
+    return words[at:] + words[:at]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     job: list[str] = []
@@ -108,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cut = words.index("--", words.index("run"))
         words, job = words[:cut], words[cut + 1 :]
     parser = _parser()
-    args = parser.parse_args(store_commands.words(words))
+    args = parser.parse_args(store_commands.words(_command_first(parser, words)))
     if args.command == "run":
         if not job:
             print(f"usage: {_usage(parser, 'run')}\nerror: no command to run: put it after --", file=sys.stderr)

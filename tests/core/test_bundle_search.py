@@ -80,16 +80,17 @@ def test_a_hub_that_does_not_answer_is_told_kept_for_the_next_cell_or_raised_as_
 
     search, told = _search(url)
     with pytest.raises(HubError):  # a command reports it itself
-        search.newest("net", store, search.hub_policy.for_cell(CellOptions()), on_down="raise")
+        search.newest("net", store, search.hub_policy.for_command(), on_down="raise")
     assert told == []
 
     report = CellReport("net")
-    found = search.newest("net", store, search.hub_policy.for_cell(CellOptions()), report=report)
+    found = search.newest("net", store, search.hub_policy.for_command(), report=report)
     assert found.manifest is None and [type(e).__name__ for e in told] == ["HubUnavailable"]
     assert search.hub_policy.for_cell(CellOptions()) is None  # left alone: the next cell does not wait for it
+    assert len(told) == 1
 
     quiet, told_quietly = _search(url)  # a background fetch: nothing told now, the next cell says it
-    quiet.newest("net", store, quiet.hub_policy.for_cell(CellOptions()), on_down="quiet")
+    quiet.newest("net", store, quiet.hub_policy.for_command(), on_down="quiet")
     assert told_quietly == []
     assert quiet.hub_policy.for_cell(CellOptions()) is None
     assert [type(e).__name__ for e in told_quietly] == ["HubUnavailable"]

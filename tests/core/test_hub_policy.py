@@ -3,8 +3,11 @@ and the single-flight lease, against a real redis-server and a port where nothin
 
 from __future__ import annotations
 
+import socket
+import time
+
 from jupyter_compile_cache.core.events import HubUnavailable, NoTeamSecret
-from jupyter_compile_cache.core.hub_policy import HubPolicy, hub_config
+from jupyter_compile_cache.core.hub_policy import ANSWER_SECONDS, HubPolicy, hub_config
 from jupyter_compile_cache.core.options import CellOptions
 from jupyter_compile_cache.core.records import CellReport
 from jupyter_compile_cache.core.settings import CompileCache
@@ -26,16 +29,17 @@ def _policy(url: str, secret: str = "team") -> tuple[HubPolicy, _Told, _Told]:
 
 def test_a_hub_that_fails_is_told_once_then_left_alone_for_a_minute(free_port):
     policy, warnings, _out = _policy(f"redis://127.0.0.1:{free_port}/0")
-    hub = policy.for_cell(CellOptions())
-    assert hub is not None and hub.url.endswith(f":{free_port}/0")
+    assert policy.for_cell(CellOptions()) is None  # nothing listens: the cell's ping fails, the cell goes on without
+    assert len(warnings) == 1 and isinstance(warnings[0], HubUnavailable), warnings
+    assert warnings[0].hub.endswith(f":{free_port}/0")
+    assert policy.for_cell(CellOptions()) is None and len(warnings) == 1  # down: not asked or told again for a minute
+    hub = policy.for_command()  # a command tries it anyway, and reports its own failure
+    assert hub is not None
     try:
         hub.names()
     except HubError as exc:
         failure = exc
     report = CellReport("cell")
-    policy.failed(hub, failure, report)
-    assert warnings == [HubUnavailable(hub.display_url, str(failure))]
-    assert policy.for_cell(CellOptions()) is None  # down: no cell pays its timeout again for a minute
     policy.failed(hub, failure, report)  # a second failure of the same hub: in the report, not told again
     assert len(warnings) == 1 and report.warnings == [HubUnavailable(hub.display_url, str(failure))]
     state = policy.state()
@@ -44,14 +48,29 @@ def test_a_hub_that_fails_is_told_once_then_left_alone_for_a_minute(free_port):
     assert forced.reachable is False and forced.error != state.error
 
 
+def test_a_hub_that_takes_connections_and_never_answers_costs_a_cell_two_seconds():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # the kernel accepts connections; nothing ever answers
+    try:
+        policy, warnings, _out = _policy(f"redis://127.0.0.1:{listener.getsockname()[1]}/0")
+        policy.settings.hub_timeout = 10.0  # the read timeout a pull waits out, chunk by chunk
+        start = time.monotonic()
+        assert policy.for_cell(CellOptions()) is None
+        waited = time.monotonic() - start
+        assert ANSWER_SECONDS <= waited < ANSWER_SECONDS + 2, waited  # the ping's wait, never the read timeout
+        assert len(warnings) == 1 and f"no answer within {ANSWER_SECONDS:g} s" in warnings[0].reason, warnings
+        assert policy.for_cell(CellOptions()) is None and len(warnings) == 1  # left alone for a minute
+    finally:
+        listener.close()
+
+
 def test_a_failure_in_the_background_is_told_by_the_next_cell_that_would_use_the_hub(free_port):
     policy, warnings, _out = _policy(f"redis://127.0.0.1:{free_port}/0")
-    hub = policy.for_toolchain()
-    assert hub is not None and hub.namespace == "default/toolchain"
-    policy.failed(hub, HubError("connection refused"), None, quiet=True)
-    assert warnings == []  # a background thread prints nothing
+    assert policy.for_toolchain() is None  # its ping failed in a background thread: nothing printed there
+    assert warnings == []
     assert policy.for_cell(CellOptions()) is None
-    assert warnings == [HubUnavailable(hub.display_url, "connection refused")]
+    assert len(warnings) == 1 and isinstance(warnings[0], HubUnavailable)
     assert policy.for_cell(CellOptions()) is None and len(warnings) == 1
 
 

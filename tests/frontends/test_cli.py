@@ -181,6 +181,13 @@ def test_cli_speaks_the_magics_words_takes_options_anywhere_and_lists_fast(tmp_p
     hub_after = _python(["-m", "jupyter_compile_cache", "hub", "ls", "--hub", "redis://127.0.0.1:1/0"], env)
     assert hub_after.returncode == 4 and "unrecognized" not in hub_after.stderr, hub_after.stderr
     assert "nothing answers at that address: is the server running" in hub_after.stderr, hub_after.stderr
+    # any command's options before it, as the README says: the same words as after it
+    as_json = _python(["-m", "jupyter_compile_cache", "--json", "list", "--store", str(other)], env)
+    assert as_json.returncode == 0 and [row["name"] for row in json.loads(as_json.stdout)] == ["fits_here"]
+    for words in (["--hub", "redis://127.0.0.1:1/0", "hub", "ls"], ["--hub", "redis://127.0.0.1:1/0", "list"]):
+        before = _python(["-m", "jupyter_compile_cache", *words, "--store", str(other)], env)
+        assert before.returncode == 4 and "unrecognized" not in before.stderr, (words, before.stderr)
+        assert "invalid choice" not in before.stderr and "hub redis://127.0.0.1:1/0" in before.stderr, before.stderr
 
 
 def test_read_commands_speak_json_and_a_closed_pipe_is_quiet(tmp_path):

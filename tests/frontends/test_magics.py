@@ -70,6 +70,7 @@ def test_usage_line_wraps(shell):
         ("cell", "n --quite", "--quite: did you mean --quiet?"),
         ("line", "gc --dry-rn", "--dry-rn: did you mean --dry-run?"),
         ("line", "lst", "did you mean list?"),
+        ("cell", "my model", "a bundle NAME is one word, without spaces: join the words (my_model)"),
     ],
 )
 def test_options_are_never_abbreviated_and_a_typo_gets_the_nearest(shell, magic, line, told):
