@@ -6,6 +6,7 @@ these, and get typed records (records.py, errors.py) to show as they like.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tarfile
 import time
@@ -20,10 +21,10 @@ from ..storage.sources import HubSource, LocalSource, Progress, Source
 from ..storage.store import Removal
 from . import events
 from .compiler_commands import CompilerCommands
-from .errors import NoHub, NotFound, NothingFits
+from .errors import NoHub, NotANotebook, NotFound, NothingFits
 from .machine_fit import MachineFit
 from .options import CellOptions, GcOptions, RemoveOptions, writer
-from .plans import NotebookPlan
+from .plans import NotebookPlan, PlanTrouble
 from .records import (
     BundleExplanation,
     BundleRow,
@@ -172,10 +173,13 @@ class Commands(CompilerCommands):
         """Cell by cell, whether Run All of the notebook at PATH (as last saved) will restore its bundles here, and
         why not; PARSE reads a `%%compile_cache` line (the magic's parser)."""
         if not os.path.isfile(path):
-            raise ValueError(f"no notebook at {path}")
+            raise FileNotFoundError(errno.ENOENT, "no notebook at this path", path)
         from . import notebook
 
         cells, problems = notebook.read_cells(path, parse)
+        unreadable = [p for p in problems if p.trouble is PlanTrouble.UNREADABLE_NOTEBOOK]
+        if unreadable:  # its plan of nothing would be no answer
+            raise NotANotebook(path, unreadable[0].detail)
         return notebook.plan(self.session, os.path.abspath(path), cells, problems)
 
     def stats(self, store_dir: str | None = None, zero: bool = False) -> StoreStatistics:

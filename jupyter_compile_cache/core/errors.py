@@ -38,3 +38,12 @@ class NoHub(ValueError):
 
     def __str__(self) -> str:
         return "no hub"
+
+
+class NotANotebook(OSError):
+    """The file a command was asked to read as a notebook is none (not JSON, no list of cells): told in one line
+    (exit status 5 in a shell), with no plan of nothing before it."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(f"not a notebook: {path} ({detail})")
+        self.path, self.detail = path, detail

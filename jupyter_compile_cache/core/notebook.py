@@ -75,8 +75,12 @@ def read_cells(path: str, parse: LineParser) -> tuple[list[NotebookCell], list[P
         raw_cells = notebook["cells"]
         if not isinstance(raw_cells, list):
             raise TypeError("'cells' is not a list")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except OSError as exc:
         return [], [PlanProblem(PlanTrouble.UNREADABLE_NOTEBOOK, path, str(exc))]
+    except ValueError:
+        return [], [PlanProblem(PlanTrouble.UNREADABLE_NOTEBOOK, path, "it is not JSON")]
+    except (KeyError, TypeError):
+        return [], [PlanProblem(PlanTrouble.UNREADABLE_NOTEBOOK, path, "its JSON has no list of cells")]
     cells: list[NotebookCell] = []
     index = 0
     for raw in raw_cells:

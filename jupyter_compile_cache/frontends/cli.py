@@ -35,7 +35,6 @@ from typing import Any
 from .._version import __version__
 from ..core.commands import COMMAND_ERRORS, Commands
 from ..core.errors import NotFound, NothingFits
-from ..core.plans import PlanTrouble
 from ..core.records import HubCheck
 from ..core.store_session import StoreSession
 from ..storage.backends.base import HubError
@@ -155,12 +154,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = _show(record, getattr(args, "json", False))
             if command == "list" and session.hub_policy.failed_here(args.hub_url):  # the local part was listed
                 return HUB_FAILED
-            unreadable = [p for p in getattr(record, "problems", []) if p.trouble is PlanTrouble.UNREADABLE_NOTEBOOK]
-            if unreadable:  # a file that is no notebook: its plan of nothing is no answer
-                print(
-                    f"error: could not read the notebook {unreadable[0].where}: {unreadable[0].detail}", file=sys.stderr
-                )
-                return ERROR
             return status
         if args.command == "hub":
             return _hub_command(args, commands)

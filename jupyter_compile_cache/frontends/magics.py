@@ -172,6 +172,8 @@ class CompileCacheMagics(Magics):
                 raise UsageError(render.not_found(exc, names)) from None
             except ValueError as exc:  # a bad name or version, no hub: said with the usage
                 raise UsageError(f"{wording.error_text(exc)}\nusage: {line_usage()}") from None
+            except OSError as exc:  # no such notebook, a file that is none, a store that cannot be read
+                raise UsageError(wording.error_text(exc)) from None
             return _show(record, getattr(args, "json", False))
         if args.command in ("enable", "disable"):
             try:

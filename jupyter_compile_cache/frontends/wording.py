@@ -112,6 +112,7 @@ OS_ERRORS = {  # what a failed write says, in words ("[Errno 28] No space left o
     errno.EROFS: "the folder is read-only",
     errno.EACCES: "permission denied",
     errno.EPERM: "permission denied",
+    errno.ENOENT: "no such file",
 }
 
 

@@ -316,7 +316,11 @@ def test_explain_a_notebook_says_what_run_all_will_restore(tmp_path):
     out = _python(["-m", "jupyter_compile_cache", "explain"], env)
     assert out.returncode == 2 and "explain needs a NAME, or --notebook PATH" in out.stderr
     out = _python(["-m", "jupyter_compile_cache", "explain", "--notebook", str(tmp_path / "none.ipynb")], env)
-    assert out.returncode == 2 and "no notebook at" in out.stderr
+    assert out.returncode == 1 and out.stderr == f"error: no such file: {tmp_path / 'none.ipynb'}\n", out.stderr
+    (tmp_path / "list.ipynb").write_text("[]")  # JSON, but no notebook: one line, no plan of nothing before it
+    out = _python(["-m", "jupyter_compile_cache", "explain", "--notebook", str(tmp_path / "list.ipynb")], env)
+    assert out.returncode == 5 and out.stdout == "", out.stdout
+    assert out.stderr == f"error: not a notebook: {tmp_path / 'list.ipynb'} (its JSON has no list of cells)\n"
 
 
 @pytest.mark.parametrize(
@@ -431,7 +435,8 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
         ([*mine, "list", "--hub", "redis://127.0.0.1:1/0"], cli.HUB_FAILED, "refused the connection"),
         ([*mine, "hub", "--hub", not_redis, "ls"], cli.HUB_FAILED, "a Redis server"),
         ([*mine, "import", str(tmp_path / "cut.jcc")], cli.ERROR, f"{tmp_path / 'cut.jcc'} is cut short or damaged"),
-        ([*mine, "explain", "--notebook", str(tmp_path / "notes.ipynb")], cli.ERROR, "could not read the notebook"),
+        ([*mine, "explain", "--notebook", str(tmp_path / "notes.ipynb")], cli.ERROR, "not a notebook: "),
+        ([*mine, "explain", "--notebook", str(tmp_path / "none.ipynb")], cli.NOT_FOUND, "no such file: "),
         (["demo", "--dir", str(tmp_path / "nowhere" / "x")], cli.ERROR, "is not a folder"),
     ]
     for argv, status, words in table:

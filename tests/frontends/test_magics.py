@@ -399,3 +399,12 @@ def test_the_cell_line_hands_precompile_to_its_processes_only_when_asked():
 
     assert parse_cell_line("ranks --precompile-processes")[1].precompile_processes
     assert not parse_cell_line("ranks")[1].precompile_processes
+
+
+def test_explain_of_a_file_that_is_no_notebook_is_one_usage_error(shell, tmp_path):
+    shell.load()
+    (tmp_path / "list.ipynb").write_text("[]")
+    for path, told in ((tmp_path / "none.ipynb", "no such file: "), (tmp_path / "list.ipynb", "not a notebook: ")):
+        with pytest.raises(UsageError) as caught:
+            shell.run_line_magic("compile_cache", f"explain --notebook {path}")
+        assert str(caught.value).startswith(told) and str(path) in str(caught.value), str(caught.value)
