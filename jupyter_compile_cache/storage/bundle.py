@@ -275,6 +275,30 @@ def copy_pack(payload: IO[bytes], manifest: Manifest, keep: Callable[[str], bool
     return members
 
 
+def verify_payload(path: str, manifest: Manifest) -> None:
+    """Raise DamagedBundle unless the payload at PATH holds what MANIFEST lists, byte for byte (each member's sha256
+    in a format 2 pack; the whole payload's in format 1)."""
+    with open(path, "rb") as f:
+        if manifest.format != 2:
+            sha = hashlib.sha256()
+            while chunk := f.read(_READ_SIZE):
+                sha.update(chunk)
+            if sha.hexdigest() != manifest.payload_sha256:
+                raise DamagedBundle("payload fails its sha256 check")
+            return
+        size, listed = os.fstat(f.fileno()).st_size, sum(m.size for m in manifest.members)
+        if size != listed:
+            raise DamagedBundle(f"payload has {size} bytes, its manifest lists {listed}")
+        for m in manifest.members:
+            sha, left = hashlib.sha256(), m.size
+            while left:
+                chunk = f.read(min(left, _READ_SIZE))
+                sha.update(chunk)
+                left -= len(chunk)
+            if sha.hexdigest() != m.sha256:
+                raise DamagedBundle(f"member {m.name!r} fails its sha256 check")
+
+
 def _root_dirs(roots: Mapping[str, str]) -> dict[str, str]:
     return {k: os.path.realpath(v) for k, v in roots.items()}
 

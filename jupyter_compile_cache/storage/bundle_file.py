@@ -8,7 +8,7 @@ import io
 import json
 import tarfile
 
-from .bundle import BundleError, Manifest, check_name
+from .bundle import BundleError, DamagedBundle, Manifest, check_name, short_id, verify_payload
 from .store import LocalStore
 
 MANIFEST = "manifest.json"
@@ -16,6 +16,16 @@ PAYLOADS = {2: "payload.pack", 1: "payload.tar.zst"}  # by bundle format
 
 
 def export_bundle(store: LocalStore, manifest: Manifest, path: str) -> None:
+    """The version MANIFEST of STORE into a file at PATH, verified first: a damaged version is quarantined, as a
+    restore would, and nothing is written."""
+    try:
+        verify_payload(store.payload_path(manifest), manifest)
+    except (DamagedBundle, OSError) as exc:
+        store.quarantine(manifest, str(exc))
+        raise DamagedBundle(
+            f"{manifest.name} version {short_id(manifest.version)} is damaged ({exc}): moved to quarantine, nothing "
+            "exported"
+        ) from None
     data = json.dumps(manifest.to_json()).encode()
     with tarfile.open(path, "w") as tar:
         info = tarfile.TarInfo(MANIFEST)

@@ -414,6 +414,9 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
     whole = (tmp_path / "r.jcc").read_bytes()
     (tmp_path / "cut.jcc").write_bytes(whole[: len(whole) // 2])
     (tmp_path / "notes.ipynb").write_text("not a notebook")
+    damaged = make_bundle(store, "damaged")
+    with open(store.payload_path(damaged), "r+b") as payload:  # cut short in the store, as a full disk leaves it
+        payload.truncate(payload.seek(0, 2) // 2)
     share = tmp_path / "share"
     share.mkdir()
     assert cli.main([*mine, "hub", "--hub", f"file://{share}", "push", "resnet"]) == cli.OK
@@ -435,6 +438,7 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
         ([*mine, "list", "--hub", "redis://127.0.0.1:1/0"], cli.HUB_FAILED, "refused the connection"),
         ([*mine, "hub", "--hub", not_redis, "ls"], cli.HUB_FAILED, "a Redis server"),
         ([*mine, "import", str(tmp_path / "cut.jcc")], cli.ERROR, f"{tmp_path / 'cut.jcc'} is cut short or damaged"),
+        ([*mine, "export", "damaged", str(tmp_path / "d.jcc")], cli.ERROR, "is damaged (payload has"),
         ([*mine, "explain", "--notebook", str(tmp_path / "notes.ipynb")], cli.ERROR, "not a notebook: "),
         ([*mine, "explain", "--notebook", str(tmp_path / "none.ipynb")], cli.NOT_FOUND, "no such file: "),
         (["demo", "--dir", str(tmp_path / "nowhere" / "x")], cli.ERROR, "is not a folder"),
@@ -448,6 +452,7 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
         assert got == status and words in err, (argv, got, err)
         assert "Traceback" not in err and "Errno" not in err and "Error 111" not in err, (argv, err)
     web.shutdown()
+    assert not (tmp_path / "d.jcc").exists() and store.versions("damaged") == []  # nothing written, set aside
     # an OSError of a store the user cannot write, as every command says it
     refused = OSError(errno.EROFS, "Read-only file system", f"{store.root}/.lock")
     assert wording.error_text(refused) == f"the folder is read-only: {store.root}/.lock"
