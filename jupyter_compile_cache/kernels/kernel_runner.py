@@ -84,7 +84,11 @@ class KernelRunner:
 
         self.timeout = timeout  # seconds one cell may take
         # IPC sockets in a private folder: nothing listens on the network (and the kernel prints no TCP warning).
-        self.sockets = tempfile.TemporaryDirectory(prefix="jcc-kernel-")
+        # A socket's path holds at most 107 bytes: under a long TMPDIR (a test's, a CI runner's) they go to /tmp.
+        base = tempfile.gettempdir()
+        if len(base) > 64 and os.access("/tmp", os.W_OK):
+            base = "/tmp"
+        self.sockets = tempfile.TemporaryDirectory(prefix="jcc-kernel-", dir=base)
         argv = kernel_cmd or [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         self.km = KernelManager(
             kernel_name="argv",

@@ -155,7 +155,7 @@ def test_a_later_cells_input_size_restores_without_a_new_trace(kernel_factory, d
 
 # Every instance: each `torch.compile` makes a package of its own, and torch keeps one entry per function, the last
 # package's; a class at two sizes (its objects differ) and a function wrapped twice, at two dtypes (one code, one
-# object), in one cell, then a third dtype in a later cell.
+# object), in one cell, then a third dtype and a third size in a later cell.
 INSTANCES = """
 class Block(torch.nn.Module):
     def __init__(self, n):
@@ -173,7 +173,8 @@ TWO = (
 )
 THIRD = (
     "%%compile_cache third\nwith torch.no_grad():\n    o = torch.compile(decode_step)(short.bfloat16())\n"
-    "print('THIRD', o.float().sum().item())"
+    "    o2 = torch.compile(Block(40))(torch.ones(3, 40))\n"
+    "print('THIRD', o.float().sum().item(), o2.sum().item() > 0)"
 )
 
 
@@ -182,7 +183,7 @@ def test_every_instance_of_one_code_restores_without_a_trace(kernel_factory, dir
     k = _start(kernel_factory, dirs)
     k.run(SHAPES.format(device=DEVICE) + INSTANCES).check()
     cold = [k.run(cell).check().stdout for cell in (TWO, THIRD)]
-    assert k.value(TRACES) == 5 and all("saved" in out for out in cold)
+    assert k.value(TRACES) == 6 and all("saved" in out for out in cold)
 
     k.restart(env={"TORCHINDUCTOR_CACHE_DIR": str(dirs["cache_b"])})
     k.run("%load_ext jupyter_compile_cache").check()
