@@ -179,7 +179,7 @@ def overhead(cells: int) -> dict:
         torch.zeros(1, device="cuda")  # a GPU notebook has CUDA up before such a cell; do not time its start-up
     session = jcc.get_session()
     session.prewarm.start()
-    session.prewarm.wait_all()
+    session.prewarm.join(hashes=True, probe=True)
     body = compile("total = sum(range(10_000))", "<cell>", "exec")
     plain, ours = [], []
 

@@ -68,7 +68,7 @@ def run_case(case: str, device: str) -> list[dict]:
         # What `%load_ext` starts in the background while a notebook's first cells run (imports, Triton's hash, the
         # CPU ISA probe): per-process work, done before the first model, not timed, like the imports above.
         session.prewarm.start()
-        session.prewarm.wait_all()
+        session.prewarm.join(hashes=True, probe=True)
     if device.startswith("cuda"):
         torch.zeros(1, device=device)  # a GPU notebook has CUDA up before its compile cell
 
