@@ -45,5 +45,5 @@ class NotANotebook(OSError):
     (exit status 5 in a shell), with no plan of nothing before it."""
 
     def __init__(self, path: str, detail: str) -> None:
-        super().__init__(f"not a notebook: {path} ({detail})")
+        super().__init__(path, detail)
         self.path, self.detail = path, detail

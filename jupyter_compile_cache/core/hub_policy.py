@@ -218,7 +218,7 @@ class HubPolicy:
             state.latency_ms = hub.ping() * 1000
             state.reachable = True
             state.kind = hub.backend.kind
-            self._down_until.pop(config.url, None)
+            self.answered(config.url)
         except HubError as exc:
             state.reachable, state.error = False, str(exc)
         return state

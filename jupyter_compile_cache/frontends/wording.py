@@ -10,7 +10,7 @@ import errno
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import NoHub, NoSuchVersion, NotFound, NothingFits
+from ..core.errors import NoHub, NoSuchVersion, NotANotebook, NotFound, NothingFits
 from ..core.plans import CellPlan, NotRestoring, PlanProblem, PlanTrouble
 from ..core.records import BundleRow, CellReport, HubState, LayerState, SwitchScope
 from ..kernels.kernel_start import Cold, KernelStart, Next
@@ -122,6 +122,8 @@ def error_text(exc: BaseException) -> str:
         return not_found_text(exc)
     if isinstance(exc, NoHub):
         return f"no hub: pass --hub URL in a shell; in a notebook {NO_HUB_HINT}"
+    if isinstance(exc, NotANotebook):
+        return f"not a notebook: {exc.path} ({exc.detail})"
     if isinstance(exc, OSError) and exc.errno in OS_ERRORS:  # "[Errno 30] Read-only file system: '...'"
         return OS_ERRORS[exc.errno] + (f": {exc.filename}" if exc.filename else "")
     return str(exc)
