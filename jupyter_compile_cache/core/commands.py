@@ -372,5 +372,8 @@ class Commands(CompilerCommands):
         return Pulled(found.manifest, store.root, found.fetch_seconds, list(found.skipped))
 
     def hub_gc(self, hub: HubSource, keep: int, dry_run: bool = False) -> Removed:
-        """Keep the newest KEEP versions of each name and machine on HUB; delete the rest."""
-        return Removed(hub_where(hub), hub.gc(keep, dry_run=dry_run), dry_run)
+        """Keep the newest KEEP versions of each name and machine on HUB; delete the rest, and torch's build aids
+        from those kept (bundles saved before they were left out)."""
+        from ..torch_adapter import layers
+
+        return Removed(hub_where(hub), hub.gc(keep, dry_run, layers.is_compile_result), dry_run)

@@ -257,9 +257,11 @@ def write_pack(
     return members, members_digest(members), total
 
 
-def copy_pack(payload: IO[bytes], manifest: Manifest, keep: Callable[[str], bool], out: IO[bytes]) -> list[Member]:
-    """Write a format 2 payload's members that `keep` takes, as a pack, into the file `out`; returns them, each
-    hashed as it lies in the new pack (a damaged member raises DamagedBundle: nothing is copied on trust)."""
+def copy_slim(payload: IO[bytes], manifest: Manifest, keep: Callable[[str], bool], out: IO[bytes]) -> Manifest:
+    """Write a format 2 payload's members that `keep` takes, as a pack, into the file `out`; returns their manifest:
+    a new version id of the same time and fingerprint (a version never changes; its order among the others stays),
+    unchunked and unsigned (a push chunks and signs it anew). Each member is hashed as it lies in the new pack: a
+    damaged one raises DamagedBundle, nothing is copied on trust."""
     src, dst = payload.fileno(), out.fileno()
     out.flush()
     members, at, start = [], 0, 0
@@ -272,7 +274,18 @@ def copy_pack(payload: IO[bytes], manifest: Manifest, keep: Callable[[str], bool
             at += m.size
         start += m.size
     os.ftruncate(dst, at)
-    return members
+    stamp, _, _suffix = manifest.version.rpartition("-")
+    return dataclasses.replace(
+        manifest,
+        version=f"{stamp}-{uuid.uuid4().hex[:8]}",
+        members=members,
+        payload_bytes=at,
+        payload_sha256=members_digest(members),
+        chunk_size=None,
+        chunk_sha256=None,
+        chunk_compressed=None,
+        signature=None,
+    )
 
 
 def verify_payload(path: str, manifest: Manifest) -> None:

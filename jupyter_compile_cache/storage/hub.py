@@ -34,13 +34,15 @@ at most, so memory stays flat whatever the bundle's size.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..units import count
-from . import chunks, file_copy
+from . import bundle, chunks, file_copy
 from .backends import Backend, open_backend, redact
 from .backends.base import HubError, HubRefused
 from .bundle import DamagedBundle, Manifest
@@ -381,19 +383,22 @@ class Hub:
         count = len(manifest.chunk_sha256 or [])
         self.backend.delete([self._chunk_key(name, fp, version, i) for i in range(count)])
 
-    def gc(self, keep: int = 3, dry_run: bool = False) -> list[Removal]:
+    def gc(
+        self, keep: int = 3, dry_run: bool = False, keep_member: Callable[[str], bool] | None = None
+    ) -> list[Removal]:
         """Keep the newest `keep` (at least 1) complete versions per name and fingerprint, remove incomplete ones
         (chunks evicted or expired), forget names left without a version, and let the backend drop what expired;
-        returns what went (with `dry_run`, what would go)."""
+        then every version kept that holds members `keep_member` refuses is pushed again without them and the old
+        one removed (`_slim`). Returns what went (with `dry_run`, what would go)."""
         if keep < 1:
             raise ValueError(f"keep must be 1 or more, not {keep}: to delete every version of a name, use rm")
         try:
-            return self._gc(keep, dry_run)
+            return self._gc(keep, dry_run, keep_member)
         except HubRefused as exc:
             raise self._refused(exc, "write") from None
 
-    def _gc(self, keep: int, dry_run: bool) -> list[Removal]:
-        removed = []
+    def _gc(self, keep: int, dry_run: bool, keep_member: Callable[[str], bool] | None) -> list[Removal]:
+        removed, slimmed = [], []
         for name in self.names():
             seen: dict[str, int] = {}
             left = 0
@@ -402,6 +407,8 @@ class Hub:
                 seen[manifest.fingerprint_id] = seen.get(manifest.fingerprint_id, 0) + complete
                 if complete and seen[manifest.fingerprint_id] <= keep:
                     left += 1
+                    if keep_member is not None:
+                        slimmed += self._slim(manifest, keep_member, dry_run)
                     continue
                 removed.append(Removal(name, manifest.version, manifest.payload_bytes))
                 if not dry_run:
@@ -412,7 +419,32 @@ class Hub:
             if not self.backend.expiry_in_place:
                 self._remove_unclaimed_chunks()
             self.backend.sweep()
-        return removed
+        return slimmed + removed
+
+    def _slim(self, manifest: Manifest, keep_member: Callable[[str], bool], dry_run: bool) -> list[Removal]:
+        """MANIFEST's version pulled (every chunk verified), its members that `keep_member` takes pushed as a new
+        version of the same time and fingerprint (`bundle.copy_slim`), then the old one deleted: a removal that
+        `kept` the new one, or nothing where no member goes. A version this hub could not sign again as it was
+        signed (a valid signature needs this team's secret; an unsigned one stays unsigned) is left as it is: gc
+        never turns a bundle readers refuse into one they take."""
+        dropped = [m for m in manifest.members if not keep_member(m.name)]
+        if not dropped or manifest.format < 2 or bool(manifest.signature) != bool(self.config.secret):
+            return []
+        try:
+            check_signature(manifest, self.config.secret)
+        except SignatureError:
+            return []
+        freed = sum(m.size for m in dropped)
+        if dry_run:
+            return [Removal(manifest.name, manifest.version, freed, kept=manifest.version)]
+        with tempfile.TemporaryDirectory(prefix="jcc-hub-gc-") as scratch:
+            slim_path = os.path.join(scratch, "slim")
+            with open(os.path.join(scratch, "pulled"), "w+b") as pulled, open(slim_path, "wb") as out:
+                self.pull(manifest, pulled)
+                slim = bundle.copy_slim(pulled, manifest, keep_member, out)
+            self._push(slim, slim_path, None)
+        self._delete_version(manifest)
+        return [Removal(manifest.name, manifest.version, freed, kept=slim.version)]
 
     def _remove_unclaimed_chunks(self) -> None:
         """Delete the chunks of versions that neither a manifest nor a live push marker claims: what a push killed

@@ -21,12 +21,10 @@ mtime records last use, which drives least-recently-used eviction in `gc`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
@@ -385,22 +383,10 @@ class LocalStore:
         return out
 
     def _rewrite(self, manifest: Manifest, keep: Callable[[str], bool]) -> Manifest:
-        stamp, _, _suffix = manifest.version.rpartition("-")
-        slim = dataclasses.replace(
-            manifest,
-            version=f"{stamp}-{uuid.uuid4().hex[:8]}",
-            members=[],
-            chunk_size=None,  # the hub's, and the signature over them: a push chunks and signs it anew
-            chunk_sha256=None,
-            chunk_compressed=None,
-            signature=None,
-        )
-        fd, tmp = self._temp_payload(slim)
+        fd, tmp = self._temp_payload(manifest)
         try:
             with os.fdopen(fd, "wb") as out, self.open_payload(manifest) as payload:
-                slim.members = bundle.copy_pack(payload, manifest, keep, out)
-            slim.payload_bytes = sum(m.size for m in slim.members)
-            slim.payload_sha256 = bundle.members_digest(slim.members)
+                slim = bundle.copy_slim(payload, manifest, keep, out)
             os.replace(tmp, self.payload_path(slim))  # no prune: the old version goes next, in its place
             _write_json_atomic(self.manifest_path(slim), slim.to_json())
             return slim

@@ -268,6 +268,54 @@ def test_gc_keeps_the_newest_versions_and_rm_removes_the_rest(tmp_path, any_hub)
     assert hub.names() == [] and hub.backend.list("jcc:") == []
 
 
+def _with_header(tmp_path, name="fat", header=600_000):
+    """A bundle as versions before 0.3 saved it with nothing set: a kernel and torch's precompiled header."""
+    store = LocalStore(str(tmp_path / f"store-{time.time_ns()}"))
+    kernel, gch = tmp_path / f"k{time.time_ns()}.so", tmp_path / f"h{time.time_ns()}.gch"
+    kernel.write_bytes(os.urandom(1000))
+    gch.write_bytes(os.urandom(header))
+    files = {"inductor/ab/k.so": str(kernel), "inductor/precompiled_headers/h.h.gch": str(gch)}
+    return store, store.write(Manifest.new(name, {"torch": "x"}, "f" * 12, "alice@a"), files), kernel.read_bytes()
+
+
+def _no_header(member):
+    return "precompiled_headers" not in member
+
+
+def test_gc_pushes_kept_versions_again_without_what_keep_member_refuses(tmp_path, any_hub):
+    secret = b"team-secret"
+    hub = any_hub.hub(secret=secret)
+    store, fat, kernel = _with_header(tmp_path)
+    hub.push(fat, store.payload_path(fat))
+    forged_store, forged, _ = _with_header(tmp_path, name="forged")  # pushed with another team's secret
+    any_hub.hub(secret=b"another team").push(forged, forged_store.payload_path(forged))
+    clean_store, clean = local_bundle(tmp_path, size=30_000, name="clean")
+    hub.push(clean, clean_store.payload_path(clean))
+
+    plan = hub.gc(keep=3, dry_run=True, keep_member=_no_header)
+    assert [(r.name, r.version, r.bytes, r.kept) for r in plan] == [("fat", fat.version, 600_000, fat.version)]
+    assert [m.version for m in hub.versions("fat")] == [fat.version]  # a dry run changes nothing
+
+    [removal] = hub.gc(keep=3, keep_member=_no_header)
+    [slim] = hub.versions("fat")
+    check_signature(slim, secret)  # signed again with the team's secret
+    assert removal.kept == slim.version != fat.version and slim.created == fat.created
+    assert slim.version.split("-")[:2] == fat.version.split("-")[:2]  # same time and fingerprint: same order
+    assert [m.name for m in slim.members] == ["inductor/ab/k.so"] and slim.payload_bytes == 1000
+    assert hub.backend.missing([_chunk(hub, fat, 0)]) == [_chunk(hub, fat, 0)]  # the old version's chunks are gone
+    (tmp_path / "pulled").write_bytes(pull_bytes(hub, slim))
+    with open(tmp_path / "pulled", "rb") as payload:
+        [path] = bundle.extract(payload, slim, {"inductor": str(tmp_path / "restored")})
+    with open(path, "rb") as f:
+        assert f.read() == kernel
+    # gc never signs what this team did not: the forged version stays as it was, refused by readers
+    assert [m.version for m in hub.versions("forged")] == [forged.version]
+    assert [m.version for m in hub.versions("clean")] == [clean.version]
+    assert hub.gc(keep=3, keep_member=_no_header) == []  # nothing more to take
+    # without the secret, a signed version cannot be signed again: it is left whole
+    assert any_hub.hub().gc(keep=3, keep_member=lambda member: False) == []
+
+
 def test_many_processes_racing_for_one_lease_leave_exactly_one_holder(tmp_path, clocked_hub):
     """Eight processes (as eight kernels) try to take the same lease at once: exactly one gets it."""
     code = (
@@ -461,12 +509,17 @@ def test_hub_rm_and_gc_say_what_they_remove_and_need_yes_to_empty_a_name(tmp_pat
     assert "would remove 2 versions" in out.out and "run again with --yes" in out.err
     assert cli.main(base + ["gc", "--keep", "1", "--dry-run"]) == 0
     assert "would remove 1 version" in capsys.readouterr().out and len(hub.versions("net")) == 2
+    fat_store, fat, _kernel = _with_header(tmp_path)  # saved before build aids were left out
+    hub.push(fat, fat_store.payload_path(fat))
     assert cli.main(base + ["gc", "--keep", "1"]) == 0
-    assert "removed 1 version" in capsys.readouterr().out and len(hub.versions("net")) == 1
+    out = capsys.readouterr().out
+    assert "removed 1 version" in out and len(hub.versions("net")) == 1
+    assert f"fat  {short_id(fat.version)}  torch's precompiled headers, no compile result" in out
+    assert [m.payload_bytes for m in hub.versions("fat")] == [1000]
     assert cli.main(base + ["rm", "net", "--dry-run"]) == 0 and len(hub.versions("net")) == 1
     assert cli.main(base + ["rm", "net", "--yes"]) == 0
     out = capsys.readouterr().out
-    assert "removed 1 version" in out and "freeing" in out and hub.versions("net") == [] and hub.names() == []
+    assert "removed 1 version" in out and "freeing" in out and hub.versions("net") == [] and hub.names() == ["fat"]
 
 
 # -- nothing left behind, nothing half there ------------------------------------------------------------------------
