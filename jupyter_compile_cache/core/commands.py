@@ -148,7 +148,7 @@ class Commands(CompilerCommands):
         store = self.session.store(store_dir)
         manifests = store.versions(name)
         if not manifests:
-            raise NotFound(name, store_where(store))
+            raise NotFound(name, store_where(store), store.names())
         fit = MachineFit()
         versions = []
         compiled = self.session.compiled_code()
@@ -230,7 +230,7 @@ class Commands(CompilerCommands):
         store = self.session.store(store_dir)
         versions = store.versions(check_name(name))
         if not versions:
-            raise NotFound(name, store_where(store))
+            raise NotFound(name, store_where(store), store.names())
         start = time.perf_counter()
         pushed = hub.push(versions[0], store, progress)
         return Pushed(pushed, hub_where(hub), time.perf_counter() - start)
@@ -279,7 +279,7 @@ class Commands(CompilerCommands):
             where = hub_where(hub)
             versions = [m.version for m in hub.versions(opts.name)]
             if not versions:
-                raise NotFound(opts.name, where)
+                raise NotFound(opts.name, where, hub.names())
             version = version_named(opts.name, versions, opts.version, where)
             plan = hub.remove(opts.name, version, dry_run=True)
             if not (opts.dry_run or yes) and len(plan) >= len(versions):
@@ -288,7 +288,7 @@ class Commands(CompilerCommands):
         store = self.session.store(opts.store_dir)
         versions = [m.version for m in store.versions(opts.name)]
         if not versions:
-            raise NotFound(opts.name, store_where(store))
+            raise NotFound(opts.name, store_where(store), store.names())
         version = version_named(opts.name, versions, opts.version, store_where(store))
         return Removed(store_where(store), LocalSource(store).remove(opts.name, version, opts.dry_run), opts.dry_run)
 
@@ -322,7 +322,7 @@ class Commands(CompilerCommands):
         store = self.session.store(store_dir)
         versions = store.versions(check_name(name))
         if not versions:
-            raise NotFound(name, store_where(store))
+            raise NotFound(name, store_where(store), store.names())
         from ..storage import bundle_file
 
         bundle_file.export_bundle(store, versions[0], path)
@@ -366,6 +366,8 @@ class Commands(CompilerCommands):
         store = self.session.store(store_dir)
         search = self.session.search
         found = search.newest(check_name(name), store, hub, local=False, progress=progress, on_down="raise")
+        if found.manifest is None and not found.skipped and not found.wrong_signatures:
+            raise NotFound(name, hub_where(hub), hub.names())
         if found.manifest is None:
             raise NothingFits(name, hub_where(hub), list(found.skipped), bool(found.wrong_signatures))
         # the speed of the transfer itself (the search's fetch of this version), not of listing and checking first

@@ -3,16 +3,19 @@ words them and tells them as it tells errors (a usage error in a notebook, exit 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..storage.sources import Place, Skip
 
 
 class NotFound(LookupError):
     """No bundle NAME (or no version of it) in WHERE: a command's answer that each front end words and tells as it
-    tells errors (a usage error in a notebook, exit status 1 in a shell)."""
+    tells errors (a usage error in a notebook, exit status 1 in a shell). `names`: the bundles WHERE holds, for the
+    near matches the message names."""
 
-    def __init__(self, name: str, where: Place) -> None:
+    def __init__(self, name: str, where: Place, names: Sequence[str] = ()) -> None:
         super().__init__(name, where)
-        self.name, self.where = name, where
+        self.name, self.where, self.names = name, where, list(names)
 
 
 class NoSuchVersion(NotFound):

@@ -48,7 +48,7 @@ def with_suggestion(message: str, parser: argparse.ArgumentParser) -> str:
         options = _options(parser)
         hints = []
         words = unknown.group(1).split()
-        if any(a.dest == "name" and not a.option_strings for a in parser._actions) and words[0][:1] != "-":
+        if words and words[0][:1] != "-" and any(a.dest == "name" and not a.option_strings for a in parser._actions):
             hints.append("a bundle NAME is one word, without spaces: join the words (my_model)")
         for word in words:
             typed = word.split("=")[0]

@@ -158,8 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "hub":
             return _hub_command(args, commands)
     except NotFound as exc:  # nothing by that name: exit status 1, as grep's
-        names = commands.session.store(args.store_dir).names()
-        print(render.not_found(exc, names), file=sys.stderr)
+        print(render.not_found(exc), file=sys.stderr)
         # versions there, none of them signed with this secret: no bundle we can trust, not a name that is not there
         return ERROR if isinstance(exc, NothingFits) and exc.wrong_signatures else NOT_FOUND
     except FileNotFoundError as exc:

@@ -168,8 +168,7 @@ class CompileCacheMagics(Magics):
             try:
                 record = store_commands.run(commands, args.command, args)
             except NotFound as exc:
-                names = commands.session.store(getattr(args, "store_dir", None)).names()
-                raise UsageError(render.not_found(exc, names)) from None
+                raise UsageError(render.not_found(exc)) from None
             except ValueError as exc:  # a bad name or version, no hub: said with the usage
                 raise UsageError(f"{wording.error_text(exc)}\nusage: {line_usage()}") from None
             except OSError as exc:  # no such notebook, a file that is none, a store that cannot be read
@@ -208,8 +207,7 @@ class CompileCacheMagics(Magics):
             try:
                 record = hub_commands.run(commands, args, lambda label: TransferBar(label))
             except NotFound as exc:
-                names = commands.session.store(getattr(args, "store_dir", None)).names()
-                raise UsageError(render.not_found(exc, names)) from None
+                raise UsageError(render.not_found(exc)) from None
             except ValueError as exc:  # no hub, a bad name: said with the usage
                 raise UsageError(f"{wording.error_text(exc)}\nusage: {line_usage()}") from None
             return _show(record, getattr(args, "json", False))

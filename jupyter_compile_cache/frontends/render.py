@@ -196,20 +196,21 @@ def view(record: Record) -> Any:
     return tables.Lines(_LINES[kind](record), record)
 
 
-def not_found(exc: NotFound, names: list[str]) -> str:
+def not_found(exc: NotFound) -> str:
     """A NotFound in words that say what to do next: the names it may have meant, else where to see them."""
     import difflib
 
     text = wording.not_found_text(exc)
     if isinstance(exc, NothingFits):
         return text + "".join(f"\n  {wording.skip_line(skip)}" for skip in exc.skipped)
-    if isinstance(exc, NoSuchVersion) or exc.name in names:
+    if isinstance(exc, NoSuchVersion) or exc.name in exc.names:
         return text
-    near = difflib.get_close_matches(exc.name, names, n=3, cutoff=0.6)
+    near = difflib.get_close_matches(exc.name, exc.names, n=3, cutoff=0.6)
     if near:
         return f"{text}; did you mean {' or '.join(repr(n) for n in near)}?"
-    if names:
-        return f"{text}; `list` shows the {count(len(names), 'bundle')} there"
+    if exc.names:
+        listing = "`hub ls`" if exc.where.kind == "hub" else "`list`"
+        return f"{text}; {listing} shows the {count(len(exc.names), 'bundle')} there"
     return f"{text}, which holds no bundle yet"
 
 

@@ -434,6 +434,8 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
         ([*mine, "explain"], cli.USAGE, "explain needs a NAME"),
         ([*mine, "list", "--hub", "ftp://x/y"], cli.USAGE, "not a hub URL"),
         ([*mine, "hub", "--hub", f"file://{share}", "rm", "resnet"], cli.REFUSED, "--yes"),
+        ([*mine, "hub", "--hub", f"file://{share}", "pull", "resnt"], cli.NOT_FOUND, "did you mean 'resnet'?"),
+        ([*mine, "hub", "--hub", f"file://{share}", "pull", "zzz"], cli.NOT_FOUND, "`hub ls` shows the 1 bundle"),
         ([*mine, "hub", "--hub", "redis://127.0.0.1:1/0", "ls"], cli.HUB_FAILED, "refused the connection"),
         ([*mine, "list", "--hub", "redis://127.0.0.1:1/0"], cli.HUB_FAILED, "refused the connection"),
         ([*mine, "hub", "--hub", not_redis, "ls"], cli.HUB_FAILED, "a Redis server"),
