@@ -61,6 +61,13 @@ class GuardBuilding(PrecompileState):
 
         def recording_filter(entries: Any) -> Any:
             seen.extend(entries)
+            # torch builds the guards again after this filter, while the first build's objects still live; a source
+            # that makes a new object at each look (transformers 5.2x's per-layer config views) then fails torch
+            # 2.11's check that a guard saw one object ("Guarded object must be identical"). What a guard noted of
+            # its object serves export alone: the second build notes its own.
+            for entry in entries:
+                with contextlib.suppress(AttributeError):
+                    entry.orig_guard.obj_weakref = None
             keep = user_filter(entries) if user_filter else [True] * len(entries)
             return [bool(k) and not guard_policy.is_dropped(entry) for k, entry in zip(keep, entries)]
 
