@@ -80,6 +80,6 @@ def hub_line(hub: HubState) -> str:
              "azure": "Azure Blob"}  # fmt: skip
     kind = f"{kinds[hub.kind]}, " if hub.kind in kinds else ""
     error = (hub.error or "").removeprefix(f"hub {hub.url}: ")  # the line names the hub already
-    state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"unreachable: {error}"
+    state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"failed: {error}"
     signed = "bundles signed with the team secret" if hub.signed else "no team secret: pulled bundles trusted"
     return f"{hub.url} namespace {hub.namespace!r}: {state}; {signed}"

@@ -397,7 +397,7 @@ def test_list_takes_the_hub_it_lists(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out) == []
 
 
-def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
+def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys, redis_server):
     """The README's table, one row per way out, in this process: what each command prints on stderr names the
     thing to fix, in our words (no traceback, no errno, no client library's text)."""
     import errno
@@ -439,6 +439,7 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
         ([*mine, "hub", "--hub", "redis://127.0.0.1:1/0", "ls"], cli.HUB_FAILED, "refused the connection"),
         ([*mine, "list", "--hub", "redis://127.0.0.1:1/0"], cli.HUB_FAILED, "refused the connection"),
         ([*mine, "hub", "--hub", not_redis, "ls"], cli.HUB_FAILED, "a Redis server"),
+        ([*mine, "hub", "--hub", redis_server.url[:-2] + "/99", "check"], cli.HUB_FAILED, "failed: the server has no"),
         ([*mine, "import", str(tmp_path / "cut.jcc")], cli.ERROR, f"{tmp_path / 'cut.jcc'} is cut short or damaged"),
         ([*mine, "export", "damaged", str(tmp_path / "d.jcc")], cli.ERROR, "is damaged (payload has"),
         ([*mine, "explain", "--notebook", str(tmp_path / "notes.ipynb")], cli.ERROR, "not a notebook: "),
@@ -450,8 +451,9 @@ def test_each_exit_status_means_one_thing_across_the_commands(tmp_path, capsys):
             got = cli.main(argv)
         except SystemExit as exited:  # argparse's own usage errors
             got = exited.code
-        err = capsys.readouterr().err
-        assert got == status and words in err, (argv, got, err)
+        out, err = capsys.readouterr()
+        said = err if argv[-1] != "check" else out  # `hub check` reports the hub's state, its failure included
+        assert got == status and words in said, (argv, got, out, err)
         assert "Traceback" not in err and "Errno" not in err and "Error 111" not in err, (argv, err)
     web.shutdown()
     assert not (tmp_path / "d.jcc").exists() and store.versions("damaged") == []  # nothing written, set aside

@@ -350,11 +350,17 @@ def test_silent_server_times_out_instead_of_hanging():
         port = listener.getsockname()[1]
         hub = hub_at(f"redis://127.0.0.1:{port}/0", connect_timeout=1.0, timeout=1.0)
         start = time.time()
-        with pytest.raises(HubError):
+        with pytest.raises(HubError, match=f"127.0.0.1:{port} took the connection but did not answer in time"):
             hub.ping()
         assert time.time() - start < 9  # a timeout or two (1 s each), never a hang: wide for a loaded machine
     finally:
         listener.close()
+
+
+def test_a_database_number_the_server_lacks_is_said_in_our_words(redis_server):
+    url = redis_server.url.rsplit("/", 1)[0] + "/99"
+    with pytest.raises(HubError, match=r"has no database of the URL's number \(the /N after the port"):
+        hub_at(url).ping()
 
 
 def test_passwords_never_appear_in_messages(tmp_path):

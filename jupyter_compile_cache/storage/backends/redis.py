@@ -402,6 +402,11 @@ def _in_our_words(message: str) -> str:
     timeout = re.match(r"Timeout connecting to server", message)
     if timeout:
         return "the server did not answer in time"
+    reading = re.match(r"Timeout (?:reading from|writing to) (\S+)", message)
+    if reading:  # connected, then no answer: something listens there that does not speak Redis, or one stalled
+        return f"{reading.group(1)} took the connection but did not answer in time (is it a Redis server, and up?)"
+    if "DB index is out of range" in message:
+        return "the server has no database of the URL's number (the /N after the port: 0 to 15 unless configured)"
     if message.startswith("Connection closed by server"):
         return "the server closed the connection (is it a Redis server, and the URL right?)"
     if message.startswith("Protocol Error"):
