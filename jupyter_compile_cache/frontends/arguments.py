@@ -30,15 +30,20 @@ class Parser(argparse.ArgumentParser):
         super().error(with_suggestion(message, self))
 
 
-def _options(parser: argparse.ArgumentParser) -> list[str]:
-    """Every option string of PARSER and of its sub-commands' parsers (unknown words reach the top parser)."""
-    out: list[str] = []
+def _options(parser: argparse.ArgumentParser, command: str = "") -> dict[str, list[str]]:
+    """Every option string of PARSER and of its sub-commands' parsers (unknown words reach the top parser), each with
+    the commands that take it."""
+    out: dict[str, list[str]] = {}
     for action in parser._actions:
-        out += [o for o in action.option_strings if o.startswith("--")]
+        for option in action.option_strings:
+            if option.startswith("--"):
+                out.setdefault(option, []).append(command)
         if isinstance(action, argparse._SubParsersAction):
-            for sub in set(action.choices.values()):
-                out += _options(sub)
-    return sorted(set(out))
+            for name, sub in action.choices.items():
+                if name == sub.prog.split()[-1]:  # an alias names a command already walked
+                    for option, commands in _options(sub, f"{command} {name}".strip()).items():
+                        out.setdefault(option, []).extend(commands)
+    return out
 
 
 def with_suggestion(message: str, parser: argparse.ArgumentParser) -> str:
@@ -53,6 +58,10 @@ def with_suggestion(message: str, parser: argparse.ArgumentParser) -> str:
         for word in words:
             typed = word.split("=")[0]
             if typed[:1] != "-":
+                continue
+            if typed in options:  # a real option, of other commands
+                takers = ", ".join(f"`{c}`" if c else "the command line itself" for c in options[typed])
+                hints.append(f"{typed} is an option of {takers} only")
                 continue
             close = [o for o in options if o.startswith(typed)] or difflib.get_close_matches(typed, options, 1, 0.6)
             if close:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import entry_records, frame_sizes
+from .layers import COUNTER_GROUP
 from .miss_reasons import PrecompileStep
 from .precompile_state import PrecompileState
 
@@ -50,6 +51,9 @@ class EntrySaving(PrecompileState):
         for key, entry in entries.items():
             if key in self.refused_keys:
                 continue
+            if _lacks_a_graph(entry):
+                self._no_graph_to_save(entry)
+                continue
             try:
                 DynamoCache.write(entry, key)
             except Exception as exc:  # this entry is not saved; the function already ran, the others are saved
@@ -59,6 +63,18 @@ class EntrySaving(PrecompileState):
                 self.entry_digest[key] = next(reversed(self.recorded[key]))
             if len(self.codes.get(key, {})) > 1:
                 self._save_siblings(context, key)
+
+    def _no_graph_to_save(self, entry: Any) -> None:
+        """torch has no compiled graph for a code of ENTRY (it logs "Backend not found" and would save the entry
+        all the same, to fail at its install in a restored kernel): the entry is left out, and the cell says why."""
+        from torch._dynamo.utils import counters
+
+        name = getattr(entry.dynamo, "fn_name", None) or "a function"
+        counters[COUNTER_GROUP]["precompile_bypass"] += 1
+        self._log_filter.bypass_reasons.append(
+            f"it holds no compiled graph of `{name}`: one run with gradients on is kept once its backward compiles "
+            "(under torch.no_grad() it restores whole), one of a backend other than inductor never"
+        )
 
     def _package_recorded(self, pkg: Any) -> None:
         """torch recorded PKG's entry for saving, under its key, replacing the entry of any other package of the
@@ -215,3 +231,9 @@ def _same_code(a: Any, b: Any) -> bool:
 def _same_frame(a: Any, b: Any) -> bool:
     """One compiled frame: a restored package holds the very frames of the entry it was loaded from."""
     return a.guards_state == b.guards_state and a.dynamo_code == b.dynamo_code
+
+
+def _lacks_a_graph(entry: Any) -> bool:
+    """Whether a code of torch's PrecompileCacheEntry names a compiled graph (a backend) the entry does not hold."""
+    backends = getattr(entry, "backends", None) or {}
+    return any(backend not in backends for code in entry.dynamo.codes for backend in code.backend_ids)

@@ -11,7 +11,7 @@ from .layers import COUNTER_GROUP
 DROPPED_MESSAGE = "is dropped with caching_precompile=True"
 
 
-FILTERED_LOGGERS = ("_dynamo.guards", "_dynamo.eval_frame", "_dynamo.output_graph", "_guards")
+FILTERED_LOGGERS = ("_dynamo.guards", "_dynamo.eval_frame", "_dynamo.output_graph", "_guards", "_dynamo.package")
 
 
 class TorchLogFilter(logging.Filter):
@@ -39,6 +39,8 @@ class TorchLogFilter(logging.Filter):
             counters[COUNTER_GROUP]["precompile_bypass"] += 1
             if isinstance(record.args, tuple) and record.args:
                 self.bypass_reasons.append(str(record.args[0]))
+            return False
+        if message == "Backend not found":  # an entry without its compiled graph: the save leaves it out, told
             return False
         building = self.installing or self.dropped_names is not None  # installing an entry, or building one's guards
         if building and record.name == "torch._guards" and record.levelno >= logging.ERROR:

@@ -330,6 +330,7 @@ def test_explain_a_notebook_says_what_run_all_will_restore(tmp_path):
         (["gc", "--dry"], "--dry: did you mean --dry-run?"),  # never taken as an abbreviation
         (["lst"], "did you mean list?"),
         (["hub", "ls", "--namespce", "x"], "--namespce: did you mean --namespace?"),
+        (["rm", "mlp", "--yes"], "--yes is an option of `gc`, `hub rm` only"),  # never "did you mean --yes?"
     ],
 )
 def test_a_typo_is_an_error_that_names_the_nearest_option(argv, told, capsys):

@@ -48,7 +48,7 @@ x, y = torch.randn(8, 16), torch.randn(8, 4)
 def show(tag, t):
     print(tag, [round(float(v), 5) for v in t.flatten()[:8].tolist()])
 # outside our cells: eager flex_attention compiles itself with backend="eager", whose entries torch saves without
-# a backend to load them with ("Backend not found"); in a %%compile_cache cell that function falls back on restore
+# a backend to load them with ("Backend not found"): a %%compile_cache cell leaves such an entry out, and says so
 show("FLEX_EAGER", flex_attention(q, k, v))
 """
 

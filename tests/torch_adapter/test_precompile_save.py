@@ -57,3 +57,52 @@ def test_a_code_one_package_set_aside_keeps_the_frames_of_the_others():
     assert _frames(merged) == [(b"float64", "fn_3")] and not merged.codes[0].bypassed
     assert merged_entry([kept, aside]).codes[0].bypassed is False
     assert merged_entry([aside, aside]).codes[0].bypassed
+
+
+GRAD_ON_CELL = """
+import sys, torch
+from torch._dynamo.utils import counters
+import jupyter_compile_cache as jcc
+from jupyter_compile_cache.core.options import CellOptions
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+    def forward(self, x):
+        return self.lin(x).relu()
+torch.manual_seed(0)
+net, x = Net(), torch.randn(2, 8)
+with jcc.cell("grad-on", CellOptions(store_dir=sys.argv[1], no_hub=True)):
+    y = torch.compile(net)(x)  # gradients on, no backward: torch saves no graph for precompile
+print("MATCHES_EAGER", torch.allclose(y, net(x)))
+print("FALLBACKS", counters["jupyter_compile_cache"]["precompile_fallback"])
+"""
+
+
+def test_a_forward_with_gradients_on_and_no_backward_is_told_at_the_save_and_never_fails_its_restore(tmp_path):
+    # torch saved the entry without its compiled graph ("Backend not found", in the cell's output): a restored kernel
+    # failed to install it ("NameError: ... '__compiled_fn_1_...'") and said so as a precompile failure.
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "cell.py").write_text(GRAD_ON_CELL)
+    said = {}
+    for run in ("cold", "restored"):
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / run), "PYTHONWARNINGS": "ignore"}
+        done = subprocess.run(
+            [sys.executable, str(tmp_path / "cell.py"), str(tmp_path / "store")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        said[run] = done.stdout + done.stderr
+        assert "MATCHES_EAGER True" in said[run] and "FALLBACKS 0" in said[run], said[run]
+        assert "Backend not found" not in said[run] and "NameError" not in said[run], said[run]
+        assert (
+            "holds no compiled graph of `Net.forward`: one run with gradients on is kept once its backward"
+            in (said[run])
+        ), said[run]
+    assert "restored 'grad-on'" in said["restored"] and "no saved entry for `Net.forward`" in said["restored"]
