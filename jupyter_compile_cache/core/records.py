@@ -108,6 +108,7 @@ class RestoreResult:
 class CellReport:
     name: str
     ok: bool = True
+    job_status: int | None = None  # `run`'s command exited with this status (the cell is then not ok)
     restore: RestoreResult | None = None
     saved_version: str | None = None
     saved_bytes: int = 0

@@ -254,6 +254,10 @@ class CompileCacheSession(StoreSession):
             self.save_stage.keep(cell.name, recorded, report, opts, cell.plan.hub)
         except Exception as exc:  # ours failed after the body: its result stands
             self.tell(events.StoodAside(cell.name, False, f"{type(exc).__name__}: {exc}"), report)
+        for layer, counts in report.processes_precompile.layers.items() if report.processes_precompile else ():
+            mine = report.layers.setdefault(layer, {"hits": 0, "misses": 0})  # their hits and misses are the cell's
+            for kind, number in counts.items():
+                mine[kind] = mine.get(kind, 0) + number
 
     def _end(self, cell: Cell) -> None:
         """Every cell whose body ran, whichever way it went: what compiled out of its sight, its wait, its line."""

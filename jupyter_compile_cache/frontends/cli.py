@@ -208,16 +208,17 @@ def _run_job(args: argparse.Namespace, job: list[str]) -> int:
     )
     status = 0
     try:
-        with session.cell(args.name, options):
+        with session.cell(args.name, options) as report:
             try:
                 status = subprocess.call(job)
             except OSError as exc:  # no such program: said, and nothing is saved
                 print(f"error: could not start {job[0]!r}: {exc.strerror or exc}", file=sys.stderr)
                 status = 127
             if status != 0:
+                report.job_status = status  # the cell's line says it
                 raise _JobFailed(status)
     except _JobFailed:
-        print(f"compile_cache: the command exited with status {status}: nothing saved", file=sys.stderr)
+        pass
     except ValueError as exc:  # a bad NAME
         print(f"error: {exc}", file=sys.stderr)
         return USAGE

@@ -215,6 +215,11 @@ def precompile_refusals(stale: int, fallbacks: int) -> str:
 
 def cell_summary(report: CellReport) -> str:
     """The one line a cell ends with."""
+    if not report.ok and report.job_status is not None:
+        return (
+            f"{report.name!r}: the command exited with status {report.job_status} after {report.body_seconds:.2f} s: "
+            "nothing saved (what a failed command compiled is not bundled)"
+        )
     if not report.ok:
         return (
             f"{report.name!r} raised after {report.body_seconds:.2f} s: nothing saved "

@@ -46,6 +46,7 @@ class ProcessesPrecompile:
     traced: int = 0
     stale: int = 0
     torch_without_precompile: str | None = None  # a process's torch, where it had no precompile we can check
+    layers: dict[str, dict[str, int]] = field(default_factory=dict)  # their cache hits and misses, per layer
     bypassed: list[str] = field(default_factory=list)
     troubles: list[Any] = field(default_factory=list)
 
@@ -89,12 +90,20 @@ class Carried:
                 counts = [int(record.get(key, 0)) for key in ("hits", "traced", "stale")]
                 bypassed = [str(reason) for reason in record.get("bypassed", [])]
                 troubles = [(str(t["step"]), str(t["error"]), bool(t.get("fallback"))) for t in record["troubles"]]
+                layers = {
+                    str(layer): {kind: int(counts.get(kind, 0)) for kind in ("hits", "misses")}
+                    for layer, counts in record.get("layers", {}).items()
+                }
             except (OSError, ValueError, KeyError, TypeError, AttributeError):  # cut short: that process not counted
                 continue
             out.processes += bool(record.get("carried"))
             out.torch_without_precompile = record.get("torch_without_precompile") or out.torch_without_precompile
             out.hits, out.traced, out.stale = (a + b for a, b in zip((out.hits, out.traced, out.stale), counts))
             out.bypassed += [reason for reason in dict.fromkeys(bypassed) if reason not in out.bypassed]
+            for layer, counts in layers.items():
+                summed = out.layers.setdefault(layer, {"hits": 0, "misses": 0})
+                for kind, number in counts.items():
+                    summed[kind] += number
             for step, error, fallback in troubles:
                 if (step, error) in seen:
                     continue
@@ -287,6 +296,7 @@ class _Process:
                 record["hits"] = share.layers.get("dynamo_precompile", {}).get("hits", 0)
                 record["traced"] = share.frames
                 record["stale"] = share.stale_rejected
+                record["layers"] = share.layers
                 record["bypassed"] = self.guard.new_bypass_reasons()
             except Exception as exc:  # this process's entries are not saved; its work is done
                 self._failed(PrecompileStep.SAVE, f"{type(exc).__name__}: {exc}", False)

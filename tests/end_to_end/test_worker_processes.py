@@ -83,7 +83,8 @@ def test_a_torchrun_cell_saves_what_its_ranks_compiled_and_a_job_elsewhere_resto
     # A job that fails: its exit status, and nothing saved; one that cannot start: 127, said.
     failing = subprocess.run([*cli, "--no-hub", "--", sys.executable, "-c", "raise SystemExit(3)"], env=env,
                              capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert failing.returncode == 3 and "exited with status 3: nothing saved" in failing.stderr, failing.stderr
+    assert failing.returncode == 3 and "'ddp': the command exited with status 3 after" in failing.stderr
+    assert "nothing saved" in failing.stderr and "raised" not in failing.stderr, failing.stderr  # said once, as a job
     missing = subprocess.run([*cli, "--no-hub", "--", "no-such-program-here"], env=env, capture_output=True,
                              text=True, timeout=120)  # fmt: skip
     assert missing.returncode == 127 and "could not start 'no-such-program-here'" in missing.stderr
@@ -328,11 +329,13 @@ def test_precompile_carried_into_the_ranks_restores_their_functions_and_never_ru
     cold, said = run("cache_a", _job(str(script)))
     assert sorted(cold) == [0, 1] and all(hits == 0 for _, hits in cold.values()), said
     assert "2 processes it started ran with precompile: 0 entries restored" in said and "saved" in said, said
+    assert "ran in" in said and "0 cache hits" in said and ", 0 misses" not in said, said  # the ranks' misses
 
     # Another cache dir, the bundle restored: each rank loads its function's entry, Dynamo traces nothing.
     restored, said = run("cache_b", _job(str(script)))
     assert restored == {r: (out, 1) for r, (out, _) in cold.items()}, said
     assert "2 processes it started ran with precompile: 2 entries restored, 0 frames traced by Dynamo" in said, said
+    assert re.search(r"ran in \S+ s, [2-9]\d* cache hits, 0 misses", said), said  # the ranks' hits, counted
     assert "nothing new to save" in said, said
 
     # The script edited, run as rank 0 alone (as torchrun would name it, without its agent): the restored entry is
