@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    """`jupyter server extension enable jupyter_compile_cache`: warm templates start with the Jupyter server."""
+    """The server extension (enabled with the package): warm templates start with the Jupyter server."""
     return [{"module": "jupyter_compile_cache.kernels.server_extension"}]
 
 

@@ -284,8 +284,7 @@ def _install_kernel(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return ERROR
     print(f"installed kernel spec {args.name or DEFAULT_KERNEL_NAME!r} in {path}")
-    print("its first start warms up a template; to have one ready when the Jupyter server starts:")
-    print("  jupyter server extension enable jupyter_compile_cache")
+    print("its first start warms up a template; a Jupyter server of this environment starts one as it starts")
     return OK
 
 

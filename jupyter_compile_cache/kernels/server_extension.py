@@ -1,5 +1,6 @@
-"""Templates ready before the first kernel: a Jupyter server extension
-(`jupyter server extension enable jupyter_compile_cache`).
+"""Templates ready before the first kernel: a Jupyter server extension, enabled in the environment the package is
+installed in (its `etc/jupyter/jupyter_server_config.d/jupyter_compile_cache.json`; `jupyter server extension
+disable jupyter_compile_cache` turns it off).
 
 As the Jupyter server starts, for each kernel spec whose argv runs the launcher, it runs that argv's Python with `-m
 jupyter_compile_cache.kernels.launcher --template-only` in the environment the spec's kernels get: a template starts
@@ -12,11 +13,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 from typing import Any
 
 from .launcher import TEMPLATE_ONLY
 from .protocol import LAUNCHER_MODULE
+
+# A kernel spec's argv that starts with one of these runs the server's own Python (jupyter_client's KernelManager).
+SERVER_PYTHON = {"python", f"python{sys.version_info[0]}", "python{}.{}".format(*sys.version_info[:2])}
 
 
 def warm_specs(spec_manager: Any) -> dict[str, tuple[list[str], dict[str, str]]]:
@@ -29,6 +34,8 @@ def warm_specs(spec_manager: Any) -> dict[str, tuple[list[str], dict[str, str]]]
             continue
         argv = list(spec.argv)
         if len(argv) >= 3 and argv[1:3] == ["-m", LAUNCHER_MODULE]:
+            if argv[0] in SERVER_PYTHON:  # the spec installed with the package: jupyter_client runs it so too
+                argv[0] = sys.executable
             found[name] = (argv[:3], {str(k): str(v) for k, v in (spec.env or {}).items()})
     return found
 

@@ -1,6 +1,8 @@
 """The warm kernel: every kernel start forked from a process that has torch and its compiler loaded.
 
-Install the kernel spec once, then pick "Python 3 (compile cache, warm)" in JupyterLab, Notebook 7 or VS Code::
+`pip install jupyter_compile_cache` installs its kernel spec in that environment (`python3-compile-cache`, package
+data as ipykernel's own): pick "Python 3 (compile cache, warm)" in JupyterLab, Notebook 7 or VS Code. For another
+prefix, or another name::
 
     jupyter-compile-cache install-kernel [--name NAME] [--display-name TEXT] [--user | --sys-prefix | --prefix DIR]
 
@@ -10,7 +12,7 @@ fraction of a second, a fresh kernel without the seconds of imports. A launch no
 torch upgraded) starts cold, never fails, and gets a template for next time. `%compile_cache status` says how the
 kernel started. A template is idle between starts, its pages shared with its kernels; it exits after an idle hour
 (JUPYTER_COMPILE_CACHE_TEMPLATE_IDLE) and with the front ends that used it; JUPYTER_COMPILE_CACHE_TEMPLATE=0 turns it
-off. `jupyter server extension enable jupyter_compile_cache` starts templates with the server (server_extension.py).
+off. The server extension, enabled with the package, starts templates with the server (server_extension.py).
 
 This module runs inside the Jupyter server: it must not import torch.
 """

@@ -144,6 +144,7 @@ def jupyterlab(tmp_path):
         JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
         JUPYTER_RUNTIME_DIR=str(tmp_path / "jupyter-runtime"),
         JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"),
+        JUPYTER_COMPILE_CACHE_TEMPLATE="0",  # the panel's kernels are plain ones: no warm template beside them
     )
     _lab_settings(tmp_path / "jupyter-config")
     # Widget views are "unsafe" output: JupyterLab shows them only in a trusted notebook (one we signed)

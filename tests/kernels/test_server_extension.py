@@ -1,10 +1,12 @@
-"""The Jupyter server extension: a real `jupyter server` with it enabled starts the warm spec's template as it
-starts, and the first kernel it starts through its REST API, as JupyterLab does, is forked from that template."""
+"""The Jupyter server extension: a real `jupyter server`, configured by nothing but the files the package installs
+(its kernel spec, the extension enabled), starts the warm spec's template as it starts, and the first kernel it starts
+through its REST API, as JupyterLab does, is forked from that template."""
 
 from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from jupyter_compile_cache.kernels.runtime_dir import process_alive
 
 pytestmark = pytest.mark.slow
 TOKEN = "jcc-test-token"
+INSTALLED = pathlib.Path(__file__).resolve().parents[2] / "jupyter_data"
 
 
 def _api(port: int, method: str, path: str, body: dict | None = None) -> dict | None:
@@ -46,11 +49,16 @@ def test_the_server_starts_the_template_and_its_first_kernel_is_forked(warm_env,
     runtime.mkdir(mode=0o700)
     work.mkdir()
     env = {**warm_env, "JUPYTER_COMPILE_CACHE_RUNTIME_DIR": str(runtime), "JUPYTER_RUNTIME_DIR": str(jupyter_runtime)}
+    # what pip installs beside the package (pyproject.toml's data-files), as the only spec and configuration there is
+    env["JUPYTER_PATH"], env["JUPYTER_CONFIG_PATH"] = (
+        str(INSTALLED / "share" / "jupyter"),
+        str(INSTALLED / "etc" / "jupyter"),
+    )
+    env["JUPYTER_CONFIG_DIR"] = str(tmp_path / "no-user-config")
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", f"--port={port}",
-         f"--ServerApp.token={TOKEN}", "--ServerApp.jpserver_extensions={'jupyter_compile_cache': True}",
-         f"--ServerApp.root_dir={work}"],
+         f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={work}"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

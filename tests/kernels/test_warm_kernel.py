@@ -1,4 +1,5 @@
-"""The warm kernel as JupyterLab, Notebook 7 and nbclient start it: the spec installed by the CLI, real kernels
+"""The warm kernel as JupyterLab, Notebook 7 and nbclient start it: the spec a wheel installs, and the one the CLI
+writes; real kernels
 through jupyter_client's KernelManager (its plain local provisioner runs the launcher). Checked: a restart is forked
 from the template and `%compile_cache status` says so; a kernel that started cold or plain says once, at
 `%load_ext`, why and what to install; a spec installed by version 0.2 (naming its provisioner) still starts; torch's
@@ -32,6 +33,31 @@ def test_install_kernel_writes_a_spec_that_runs_the_launcher(tmp_path):
     assert spec["display_name"] == "Mine"
     assert spec["argv"] == [sys.executable, "-m", "jupyter_compile_cache.kernels.launcher", "-f", "{connection_file}"]
     assert "kernel_provisioner" not in spec["metadata"]  # the launcher does it all, for every front end
+
+
+def test_a_wheel_installs_the_spec_install_kernel_writes_and_enables_the_server_extension(tmp_path):
+    """What `pip install` puts beside the package (pyproject.toml's data-files): the spec the CLI writes, its argv's
+    Python the server's own ("python": jupyter_client runs sys.executable), and the server extension enabled."""
+    import zipfile
+
+    from jupyter_compile_cache.kernels.warm_kernel import DEFAULT_KERNEL_NAME
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), root],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    [wheel] = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        data = {name.split(".data/data/", 1)[1]: z.read(name) for name in z.namelist() if ".data/data/" in name}
+    installed = json.loads(data.pop(f"share/jupyter/kernels/{DEFAULT_KERNEL_NAME}/kernel.json"))
+    config = json.loads(data.pop("etc/jupyter/jupyter_server_config.d/jupyter_compile_cache.json"))
+    assert data == {} and config == {"ServerApp": {"jpserver_extensions": {"jupyter_compile_cache": True}}}
+    assert cli.main(["install-kernel", "--prefix", str(tmp_path / "cli")]) == 0
+    with open(tmp_path / "cli" / "share" / "jupyter" / "kernels" / DEFAULT_KERNEL_NAME / "kernel.json") as f:
+        written = json.load(f)
+    assert installed["argv"][0] == "python" and {**installed, "argv": written["argv"]} == written
 
 
 @pytest.fixture
