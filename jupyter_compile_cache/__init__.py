@@ -48,7 +48,7 @@ restored into a kernel whose torch, Python, GPU/CUDA (for GPU bundles) and CPU I
 only after every file's sha256 verified. Dynamo precompile entries are only used while the code they were
 compiled from is unchanged: edit a function or a global it reads, and the cell compiles the new code.
 
-Python API (used by the panel and the CLI): ``status()``, ``restore(name)``, ``save(name)``, ``bundles()``,
+Python API (for scripts): ``status()``, ``restore(name)``, ``save(name)``, ``bundles()``,
 ``explain(name)`` and ``cell(name)``, a context manager doing in a script what the magic does in a notebook.
 """
 

@@ -77,7 +77,7 @@ def hub_line(hub: HubState) -> str:
     if not hub.url:
         return f"none ({wording.NO_HUB_HINT})"
     kinds = {"redis cluster": "Redis Cluster", "folder": "shared folder", "s3": "S3", "gcs": "Google Cloud Storage",
-             "azure": "Azure Blob"}  # fmt: skip
+             "azure": "Azure Blob Storage"}  # fmt: skip
     kind = f"{kinds[hub.kind]}, " if hub.kind in kinds else ""
     error = (hub.error or "").removeprefix(f"hub {hub.url}: ")  # the line names the hub already
     state = f"reachable ({kind}{hub.latency_ms:.1f} ms)" if hub.reachable else f"failed: {error}"

@@ -48,10 +48,6 @@ class KernelStart:
     next_detail: str = ""
     retired: TemplateProblem | None = None  # why the last template for this environment retired, if it did
 
-    @property
-    def warm(self) -> bool:
-        return self.how == "forked"
-
     def to_json(self) -> dict[str, Any]:
         data = dict(vars(self))
         for key in ("problem", "retired"):

@@ -19,12 +19,10 @@ class MissCause(str, enum.Enum):
 
     @property
     def kind(self) -> str:
-        """The statistics' category: one of MISS_KINDS."""
+        """The statistics' category (the store counts `missed_<kind>`)."""
         return _KIND[self]
 
 
-# The categories the store's statistics count (`missed_<kind>`).
-MISS_KINDS = ("no_entry", "code_changed", "recompiled", "new_graph")
 _KIND = {
     MissCause.NO_ENTRY: "no_entry",
     MissCause.OTHER_CODE: "code_changed",
