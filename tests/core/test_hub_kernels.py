@@ -270,7 +270,7 @@ def test_a_bundle_saved_before_the_azure_hub_was_set_reaches_a_colleague(
     assert f"restored 'net' from the hub {url}" in out.stdout
     assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
     assert bob.value("y.tolist()") == cold_answer
-    assert "reachable (Azure Blob, " in bob.run("%compile_cache hub status").check().stdout
+    assert "reachable (Azure Blob Storage, " in bob.run("%compile_cache hub status").check().stdout
     assert token.split("sig=")[-1] not in out.output and KEY not in out.output
 
 
