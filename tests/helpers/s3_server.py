@@ -17,6 +17,21 @@ from .tcp_proxy import HoldingProxy
 REGION = "us-east-1"
 
 
+# moto's server, its object writes one at a time: S3 checks a conditional write's condition (If-None-Match, If-Match)
+# and writes in one step, moto checks and then writes, so two racing creates of one lease both won under load.
+_ATOMIC_PUTS = """
+import sys, threading
+from moto.s3.responses import S3Response
+from moto.server import main
+lock, put = threading.Lock(), S3Response.put_object
+def put_object(self, *args, **kwargs):
+    with lock:
+        return put(self, *args, **kwargs)
+S3Response.put_object = put_object
+main(sys.argv[1:])
+"""
+
+
 class S3Server:
     """moto's server in its own process. With `auth`, it checks signatures and IAM policies after the first
     `free_requests` requests (moto's INITIAL_NO_AUTH_ACTION_COUNT), which the fixture spends creating users."""
@@ -40,7 +55,7 @@ class S3Server:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(self.free_requests)
         log = open(os.path.join(str(self.workdir), f"moto-{self.port}.log"), "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-c", _ATOMIC_PUTS, "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
