@@ -157,15 +157,29 @@ def _(event: events.StoodAside) -> str:
     return f"what {event.name!r} compiled was not saved ({event.error}); the cell's result stands"
 
 
+def _bypass_reason(reason: str) -> str:
+    """torch's reason for leaving a function out of precompile, explained where it says too little."""
+    from ..torch_adapter.miss_reasons import NO_GRAPH_REASON
+
+    if not reason.startswith(NO_GRAPH_REASON):
+        return reason
+    function = reason.removeprefix(NO_GRAPH_REASON).strip()
+    return (
+        f"it holds no compiled graph of {function}: one run with gradients on is kept once its backward compiles "
+        "(under torch.no_grad() it restores whole), one of a backend other than inductor never"
+    )
+
+
 @event_text.register
 def _(event: events.PrecompileBypassed) -> str:
+    reason = _bypass_reason(event.reason)
     if event.in_processes:
         return (
-            f"torch does not package a function of the processes this cell started for precompile ({event.reason}); "
+            f"torch does not package a function of the processes this cell started for precompile ({reason}); "
             "a restored run traces it again, its compiled graph still from torch's AOTAutograd and FX graph caches"
         )
     return (
-        f"torch does not package a function of this cell for precompile ({event.reason}); a restored kernel traces "
+        f"torch does not package a function of this cell for precompile ({reason}); a restored kernel traces "
         "it again, its compiled graph still from torch's AOTAutograd and FX graph caches"
     )
 

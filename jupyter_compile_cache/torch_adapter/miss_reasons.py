@@ -8,6 +8,9 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+# The bypass reason (torch's words, then the function) of an entry the save left out for want of its compiled graph.
+NO_GRAPH_REASON = "Backend not found for"
+
 
 class MissCause(str, enum.Enum):
     NO_ENTRY = "no_entry"  # no entry was saved for the function

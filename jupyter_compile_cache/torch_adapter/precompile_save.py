@@ -11,7 +11,7 @@ from typing import Any
 
 from . import entry_records, frame_sizes
 from .layers import COUNTER_GROUP
-from .miss_reasons import PrecompileStep
+from .miss_reasons import NO_GRAPH_REASON, PrecompileStep
 from .precompile_state import PrecompileState
 
 
@@ -71,10 +71,7 @@ class EntrySaving(PrecompileState):
 
         name = getattr(entry.dynamo, "fn_name", None) or "a function"
         counters[COUNTER_GROUP]["precompile_bypass"] += 1
-        self._log_filter.bypass_reasons.append(
-            f"it holds no compiled graph of `{name}`: one run with gradients on is kept once its backward compiles "
-            "(under torch.no_grad() it restores whole), one of a backend other than inductor never"
-        )
+        self._log_filter.bypass_reasons.append(f"{NO_GRAPH_REASON} `{name}`")  # torch's words: the front ends explain
 
     def _package_recorded(self, pkg: Any) -> None:
         """torch recorded PKG's entry for saving, under its key, replacing the entry of any other package of the
