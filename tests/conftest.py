@@ -170,6 +170,20 @@ def azurite(tmp_path):
 
 
 @pytest.fixture
+def gcs_server(tmp_path):
+    """fake-gcs-server, a Google Cloud Storage emulator, of this test alone; no variable is set."""
+    from helpers.gcs_server import GcsServer
+
+    workdir = tmp_path / "gcs"
+    workdir.mkdir()
+    server = GcsServer(workdir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def https_site(tmp_path, monkeypatch):
     """A static https server of this test alone serving tmp_path/site (its hub URL: the folder `site/hub`), its CA
     trusted through SSL_CERT_FILE in this process."""

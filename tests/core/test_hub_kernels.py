@@ -1,5 +1,5 @@
-"""Two collaborators in real kernels sharing one hub (a real redis-server, a Redis Cluster, S3, a shared folder):
-separate stores, separate cache dirs."""
+"""Two collaborators in real kernels sharing one hub (a real redis-server, a Redis Cluster, S3, Azure, Google Cloud
+Storage, https, a shared folder): separate stores, separate cache dirs."""
 
 from __future__ import annotations
 
@@ -347,3 +347,36 @@ def test_colleagues_with_a_notebook_on_a_tls_hub_each_restore(kernel_factory, tm
             f"restored 'net' from the hub {tls_redis.url}" in out.stdout
         )
         assert misses(colleague.counters())["fxgraph_cache_miss"] == 0
+
+
+def test_a_colleague_restores_from_a_google_cloud_storage_hub_with_no_misses(
+    kernel_factory, tmp_path, gcs_server, monkeypatch
+):
+    """gs://, fake-gcs-server: Alice's bundle laid out in the bucket as her push lays it out (through the emulator's
+    JSON API: it refuses the XML-API writes obstore makes, helpers/gcs_server.py), signed with the team's secret; Bob's
+    fresh kernel, its service-account key file naming the server, restores it with no misses and the cold answer."""
+    from helpers.gcs_server import JsonApiWrites
+
+    url = f"gs://{gcs_server.new_bucket()}/team-hub"
+    secret = {"JUPYTER_COMPILE_CACHE_SECRET": "team-secret"}
+    alice = _collaborator(kernel_factory, tmp_path, "alice", "off", **secret)
+    out = alice.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "to the local store" in out.stdout
+    cold_answer = alice.value("y.tolist()")
+    alice.shutdown()
+    store = LocalStore(str(tmp_path / "store_alice"))
+    (manifest,) = store.versions("net")
+    monkeypatch.setenv("GOOGLE_SERVICE_ACCOUNT_PATH", gcs_server.key_file)
+    hub = Hub(HubConfig(url=url, secret=b"team-secret"), backend=JsonApiWrites(url, gcs_server))
+    lease = hub.lease("net", manifest.fingerprint_id, "alice")  # single flight as a push takes it (conditional writes)
+    assert lease.acquire() is None
+    hub.push(manifest, store.payload_path(manifest))
+    lease.release()
+
+    bob = _collaborator(kernel_factory, tmp_path, "bob", url, **secret, **gcs_server.environ())
+    out = bob.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
+    assert f"restored 'net' from the hub {url}" in out.stdout
+    assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    assert bob.value("y.tolist()") == cold_answer
+    assert "reachable (Google Cloud Storage, " in bob.run("%compile_cache hub status").check().stdout

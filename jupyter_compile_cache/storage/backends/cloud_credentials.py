@@ -5,6 +5,7 @@ configuration and the name of what supplied the credential (for messages: never 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Mapping
@@ -92,7 +93,20 @@ def aws_credentials(environ: Mapping[str, str]) -> tuple[dict[str, str], str | N
 
 
 def google_credentials(environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
-    """obstore's configuration for GCS from ENVIRON, as Google's tools find it, and what supplied the credential."""
+    """obstore's configuration for GCS from ENVIRON, as Google's tools find it, and what supplied the credential.
+    obstore's own variable for a service-account key file comes first, as obstore takes it first; that file may name
+    the server (`gcs_base_url`: a private endpoint, or an emulator such as fake-gcs-server)."""
+    for variable in ("GOOGLE_SERVICE_ACCOUNT_PATH", "GOOGLE_SERVICE_ACCOUNT"):
+        if environ.get(variable):
+            config = {"service_account_path": environ[variable]}
+            try:
+                with open(environ[variable]) as f:
+                    endpoint = json.load(f).get("gcs_base_url") or ""
+            except (OSError, ValueError, AttributeError):
+                endpoint = ""  # obstore says what is wrong with the file when the client starts
+            if endpoint.startswith("http://"):
+                config["allow_http"] = "true"  # a server the user named, as for S3 and Azure
+            return config, variable
     if environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
         return {"application_credentials": environ["GOOGLE_APPLICATION_CREDENTIALS"]}, "GOOGLE_APPLICATION_CREDENTIALS"
     config_dir = environ.get("CLOUDSDK_CONFIG") or os.path.join(os.path.expanduser("~"), ".config", "gcloud")

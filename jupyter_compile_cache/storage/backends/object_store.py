@@ -136,6 +136,8 @@ class ObjectStoreBackend:
         else:
             config, self.credential = google_credentials(os.environ)
         options = {"connect_timeout": f"{self.connect_timeout}s", "timeout": f"{self.timeout}s"}
+        if config.pop("allow_http", None):  # a client option: GCS's configuration does not take it
+            options["allow_http"] = "true"
         # one retry, as for S3: a store that is down costs two timeouts, not obstore's ten retries over 3 minutes
         retry = {"max_retries": 1, "retry_timeout": timedelta(seconds=self.timeout)}
         kind = {"s3": S3Store, "gs": GCSStore, "az": AzureStore}[self.scheme]

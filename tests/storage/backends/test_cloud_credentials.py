@@ -35,6 +35,13 @@ def test_azure_credentials_are_found_as_azure_tools_find_them(tmp_path):
         {"application_credentials": str(key_file)},
         "GOOGLE_APPLICATION_CREDENTIALS",
     )
+    account = tmp_path / "account.json"  # obstore's variable first, as obstore takes it; an http server it names
+    account.write_text('{"type": "service_account", "gcs_base_url": "http://localhost:4443"}')
+    both = {"GOOGLE_SERVICE_ACCOUNT_PATH": str(account), "GOOGLE_APPLICATION_CREDENTIALS": str(key_file)}
+    assert google_credentials(both) == (
+        {"service_account_path": str(account), "allow_http": "true"},
+        "GOOGLE_SERVICE_ACCOUNT_PATH",
+    )
     adc = tmp_path / "gcloud" / "application_default_credentials.json"
     adc.parent.mkdir()
     adc.write_text("{}")

@@ -1,9 +1,9 @@
 """What only the object-store backend (gs://, az://, through obstore) has, against Azurite, Azure's own emulator:
 credentials found as Azure's tools find them (a connection string, an account key, a SAS token; none), a read-only
 SAS token, a container that is not there, the server down mid-pull. Each failure is one line naming what to set, never
-a secret. (The whole hub suite runs on Azure too: tests/storage/test_hub.py.) No GCS emulator on the package index
-speaks the XML API obstore uses for GCS (fake-gcs-server's wheel and gcp-storage-emulator refuse its uploads):
-GCS's own code here is its credentials and its messages."""
+a secret. (The whole hub suite runs on Azure too: tests/storage/test_hub.py.) fake-gcs-server serves obstore's GCS
+reads but not its writes: a colleague's restore from gs:// is tests/core/test_hub_kernels.py; here, GCS's credentials
+and messages."""
 
 from __future__ import annotations
 
