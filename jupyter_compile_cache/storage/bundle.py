@@ -38,8 +38,8 @@ READABLE_FORMATS = (1, 2)
 COMPRESSION = "none"
 ROOTS = ("inductor", "triton")
 _READ_SIZE = 1 << 20
-NAME_RE = re.compile(r"^(?!\.+$)[A-Za-z0-9._-]{1,128}$")
-VERSION_RE = re.compile(r"^[0-9]{20}-[0-9a-f]{12}-[0-9a-f]{8}$")
+NAME_RE = re.compile(r"(?!\.+\Z)[A-Za-z0-9._-]{1,128}")  # whole (fullmatch: `$` takes a last "\n")
+VERSION_RE = re.compile(r"[0-9]{20}-[0-9a-f]{12}-[0-9a-f]{8}")
 
 
 class BundleError(Exception):
@@ -135,7 +135,7 @@ class Manifest:
             fields["extra"] = {k: v for k, v in data.items() if k not in known}
             name, version = data["name"], data["version"]
             if not (isinstance(name, str) and isinstance(version, str)) or not (
-                VERSION_RE.match(version) and NAME_RE.match(name)
+                VERSION_RE.fullmatch(version) and NAME_RE.fullmatch(name)
             ):
                 raise DamagedBundle(f"manifest has an invalid name or version: {data['name']!r} {data['version']!r}")
             fields["members"] = [Member(str(m["name"]), int(m["size"]), str(m["sha256"])) for m in data["members"]]
@@ -149,7 +149,7 @@ class Manifest:
 
 def check_name(name: str) -> str:
     """Bundle names: letters, digits, '._-', at most 128 characters, not only dots."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ValueError(f"invalid bundle name {name!r}: use letters, digits, '.', '_', '-' (at most 128 characters)")
     return name
 

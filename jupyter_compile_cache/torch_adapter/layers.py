@@ -129,7 +129,7 @@ ALIASES = {
     "inductor": "kernels",
 }
 
-_TWO_CHAR_DIR = re.compile(r"^[0-9a-z]{2}$")
+_TWO_CHAR_DIR = re.compile(r"[0-9a-z]{2}")
 
 # What torch keeps in its cache dir to build with, not what it built: precompiled C++ headers (torch 2.13+, ~150 MB
 # a compiler and flag set, kept in the default dir whatever dir is set), a compiler it installed, CUTLASS's sources,
@@ -174,7 +174,7 @@ def layer_of(relpath: str) -> str | None:
         return "aot_autograd"
     if top == "fxgraph":
         return "fx_graph"
-    if top == "triton" or _TWO_CHAR_DIR.match(top):
+    if top == "triton" or _TWO_CHAR_DIR.fullmatch(top):
         return "kernels"
     return "other"
 

@@ -62,8 +62,9 @@ def venv_without_extras(tmp_path_factory):
 
 
 def _env(tmp_path) -> dict[str, str]:
+    # (no VIRTUAL_ENV: IPython's shell would put that venv's site-packages, extras and all, on its path)
     return {
-        **os.environ,
+        **{name: value for name, value in os.environ.items() if name != "VIRTUAL_ENV"},
         "JUPYTER_COMPILE_CACHE_HUB": "redis://127.0.0.1:1/0",
         "JUPYTER_COMPILE_CACHE_DIR": str(tmp_path / "store"),
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+import string
 import tarfile
 import tempfile
 
@@ -36,7 +37,10 @@ def _tree(path: str) -> set[str]:
     return found
 
 
-@given(st.text(max_size=140) | st.sampled_from([".", "..", "...", "a/b", "a\x00", "x" * 129, "ok-name_1.2"]))
+NAMES = [".", "..", "...", "a/b", "a\x00", "x" * 129, "ok-name_1.2", "mlp\n", "..\n"]
+
+
+@given(st.text(max_size=140) | st.sampled_from(NAMES))
 @settings(max_examples=300, deadline=None)
 def test_a_bundle_name_is_accepted_only_as_one_safe_path_component(name):
     try:
@@ -45,6 +49,7 @@ def test_a_bundle_name_is_accepted_only_as_one_safe_path_component(name):
         assert "invalid bundle name" in str(exc)
         return
     assert checked == name and 1 <= len(name) <= 128 and set(name) - set(".") != set()
+    assert set(name) <= set(string.ascii_letters + string.digits + "._-"), name  # "mlp\n" was taken, as `$` allows
     root = "/store"
     assert os.path.dirname(os.path.normpath(os.path.join(root, "bundles", name))) == "/store/bundles"
 
@@ -88,7 +93,7 @@ def test_any_manifest_json_reads_as_a_manifest_or_is_damaged(valid_manifest_json
     except DamagedBundle:
         return
     bundle.check_name(manifest.name)  # what reads as a manifest names a valid bundle and version
-    assert bundle.VERSION_RE.match(manifest.version)
+    assert bundle.VERSION_RE.fullmatch(manifest.version)
     json.dumps(manifest.to_json(), default=str)  # and writes back
 
 

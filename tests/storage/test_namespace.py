@@ -11,7 +11,10 @@ from jupyter_compile_cache.storage.namespace import check_namespace
 MANY = settings(max_examples=400, deadline=None)
 
 
-@given(st.text(max_size=140) | st.sampled_from(["team/proj", "a//b", "/a", "a/", "{x}", "ok.name-1_2", "a b"]))
+NAMESPACES = ["team/proj", "a//b", "/a", "a/", "{x}", "ok.name-1_2", "a b", "team\n"]
+
+
+@given(st.text(max_size=140) | st.sampled_from(NAMESPACES))
 @MANY
 def test_a_namespace_is_taken_only_as_slash_joined_safe_parts(namespace):
     try:
