@@ -217,7 +217,7 @@ class Step(str, enum.Enum):
     PREWARM = "prewarm"  # loading torch's compiler in the background
     FIND_ELSEWHERE = "find_elsewhere"  # looking in other versions for a function's entry
     RESTORE_BESIDE = "restore_beside"  # restoring the bundle while the block's processes start
-    PRECOMPILE_PROCESSES = "precompile_processes"  # handing precompile to the processes the block starts
+    PROCESS_HOOK = "process_hook"  # handing the hook (counting; precompile) to the processes the block starts
     VIEW = "view"  # a view of the session (the panel) stopped updating
 
 

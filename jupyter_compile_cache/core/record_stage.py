@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..torch_adapter import capture
+from ..torch_adapter import capture, layers
 from ..torch_adapter.miss_reasons import MissCause, MissReason
 from ..torch_adapter.precompile import PrecompileGuard
 from . import events
@@ -27,11 +27,13 @@ class Recorded:
     precompile_keys: set[str]
     compiled_new: bool
     precompile: bool  # whether the cell ran with precompile (its entries' records name their code)
+    # restored nothing, and its graphs came from torch's own cache: a first version of NAME if it has none
+    used_warm_cache: bool = False
 
 
 def record(report: CellReport, opts: CellOptions, watched: Watch, guard: PrecompileGuard, tell: Tell) -> Recorded:
-    """The report's counts per layer, why it compiled after a restore, and the files the cell wrote or used, with
-    its precompile entries' keys."""
+    """The report's counts per layer (the processes it started included), why it compiled after a restore, and the
+    files the cell and its processes wrote or used, with its precompile entries' keys."""
     restored = report.restore is not None and report.restore.restored
     if restored:  # a cold cell's misses need no reason
         report.miss_reasons = guard.take_miss_reasons()
@@ -41,7 +43,13 @@ def record(report: CellReport, opts: CellOptions, watched: Watch, guard: Precomp
         keys |= capture.all_precompile_keys(watched.roots)
         share.record_files += capture.all_files(watched.roots)
     watched.watcher.add_restored(watched.installed_beside)  # another version's, installed while the body ran
-    cell_files = watched.watcher.collect(keys if watched.precompile else None, share.record_files)
+    processes = report.processes_share
+    used_elsewhere = processes.used if processes is not None else set()
+    cell_files = watched.watcher.collect(keys if watched.precompile else None, [*share.record_files, *used_elsewhere])
+    for layer_name, counts in processes.layers.items() if processes is not None else ():
+        mine = share.layers.setdefault(layer_name, {})  # their hits and misses are the cell's
+        for kind, number in counts.items():
+            mine[kind] = mine.get(kind, 0) + number
     for layer_name, counts in share.layers.items():
         counts["written"] = cell_files.new_by_layer.get(layer_name, 0)
     report.layers = share.layers
@@ -52,7 +60,7 @@ def record(report: CellReport, opts: CellOptions, watched: Watch, guard: Precomp
     misses = sum(counts.get("misses", 0) for counts in share.layers.values())
     if report.miss_reasons == [] and misses and restored:
         # torch named no function (no precompile here, or a graph's files were missing): still, say so
-        report.miss_reasons = [MissReason(MissCause.NEW_GRAPHS, count=misses)]
+        report.miss_reasons = _unnamed_misses(share.layers, misses)
     report.stale_rejected += share.stale_rejected  # the processes' own, if carried, are counted already
     report.precompile_fallbacks = share.fallbacks
     for reason in guard.new_bypass_reasons() if watched.precompile else ():
@@ -64,4 +72,16 @@ def record(report: CellReport, opts: CellOptions, watched: Watch, guard: Precomp
     # Not after a restore: a function torch will not package is traced again there at every restore.
     traced = not restored and bool(share.frames and share.traced_keys & keys)
     compiled_new = cell_files.compiled_new(report.layers, share.frames, restored) or traced
-    return Recorded(cell_files, keys, compiled_new, watched.precompile)
+    warm = not restored and any(report.layers.get(layer, {}).get("hits", 0) for layer in layers.GRAPH_LAYERS)
+    return Recorded(cell_files, keys, compiled_new, watched.precompile, warm)
+
+
+def _unnamed_misses(counts: dict[str, dict[str, int]], misses: int) -> list[MissReason]:
+    """Graphs missed after a restore where torch named no function: AOTAutograd's over FX graph hits are a forward
+    with no backward yet (torch writes their entry only with the backward), the rest graphs not in the bundle."""
+    fx, aot = counts.get("fx_graph", {}), counts.get("aot_autograd", {}).get("misses", 0)
+    no_backward = aot if aot and not fx.get("misses", 0) and fx.get("hits", 0) >= aot else 0
+    reasons = [MissReason(MissCause.NO_BACKWARD, count=no_backward)] if no_backward else []
+    if misses > no_backward:
+        reasons.append(MissReason(MissCause.NEW_GRAPHS, count=misses - no_backward))
+    return reasons

@@ -19,7 +19,7 @@ from .plans import NotebookPlan
 if TYPE_CHECKING:  # the launcher's record, and the torch adapter's: neither is imported for a listing
     from ..kernels.kernel_start import KernelStart
     from ..torch_adapter.miss_reasons import MissReason
-    from ..torch_adapter.process_hook import ProcessesPrecompile
+    from ..torch_adapter.process_hook import ProcessesShare
 
 
 class Refusal(str, enum.Enum):
@@ -108,7 +108,7 @@ class RestoreResult:
 class CellReport:
     name: str
     ok: bool = True
-    job_status: int | None = None  # `run`'s command exited with this status (the cell is then not ok)
+    job_status: int | None = None  # `run`'s command exited with this status (not 0: the cell is not ok)
     restore: RestoreResult | None = None
     saved_version: str | None = None
     saved_bytes: int = 0
@@ -129,8 +129,8 @@ class CellReport:
     precompile_fallbacks: int = 0  # functions whose precompile failed in torch and ran the plain way
     processes: int = 0  # processes the cell started (torchrun, a launcher, `!cmd`)
     compiled_elsewhere: int = 0  # new files those processes (or theirs) compiled into the caches
-    # with --precompile-processes: what the processes it started did with precompile (their own records)
-    processes_precompile: ProcessesPrecompile | None = None
+    # what the processes it started counted and, with --precompile-processes, did with precompile (their own records)
+    processes_share: ProcessesShare | None = None
     kernels_retuned: int = 0  # after a restore, new kernel builds of theirs that torch's run-time tuning made
     run_builds_kept: int = 0  # of their Triton folders, those kept on this machine for NAME's next restore
     miss_reasons: list[MissReason] = field(default_factory=list)  # after a restore, why functions compiled
@@ -141,6 +141,8 @@ class CellReport:
         """The report as JSON data (kept with the store as the cell's last run): each warning with its event's
         type."""
         data = asdict(self)
+        if data["processes_share"] is not None:  # the files they read are the bundle's, not the run's
+            data["processes_share"]["used"] = len(data["processes_share"]["used"])
         data["miss_reasons"] = [reason.to_json() for reason in self.miss_reasons]
         data["warnings"] = [{"event": type(event).__name__, **asdict(event)} for event in self.warnings]
         return data

@@ -82,9 +82,11 @@ class SaveStage:
             stores.hub_policy.push(hub, store, manifest, report, self.transfer(events.Moving.PUSH, name, opts.quiet))
 
     def keep(self, name: str, recorded: Recorded, report: CellReport, opts: CellOptions, hub: HubSource | None) -> None:
-        """What a cell recorded: a new version of NAME where it compiled something (or `--force-save`), else the
-        kernels it tuned again beside the bundles; then a restored version the hub lacks goes up."""
-        if opts.save and recorded.files.files and (recorded.compiled_new or opts.force_save):
+        """What a cell recorded: a new version of NAME where it compiled something (or `--force-save`, or NAME has
+        none and torch's own cache held its graphs), else the kernels it tuned again beside the bundles; then a
+        restored version the hub lacks goes up."""
+        first = recorded.used_warm_cache and not self.stores.store(opts.store_dir).versions(name)
+        if opts.save and recorded.files.files and (recorded.compiled_new or opts.force_save or first):
             self.save(name, recorded, report, opts, hub)
         elif opts.save and report.kernels_retuned:  # no new version: kept beside the bundles
             self.keep_run_builds(name, recorded, report, opts)

@@ -154,7 +154,7 @@ class CompileCacheSession(StoreSession):
                 if cell.plan.beside and watched is not None:  # after the watch's listing: restored files, not compiled
                     pending = self._restore_beside(cell)
                     body.callback(lambda: watched.watcher.add_restored(pending.result()))
-                carried = self._carry_precompile(cell, ending, body)
+                carried = self._carry_hook(cell, ending, body)
                 yield cell.report
             self._record(cell, watched, carried)
 
@@ -218,18 +218,20 @@ class CompileCacheSession(StoreSession):
         undo.close()
         self.guard.find_elsewhere = None
 
-    def _carry_precompile(
+    def _carry_hook(
         self, cell: Cell, ending: contextlib.ExitStack, body: contextlib.ExitStack
     ) -> process_hook.Carried | None:
-        """`--precompile-processes`: the worker processes the body starts load and save precompile entries too."""
-        if not cell.opts.precompile_processes:
+        """The processes the body starts count their hits and misses as the cell's (where its processes compile), and
+        with `--precompile-processes` load and save precompile entries too."""
+        opts = cell.opts
+        if not (opts.precompile_processes or not opts.compiles_here or self._starts_processes(opts)):
             return None
         try:
-            carried = process_hook.Carried()
+            carried = process_hook.Carried(opts.precompile_processes)
             carried.start()
-        except Exception as exc:  # the processes trace as without the option
+        except Exception as exc:  # the processes compile as without it
             trouble = f"{type(exc).__name__}: {exc}"
-            self.tell(events.StepFailed(events.Step.PRECOMPILE_PROCESSES, trouble, cell.name), cell.report)
+            self.tell(events.StepFailed(events.Step.PROCESS_HOOK, trouble, cell.name), cell.report)
             return None
         ending.callback(carried.discard)  # a body that raised: its processes' records are not read
         body.callback(carried.stop)
@@ -239,11 +241,11 @@ class CompileCacheSession(StoreSession):
         """After a body that returned: what its processes and it compiled and used, recorded and saved."""
         opts, report = cell.opts, cell.report
         if carried is not None:  # before the record: the processes' entries are on disk by now
-            report.processes_precompile = carried.collect()
-            report.stale_rejected += report.processes_precompile.stale
-            for reason in report.processes_precompile.bypassed:
+            report.processes_share = carried.collect()
+            report.stale_rejected += report.processes_share.stale
+            for reason in report.processes_share.bypassed:
                 self.tell(events.PrecompileBypassed(reason, in_processes=True), report, opts.quiet)
-            for trouble in report.processes_precompile.troubles:
+            for trouble in report.processes_share.troubles:
                 self.tell(events.PrecompileFailed(trouble), report)
         if watched is None:
             return
@@ -254,10 +256,6 @@ class CompileCacheSession(StoreSession):
             self.save_stage.keep(cell.name, recorded, report, opts, cell.plan.hub)
         except Exception as exc:  # ours failed after the body: its result stands
             self.tell(events.StoodAside(cell.name, False, f"{type(exc).__name__}: {exc}"), report)
-        for layer, counts in report.processes_precompile.layers.items() if report.processes_precompile else ():
-            mine = report.layers.setdefault(layer, {"hits": 0, "misses": 0})  # their hits and misses are the cell's
-            for kind, number in counts.items():
-                mine[kind] = mine.get(kind, 0) + number
 
     def _end(self, cell: Cell) -> None:
         """Every cell whose body ran, whichever way it went: what compiled out of its sight, its wait, its line."""

@@ -214,8 +214,8 @@ def _run_job(args: argparse.Namespace, job: list[str]) -> int:
             except OSError as exc:  # no such program: said, and nothing is saved
                 print(f"error: could not start {job[0]!r}: {exc.strerror or exc}", file=sys.stderr)
                 status = 127
+            report.job_status = status  # the cell's line is the command's
             if status != 0:
-                report.job_status = status  # the cell's line says it
                 raise _JobFailed(status)
     except _JobFailed:
         pass

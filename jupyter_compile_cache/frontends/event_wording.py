@@ -268,9 +268,9 @@ _STEP_FAILED = {
     events.Step.RESTORE_BESIDE: (
         "restoring {name!r} while the job started failed ({error}); its processes compile as without the cache"
     ),
-    events.Step.PRECOMPILE_PROCESSES: (
-        "precompile could not be handed to the processes {name!r} starts ({error}); they trace their code as "
-        "without --precompile-processes"
+    events.Step.PROCESS_HOOK: (
+        "our hook could not be handed to the processes {name!r} starts ({error}); they compile as without it: "
+        "their cache hits and misses are not counted, and they trace their code as without --precompile-processes"
     ),
 }
 

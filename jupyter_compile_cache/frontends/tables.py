@@ -288,6 +288,7 @@ class StatsView(_View):
             ["  entry made for other code", int(n["missed_code_changed"]), "no version held their code"],
             ["  a guard failed", int(n["missed_recompiled"]), "Dynamo compiled again (new sizes, types...)"],
             ["  graphs, no function named", int(n["missed_new_graph"]), "torch said no more (no precompile)"],
+            ["  forward graphs, no backward", int(n["missed_no_backward"]), "torch saves them with a backward"],
             ["precompile fallbacks", int(n["precompile_fallbacks"]), "ran the plain torch.compile way"],
             [
                 "store size",

@@ -186,6 +186,12 @@ def miss_line(reason: MissReason) -> str:
         return f"Dynamo compiled {function} again: a guard of its restored entry failed{detail}"
     if cause is MissCause.GUARD_FAILED:
         return f"Dynamo compiled {function} again: " + (f"a guard failed{detail}" if detail else "torch gave no reason")
+    if cause is MissCause.NO_BACKWARD:
+        return (
+            f"{count(reason.count, 'AOTAutograd graph')} made again over the restored FX "
+            f"{'graphs' if reason.count > 1 else 'graph'}: torch saves one only once its backward compiles "
+            "(a forward with gradients on; torch's own warm cache misses it too)"
+        )
     return f"{count(reason.count, 'graph')} not in the bundle, no function named by torch"
 
 
@@ -225,9 +231,17 @@ def cell_summary(report: CellReport) -> str:
             f"{report.name!r} raised after {report.body_seconds:.2f} s: nothing saved "
             "(what a failed cell compiled is not bundled)"
         )
-    hits = sum(v["hits"] for v in report.layers.values())
-    misses = sum(v["misses"] for v in report.layers.values())
-    parts = [f"{report.name!r} ran in {report.body_seconds:.2f} s, {count(hits, 'cache hit')}, {count(misses, 'miss')}"]
+    hits = sum(v.get("hits", 0) for v in report.layers.values())
+    misses = sum(v.get("misses", 0) for v in report.layers.values())
+    ran = f"{report.name!r}: the command ran" if report.job_status is not None else f"{report.name!r} ran"
+    parts = [f"{ran} in {report.body_seconds:.2f} s, {count(hits, 'cache hit')}, {count(misses, 'miss')}"]
+    saving = report.saving() if report.job_status is not None else None
+    if saving is not None:  # a job has no panel or stats table beside it: its line says what the restore saved
+        parts.append(
+            f"{saving.saved:.1f} s of compiling saved against its cold run ({saving.cold:.1f} s, estimate)"
+            if saving.saved >= 0.05
+            else f"no time saved against its cold run ({saving.cold:.1f} s)"
+        )
     reasons = miss_lines(report.miss_reasons)
     if reasons and misses:
         parts[0] += f" ({'; '.join(reasons)})"
@@ -235,7 +249,7 @@ def cell_summary(report: CellReport) -> str:
         parts.append("traced again from the caches: " + "; ".join(reasons))
     if report.compiled_elsewhere:
         parts.append(f"the processes it started compiled {count(report.compiled_elsewhere, 'new file')}")
-    carried = report.processes_precompile
+    carried = report.processes_share
     if carried is not None and carried.processes:
         parts.append(
             f"{count(carried.processes, 'process')} it started ran with precompile: "
@@ -246,7 +260,7 @@ def cell_summary(report: CellReport) -> str:
             f"the processes it started run torch {carried.torch_without_precompile}, which has no Dynamo precompile "
             "we can check (2.11 on): they traced as without --precompile-processes"
         )
-    elif carried is not None and not carried.troubles:  # (a failure to start is told on its own line)
+    elif carried is not None and carried.precompile and not carried.troubles:  # (a failure to start: its own line)
         parts.append(
             "no process it started ran with precompile (none called torch.compile, or none could import "
             "jupyter_compile_cache: another Python, or one that ignores PYTHONPATH)"

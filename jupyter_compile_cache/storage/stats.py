@@ -32,6 +32,7 @@ COUNTERS = (
     "missed_code_changed",
     "missed_recompiled",
     "missed_new_graph",
+    "missed_no_backward",
     "restored_bytes",
     "saved_bundles",
     "saved_bytes",

@@ -5,6 +5,7 @@ torch keeps one cache dir for the whole process, so a cell's share of it is foun
 * files created or rewritten while it ran (a listing with sizes and mtimes before, compared after);
 * files it read (open_recorder.py sees every `open` in Python, including the imports of generated wrapper modules);
 * shared libraries it loaded (new lines in /proc/self/maps: `dlopen` is out of Python's sight);
+* what the processes it started read, each watched the same way (`UsedFiles`, in process_hook.py);
 * the files of the bundle restored for it, so a re-save after a warm run keeps everything the next kernel needs.
 """
 
@@ -292,14 +293,50 @@ def all_precompile_keys(roots: dict[str, str]) -> set[str]:
 _RECORDER = OpenRecorder()  # one per process: a cell inside a cell shares it
 
 
+class UsedFiles:
+    """The files under the cache roots this process reads while started: opened in Python, or loaded as shared
+    libraries (new lines in /proc/self/maps). A cell's capture, and a process the cell started, keep one each."""
+
+    def __init__(self, roots: dict[str, str], recorder: OpenRecorder) -> None:
+        self.roots = roots
+        self._recorder = recorder
+        self._libs_before: set[str] = set()
+
+    def dirs(self) -> list[str]:
+        dirs = [self.roots["inductor"]]
+        if "triton" in self.roots and not self.roots["triton"].startswith(self.roots["inductor"] + os.sep):
+            dirs.append(self.roots["triton"])
+        return dirs
+
+    def start(self) -> None:
+        self._libs_before = _mapped_libraries()
+        # torch opens its files under the cache dir as its variable names it, which may be a symlink to the real
+        # root (a cache dir on a scratch disk): both spellings are watched, and what is opened is resolved.
+        self._recorder.start(tuple(r + os.sep for r in {*self.dirs(), *_torch_named_roots()}))
+
+    def stop(self) -> None:
+        self._recorder.stop()
+
+    @property
+    def processes(self) -> int:
+        """Processes started while recording."""
+        return self._recorder.processes
+
+    def used(self) -> set[str]:
+        """The real paths opened, and the libraries loaded under the roots, since `start` (stops it)."""
+        self.stop()
+        opened = {os.path.realpath(p) for p in self._recorder.opened}
+        roots = tuple(root + os.sep for root in self.dirs())
+        return opened | {p for p in _mapped_libraries() - self._libs_before if p.startswith(roots)}
+
+
 class CellCapture:
     def __init__(self, roots: dict[str, str], restored: Iterable[str] = ()) -> None:
         self.roots = roots
         self.restored = set(restored)
         self._restored_during: set[str] = set()  # written by our own restore while the cell ran
         self._before: dict[str, tuple[int, int]] = {}
-        self._libs_before: set[str] = set()
-        self._recorder = _RECORDER
+        self._used = UsedFiles(roots, _RECORDER)
 
     def add_restored(self, paths: Iterable[str]) -> None:
         """Files a restore wrote while the cell ran (another version's, installed for a function's code): not the
@@ -307,43 +344,32 @@ class CellCapture:
         self.restored.update(paths)
         self._restored_during.update(paths)
 
-    def _root_dirs(self) -> list[str]:
-        dirs = [self.roots["inductor"]]
-        if "triton" in self.roots and not self.roots["triton"].startswith(self.roots["inductor"] + os.sep):
-            dirs.append(self.roots["triton"])
-        return dirs
-
     def start(self) -> None:
         self._before = {}
-        for root in self._root_dirs():
+        for root in self._used.dirs():
             self._before.update(_listing(root))
-        self._libs_before = _mapped_libraries()
-        # torch opens its files under the cache dir as its variable names it, which may be a symlink to the real
-        # root (a cache dir on a scratch disk): both spellings are watched, and what is opened is resolved in collect.
-        as_torch_names = _torch_named_roots()
-        self._recorder.start(tuple(r + os.sep for r in {*self._root_dirs(), *as_torch_names}))
+        self._used.start()
 
     def stop(self) -> None:
         """Ends the recording (the body's end; `collect` calls it too)."""
-        self._recorder.stop()
+        self._used.stop()
 
     def collect(self, dynamo_keys: set[str] | None = None, extra_paths: Iterable[str] = ()) -> CellFiles:
-        """Files for the bundle. `dynamo_keys`: the precompile entries this cell owns (others are left out)."""
-        self.stop()
-        opened = {os.path.realpath(p) for p in self._recorder.opened}
+        """Files for the bundle. `dynamo_keys`: the precompile entries this cell owns (others are left out);
+        `extra_paths`: files read elsewhere for it (its precompile records; what the processes it started read)."""
+        opened = self._used.used()
         after: dict[str, tuple[int, int]] = {}
-        for root in self._root_dirs():
+        for root in self._used.dirs():
             after.update(_listing(root))
         changed = {p for p, meta in after.items() if self._before.get(p) != meta} - self._restored_during
-        libs = {p for p in _mapped_libraries() - self._libs_before if p in after}
-        processes = self._recorder.processes
+        processes = self._used.processes
         # Restored keyed entries (graphs, precompile entries) are always read through Python when used, so an
         # unopened one is provably stale (e.g. the graph of code since edited) and is not carried forward. Not so
         # when the cell started processes: what they read is out of sight, so everything restored is carried.
         carried = {
             p for p in self.restored if p in after and (processes or p in opened or not _is_keyed(p, self.roots))
         }
-        wanted = changed | {p for p in opened if p in after} | libs | carried
+        wanted = changed | {p for p in opened if p in after} | carried
         wanted |= {p for p in extra_paths if p in after}
         probes = _isa_probe_programs(wanted & changed)  # never in a bundle: restored files are none
         wanted -= probes

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import logging
 import os
 import re
 import sys
@@ -114,18 +115,21 @@ def cuda_available() -> bool:
 
 
 # -- warming up (kernels/prewarm.py runs these off the cell's path) -----------------------------------------------
+class NoCudaRuntimeNote(logging.Filter):
+    """The "No CUDA runtime is found" line a CUDA build of torch logs as Inductor's C++ builder imports cpp_extension
+    on a machine without a GPU: it landed in whichever cell (or job) compiled then, and nothing there can use CUDA."""
+
+    logger = "torch.utils.cpp_extension"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No CUDA runtime is found")
+
+
 def import_compiler() -> None:
     """Import Dynamo and Inductor, and what Inductor's C++ builder imports to load a compiled graph (setuptools and
-    Cython, through cpp_extension), without the "No CUDA runtime is found" line a CUDA build of torch logs there on a
-    machine without a GPU (it landed in whichever cell ran then; nothing there can use CUDA)."""
-    import logging
-
-    class NoCudaRuntimeNote(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return not record.getMessage().startswith("No CUDA runtime is found")
-
+    Cython, through cpp_extension), without torch's `NoCudaRuntimeNote`."""
     note = NoCudaRuntimeNote()
-    logger = logging.getLogger("torch.utils.cpp_extension")
+    logger = logging.getLogger(note.logger)
     logger.addFilter(note)
     try:
         import torch._dynamo  # noqa: F401

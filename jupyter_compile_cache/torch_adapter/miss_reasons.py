@@ -19,6 +19,9 @@ class MissCause(str, enum.Enum):
     RESTORED_GUARD_FAILED = "restored_guard_failed"  # a guard of the restored entry failed (`detail`, when torch says)
     GUARD_FAILED = "guard_failed"  # Dynamo recompiled it (`detail`: the failed guard, when torch says)
     NEW_GRAPHS = "new_graphs"  # graphs missed and torch named no function (`count`: how many)
+    # AOTAutograd graphs made again over an FX graph hit: torch writes their entry only once a backward compiles, so a
+    # forward run with gradients on and no backward misses at every run, with torch's own warm cache too (`count`)
+    NO_BACKWARD = "no_backward"
 
     @property
     def kind(self) -> str:
@@ -33,6 +36,7 @@ _KIND = {
     MissCause.RESTORED_GUARD_FAILED: "recompiled",
     MissCause.GUARD_FAILED: "recompiled",
     MissCause.NEW_GRAPHS: "new_graph",
+    MissCause.NO_BACKWARD: "no_backward",
 }
 
 
@@ -42,7 +46,7 @@ class MissReason:
     function: str = ""  # the function's qualified name
     detail: str = ""  # torch's own words, one line, when it gave any
     changed: tuple[str, ...] = ()  # OTHER_CODE: the names whose code differs
-    count: int = 0  # NEW_GRAPHS: how many graphs
+    count: int = 0  # NEW_GRAPHS, NO_BACKWARD: how many graphs
 
     @property
     def kind(self) -> str:

@@ -1,15 +1,15 @@
-"""Dynamo precompile carried into the processes a cell starts (torchrun's ranks, a launcher's workers): opt-in, with
-`--precompile-processes` on the cell line or on `jupyter-compile-cache run`. Without it, each process traces with
-Dynamo again and only its graphs and kernels come from the bundle.
+"""The processes a cell starts (torchrun's ranks, a launcher's workers, `jupyter-compile-cache run`'s command): their
+cache hits and misses counted as the cell's, and, opt-in with `--precompile-processes`, Dynamo precompile carried into
+them. Without the option, each process traces with Dynamo again and only its graphs and kernels come from the bundle.
 
-With it, the cell puts `process_start/` first on its children's PYTHONPATH for the length of the body, so every
-process started beneath it imports that folder's sitecustomize.py (then the one it shadows, if any); the user's script
-is never edited. `arm()` imports nothing of torch: the hook waits for the process's first `torch.compile` (torchrun's
-agent and compile workers never call it, and pay nothing), then installs the notebook's precompile guard
-(precompile.py: the same checks and fallbacks) with caching_precompile, so the restored entries load; at exit it
-writes the entries it compiled, with their records, into the cache dir, where the cell's watch finds them. Each
-process leaves a record (JSON) the cell reads after the body (`Carried.collect`). Any failure of ours leaves the
-process on torch's plain path; the cell tells it.
+A cell whose processes compile puts `process_start/` first on its children's PYTHONPATH for the length of the body, so
+every process started beneath it imports that folder's sitecustomize.py (then the one it shadows, if any); the user's
+script is never edited. `arm()` imports nothing of torch: the hook waits for the process's first `torch.compile`
+(torchrun's agent and compile workers never call it, and pay nothing), then takes torch's counters as they are; with
+precompile it also installs the notebook's precompile guard (precompile.py: the same checks and fallbacks) with
+caching_precompile, so the restored entries load, and at exit writes the entries it compiled, with their records, into
+the cache dir, where the cell's watch finds them. Each process leaves a record (JSON) the cell reads after the body
+(`Carried.collect`). Any failure of ours leaves the process on torch's plain path; the cell tells it.
 """
 
 from __future__ import annotations
@@ -30,40 +30,47 @@ from dataclasses import dataclass, field
 from typing import Any
 
 RECORDS_ENV = "JUPYTER_COMPILE_CACHE_PROCESS_RECORDS"  # the folder each process writes its record into
+PRECOMPILE_ENV = "JUPYTER_COMPILE_CACHE_PROCESS_PRECOMPILE"  # "1": the processes load and save precompile entries
 START_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "process_start")
 
 
 # -- the cell's side --------------------------------------------------------------------------------------------------
 @dataclass
-class ProcessesPrecompile:
-    """What the processes a cell started did with precompile: how many compiled with it, the entries they loaded (hits),
-    the frames Dynamo traced all the same (a function without an entry, or one torch could not package), the
-    entries refused because their code has changed since, why torch left functions out of precompile, and what failed
-    under them (`miss_reasons.PrecompileTrouble`s, each once)."""
+class ProcessesShare:
+    """What the processes a cell started compiled and used: per layer, their cache hits and misses; with precompile
+    carried, how many compiled with it, the entries they loaded (hits), the frames Dynamo traced all the same (a
+    function without an entry, or one torch could not package), the entries refused because their code has changed
+    since, why torch left functions out of precompile, and what failed under them (`miss_reasons.PrecompileTrouble`s,
+    each once)."""
 
-    processes: int = 0
+    precompile: bool = False  # precompile was carried into them (--precompile-processes)
+    processes: int = 0  # of them, those that compiled with precompile
     hits: int = 0
     traced: int = 0
     stale: int = 0
     torch_without_precompile: str | None = None  # a process's torch, where it had no precompile we can check
-    layers: dict[str, dict[str, int]] = field(default_factory=dict)  # their cache hits and misses, per layer
+    layers: dict[str, dict[str, int]] = field(default_factory=dict)  # their hits, misses and bypasses, per layer
+    used: set[str] = field(default_factory=set)  # the cache files they read (a hit on torch's own cache included)
     bypassed: list[str] = field(default_factory=list)
     troubles: list[Any] = field(default_factory=list)
 
 
 class Carried:
     """The hook handed to the processes the body starts: `start()` before the body, `stop()` after it (the
-    environment as it was), then `collect()` reads their records."""
+    environment as it was), then `collect()` reads their records. PRECOMPILE: they load and save precompile entries
+    too; otherwise they only count."""
 
-    def __init__(self) -> None:
+    def __init__(self, precompile: bool) -> None:
+        self.precompile = precompile
         self.records = tempfile.mkdtemp(prefix="jcc-processes-")
         self._saved: dict[str, str | None] = {}
 
     def start(self) -> None:
-        self._saved = {name: os.environ.get(name) for name in ("PYTHONPATH", RECORDS_ENV)}
+        self._saved = {name: os.environ.get(name) for name in ("PYTHONPATH", RECORDS_ENV, PRECOMPILE_ENV)}
         before = self._saved["PYTHONPATH"]
         os.environ["PYTHONPATH"] = START_DIR + (os.pathsep + before if before else "")
         os.environ[RECORDS_ENV] = self.records
+        os.environ[PRECOMPILE_ENV] = "1" if self.precompile else "0"
 
     def stop(self) -> None:
         for name, value in self._saved.items():
@@ -73,11 +80,11 @@ class Carried:
                 os.environ[name] = value
         self._saved = {}
 
-    def collect(self) -> ProcessesPrecompile:
+    def collect(self) -> ProcessesShare:
         """The records the processes left (one that was killed leaves none), summed; the folder is removed."""
         from .miss_reasons import PrecompileStep, PrecompileTrouble
 
-        out = ProcessesPrecompile()
+        out = ProcessesShare(precompile=self.precompile)
         seen: set[tuple[str, str]] = set()
         try:
             names = sorted(os.listdir(self.records))
@@ -89,9 +96,10 @@ class Carried:
                     record = json.load(f)
                 counts = [int(record.get(key, 0)) for key in ("hits", "traced", "stale")]
                 bypassed = [str(reason) for reason in record.get("bypassed", [])]
+                used = [str(path) for path in record.get("used", [])]
                 troubles = [(str(t["step"]), str(t["error"]), bool(t.get("fallback"))) for t in record["troubles"]]
                 layers = {
-                    str(layer): {kind: int(counts.get(kind, 0)) for kind in ("hits", "misses")}
+                    str(layer): {str(kind): int(number) for kind, number in counts.items()}
                     for layer, counts in record.get("layers", {}).items()
                 }
             except (OSError, ValueError, KeyError, TypeError, AttributeError):  # cut short: that process not counted
@@ -100,10 +108,11 @@ class Carried:
             out.torch_without_precompile = record.get("torch_without_precompile") or out.torch_without_precompile
             out.hits, out.traced, out.stale = (a + b for a, b in zip((out.hits, out.traced, out.stale), counts))
             out.bypassed += [reason for reason in dict.fromkeys(bypassed) if reason not in out.bypassed]
+            out.used.update(used)
             for layer, counts in layers.items():
-                summed = out.layers.setdefault(layer, {"hits": 0, "misses": 0})
+                summed = out.layers.setdefault(layer, {})
                 for kind, number in counts.items():
-                    summed[kind] += number
+                    summed[kind] = summed.get(kind, 0) + number
             for step, error, fallback in troubles:
                 if (step, error) in seen:
                     continue
@@ -197,13 +206,13 @@ _BEGIN_LOCK = threading.Lock()  # two threads whose first torch.compile calls me
 
 
 def _begin(records: str) -> None:
-    """Once per process: the precompile guard installed with torch's caching_precompile, the process's record
-    written at its exit."""
+    """Once per process: torch's counters taken (and with precompile, its guard installed with torch's
+    caching_precompile), the process's record written at its exit."""
     global _PROCESS
     with _BEGIN_LOCK:
         if _PROCESS is not None:
             return
-        _PROCESS = process = _Process(records)
+        _PROCESS = process = _Process(records, os.environ.get(PRECOMPILE_ENV) == "1")
         process.begin()
         atexit.register(process.end)
 
@@ -231,13 +240,15 @@ def _keys_per_local_rank(local_rank: str | None) -> list[Any]:
 
 
 class _Process:
-    def __init__(self, records: str) -> None:
+    def __init__(self, records: str, precompile: bool) -> None:
         self.records = records
+        self.precompile = precompile
         self.troubles: list[dict[str, Any]] = []
         self.guard: Any = None
         self.snapshot: Any = None
         self.patches: list[Any] = []
         self.torch_without_precompile: str | None = None  # this process's torch, where it has no precompile
+        self.used: Any = None  # the cache files it reads (capture.UsedFiles)
 
     def _trouble(self, trouble: Any) -> None:
         self._failed(trouble.step, trouble.error, trouble.fallback)
@@ -249,10 +260,20 @@ class _Process:
         from .miss_reasons import PrecompileStep
 
         try:
-            from . import compiler, kernel_load_fixes
+            import logging
+
+            from . import capture, compiler, kernel_load_fixes
             from .cell_snapshot import CellSnapshot
+            from .open_recorder import OpenRecorder
             from .precompile import PrecompileGuard
 
+            self.used = capture.UsedFiles(capture.cache_roots(), OpenRecorder())  # what the cell's bundle needs
+            self.used.start()
+            note = compiler.NoCudaRuntimeNote()  # kept out of the job's output, as out of a cell's
+            logging.getLogger(note.logger).addFilter(note)
+            if not self.precompile:  # its hits and misses only
+                self.snapshot = CellSnapshot.take(None)
+                return
             if not PrecompileGuard.available():  # a torch without precompile: its plain path, as without the hook
                 import torch
 
@@ -281,6 +302,9 @@ class _Process:
         for patch in reversed(self.patches):
             patch.undo()
         self.patches = []
+        if self.used is not None:
+            self.used.stop()
+            self.used = None
         if self.guard is not None:
             self.guard.uninstall()
             self.guard = None
@@ -289,17 +313,21 @@ class _Process:
         """At the process's exit: its entries and their records into the cache dir, its record into RECORDS."""
         from .miss_reasons import PrecompileStep
 
-        record: dict[str, Any] = {"pid": os.getpid(), "carried": self.snapshot is not None, "hits": 0, "traced": 0}
+        carried = self.precompile and self.snapshot is not None
+        record: dict[str, Any] = {"pid": os.getpid(), "carried": carried, "hits": 0, "traced": 0}
         if self.snapshot is not None:
             try:
                 share = self.snapshot.share()
-                record["hits"] = share.layers.get("dynamo_precompile", {}).get("hits", 0)
-                record["traced"] = share.frames
-                record["stale"] = share.stale_rejected
                 record["layers"] = share.layers
-                record["bypassed"] = self.guard.new_bypass_reasons()
+                if carried:
+                    record["hits"] = share.layers.get("dynamo_precompile", {}).get("hits", 0)
+                    record["traced"] = share.frames
+                    record["stale"] = share.stale_rejected
+                    record["bypassed"] = self.guard.new_bypass_reasons()
             except Exception as exc:  # this process's entries are not saved; its work is done
                 self._failed(PrecompileStep.SAVE, f"{type(exc).__name__}: {exc}", False)
+        if self.used is not None:
+            record["used"] = sorted(self.used.used())
         record["troubles"] = self.troubles
         record["torch_without_precompile"] = self.torch_without_precompile
         _write_record(self.records, record)

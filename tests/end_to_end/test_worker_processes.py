@@ -67,6 +67,7 @@ def test_a_torchrun_cell_saves_what_its_ranks_compiled_and_a_job_elsewhere_resto
     # cold: the ranks compile (one may find the graph the other just wrote in their shared cache dir, as plain torch)
     assert sorted(cold) == [0, 1] and any(m > 0 for _, m in cold.values()), out
     assert "the processes it started compiled" in out and "saved" in out and "the hub" in out, out
+    assert re.search(r"'ddp' ran in \S+ s, \d+ cache hits?, [1-9]\d* miss", out), out  # the ranks' own counts
 
     # Another node: the same job from a terminal, the notebook's bundle restored from the hub before it starts.
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(node["b"][1]), PYTHONWARNINGS="ignore")
@@ -79,6 +80,10 @@ def test_a_torchrun_cell_saves_what_its_ranks_compiled_and_a_job_elsewhere_resto
     assert {r: m for r, (_, m) in restored.items()} == {0: 0, 1: 0}, job.stdout  # every rank's graphs restored
     assert {r: losses for r, (losses, _) in restored.items()} == {r: losses for r, (losses, _) in cold.items()}
     assert "nothing new to save" in job.stderr, job.stderr
+    # the ranks' hits are the job's, and the line says what the restore saved against the notebook's cold run
+    said = re.search(r"'ddp': the command ran in \S+ s, [1-9]\d* cache hits, 0 misses; (no time saved|\S+ s of comp)",
+                     job.stderr)  # fmt: skip
+    assert said, job.stderr
 
     # A job that fails: its exit status, and nothing saved; one that cannot start: 127, said.
     failing = subprocess.run([*cli, "--no-hub", "--", sys.executable, "-c", "raise SystemExit(3)"], env=env,
@@ -117,6 +122,7 @@ def test_a_job_run_from_a_terminal_saves_and_a_notebook_cell_elsewhere_restores_
     assert job.returncode == 0, job.stderr
     cold = _ranks(job.stdout)
     assert cold[0][1] > 0 and "the local store and the hub" in job.stderr, job.stderr
+    assert re.search(r"'from-job': the command ran in \S+ s, 0 cache hits, [1-9]\d* misses", job.stderr), job.stderr
 
     # Then a notebook on another machine: the same job from a cell restores the job's bundle and compiles nothing.
     k = kernel_factory(TORCHINDUCTOR_CACHE_DIR=tmp_path / "cache_nb", JUPYTER_COMPILE_CACHE_DIR=tmp_path / "store_nb",
@@ -126,6 +132,16 @@ def test_a_job_run_from_a_terminal_saves_and_a_notebook_cell_elsewhere_restores_
     restored = _ranks(out)
     assert f"restored 'from-job' from the hub {hub_url}" in out, out
     assert restored == {0: (cold[0][0], 0)}, out  # the same losses, no graph compiled
+    # a forward with gradients on: torch keeps no AOTAutograd entry without a backward, and the line says so
+    assert "1 AOTAutograd graph made again over the restored FX graph" in out, out
+
+    # The job under a name of its own, on the cluster node's warm torch cache: nothing compiled, yet the name had no
+    # bundle, so what its process read is one (the job's own counts say where its graphs came from).
+    cli = [*cli[:4], "warm-job", *cli[5:]]
+    job = subprocess.run([*cli, "--no-hub", "--", sys.executable, str(script)], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert job.returncode == 0 and _ranks(job.stdout) == {0: (cold[0][0], 0)}, job.stderr
+    assert re.search(r"'warm-job': the command ran in \S+ s, [1-9]\d* cache hits?, 1 miss; saved [1-9]", job.stderr)
 
 
 # A job that writes cache files as a compile would (no torch: the restore's timing is what is tested), and that can

@@ -56,6 +56,7 @@ def test_why_a_restored_function_compiled_each_cause_in_one_line():
         MissReason(MissCause.RESTORED_GUARD_FAILED, "f", "GLOBAL_STATE changed: grad_mode"),
         MissReason(MissCause.GUARD_FAILED, "f"),
         MissReason(MissCause.NEW_GRAPHS, count=2),
+        MissReason(MissCause.NO_BACKWARD, count=1),
     ]
     assert [wording.miss_line(r) for r in reasons] == [
         "no saved entry for `Net.forward`",
@@ -64,6 +65,8 @@ def test_why_a_restored_function_compiled_each_cause_in_one_line():
         "Dynamo compiled `f` again: a guard of its restored entry failed (GLOBAL_STATE changed: grad_mode)",
         "Dynamo compiled `f` again: torch gave no reason",
         "2 graphs not in the bundle, no function named by torch",
+        "1 AOTAutograd graph made again over the restored FX graph: torch saves one only once its backward compiles "
+        "(a forward with gradients on; torch's own warm cache misses it too)",
     ]
     assert [r.kind for r in reasons] == [
         "no_entry",
@@ -72,6 +75,7 @@ def test_why_a_restored_function_compiled_each_cause_in_one_line():
         "recompiled",
         "recompiled",
         "new_graph",
+        "no_backward",
     ]
     # as a run's record keeps them, and as older records kept them: [kind, line]
     kept = [r.to_json() for r in reasons] + [["no_entry", "no saved entry for `g`"], {"cause": "unknown"}]

@@ -1,6 +1,6 @@
-"""The process hook that carries precompile into the processes a cell starts (torch_adapter/process_hook.py): the
-cell's environment for them and its end, the records they leave, and real processes started under it (the ranks
-themselves are tests/end_to_end/test_worker_processes.py's)."""
+"""The process hook handed to the processes a cell starts (torch_adapter/process_hook.py): the cell's environment for
+them and its end, the records they leave (their counts, and with precompile carried, its entries), and real processes
+started under it (the ranks themselves are tests/end_to_end/test_worker_processes.py's)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,14 @@ from jupyter_compile_cache.torch_adapter.miss_reasons import PrecompileStep
 def test_the_environment_is_the_cells_only_while_its_body_runs(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
     monkeypatch.delenv(process_hook.RECORDS_ENV, raising=False)
-    carried = process_hook.Carried()
+    monkeypatch.delenv(process_hook.PRECOMPILE_ENV, raising=False)
+    carried = process_hook.Carried(precompile=True)
     carried.start()
     assert os.environ["PYTHONPATH"] == process_hook.START_DIR + os.pathsep + "/somewhere/else"
-    assert os.environ[process_hook.RECORDS_ENV] == carried.records
+    assert os.environ[process_hook.RECORDS_ENV] == carried.records and os.environ[process_hook.PRECOMPILE_ENV] == "1"
     carried.stop()
     assert os.environ["PYTHONPATH"] == "/somewhere/else" and process_hook.RECORDS_ENV not in os.environ
+    assert process_hook.PRECOMPILE_ENV not in os.environ
     monkeypatch.delenv("PYTHONPATH")
     carried.start()
     assert os.environ["PYTHONPATH"] == process_hook.START_DIR
@@ -32,12 +34,28 @@ def test_the_environment_is_the_cells_only_while_its_body_runs(monkeypatch):
 
 
 def test_the_records_are_summed_a_cut_short_one_is_not_counted_and_each_trouble_is_told_once():
-    carried = process_hook.Carried()
+    carried = process_hook.Carried(precompile=True)
     trouble = {"step": "install", "error": "NameError: x", "fallback": True}
     starting = {"step": "start_in_process", "error": "E: y", "fallback": True}
     records = [
-        {"carried": True, "hits": 2, "traced": 0, "stale": 0, "bypassed": [], "troubles": [trouble]},
-        {"carried": True, "hits": 1, "traced": 3, "stale": 1, "bypassed": ["no graph"], "troubles": [trouble]},
+        {
+            "carried": True,
+            "hits": 2,
+            "traced": 0,
+            "stale": 0,
+            "bypassed": [],
+            "troubles": [trouble],
+            "layers": {"fx_graph": {"hits": 2, "misses": 0}},
+        },
+        {
+            "carried": True,
+            "hits": 1,
+            "traced": 3,
+            "stale": 1,
+            "bypassed": ["no graph"],
+            "troubles": [trouble],
+            "layers": {"fx_graph": {"hits": 1, "misses": 3}, "aot_autograd": {"misses": 1}},
+        },
         {"carried": False, "hits": 0, "traced": 0, "troubles": [starting]},
     ]
     for pid, record in enumerate(records):
@@ -47,6 +65,7 @@ def test_the_records_are_summed_a_cut_short_one_is_not_counted_and_each_trouble_
         f.write('{"carried": true, "hits": 5')  # a process killed while writing
     out = carried.collect()
     assert (out.processes, out.hits, out.traced, out.stale, out.bypassed) == (2, 3, 3, 1, ["no graph"])
+    assert out.layers == {"fx_graph": {"hits": 3, "misses": 3}, "aot_autograd": {"misses": 1}}
     assert [(t.step, t.error, t.fallback) for t in out.troubles] == [
         (PrecompileStep.INSTALL, "NameError: x", True),
         (PrecompileStep.START_IN_PROCESS, "E: y", True),
@@ -54,22 +73,28 @@ def test_the_records_are_summed_a_cut_short_one_is_not_counted_and_each_trouble_
     assert not os.path.exists(carried.records)
 
 
-def _under_the_hook(monkeypatch, code: str, theirs: str | None = None) -> tuple[str, list[str]]:
-    """CODE's output in a process started under the hook (after THEIRS on its PYTHONPATH), and the records left."""
+def _under_the_hook(
+    monkeypatch, code: str, theirs: str | None = None, precompile: bool = True
+) -> tuple[str, list[dict]]:
+    """CODE's output in a process started under the hook (after THEIRS on its PYTHONPATH; what it logs after a line
+    `--- stderr`), and the records left."""
     if theirs:
         monkeypatch.setenv("PYTHONPATH", theirs)
     else:
         monkeypatch.delenv("PYTHONPATH", raising=False)
-    carried = process_hook.Carried()
+    carried = process_hook.Carried(precompile)
     carried.start()
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     finally:
         carried.stop()
     assert done.returncode == 0, done.stderr
-    records = sorted(os.listdir(carried.records))
+    records = []
+    for name in sorted(os.listdir(carried.records)):
+        with open(os.path.join(carried.records, name)) as f:
+            records.append(json.load(f))
     carried.discard()
-    return done.stdout, records
+    return done.stdout + "--- stderr\n" + done.stderr, records
 
 
 def test_a_process_that_never_imports_torch_runs_the_sitecustomize_ours_shadows_and_imports_nothing_of_torch(
@@ -83,7 +108,7 @@ def test_a_process_that_never_imports_torch_runs_the_sitecustomize_ours_shadows_
     plain = subprocess.run([sys.executable, "-c", "import sys; print(len(sys.meta_path))"], capture_output=True,
                            text=True, env=dict(os.environ, PYTHONPATH=str(theirs)))  # fmt: skip
     # theirs ran; torch was not imported; the hook waits for torch with one finder of its own
-    assert out.split() == ["theirs", "ran", "False", str(int(plain.stdout) + 1)]
+    assert out.split()[:4] == ["theirs", "ran", "False", str(int(plain.stdout) + 1)]
     assert records == []
 
 
@@ -95,7 +120,7 @@ def test_a_process_that_imports_torch_but_compiles_nothing_pays_nothing_and_leav
     )
     out, records = _under_the_hook(monkeypatch, code)
     # torch.compile waits to be called; nothing of precompile was imported; the import system is as it was
-    assert out.split() == ["True", "False", "None", "False", "True"]
+    assert out.split()[:5] == ["True", "False", "None", "False", "True"]
     assert records == []
 
 
@@ -119,8 +144,32 @@ def test_each_local_rank_keys_its_entries_apart_and_a_process_of_no_launcher_kee
     assert CompilePackage.source_id_from_fn(f) == torch_key  # undone
 
 
+def test_without_precompile_a_process_that_compiles_counts_its_hits_and_misses_and_torch_saves_no_entry(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    code = (
+        "import torch; from torch._dynamo.utils import counters; "
+        "f = torch.compile(lambda t: torch.nn.functional.gelu(t) * 2); f(torch.ones(4)); "
+        "from torch._inductor import config; print(counters['inductor']['fxgraph_cache_miss'], "
+        "counters['inductor']['fxgraph_cache_hit'], bool(getattr(config, 'caching_precompile', False)))"
+    )
+    cold, (record,) = _under_the_hook(monkeypatch, code, precompile=False)
+    # torch's own counters in the process, ours in its record: the same; precompile stays off; a CUDA build of torch
+    # on a machine without a GPU says nothing of it (tests/torch_adapter/test_compiler.py: a plain process does)
+    assert cold.split()[:3] == ["1", "0", "False"] and "No CUDA runtime" not in cold
+    assert record["carried"] is False and record["troubles"] == []
+    assert record["layers"]["fx_graph"]["misses"] == 1 and record["layers"]["fx_graph"]["hits"] == 0
+    warm, (record,) = _under_the_hook(monkeypatch, code, precompile=False)
+    assert warm.split()[:3] == ["0", "1", "False"] and record["layers"]["fx_graph"]["hits"] == 1
+    assert record["layers"]["fx_graph"]["misses"] == 0
+    assert not os.path.exists(tmp_path / "cache" / "dynamo")  # no precompile entry written
+    # what it read, for the cell's bundle: the FX graph it hit, and the compiled module's files
+    assert any(os.sep + "fxgraph" + os.sep in path for path in record["used"]), record["used"]
+
+
 def test_a_process_that_could_not_start_the_hook_or_has_no_precompile_leaves_a_record_that_says_so():
-    carried = process_hook.Carried()
+    carried = process_hook.Carried(precompile=True)
     process_hook.failed_to_arm(carried.records, RuntimeError("no finder"))
     with open(os.path.join(carried.records, "1.json"), "w") as f:
         json.dump({"carried": False, "troubles": [], "torch_without_precompile": "2.9.1"}, f)
