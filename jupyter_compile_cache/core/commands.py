@@ -43,6 +43,7 @@ from .records import (
     StoreStatistics,
     TimeSaved,
     VersionFit,
+    WarmingTemplate,
     WarmTemplate,
 )
 from .version_rows import bundle_row, functions_against, hub_where, store_where, version_named
@@ -79,7 +80,11 @@ class Commands(CompilerCommands):
             age = time.time() - info.started
             rss, lifetime = runtime_dir.rss_bytes(info.pid), (info.idle_seconds, info.grace_seconds)
             templates.append(WarmTemplate(info.pid, info.python, rss, age, kernels, *lifetime))
-        return Configuration(rows, store.root, store.usage()[0], settings.max_bytes, templates, directory)
+        warming = [
+            WarmingTemplate(w.pid, runtime_dir.rss_bytes(w.pid), time.time() - w.since, w.step.value, w.quiet_wait)
+            for w in (launcher.warming_templates(directory) if directory else [])
+        ]
+        return Configuration(rows, store.root, store.usage()[0], settings.max_bytes, templates, directory, warming)
 
     def hub_check(self, hub: HubSource) -> HubCheck:
         """HUB tried as a cell uses it: its answer, reading (every version listed, signatures checked against the

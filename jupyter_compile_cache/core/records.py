@@ -304,6 +304,19 @@ class Configuration:
     max_bytes: int
     templates: list[WarmTemplate]
     runtime_dir: str | None
+    warming: list[WarmingTemplate] = field(default_factory=list)
+
+
+@dataclass
+class WarmingTemplate:
+    """A warm kernel template still warming up: kernels started meanwhile start cold, and the next one after it is
+    ready is forked. `step`: "quiet" (waiting for a quiet machine, at most `quiet_wait` s) or "importing"."""
+
+    pid: int
+    rss_bytes: int | None
+    age_seconds: float
+    step: str
+    quiet_wait: float
 
 
 @dataclass

@@ -102,9 +102,20 @@ def _configuration(r: Configuration) -> list[str]:
         origin = _ORIGINS.get(setting.origin, setting.origin)
         lines.append(f"{setting.name.ljust(width)}  {value.ljust(value_width)}  {origin}")
     lines.append(f"local store: {human_bytes(r.store_bytes)} of the {human_bytes(r.max_bytes)} cap in {r.store_dir}")
-    if not r.templates:
+    if not r.templates and not r.warming:
         where = f" ({r.runtime_dir})" if r.runtime_dir else ""
         lines.append(f"warm kernel templates: none running{where}")
+    for w in r.warming:
+        memory = human_bytes(w.rss_bytes) if w.rss_bytes is not None else "memory unknown"
+        doing = (
+            f"waiting for a quiet machine (at most {_minutes(w.quiet_wait)}), then importing torch and its compiler"
+            if w.step == "quiet"
+            else "importing torch and its compiler on idle CPU time"
+        )
+        lines.append(
+            f"warm kernel template warming up: pid {w.pid}, {memory}, for {w.age_seconds:.0f} s, {doing}; "
+            "kernels started meanwhile start cold, the next one after it is ready is forked"
+        )
     for t in r.templates:
         memory = human_bytes(t.rss_bytes) if t.rss_bytes is not None else "memory unknown"
         lines.append(

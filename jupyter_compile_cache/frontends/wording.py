@@ -356,7 +356,8 @@ _COLD = {
 }
 _NEXT = {
     Next.KEPT: "",
-    Next.WARMING: "; the template for it is still warming up",
+    Next.WARMING: "; the template for it is still warming up, and the first kernel started after it is ready is forked "
+    "(`config` says where it is)",
     Next.FAILED: "; the last template for it could not warm up ({detail})",
     Next.NOT_STARTED: "; a template could not be started",
     Next.STARTED: "; one is warming up for the next kernel",

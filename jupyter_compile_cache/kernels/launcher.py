@@ -173,6 +173,17 @@ def templates(directory: str) -> list[TemplateInfo]:
     return [info for _, info in sorted(found, key=lambda x: -x[0])]
 
 
+def warming_templates(directory: str) -> list[protocol.Warming]:
+    """The templates still warming up in the folder, oldest first."""
+    found = []
+    for name in os.listdir(directory):
+        if name.endswith(protocol.WARMING_SUFFIX):
+            warming = protocol.Warming.read(os.path.join(directory, name))
+            if warming is not None and process_alive(warming.pid):
+                found.append(warming)
+    return sorted(found, key=lambda warming: warming.since)
+
+
 def ask_templates(directory: str, request: KernelRequest, stamp: str) -> tuple[Kernel | None, KernelStart]:
     """A kernel forked by the first template that fits and answers; else (None, why none did, as a cold start)."""
     refused: list[KernelStart] = []  # what the templates that fit said, which tells more than those that do not fit
@@ -212,11 +223,10 @@ def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, w
     if any(info.launch_key == key for info in templates(directory)):
         why.next = Next.KEPT  # this launch's own template refused this once (see why): it stays for the next
         return
-    warming = protocol.warming_path(directory, key)
-    with contextlib.suppress(OSError, ValueError), open(warming, encoding="utf-8") as f:
-        if process_alive(int(f.read().strip())):
-            why.next = Next.WARMING
-            return
+    warming = protocol.Warming.read(protocol.warming_path(directory, key))
+    if warming is not None and process_alive(warming.pid):
+        why.next = Next.WARMING
+        return
     failed = protocol.failure_path(directory, key)
     with contextlib.suppress(OSError):
         if time.time() - os.stat(failed).st_mtime < RETRY_FAILED_AFTER:

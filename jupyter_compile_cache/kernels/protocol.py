@@ -12,7 +12,7 @@ A launch, over a Unix socket (a template's) or a socket pair (a cold kernel proc
    it killed).
 
 The runtime folder: each ready template has `<name>.json` (a `TemplateInfo`: what it fits) and `<name>.sock` (where
-it listens); each launch key (one environment) may have `<key>.warming` (the pid of a template warming up),
+it listens); each launch key (one environment) may have `<key>.warming` (a `Warming`: the template warming up),
 `<key>.failed` (why the last warm-up failed) and `<key>.retired` (why the last template went: a `TemplateProblem`'s
 JSON); each installation (an install stamp) may have `<stamp>.headers`, the header checks its kernels made
 (header_calls.py).
@@ -231,8 +231,47 @@ def is_info_file(filename: str) -> bool:
 
 
 def warming_path(directory: str, launch_key: str) -> str:
-    """Holds the pid of the template warming up for this key: no second one is started meanwhile."""
-    return os.path.join(directory, f"{launch_key}.warming")
+    """Holds the template warming up for this key (a `Warming`): no second one is started meanwhile."""
+    return os.path.join(directory, launch_key + WARMING_SUFFIX)
+
+
+WARMING_SUFFIX = ".warming"
+
+
+class WarmingStep(str, enum.Enum):
+    """Where a template warming up is."""
+
+    QUIET = "quiet"  # waiting for a quiet machine (at most `Warming.quiet_wait` seconds), so as not to slow the kernel
+    IMPORTING = "importing"  # importing torch and its compiler, on idle CPU time
+
+
+@dataclass
+class Warming:
+    """A template warming up: its pid, since when (time.time()), its step, and how long it waits for a quiet
+    machine at most."""
+
+    pid: int
+    since: float = 0.0
+    step: WarmingStep = WarmingStep.QUIET
+    quiet_wait: float = 0.0
+
+    def write(self, path: str) -> None:
+        """Into PATH whole (a reader never sees half of it)."""
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"pid": self.pid, "since": self.since, "step": self.step.value, "quiet_wait": self.quiet_wait}, f)
+        os.replace(path + ".tmp", path)
+
+    @classmethod
+    def read(cls, path: str) -> Warming | None:
+        """What PATH holds (a bare pid, as an older template wrote it, too); None if it holds nothing readable."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.loads(f.read())
+            if isinstance(data, int):
+                return cls(data)
+            return cls(int(data["pid"]), float(data["since"]), WarmingStep(data["step"]), float(data["quiet_wait"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
 
 def failure_path(directory: str, launch_key: str) -> str:

@@ -383,13 +383,16 @@ def main(argv: list[str]) -> int:
     stamp = install_stamp()
     headers = Replayer(stamp)
     warming = protocol.warming_path(directory, launch_key)
-    with open(warming, "w", encoding="utf-8") as f:
-        f.write(str(os.getpid()))
+    quiet_wait = seconds_setting(start_env, QUIET_WAIT_ENV, QUIET_WAIT_MAX)
+    state = protocol.Warming(os.getpid(), started, protocol.WarmingStep.QUIET, quiet_wait)
+    state.write(warming)
     try:
         set_here = NVML_CHECK_ENV not in os.environ
         os.environ.setdefault(NVML_CHECK_ENV, "1")
         try:
-            wait_for_a_quiet_machine(most=seconds_setting(start_env, QUIET_WAIT_ENV, QUIET_WAIT_MAX))
+            wait_for_a_quiet_machine(most=quiet_wait)
+            state.step = protocol.WarmingStep.IMPORTING
+            state.write(warming)
             with EnvironReads() as reads:
                 baseline, kernel_sets = on_idle_cpu(lambda: warm_up(headers))
         finally:

@@ -17,7 +17,7 @@ from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import LocalPortCache, write_connection_file
 
 from jupyter_compile_cache.kernels.launcher import templates
-from jupyter_compile_cache.kernels.protocol import start_record_path, warming_path
+from jupyter_compile_cache.kernels.protocol import Warming, start_record_path, warming_path
 from jupyter_compile_cache.kernels.runtime_dir import process_alive
 from jupyter_compile_cache.kernels.template_fit import TemplateInfo
 
@@ -165,12 +165,10 @@ def wait_for_template(directory: str, timeout: float = 180, exclude: tuple[int, 
 def end_templates(directory: str) -> None:
     """SIGTERM every template of the folder, ready or warming, and wait for them."""
     pids = [info.pid for info in templates(directory)]
-    for warming in glob.glob(warming_path(directory, "*")):
-        try:
-            with open(warming) as f:
-                pids.append(int(f.read()))
-        except (OSError, ValueError):
-            continue
+    for path in glob.glob(warming_path(directory, "*")):
+        warming = Warming.read(path)
+        if warming is not None:
+            pids.append(warming.pid)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
