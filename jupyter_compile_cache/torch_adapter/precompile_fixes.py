@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import importlib
 import inspect
 import marshal
 import pickle
@@ -53,17 +54,27 @@ def patches() -> list[Patch]:
     ]
 
 
+def _torch_has(module: str, owner: str | None, name: str) -> tuple[Any, Any] | None:
+    """Feature detection for one fix: (OWNER of torch's MODULE, or the module where OWNER is None; its NAME), or None
+    where this torch lacks any of them or fails to import the module (then no patch)."""
+    try:
+        found = importlib.import_module(module)
+    except Exception:
+        return None
+    if owner is not None:
+        found = getattr(found, owner, None)
+    value = getattr(found, name, None)
+    return None if value is None else (found, value)
+
+
 def _unbundlable_graph_patch() -> list[Patch]:
     """A graph Inductor compiled into no code (`x + 0` of a global 0) is not cached, as plain torch.compile does:
     under precompile torch bundled it and raised ("expected OutputCode, got <class 'method'>", torch 2.15)."""
-    try:
-        from torch._functorch._aot_autograd import graph_compile
-        from torch._inductor.output_code import OutputCode
-    except Exception:  # a torch without these: no patch
+    found = _torch_has("torch._functorch._aot_autograd.graph_compile", None, "_should_save_cache")
+    output_code = _torch_has("torch._inductor.output_code", None, "OutputCode")
+    if found is None or output_code is None or len(inspect.signature(found[1]).parameters) != 1:
         return []
-    original = getattr(graph_compile, "_should_save_cache", None)
-    if original is None or len(inspect.signature(original).parameters) != 1:
-        return []
+    (graph_compile, original), OutputCode = found, output_code[1]
 
     def unwrapped(fn: Any) -> Any:
         while hasattr(fn, "__wrapped__"):
@@ -82,14 +93,11 @@ def _unbundlable_graph_patch() -> list[Patch]:
 def _recompile_limit_patch() -> list[Patch]:
     """Restored entries count towards Dynamo's recompile limit as compiled ones do: torch counted none, so a
     restored kernel compiled past the limit where plain torch.compile stops."""
-    try:
-        from torch._C._dynamo.eval_frame import _debug_get_precompile_entries
-        from torch._dynamo import convert_frame
-    except Exception:  # a torch without these: no patch
+    found = _torch_has("torch._dynamo.convert_frame", None, "compute_cache_size")
+    entries = _torch_has("torch._C._dynamo.eval_frame", None, "_debug_get_precompile_entries")
+    if found is None or entries is None:
         return []
-    original = getattr(convert_frame, "compute_cache_size", None)
-    if original is None:
-        return []
+    (convert_frame, original), _debug_get_precompile_entries = found, entries[1]
 
     def compute_cache_size(frame: Any, *args: Any, **kwargs: Any) -> Any:
         size = original(frame, *args, **kwargs)
@@ -111,13 +119,11 @@ def _aot_key_patch() -> list[Patch]:
     """Key AOTAutograd entries as plain torch.compile does: under precompile the key holds the backend id, a fresh
     uuid per compile, so a function not precompiled (a bypass, a fallback) never hit again in another process. torch
     reads the id from the live config, never from the key."""
-    try:
-        from torch._functorch._aot_autograd import autograd_cache
-    except Exception:  # a torch without this module, or one that fails to import it: no patch
+    found = _torch_has("torch._functorch._aot_autograd.autograd_cache", None, "autograd_cache_key")
+    if found is None:
         return []
-    original = getattr(autograd_cache, "autograd_cache_key", None)
-    config_type = getattr(getattr(autograd_cache, "AOTConfig", None), "__dataclass_fields__", {})
-    if original is None or "precompile_backend_id" not in config_type:
+    autograd_cache, original = found
+    if "precompile_backend_id" not in getattr(getattr(autograd_cache, "AOTConfig", None), "__dataclass_fields__", {}):
         return []  # torch without the backend id in its key: nothing to do
 
     def autograd_cache_key(mod: Any, example_inputs: Any, config: Any, *args: Any, **kwargs: Any) -> Any:
@@ -149,17 +155,14 @@ def _guard_state_pickler_patch() -> list[Patch]:
       `_create_func_module.<locals>.Func`, on the attention layers of transformers 5.25's Llama, Qwen2, Mistral and
       others) failed at install.
     """
-    try:
-        import torch
-        from torch._dynamo import guards
-        from torch._guards import Source
-    except Exception:  # a torch without this module, or one that fails to import it: no patch
+    found = _torch_has("torch._dynamo.guards", "GuardsStatePickler", "reducer_override")
+    missing = _torch_has("torch._dynamo.guards", None, "_Missing")
+    source = _torch_has("torch._guards", None, "Source")
+    if found is None or missing is None or source is None:
         return []
-    pickler = getattr(guards, "GuardsStatePickler", None)
-    missing = getattr(guards, "_Missing", None)
-    original = getattr(pickler, "reducer_override", None)
-    if original is None or missing is None:
-        return []
+    import torch
+
+    (pickler, original), missing, Source = found, missing[1], source[1]
 
     def reducer_override(self: Any, obj: Any) -> Any:
         if isinstance(obj, Source) and is_dataclass(obj):
@@ -216,13 +219,10 @@ def _local_type_guard_patch() -> list[Patch]:
     Llama, Qwen2, Mistral, ...), and torch refused to save the guard on their type ("defined in local scope"), so the
     model compiled again at every restore. The restored guard checks the type of that global in the new process,
     found again by the pickler (`_guard_state_pickler_patch`); any other local class stays refused, as in torch."""
-    try:
-        from torch._dynamo.guards import CheckFunctionManager
-    except Exception:  # a torch without this module, or one that fails to import it: no patch
+    found = _torch_has("torch._dynamo.guards", "CheckFunctionManager", "serialize_guards")
+    if found is None:
         return []
-    original = getattr(CheckFunctionManager, "serialize_guards", None)
-    if original is None:
-        return []
+    CheckFunctionManager, original = found
 
     def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
         for guard in sorted_guards:
@@ -311,13 +311,10 @@ def _with_empty_like(obj: Any, meta: Any, reduce: Any, failure: BaseException) -
 def _module_global_patch() -> list[Patch]:
     """Record the modules Dynamo's generated code loads as globals (`___module_collections_<id>_c0`) as import
     sources of the entry, as torch records a traced function's imports: else the restored code lacks the global."""
-    try:
-        from torch._dynamo.output_graph import OutputGraph
-    except Exception:  # a torch without this module, or one that fails to import it: no patch
+    found = _torch_has("torch._dynamo.output_graph", "OutputGraph", "install_global_unsafe")
+    if found is None:
         return []
-    original = getattr(OutputGraph, "install_global_unsafe", None)
-    if original is None:
-        return []
+    OutputGraph, original = found
 
     def install_global_unsafe(self: Any, name: str, value: Any) -> None:
         original(self, name, value)
@@ -332,13 +329,10 @@ def _module_global_patch() -> list[Patch]:
 def _globals_module_patch() -> list[Patch]:
     """Record the compiled function under the module whose globals its frame runs with, not `fn.__module__`, which
     `functools.wraps` sets to the decorated function's (HF's forward): the restored guards read the wrong globals."""
-    try:
-        from torch._dynamo.package import CompilePackage
-    except Exception:  # a torch without this module, or one that fails to import it: no patch
+    found = _torch_has("torch._dynamo.package", "CompilePackage", "_add_function")
+    if found is None:
         return []
-    original = getattr(CompilePackage, "_add_function", None)
-    if original is None:
-        return []
+    CompilePackage, original = found
 
     def _add_function(self: Any, python_code: Any, python_module: str, *args: Any, **kwargs: Any) -> None:
         fn = getattr(self, "_innermost_fn", None)
@@ -352,13 +346,10 @@ def _globals_module_patch() -> list[Patch]:
 def _pop_null_patch() -> list[Patch]:
     """The no-op Dynamo's bytecode calls to pop a NULL as a module-level function: torch's local `lambda: None`
     cannot be pickled, and the entry was not saved."""
-    try:
-        from torch._dynamo.codegen import PyCodegen
-    except Exception:  # a torch without this module, or one that fails to import it: no patch
+    found = _torch_has("torch._dynamo.codegen", "PyCodegen", "pop_null")
+    if found is None:
         return []
-    original = getattr(PyCodegen, "pop_null", None)
-    if original is None:
-        return []
+    PyCodegen, original = found
 
     def pop_null(self: Any) -> Any:
         instructions = original(self)
@@ -460,13 +451,10 @@ def _loaded_entry_copy_patch() -> list[Patch]:
     """Copy a backend entry being loaded (torch deep-copies it, should it be saved again) by a pickle round trip:
     it was just unpickled, so the copy is the same, several times faster. One that does not pickle is deep-copied as
     before; the hook lives as long as the loader's call."""
-    try:
-        from torch._functorch._aot_autograd import aot_autograd_result as results
-    except Exception:  # a torch without this module, or one that fails to import it: no patch
+    found = _torch_has("torch._functorch._aot_autograd.aot_autograd_result", None, "deserialize_bundled_cache_entry")
+    if found is None:
         return []
-    load = getattr(results, "deserialize_bundled_cache_entry", None)
-    if load is None:
-        return []
+    results, load = found
 
     def deserialize_bundled_cache_entry(entry: Any) -> Any:
         own = getattr(entry, "__dict__", None)
