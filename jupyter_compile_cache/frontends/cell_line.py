@@ -80,9 +80,10 @@ def cell_parser() -> Parser:
     return p
 
 
-def parse_cell_line(line: str) -> tuple[str, CellOptions]:
-    """NAME and the options of a `%%compile_cache` line (the words after the magic's name); a bad line is a
-    ValueError saying what is wrong, with the usage."""
+def parse_cell_line(line: str, body: str | None = None) -> tuple[str, CellOptions]:
+    """NAME and the options of a `%%compile_cache` line (the words after the magic's name), with the cell's BODY
+    where it runs; a bad line is a ValueError saying what is wrong, with the usage. The magic and a notebook's plan
+    read a line alike."""
     try:
         args = cell_parser().parse_args(shlex.split(line))
         name = bundle_name(args.name)
@@ -90,7 +91,7 @@ def parse_cell_line(line: str) -> tuple[str, CellOptions]:
         raise ValueError(str(exc)) from None
     except ValueError as exc:  # shlex's unbalanced quote, or a bad NAME
         raise ValueError(f"{exc}\nusage: {cell_parser().usage_line()}") from None
-    return name, options_from(args)
+    return name, options_from(args, body)
 
 
 def options_from(args: argparse.Namespace, body: str | None = None) -> CellOptions:

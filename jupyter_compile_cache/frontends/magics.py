@@ -18,10 +18,9 @@ from traitlets import TraitError
 from ..core.commands import Commands
 from ..core.errors import NotFound
 from ..core.notebook import notebook_path
-from ..core.options import bundle_name
 from ..core.session import CompileCacheSession
 from . import hub_commands, render, store_commands, tables, wording
-from .cell_line import Parser, cell_parser, options_from
+from .cell_line import Parser, cell_parser, parse_cell_line
 from .reporter import TransferBar
 
 
@@ -111,15 +110,15 @@ class CompileCacheMagics(Magics):
     @cell_magic
     @_with_help(cell_parser)
     def compile_cache(self, line: str, cell: str) -> Any:
-        words = _split(line, cell_usage)
-        if _asks_help(words):
+        if _asks_help(_split(line, cell_usage)):
             print(self.compile_cache.__doc__)  # the help only: the cell does not run
             return None
-        args = cell_parser().parse_args(words)
-        _valid(args.name, cell_usage)
-        options = options_from(args, cell)
+        try:
+            name, options = parse_cell_line(line, cell)
+        except ValueError as exc:  # what is wrong, with the usage
+            raise UsageError(str(exc)) from None
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame from the user's traceback)
-        with self.session.cell(args.name, options):
+        with self.session.cell(name, options):
             return self._run_body(cell)
 
     def _run_body(self, cell: str) -> Any:
@@ -256,10 +255,3 @@ def _show(record: render.Record, as_json: bool) -> Any:
         print(f"compile_cache: {shown!r}")
         return None
     return shown
-
-
-def _valid(name: str, usage: Callable[[], str]) -> str:
-    try:
-        return bundle_name(name)
-    except ValueError as exc:
-        raise UsageError(f"{exc}\nusage: {usage()}") from None

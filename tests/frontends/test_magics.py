@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 import pytest
 from hypothesis import given, settings
@@ -311,16 +312,14 @@ _VALUES = st.sampled_from(["n", "0", "-5", "3", "1.5", "nan", "inf", "bad ns", "
 @settings(max_examples=300, deadline=None)
 def test_any_cell_line_parses_to_valid_options_or_is_a_usage_error(line):
     from jupyter_compile_cache.core.options import CellOptions
-    from jupyter_compile_cache.frontends import magics
+    from jupyter_compile_cache.frontends.cell_line import parse_cell_line
 
-    try:
-        args = magics.cell_parser().parse_args(magics._split(line, magics.cell_usage))
-        magics._valid(args.name, magics.cell_usage)
-    except UsageError as exc:
+    try:  # the magic's reading of its line (and a notebook plan's)
+        name, options = parse_cell_line(line)
+    except ValueError as exc:  # the magic raises it as a UsageError
         assert "usage: %%compile_cache" in str(exc)
         return
-    fields = {f: getattr(args, f) for f in CellOptions.__dataclass_fields__ if f in args}
-    CellOptions(**fields)  # what the parser takes, the options' own checks take too
+    assert isinstance(options, CellOptions) and name in shlex.split(line)  # the parser took it, and the options' checks
 
 
 @given(st.lists(st.sampled_from(["status", "list", "explain", "rm", "gc", "enable", "disable", "hub", "panel",
