@@ -378,9 +378,11 @@ class Commands(CompilerCommands):
         # the speed of the transfer itself (the search's fetch of this version), not of listing and checking first
         return Pulled(found.manifest, store.root, found.fetch_seconds, list(found.skipped))
 
-    def hub_gc(self, hub: HubSource, keep: int, dry_run: bool = False) -> Removed:
+    def hub_gc(
+        self, hub: HubSource, keep: int, dry_run: bool = False, progress: Callable[[Manifest], Progress] | None = None
+    ) -> Removed:
         """Keep the newest KEEP versions of each name and machine on HUB; delete the rest, and torch's build aids
-        from those kept (bundles saved before they were left out)."""
+        from those kept (bundles saved before they were left out; each rewrite shown by `progress(manifest)`)."""
         from ..torch_adapter import layers
 
-        return Removed(hub_where(hub), hub.gc(keep, dry_run, layers.is_compile_result), dry_run)
+        return Removed(hub_where(hub), hub.gc(keep, dry_run, layers.is_compile_result, progress), dry_run)

@@ -14,6 +14,7 @@ from ..core.commands import Commands
 from ..core.errors import NoHub
 from ..core.events import NoTeamSecret
 from ..core.options import RemoveOptions
+from ..core.records import short_id
 from . import arguments
 from .event_wording import event_text
 from .render import Record
@@ -127,7 +128,9 @@ def run(commands: Commands, args: argparse.Namespace, bar: Callable[[str], Bar])
             return commands.hub_pull(hub, args.name, lambda _source, m: bar_for(f"pulling {m.name!r}"), store_dir)
         if name == "rm":
             return commands.remove(RemoveOptions(args.name, args.version, args.dry_run), hub, yes=args.yes)
-        return commands.hub_gc(hub, args.keep, args.dry_run)
+        return commands.hub_gc(
+            hub, args.keep, args.dry_run, lambda m: bar_for(f"{m.name!r} {short_id(m.version)}: torch's build aids out")
+        )
     finally:
         for done in shown:
             done.close()

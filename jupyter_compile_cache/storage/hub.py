@@ -384,20 +384,31 @@ class Hub:
         self.backend.delete([self._chunk_key(name, fp, version, i) for i in range(count)])
 
     def gc(
-        self, keep: int = 3, dry_run: bool = False, keep_member: Callable[[str], bool] | None = None
+        self,
+        keep: int = 3,
+        dry_run: bool = False,
+        keep_member: Callable[[str], bool] | None = None,
+        progress: Callable[[Manifest], Progress] | None = None,
     ) -> list[Removal]:
         """Keep the newest `keep` (at least 1) complete versions per name and fingerprint, remove incomplete ones
         (chunks evicted or expired), forget names left without a version, and let the backend drop what expired;
         then every version kept that holds members `keep_member` refuses is pushed again without them and the old
-        one removed (`_slim`). Returns what went (with `dry_run`, what would go)."""
+        one removed (`_slim`; `progress(manifest)` shows its pull and push). Returns what went (with `dry_run`,
+        what would go)."""
         if keep < 1:
             raise ValueError(f"keep must be 1 or more, not {keep}: to delete every version of a name, use rm")
         try:
-            return self._gc(keep, dry_run, keep_member)
+            return self._gc(keep, dry_run, keep_member, progress)
         except HubRefused as exc:
             raise self._refused(exc, "write") from None
 
-    def _gc(self, keep: int, dry_run: bool, keep_member: Callable[[str], bool] | None) -> list[Removal]:
+    def _gc(
+        self,
+        keep: int,
+        dry_run: bool,
+        keep_member: Callable[[str], bool] | None,
+        progress: Callable[[Manifest], Progress] | None,
+    ) -> list[Removal]:
         removed, slimmed = [], []
         for name in self.names():
             seen: dict[str, int] = {}
@@ -408,7 +419,7 @@ class Hub:
                 if complete and seen[manifest.fingerprint_id] <= keep:
                     left += 1
                     if keep_member is not None:
-                        slimmed += self._slim(manifest, keep_member, dry_run)
+                        slimmed += self._slim(manifest, keep_member, dry_run, progress)
                     continue
                 removed.append(Removal(name, manifest.version, manifest.payload_bytes))
                 if not dry_run:
@@ -421,7 +432,13 @@ class Hub:
             self.backend.sweep()
         return slimmed + removed
 
-    def _slim(self, manifest: Manifest, keep_member: Callable[[str], bool], dry_run: bool) -> list[Removal]:
+    def _slim(
+        self,
+        manifest: Manifest,
+        keep_member: Callable[[str], bool],
+        dry_run: bool,
+        progress: Callable[[Manifest], Progress] | None = None,
+    ) -> list[Removal]:
         """MANIFEST's version pulled (every chunk verified), its members that `keep_member` takes pushed as a new
         version of the same time and fingerprint (`bundle.copy_slim`), then the old one deleted: a removal that
         `kept` the new one, or nothing where no member goes. A version this hub could not sign again as it was
@@ -437,12 +454,15 @@ class Hub:
         freed = sum(m.size for m in dropped)
         if dry_run:
             return [Removal(manifest.name, manifest.version, freed, kept=manifest.version)]
+        shown = progress(manifest) if progress is not None else None
+        whole = manifest.payload_bytes  # one bar: the pull, then the push of what is left (scaled to the pull's size)
         with tempfile.TemporaryDirectory(prefix="jcc-hub-gc-") as scratch:
             slim_path = os.path.join(scratch, "slim")
             with open(os.path.join(scratch, "pulled"), "w+b") as pulled, open(slim_path, "wb") as out:
-                self.pull(manifest, pulled)
+                self.pull(manifest, pulled, shown and (lambda done, total: shown(done, 2 * whole)))
                 slim = bundle.copy_slim(pulled, manifest, keep_member, out)
-            self._push(slim, slim_path, None)
+            pushing = shown and (lambda done, total: shown(whole + done * whole // max(total, 1), 2 * whole))
+            self._push(slim, slim_path, pushing)
         self._delete_version(manifest)
         return [Removal(manifest.name, manifest.version, freed, kept=slim.version)]
 

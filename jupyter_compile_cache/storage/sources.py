@@ -115,11 +115,15 @@ class HubSource:
         return self.hub.remove(name, version, dry_run)
 
     def gc(
-        self, keep: int = 3, dry_run: bool = False, keep_member: Callable[[str], bool] | None = None
+        self,
+        keep: int = 3,
+        dry_run: bool = False,
+        keep_member: Callable[[str], bool] | None = None,
+        progress: Callable[[Manifest], Progress] | None = None,
     ) -> list[Removal]:
         """Keep the newest KEEP versions of each name and machine; delete the rest (and the members `keep_member`
-        refuses from those kept)."""
-        return self.hub.gc(keep, dry_run, keep_member)
+        refuses from those kept, each rewrite shown by `progress(manifest)`)."""
+        return self.hub.gc(keep, dry_run, keep_member, progress)
 
     def fetch(self, manifest: Manifest, store: LocalStore, progress: Progress | None = None) -> Manifest:
         """Check the signature, pull (every chunk verified), then store it: next time it is local. Kernels of one

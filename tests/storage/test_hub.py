@@ -296,8 +296,12 @@ def test_gc_pushes_kept_versions_again_without_what_keep_member_refuses(tmp_path
     assert [(r.name, r.version, r.bytes, r.kept) for r in plan] == [("fat", fat.version, 600_000, fat.version)]
     assert [m.version for m in hub.versions("fat")] == [fat.version]  # a dry run changes nothing
 
-    [removal] = hub.gc(keep=3, keep_member=_no_header)
+    shown: list[tuple[str, int, int]] = []  # what a progress bar is given: the pull, then the push, one bar
+    [removal] = hub.gc(3, False, _no_header, lambda m: lambda done, total: shown.append((m.name, done, total)))
     [slim] = hub.versions("fat")
+    whole = 2 * fat.payload_bytes  # the pull's bytes, then the push's scaled to them
+    assert {name for name, _, _ in shown} == {"fat"} and ("fat", whole // 2, whole) in shown and shown[-1][1] == whole
+    assert [done for _, done, _ in shown] == sorted(done for _, done, _ in shown)  # it only moves on
     check_signature(slim, secret)  # signed again with the team's secret
     assert removal.kept == slim.version != fat.version and slim.created == fat.created
     assert slim.version.split("-")[:2] == fat.version.split("-")[:2]  # same time and fingerprint: same order
