@@ -161,11 +161,15 @@ class CompileCacheSession(StoreSession):
     def _new_cell(self, name: str, opts: CellOptions) -> Cell:
         """NAME checked, its cell's plan made, and its report begun."""
         name = check_name(name)
-        loading = self._compiles_nothing(opts) and not (opts.restore and name in self.store(opts.store_dir).names())
+        hub = self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use it
+        loading = (
+            hub is None
+            and self._compiles_nothing(opts)
+            and not (opts.restore and name in self.store(opts.store_dir).names())
+        )
         deferred = not loading and self._compiles_elsewhere(opts)
         here = opts.compiles_here and not (loading or deferred)
         precompile = self.precompile_default if opts.precompile is None else opts.precompile
-        hub = None if loading else self.hub_policy.for_cell(opts)  # once per cell: restore, lease and push use it
         # processes that compile start (Python, torch) while the restore runs, unless a hub's single flight must
         # decide before the body who compiles: only a local restore goes beside it
         beside = (opts.restore_beside_body and not here) or self._starts_processes_only(opts)
@@ -320,12 +324,11 @@ class CompileCacheSession(StoreSession):
             self.hub_policy.point_torch_at(hub, report)
 
     def _compiles_nothing(self, opts: CellOptions) -> bool:
-        """A magic's cell while torch's compiler is still loading, whose body does not look like it compiles, with no
-        hub (the caller checks the local store for its name): it runs at once, without a snapshot or a save (what does
-        not compile has nothing to save). Should it compile after all, that is said; plain torch.compile ran it."""
-        if opts.body is None or compiler.may_compile(opts.body) or self.prewarm.loading() is None:
-            return False
-        return self.hub_policy.for_cell(opts) is None
+        """A magic's cell while torch's compiler is still loading, whose body does not look like it compiles (the
+        caller checks that no hub is in play and the local store has no NAME): it runs at once, without a snapshot or
+        a save (what does not compile has nothing to save). Should it compile after all, that is said; plain
+        torch.compile ran it."""
+        return opts.body is not None and not compiler.may_compile(opts.body) and self.prewarm.loading() is not None
 
     def _compiles_elsewhere(self, opts: CellOptions) -> bool:
         """A magic's cell while torch's compiler is still loading, whose body does not look like it compiles in this
