@@ -1,6 +1,8 @@
 """The hub on every backend (a real redis-server, a real Redis Cluster, Redis over TLS, a shared folder): round
 trips, signing, tampering, compression, faults in the middle of transfers, concurrency, expiry, gc and leases. What
-only one backend has (passwords in URLs, a silent server, real eviction under maxmemory) is tested on that one."""
+only one backend has (passwords in URLs, a silent server, real eviction under maxmemory) is tested on that one. How a
+push keeps its chunks until the commit (storage/chunk_expiry.py, one way per kind of backend) is tested here, on
+every backend: a pusher killed midway, a push longer than the orphan ttl, chunks evicted before the commit."""
 
 from __future__ import annotations
 
