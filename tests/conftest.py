@@ -155,32 +155,30 @@ def s3_server(tmp_path):
         server.stop()
 
 
-@pytest.fixture
-def azurite(tmp_path):
-    """Azurite, the Azure Blob Storage emulator, of this test alone (it may be stopped); no variable is set."""
-    from helpers.azurite import AzuriteServer
-
-    workdir = tmp_path / "azurite"
+def _emulator_of_this_test(workdir, make):
+    """MAKE(WORKDIR) started in a folder of its own, stopped after the test; no variable is set."""
     workdir.mkdir()
-    server = AzuriteServer(workdir)
+    server = make(workdir)
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def azurite(tmp_path):
+    """Azurite, the Azure Blob Storage emulator, of this test alone (it may be stopped)."""
+    from helpers.azurite import AzuriteServer
+
+    yield from _emulator_of_this_test(tmp_path / "azurite", AzuriteServer)
 
 
 @pytest.fixture
 def gcs_server(tmp_path):
-    """fake-gcs-server, a Google Cloud Storage emulator, of this test alone; no variable is set."""
+    """fake-gcs-server, a Google Cloud Storage emulator, of this test alone."""
     from helpers.gcs_server import GcsServer
 
-    workdir = tmp_path / "gcs"
-    workdir.mkdir()
-    server = GcsServer(workdir)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _emulator_of_this_test(tmp_path / "gcs", GcsServer)
 
 
 @pytest.fixture

@@ -29,6 +29,17 @@ def _collaborator(kernel_factory, tmp_path, who, hub_url, **env):
     return k
 
 
+def _restores_whole_from(bob, url: str, backend: str) -> str:
+    """BOB's compiling cell restored from the hub at URL with no misses and the eager answer, and `hub status`
+    names the BACKEND; the cell's output."""
+    out = bob.run(COMPILE.format(name="net", options="")).check()
+    assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
+    assert f"restored 'net' from the hub {url}" in out.stdout
+    assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    assert f"reachable ({backend}, " in bob.run("%compile_cache hub status").check().stdout
+    return out.output
+
+
 @pytest.mark.plain_kernels  # Alice's kernel probes the CPU itself (a forked one has it from its template)
 def test_colleague_restores_from_a_cluster_hub_with_no_misses(kernel_factory, tmp_path, redis_cluster):
     # A 3-master Redis Cluster, Alice and Bob given different nodes' addresses. A single server is the path of the
@@ -214,11 +225,7 @@ def test_colleague_restores_from_an_s3_hub_with_no_misses(kernel_factory, tmp_pa
     assert "MATCHES_EAGER True" in out.stdout and "to the local store and the hub" in out.stdout
     assert "warning" not in out.stderr
     bob = _collaborator(kernel_factory, tmp_path, "bob", s3_team.url, **secret, **s3_team.environ("reader"))
-    out = bob.run(COMPILE.format(name="net", options="")).check()
-    assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
-    assert f"restored 'net' from the hub {s3_team.url}" in out.stdout
-    assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
-    assert "reachable (S3, " in bob.run("%compile_cache hub status").check().stdout
+    _restores_whole_from(bob, s3_team.url, "S3")
     bob.run("torch._dynamo.reset()").check()  # so the next cell compiles and has something to save
     out = bob.run(COMPILE.format(name="bobs", options="--force-save")).check()
     assert "MATCHES_EAGER True" in out.stdout
@@ -265,13 +272,9 @@ def test_a_bundle_saved_before_the_azure_hub_was_set_reaches_a_colleague(
     endpoint = f"http://127.0.0.1:{azurite.proxy.port}/{ACCOUNT}"
     reader = {"AZURE_STORAGE_CONNECTION_STRING": f"BlobEndpoint={endpoint};SharedAccessSignature={token}"}
     bob = _collaborator(kernel_factory, tmp_path, "bob", url, **secret, **reader)
-    out = bob.run(COMPILE.format(name="net", options="")).check()
-    assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
-    assert f"restored 'net' from the hub {url}" in out.stdout
-    assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    said = _restores_whole_from(bob, url, "Azure Blob Storage")
     assert bob.value("y.tolist()") == cold_answer
-    assert "reachable (Azure Blob Storage, " in bob.run("%compile_cache hub status").check().stdout
-    assert token.split("sig=")[-1] not in out.output and KEY not in out.output
+    assert token.split("sig=")[-1] not in said and KEY not in said
 
 
 def test_a_colleague_restores_what_a_publisher_serves_over_https(kernel_factory, tmp_path, https_site):
@@ -374,9 +377,5 @@ def test_a_colleague_restores_from_a_google_cloud_storage_hub_with_no_misses(
     lease.release()
 
     bob = _collaborator(kernel_factory, tmp_path, "bob", url, **secret, **gcs_server.environ())
-    out = bob.run(COMPILE.format(name="net", options="")).check()
-    assert "MATCHES_EAGER True" in out.stdout and "warning" not in out.stderr
-    assert f"restored 'net' from the hub {url}" in out.stdout
-    assert misses(bob.counters()) == {"fxgraph_cache_miss": 0, "autograd_cache_miss": 0, "dynamo_cache_miss": 0}
+    _restores_whole_from(bob, url, "Google Cloud Storage")
     assert bob.value("y.tolist()") == cold_answer
-    assert "reachable (Google Cloud Storage, " in bob.run("%compile_cache hub status").check().stdout
