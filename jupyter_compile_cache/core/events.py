@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..storage.sources import Place, Skip
 from ..storage.store import UnreadableManifest
-from .records import CellReport
+from .records import CellReport, RestoreResult
 from .settings import EnvProblem
 
 if TYPE_CHECKING:  # the launcher's and the torch adapter's records: a listing imports neither
@@ -140,6 +140,21 @@ class Restored(Event):
     seconds: float
     pull_seconds: float = 0.0
     retries: int = 0  # connections to the hub that broke and were opened again on the way
+
+    @classmethod
+    def of(cls, result: RestoreResult, fetched_at_start: bool = False) -> Restored:
+        """What a restore that restored did."""
+        return cls(
+            result.name,
+            result.source or "",
+            result.hub_url,
+            fetched_at_start,
+            result.files,
+            result.bytes,
+            result.seconds,
+            result.pull_seconds,
+            result.retries,
+        )
 
 
 @dataclass(frozen=True)

@@ -141,18 +141,7 @@ class RestoreStage:
             fetched_at_start = result.source == "local" and name in self.notebook.fetched
             if fetched_at_start and hub is not None:
                 stores.hub_policy.trust(hub, report)
-            restored = events.Restored(
-                name,
-                result.source or "",
-                result.hub_url,
-                fetched_at_start,
-                result.files,
-                result.bytes,
-                result.seconds,
-                result.pull_seconds,
-                result.retries,
-            )
-            self.tell(restored, report, opts.quiet)
+            self.tell(events.Restored.of(result, fetched_at_start), report, opts.quiet)
         elif found.skipped or found.problems or unknown_version is not None:  # one line says it all, each reason once
             not_restored = events.NotRestored(name, tuple(found.skipped), tuple(found.problems), unknown_version)
             self.tell(not_restored, report, opts.quiet)

@@ -321,18 +321,7 @@ def _(event: events.CellFinished) -> str:
 def restore_line(result: RestoreResult) -> str:
     """What a restore did, in the words the cell's line uses."""
     if result.restored:
-        restored = events.Restored(
-            result.name,
-            result.source or "",
-            result.hub_url,
-            False,
-            result.files,
-            result.bytes,
-            result.seconds,
-            result.pull_seconds,
-            result.retries,
-        )
-        return event_text(restored)
+        return event_text(events.Restored.of(result))
     if result.skipped:
         return event_text(events.NotRestored(result.name, tuple(result.skipped)))
     return f"{result.name!r} not restored: no bundle of that name fits this machine"
