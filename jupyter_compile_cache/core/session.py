@@ -53,6 +53,7 @@ class CellPlan:
     precompile: bool  # torch's caching_precompile on for the body
     hub: HubSource | None  # once per cell: restore, lease and push use it
     beside: bool  # the local restore runs beside the body's start (processes that compile)
+    processes: bool  # its processes compile (the CLI's run: its command's; a magic's `!torchrun`)
     frames: int  # Dynamo's frames compiled before the body (loading or deferred: what compiled out of sight)
 
 
@@ -180,6 +181,7 @@ class CompileCacheSession(StoreSession):
             precompile=precompile and here and PrecompileGuard.available(),
             hub=hub,
             beside=beside and opts.restore and hub is None and not loading,
+            processes=not opts.compiles_here or self._starts_processes(opts),
             frames=compiler.frames_compiled() if loading or deferred else 0,
         )
         return Cell(opts, plan, CellReport(name, source_digest=opts.source_digest))
@@ -209,8 +211,7 @@ class CompileCacheSession(StoreSession):
             restored = CellRestore() if plan.beside else restore(cell.name, opts, report, plan.hub)
             if restored.lease is not None:
                 undo.callback(restored.lease.release)
-            processes = not opts.compiles_here or self._starts_processes(opts)  # the CLI's run: its command's
-            self._compiler_stage(plan.here, processes, report, plan.hub, opts.torch_remote)
+            self._compiler_stage(plan.here, plan.processes, report, plan.hub, opts.torch_remote)
             return restored
         except Exception as exc:
             stand_aside(exc)
@@ -228,7 +229,7 @@ class CompileCacheSession(StoreSession):
         """The processes the body starts count their hits and misses as the cell's (where its processes compile), and
         with `--precompile-processes` load and save precompile entries too."""
         opts = cell.opts
-        if not (opts.precompile_processes or not opts.compiles_here or self._starts_processes(opts)):
+        if not (opts.precompile_processes or cell.plan.processes):
             return None
         try:
             carried = process_hook.Carried(opts.precompile_processes)

@@ -59,7 +59,7 @@ def _torch_has(module: str, owner: str | None, name: str) -> tuple[Any, Any] | N
     where this torch lacks any of them or fails to import the module (then no patch)."""
     try:
         found = importlib.import_module(module)
-    except Exception:
+    except Exception:  # a torch without it, or one that fails to import it: that fix is not needed there
         return None
     if owner is not None:
         found = getattr(found, owner, None)
