@@ -14,7 +14,7 @@ from traitlets import TraitError
 
 import jupyter_compile_cache
 from jupyter_compile_cache.core.commands import Commands
-from jupyter_compile_cache.core.settings import ENV, CompileCache, SettingRefused
+from jupyter_compile_cache.core.settings import SETTINGS, CompileCache, SettingRefused
 from jupyter_compile_cache.storage.hub import Hub, HubConfig
 from jupyter_compile_cache.storage.sources import HubSource
 
@@ -23,8 +23,8 @@ NEW_OPTIONS = ("--hub URL", "--no-hub", "--namespace NS", "--ttl SECONDS", "--wa
 
 @pytest.fixture
 def shell(tmp_path, monkeypatch):
-    for variable in ENV.values():
-        monkeypatch.delenv(variable, raising=False)
+    for setting in SETTINGS:
+        monkeypatch.delenv(setting.variable, raising=False)
     monkeypatch.setenv("JUPYTER_COMPILE_CACHE_DIR", str(tmp_path / "store"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
     ip = InteractiveShell.instance()
@@ -238,8 +238,8 @@ def test_a_bad_config_value_fails_the_cell_names_the_setting_and_keeps_the_old_v
 def test_a_bad_environment_variable_is_named_once_and_its_default_used(monkeypatch, capsys, variable, value, told):
     from jupyter_compile_cache.core.session import CompileCacheSession
 
-    for name in ENV.values():
-        monkeypatch.delenv(name, raising=False)
+    for setting in SETTINGS:
+        monkeypatch.delenv(setting.variable, raising=False)
     monkeypatch.setenv(variable, value)
     from jupyter_compile_cache.frontends.reporter import TextReporter
 
@@ -251,7 +251,7 @@ def test_a_bad_environment_variable_is_named_once_and_its_default_used(monkeypat
     assert f"{variable}: {told}" in err and err.count(variable) == 1, err
     defaults = CompileCache().trait_defaults()
     monkeypatch.delenv(variable)
-    name = next(k for k, v in ENV.items() if v == variable)
+    name = next(s.name for s in SETTINGS if s.variable == variable)
     assert getattr(settings, name) == getattr(CompileCache(), name), (name, defaults)
 
 
