@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -30,11 +31,14 @@ from .store_session import StoreSession
 class CellRestore:
     """What a cell's restore stage leaves the rest of the cell: NAME's lease on the hub, if it took one (released at
     the cell's end), the files the restore installed, and those installed beside them while the body runs (another
-    version's entries, for a function's code): not the cell's work, carried into its bundle only if used."""
+    version's entries, for a function's code): not the cell's work, carried into its bundle only if used.
+    `find_elsewhere`: while the body runs, asked for a code digest no entry in the cache dir has, installs the entries
+    of another version of NAME that has it, and says whether it did."""
 
     lease: Lease | None = None
     files: list[str] = field(default_factory=list)
     installed_beside: list[str] = field(default_factory=list)
+    find_elsewhere: Callable[[str], bool] | None = None
 
 
 class RestoreStage:
@@ -67,7 +71,7 @@ class RestoreStage:
         cell = CellRestore(lease, self.restored_paths.get(name, []))
         installed = report.restore.version if report.restore is not None else None
         if installed is not None:  # nothing fitted at all: no other version of NAME will
-            self.guard.find_elsewhere = lambda digest: self.install_version_with(
+            cell.find_elsewhere = lambda digest: self.install_version_with(
                 name, digest, installed, opts, cell.installed_beside
             )
         return cell

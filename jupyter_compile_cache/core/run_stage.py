@@ -53,11 +53,13 @@ def run(
     unwatched."""
     watched = None
     if restored is not None:
+        guard.set_find_elsewhere(restored.find_elsewhere)  # for the length of the body (and the restore's refresh)
         try:
             watched = watch(restored, guard, precompile, refresh)
             watched.watcher.start()
         except Exception as exc:  # ours failed before the body: it runs without the cache around it
             watched = None
+            guard.set_find_elsewhere(None)
             stand_aside(exc)
     start = time.perf_counter()
     try:
@@ -69,4 +71,4 @@ def run(
         report.body_seconds = time.perf_counter() - start
         if watched is not None:  # the recorder's wrappers live exactly as long as the body
             watched.watcher.stop()
-        guard.find_elsewhere = None
+        guard.set_find_elsewhere(None)

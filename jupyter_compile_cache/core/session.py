@@ -142,7 +142,6 @@ class CompileCacheSession(StoreSession):
         would; one after it leaves the cell's result standing: either is told, never raised."""
         cell = self._new_cell(name, options or CellOptions())
         with contextlib.ExitStack() as ending:
-            ending.callback(setattr, self.guard, "find_elsewhere", None)
             undo = ending.enter_context(contextlib.ExitStack())  # torch's switch, the lease: at the end, or at once
             stand_aside = functools.partial(self._stand_aside, cell, undo)
             restored = self._ready(cell, undo, stand_aside)
@@ -221,7 +220,6 @@ class CompileCacheSession(StoreSession):
         """Ours failed before the body: it runs without the cache around it, torch's switch as it was."""
         self.tell(events.StoodAside(cell.name, True, f"{type(exc).__name__}: {exc}"), cell.report)
         undo.close()
-        self.guard.find_elsewhere = None
 
     def _carry_hook(
         self, cell: Cell, ending: contextlib.ExitStack, body: contextlib.ExitStack
@@ -351,8 +349,7 @@ class CompileCacheSession(StoreSession):
 
     def compiled_code(self) -> dict[str, str]:
         """{qualified name: code digest} of the functions this kernel's compiled cells looked up last."""
-        return {function: self.guard.pending[key] for key, (function, _parts) in self.guard.functions.items()
-                if key in self.guard.pending}  # fmt: skip
+        return self.guard.code_digests()
 
     def _wait_for_prewarm(self, restore: RestoreResult | None) -> None:
         """Never compile while the prewarm thread imports; wait for its CPU ISA probe when C++ kernels follow."""

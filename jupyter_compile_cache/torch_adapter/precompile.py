@@ -6,20 +6,27 @@ way (for what is saved), records the dropped guards with a digest of the code (c
 entry whose code or objects changed, and gives a restored entry its dropped guards back as one identity check
 (identity_checks.py). Any failure of torch's precompile machinery falls back to the plain path, told in one line.
 
-One guard decides for four of torch's steps, each in its module around one state (precompile_state.py): building
-guards (precompile_guards.py), loading an entry (precompile_load.py), installing it (precompile_install.py) and
-saving (precompile_save.py). The patches that hand those steps to it are in precompile_patches.py; the records
-beside the entries on disk in entry_records.py, which guards precompile drops in guard_policy.py, and what it
-reports (miss reasons, failures) as data in miss_reasons.py.
+One guard decides for four of torch's steps, each an object of its own module that owns its state: building guards
+(precompile_guards.py), loading an entry (precompile_load.py), installing it (precompile_install.py) and saving
+(precompile_save.py); how they fall back and tell is precompile_troubles.py. The patches that hand torch's calls
+to those steps, with what each needs of the others, are in precompile_patches.py; the records beside the entries
+on disk in entry_records.py, which guards precompile drops in guard_policy.py, and what it reports (miss reasons,
+failures) as data in miss_reasons.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from . import precompile_patches
-from .precompile_guards import GuardBuilding
-from .precompile_install import EntryInstalling
-from .precompile_load import EntryLoading
-from .precompile_save import EntrySaving
+from .miss_reasons import MissReason, PrecompileTrouble
+from .patch import Patch
+from .precompile_guards import GuardBuilder
+from .precompile_install import EntryInstaller
+from .precompile_load import EntryLoader
+from .precompile_save import EntrySaver
+from .precompile_troubles import Troubles
 
 # torch 2.10 has caching_precompile, but its saved entries fail to install (an IndexError, or code saved as a
 # placeholder) and the plain path they fall back to then misses the FX graph and AOTAutograd caches: there, bundles
@@ -30,20 +37,63 @@ MIN_TORCH = "2.11.0a0"  # pre-releases of 2.11 included
 _INSTALLED: PrecompileGuard | None = None  # the guard whose patches are on torch now
 
 
-class PrecompileGuard(GuardBuilding, EntryLoading, EntryInstalling, EntrySaving):
+class PrecompileGuard:
     """Wraps torch's Dynamo precompile while installed; `uninstall` puts torch back exactly as it was."""
+
+    def __init__(self, warn: Callable[[PrecompileTrouble], None] | None = None) -> None:
+        self.installed = False
+        self.troubles = Troubles(warn)
+        self.guards = GuardBuilder(self.troubles)
+        self.loader = EntryLoader(self.troubles, self.guards)
+        self.installer = EntryInstaller(self.troubles, self.loader, self.guards)
+        self.saver = EntrySaver(self.troubles, self.loader, self.guards)
+        self._patches: list[Patch] = []
+
+    @property
+    def loaded_keys(self) -> set[str]:
+        """Keys of the functions whose saved entries were handed to torch."""
+        return self.loader.loaded_keys
+
+    @property
+    def lookups(self) -> list[str]:
+        """The key of every function torch looked up, in order."""
+        return self.loader.lookups
+
+    def set_find_elsewhere(self, find: Callable[[str], bool] | None) -> None:
+        """For the length of a cell: asked with a code digest no entry in the cache dir has, installs other
+        versions' entries beside torch's and says whether it installed any."""
+        self.loader.find_elsewhere = find
+
+    def code_digests(self) -> dict[str, str]:
+        """{qualified name: code digest} of the functions looked up since the last save."""
+        return self.loader.code_digests()
+
+    def take_miss_reasons(self) -> list[MissReason]:
+        """Why functions were not restored since the last call, each once."""
+        return self.troubles.take_miss_reasons()
+
+    def save_cell_entries(
+        self, context: Any, compiled: set[str], loaded_since: set[str], looked_up: Iterable[str]
+    ) -> tuple[set[str], list[str]]:
+        """A cell's entries and their records written to the cache dir (`EntrySaver.save_cell_entries`)."""
+        return self.saver.save_cell_entries(context, compiled, loaded_since, looked_up)
+
+    def refresh(self, paths: Iterable[str]) -> int:
+        """Newer entries a restore wrote, installed into functions already live (`EntryInstaller.refresh`)."""
+        return self.installer.refresh(paths) if self.installed else 0
 
     def new_bypass_reasons(self) -> list[str]:
         """torch's reasons for functions it would not package since the last call, each reason once a session."""
-        reasons, self._log_filter.bypass_reasons = self._log_filter.bypass_reasons, []
-        return self._once(reasons)
+        log_filter = self.troubles.log_filter
+        reasons, log_filter.bypass_reasons = log_filter.bypass_reasons, []
+        return self.troubles.once(reasons)
 
     def new_unpackaged(self) -> list[str]:
         """Functions Dynamo compiled in a cell without a package since the last call (torch makes one when
         torch.compile is called, only while precompile is on): their names, "" for a module compiled through
         torch's own wrapper; each once a session."""
-        names, self._unpackaged = self._unpackaged, []
-        return self._once([f"unpackaged:{name}" for name in names], prefix="unpackaged:")
+        names, self.guards.unpackaged = self.guards.unpackaged, []
+        return self.troubles.once([f"unpackaged:{name}" for name in names], prefix="unpackaged:")
 
     @staticmethod
     def available() -> bool:
@@ -73,8 +123,7 @@ class PrecompileGuard(GuardBuilding, EntryLoading, EntryInstalling, EntrySaving)
             _INSTALLED.uninstall()
         _INSTALLED = self
         self._patches = precompile_patches.wire(self)
-        for logger in self._loggers:
-            logger.addFilter(self._log_filter)
+        self.troubles.filtering(True)
         self.installed = True
 
     def uninstall(self) -> None:
@@ -86,6 +135,5 @@ class PrecompileGuard(GuardBuilding, EntryLoading, EntryInstalling, EntrySaving)
         for patch in reversed(self._patches):
             patch.undo()
         self._patches = []
-        for logger in self._loggers:
-            logger.removeFilter(self._log_filter)
+        self.troubles.filtering(False)
         self.installed = False

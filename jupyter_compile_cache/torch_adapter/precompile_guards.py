@@ -7,29 +7,54 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import weakref
 from typing import Any
 
 from . import dispatch_state, guard_policy
 from .code_digest import code_digest
-from .identity_checks import identity_check, into_tree, never, resolve, sha
+from .identity_checks import LoadScope, identity_check, into_tree, never, resolve, sha
 from .layers import COUNTER_GROUP
 from .miss_reasons import MissCause, MissReason, PrecompileStep
-from .precompile_state import PrecompileState
+from .precompile_troubles import Troubles
 
 
-class GuardBuilding(PrecompileState):
-    """torch's guard building, for fresh compiles and restored entries."""
+class GuardBuilder:
+    """torch's guard building, for fresh compiles and restored entries; what it keeps of each saved entry's guards
+    (the guards precompile dropped, the dispatch keys it was built under) for the records saved beside them."""
 
-    def _build_guards(
-        self, cfm: Any, orig_init: Any, signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]
+    def __init__(self, troubles: Troubles) -> None:
+        self.troubles = troubles
+        # package key -> {sha256 of a saved guard state -> {guard source: digest of the object it watched}}: the
+        # guards precompile dropped from each saved entry.
+        self.dropped: dict[str, dict[str, dict[str, str]]] = {}
+        # package key -> {sha256 of a saved guard state -> the thread's dispatch keys it was compiled under}
+        self.dispatch_keys: dict[str, dict[str, list[int]]] = {}
+        # code -> the guards of the entries restored for it (for the reason, should it compile afresh)
+        self.restored: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+        self.unpackaged: list[str] = []  # functions Dynamo compiled in a cell with no package (new_unpackaged)
+
+    def keep_saved(self, key: str, record: dict[str, Any]) -> None:
+        """A restored entry's record: saved again with a cell, the entry keeps its dropped guards and dispatch keys."""
+        self.dropped.setdefault(key, {}).update(record.get("guarded", {}))
+        self.dispatch_keys.setdefault(key, {}).update(record.get("dispatch_keys", {}))
+
+    def build(
+        self,
+        cfm: Any,
+        orig_init: Any,
+        signature: inspect.Signature,
+        call: tuple[tuple, dict[str, Any]],
+        installing: bool,
     ) -> None:
-        """Live guards as plain torch.compile builds them; the saved state from torch's precompile build."""
+        """Live guards as plain torch.compile builds them; the saved state from torch's precompile build.
+        `installing`: torch is building a restored entry's guards, which is no compile."""
         import torch._dynamo.config as dynamo_config
 
+        args, kwargs = call
         arguments = dict(signature.bind(cfm, *args, **kwargs).arguments)
         arguments.pop(next(iter(signature.parameters)))  # self
         save = bool(arguments.get("save_guards", False))
-        if self._installing is None:  # torch builds a restored entry's guards this way too: that is no compile
+        if not installing:
             self._note_fresh_compile(arguments)
             # torch makes a function's package when torch.compile is called, only while precompile is on
             code = arguments.get("f_code")
@@ -43,9 +68,9 @@ class GuardBuilding(PrecompileState):
                 # frames of torch's are ones Dynamo reached on its own (after a graph break): not what was compiled.
                 filename = getattr(code, "co_filename", "")
                 if f"{os.sep}torch{os.sep}" not in filename:
-                    self._unpackaged.append(name)
+                    self.unpackaged.append(name)
                 elif filename.endswith(os.path.join("_dynamo", "external_utils.py")):
-                    self._unpackaged.append("")
+                    self.unpackaged.append("")
         if not dynamo_config.caching_precompile and not save:
             orig_init(cfm, *args, **kwargs)
             return
@@ -73,19 +98,19 @@ class GuardBuilding(PrecompileState):
 
         output_graph = arguments.get("output_graph")
         shadow = object.__new__(type(cfm))
-        self._log_filter.dropped_names = logged = []
+        self.troubles.log_filter.dropped_names = logged = []
         try:
             with dynamo_config.patch(caching_precompile=True):
                 orig_init(shadow, **{**arguments, "guard_filter_fn": recording_filter})
             guards_state = getattr(shadow, "guards_state", None)
         except Exception as exc:  # torch's failure: this entry is not saved, the cell runs
             package: Any = getattr(output_graph, "package", None)
-            self._fallback(getattr(package, "source_id", None), PrecompileStep.BUILD_GUARDS, exc)
+            self.troubles.fallback(getattr(package, "source_id", None), PrecompileStep.BUILD_GUARDS, exc)
             with contextlib.suppress(Exception):
                 package.bypass_current_entry()
             guards_state = None
         finally:
-            self._log_filter.dropped_names = None
+            self.troubles.log_filter.dropped_names = None
         # None: torch bypassed this entry (it is not saved); its package ignores the state then, but torch asserts
         # that there is one ("check_fn.guards_state must not be None").
         cfm.guards_state = guards_state if guards_state is not None else b""
@@ -106,7 +131,7 @@ class GuardBuilding(PrecompileState):
     def _note_fresh_compile(self, arguments: dict[str, Any]) -> None:
         """A function whose restored entry torch just passed over compiles: why, in torch's words where it can say."""
         code = arguments.get("f_code")
-        restored = self._restored_guards.get(code) if code is not None else None
+        restored = self.restored.get(code) if code is not None else None
         if not restored:
             return
         reason = ""
@@ -122,23 +147,28 @@ class GuardBuilding(PrecompileState):
                     break
         name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
         detail = reason.strip().splitlines()[0].removeprefix("None: ")[:200] if reason and reason.strip() else ""
-        self.miss_reasons.append(MissReason(MissCause.RESTORED_GUARD_FAILED, name, detail))
+        self.troubles.miss_reasons.append(MissReason(MissCause.RESTORED_GUARD_FAILED, name, detail))
 
-    def _recompiled(self, frame: Any, reasons: list[str]) -> None:
+    def recompiled(self, frame: Any, reasons: list[str]) -> None:
         if not reasons:  # no entry of its own failed: a restored one's failure is told if it compiles (_build_guards)
             return
         code = getattr(frame, "f_code", None)
         name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "?")
         reason = str(reasons[0]).strip().splitlines()[0][:200] if reasons and str(reasons[0]).strip() else ""
-        self.miss_reasons.append(MissReason(MissCause.GUARD_FAILED, name, reason))
+        self.troubles.miss_reasons.append(MissReason(MissCause.GUARD_FAILED, name, reason))
 
-    def _saved_dispatch_keys(self, guards_state: Any) -> contextlib.AbstractContextManager[Any]:
-        """While torch builds a restored entry's guards: the dispatch keys it was compiled under (dispatch_state.py)."""
-        scope = self._loading.get(self._installing or "")
-        saved = (scope.record.get("dispatch_keys") or {}).get(self._state_sha or "") if scope is not None else None
+    @staticmethod
+    def saved_dispatch_keys(
+        guards_state: Any, scope: LoadScope | None, state_sha: str | None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """While torch builds the guards of a restored entry (SCOPE, the guard state of sha256 STATE_SHA): the dispatch
+        keys it was compiled under (dispatch_state.py)."""
+        saved = (scope.record.get("dispatch_keys") or {}).get(state_sha or "") if scope is not None else None
         return dispatch_state.in_force(guards_state, saved)
 
-    def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    def with_identity_guard(
+        self, guard_manager: Any, call: tuple[tuple, dict[str, Any]], scope: LoadScope | None, state_sha: str | None
+    ) -> Any:
         """Give a restored entry back the guards precompile dropped, bound to objects verified against its record.
 
         Each entry's record lists the sources of its dropped guards and a digest of what each watched when it was
@@ -150,12 +180,12 @@ class GuardBuilding(PrecompileState):
         """
         from torch._dynamo.utils import counters
 
-        scope = self._loading.get(self._installing or "")
         if scope is None:
             return guard_manager
+        args, kwargs = call
         runtime_globals = kwargs.get("runtime_global_scope", args[2] if len(args) > 2 else scope.fn_globals)
         target_code = kwargs.get("code", args[1] if len(args) > 1 else None)
-        dropped = (scope.record.get("guarded") or {}).get(self._state_sha or "")
+        dropped = (scope.record.get("guarded") or {}).get(state_sha or "")
         # L is the restored function's frame only for its own entry; a resume function's L is another frame.
         local_scope = scope.local_scope if target_code is scope.code else {}
         split = resolve(dropped, runtime_globals, local_scope) if isinstance(dropped, dict) else None
@@ -173,5 +203,5 @@ class GuardBuilding(PrecompileState):
                 add = getattr(root, "add_epilogue_lambda_guard", None) or root.add_lambda_guard
                 add(check, parts, None)
         if target_code is not None:  # asked why, should this code compile afresh after all
-            self._restored_guards.setdefault(target_code, []).append(guard_manager)
+            self.restored.setdefault(target_code, []).append(guard_manager)
         return guard_manager

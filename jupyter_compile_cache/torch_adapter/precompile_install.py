@@ -12,21 +12,30 @@ from typing import Any
 from . import guard_policy
 from .installed_entries import DeserializedOnce, advance_unique_ids, check_installed_globals
 from .miss_reasons import PrecompileStep
-from .precompile_state import PrecompileState
+from .precompile_guards import GuardBuilder
+from .precompile_load import EntryLoader
+from .precompile_troubles import Troubles
 
 # On a CompilePackage: {backend id -> (the type of its saved content, what torch deserialized)}, from its last install.
 DESERIALIZED_ATTR = "_jcc_deserialized"
 
 
-class EntryInstalling(PrecompileState):
+class EntryInstaller:
     """torch's CompilePackage install, and the refresh of live functions."""
 
-    def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    def __init__(self, troubles: Troubles, loader: EntryLoader, guards: GuardBuilder) -> None:
+        self.troubles, self.loader, self.guards = troubles, loader, guards
+        # key -> the live CompilePackage a restored entry was installed into (a later restore may bring a newer one)
+        self.live: dict[str, weakref.ref[Any]] = {}
+        self.installing: str | None = None  # key of the package being installed
+        self._refreshing = False  # installing a newer entry into a live function (refresh)
+
+    def install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         key = getattr(pkg, "source_id", None)
         for code in getattr(pkg, "_codes", {}):  # the entries installed before are replaced
-            self._restored_guards.pop(code, None)
-        self._installing = key
-        self._log_filter.installing = True
+            self.guards.restored.pop(code, None)
+        self.installing = key
+        self.troubles.log_filter.installing = True
         try:
             if args and isinstance(args[0], dict):
                 args = (self._reusing_backends(pkg, args[0]), *args[1:])
@@ -46,12 +55,12 @@ class EntryInstalling(PrecompileState):
             if counters["dynamo_cache"]["dynamo_cache_hit"] > 0:  # torch counted the load as a hit
                 counters["dynamo_cache"]["dynamo_cache_hit"] -= 1
             counters["dynamo_cache"]["dynamo_cache_miss"] += 1
-            self.loaded_keys.discard(key)
-            self._fallback(key, PrecompileStep.INSTALL, exc)
+            self.loader.loaded_keys.discard(key)
+            self.troubles.fallback(key, PrecompileStep.INSTALL, exc)
             raise RuntimeError(f"jupyter_compile_cache: precompile entry {key} set aside") from exc
         finally:
-            self._installing = None
-            self._log_filter.installing = False
+            self.installing = None
+            self.troubles.log_filter.installing = False
         advance_unique_ids(pkg)
 
     def _reusing_backends(self, pkg: Any, backends: dict[str, Any]) -> dict[str, Any]:
@@ -77,7 +86,7 @@ class EntryInstalling(PrecompileState):
         fails leaves the function on the plain path. Only an entry holding every graph the live function has, and more,
         replaces it: an older one, or one lacking a graph this kernel compiled, would drop graphs. Returns how many
         functions took a newer entry."""
-        if not self.installed or not self.live:
+        if not self.live:
             return 0
         from torch._dynamo import package
 
@@ -93,7 +102,7 @@ class EntryInstalling(PrecompileState):
             fn = getattr(pkg, "_innermost_fn", None)
             if pkg is None or fn is None or package.CompilePackage.source_id_from_fn(fn) != key:
                 continue
-            loading = self._loading.get(key)
+            loading = self.loader.scopes.get(key)
             result = package.DynamoCache.load(fn)  # our load: the code digest is checked again
             if result is None:
                 continue
@@ -102,7 +111,7 @@ class EntryInstalling(PrecompileState):
                 # compiled graphs here that the entry lacks. Replacing it would drop those graphs, to be traced
                 # again and left out of the next save; it stays as it is.
                 if loading is not None:
-                    self._loading[key] = loading
+                    self.loader.scopes[key] = loading
                 continue
             try:
                 pkg.uninstall()
@@ -113,7 +122,7 @@ class EntryInstalling(PrecompileState):
                     pkg.install(result.backends)  # our install: a failure is told and sets the entry aside
                 finally:
                     self._refreshing = False
-            except Exception:  # told by _install (or torch raised before it): the plain path recompiles what it needs
+            except Exception:  # told by `install` (or torch raised before it): the plain path recompiles what it needs
                 if not pkg.is_initialized():
                     pkg.initialize(fn, None, ignore_inlined_sources=False)
                 continue

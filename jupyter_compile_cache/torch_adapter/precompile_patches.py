@@ -9,8 +9,7 @@ import inspect
 import os
 import sys
 import types
-import weakref
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from . import precompile_fixes
 from .identity_checks import sha
@@ -18,30 +17,14 @@ from .layers import COUNTER_GROUP
 from .miss_reasons import PrecompileStep
 from .patch import Patch
 
-
-class Guard(Protocol):
-    """What the patches hand torch's calls to: precompile.py's PrecompileGuard, which decides."""
-
-    fresh: dict[str, weakref.ref[Any]]
-    _state_sha: str | None
-
-    def _load(self, fn: Any, orig_load: Any) -> Any: ...
-    def _install(self, pkg: Any, orig_install: Any, args: tuple, kwargs: dict[str, Any]) -> None: ...
-    def _fallback(self, key: str | None, step: PrecompileStep, exc: BaseException) -> None: ...
-    def _refused_by_torch(self, fn: Any, exc: BaseException) -> None: ...
-    def _recompiled(self, frame: Any, reasons: list[str]) -> None: ...
-    def _build_guards(
-        self, cfm: Any, orig_init: Any, signature: inspect.Signature, args: tuple, kwargs: dict[str, Any]
-    ) -> None: ...
-    def _with_identity_guard(self, guard_manager: Any, args: tuple, kwargs: dict[str, Any]) -> Any: ...
-    def _saved_dispatch_keys(self, guards_state: Any) -> contextlib.AbstractContextManager[Any]: ...
-    def _package_made(self, pkg: Any) -> None: ...
-    def _package_recorded(self, pkg: Any) -> None: ...
+if TYPE_CHECKING:
+    from .precompile import PrecompileGuard
 
 
-def wire(guard: Guard) -> list[Patch]:
+def wire(guard: PrecompileGuard) -> list[Patch]:
     """The patches, applied: torch's DynamoCache load, CompilePackage's record/install/initialize steps, the guard
-    builder and loaders, and the recompilation reasons, each handing its call to GUARD."""
+    builder and loaders, and the recompilation reasons, each handing its call to the step of GUARD's that decides,
+    with what that step needs of the others."""
     from torch._dynamo import convert_frame, guards, package
 
     cache = package.DynamoCache
@@ -60,31 +43,30 @@ def wire(guard: Guard) -> list[Patch]:
         "reasons": getattr(convert_frame, "get_and_maybe_log_recompilation_reasons", None),
     }
     signature = inspect.signature(orig["init"])
-    me = guard
+    troubles, guards, loader = guard.troubles, guard.guards, guard.loader
+    installer, saver = guard.installer, guard.saver
 
     def load(fn: Any) -> Any:
-        return me._load(fn, orig["load"])
+        return loader.load(fn, orig["load"])
 
     def record_package(pkg: Any) -> None:
         try:
             orig["record"](pkg)
         except Exception as exc:  # torch's failure: this function runs the plain way
-            me._fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_FUNCTION, exc)
+            troubles.fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_FUNCTION, exc)
         else:
-            me._package_recorded(pkg)
+            saver.package_recorded(pkg)
 
     def install_package(pkg: Any, *args: Any, **kwargs: Any) -> None:
-        me._install(pkg, orig["install"], args, kwargs)
+        installer.install(pkg, orig["install"], args, kwargs)
 
     def initialize(pkg: Any, fn: Any, dynamo: Any = None, *args: Any, **kwargs: Any) -> None:
         try:
             orig["initialize"](pkg, fn, dynamo, *args, **kwargs)
-            if dynamo is None and getattr(pkg, "source_id", None):
-                me.fresh[pkg.source_id] = weakref.ref(pkg)
-            me._package_made(pkg)
+            saver.package_made(pkg, fresh=dynamo is None)
         except RuntimeError as exc:  # torch's own check refused a saved entry: it compiles afresh (its fallback)
             if dynamo is not None:
-                me._refused_by_torch(fn, exc)
+                loader.refused_by_torch(fn, exc)
             raise
 
     def add_inlined_source(pkg: Any, sources: Any, *args: Any, **kwargs: Any) -> None:
@@ -97,7 +79,7 @@ def wire(guard: Guard) -> list[Patch]:
         except Exception as exc:  # torch's failure: this function is not precompiled
             with contextlib.suppress(Exception):
                 pkg.bypass_current_entry()
-            me._fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_SOURCES, exc)
+            troubles.fallback(getattr(pkg, "source_id", None), PrecompileStep.RECORD_SOURCES, exc)
 
     def add_user_function(pkg: Any, code: Any, *args: Any, **kwargs: Any) -> None:
         try:
@@ -118,20 +100,22 @@ def wire(guard: Guard) -> list[Patch]:
     def recompilation_reasons(cache_entries: Any, frame: Any, *args: Any, **kwargs: Any) -> Any:
         reasons = orig["reasons"](cache_entries, frame, *args, **kwargs)
         with contextlib.suppress(Exception):  # only words for the cell's line: never in torch's way
-            me._recompiled(frame, list(reasons or ()))
+            guards.recompiled(frame, list(reasons or ()))
         return reasons
 
     def check_function_manager_init(cfm_self: Any, *args: Any, **kwargs: Any) -> None:
-        me._build_guards(cfm_self, orig["init"], signature, args, kwargs)
+        guards.build(cfm_self, orig["init"], signature, (args, kwargs), installing=installer.installing is not None)
 
     def load_guards_state(state: bytes, *args: Any, **kwargs: Any) -> Any:
-        me._state_sha = sha(state)
+        loader.state_sha = sha(state)
         return orig["load_state"](state, *args, **kwargs)
 
     def load_guard_manager(*args: Any, **kwargs: Any) -> Any:
-        with me._saved_dispatch_keys(kwargs.get("guards_state", args[0] if args else None)):
+        # the restored entry being installed: its record, and which of its guard states torch is loading
+        scope, state_sha = loader.scopes.get(installer.installing or ""), loader.state_sha
+        with guards.saved_dispatch_keys(kwargs.get("guards_state", args[0] if args else None), scope, state_sha):
             guard_manager = orig["load_gm"](*args, **kwargs)
-        return me._with_identity_guard(guard_manager, args, kwargs)
+        return guards.with_identity_guard(guard_manager, (args, kwargs), scope, state_sha)
 
     return [
         *precompile_fixes.patches(),

@@ -5,18 +5,46 @@ sizes), a record marked empty for a function Dynamo traced nothing of."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from . import entry_records, frame_sizes
 from .layers import COUNTER_GROUP
 from .miss_reasons import NO_GRAPH_REASON, PrecompileStep
-from .precompile_state import PrecompileState
+from .precompile_guards import GuardBuilder
+from .precompile_load import EntryLoader
+from .precompile_troubles import Troubles
 
 
-class EntrySaving(PrecompileState):
-    """torch's precompile save, entry by entry, with our records."""
+class EntrySaver:
+    """torch's precompile save, entry by entry, with our records; the packages torch makes and records, tied to the
+    code each holds."""
+
+    def __init__(self, troubles: Troubles, loader: EntryLoader, guards: GuardBuilder) -> None:
+        self.troubles, self.loader, self.guards = troubles, loader, guards
+        # key -> the package torch made afresh for a function without a saved entry
+        self.fresh: dict[str, weakref.ref[Any]] = {}
+        self._packages: dict[str, dict[str, weakref.ref[Any]]] = {}  # key -> {code digest -> its package}
+        self._package_digest: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self.recorded: dict[str, dict[str, Any]] = {}  # key -> {code digest -> torch's dynamo entry of its package}
+        # (key, code digest) -> {package -> torch's dynamo entry of it}: packages of one code, merged into its entry
+        self._package_entries: dict[tuple[str, str], dict[int, Any]] = {}
+        self._package_serial: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._serials = itertools.count()
+
+    def package_made(self, pkg: Any, fresh: bool) -> None:
+        """torch made PKG for the function it just looked up (`EntryLoader.load`; FRESH: with no saved entry): which
+        code it holds."""
+        key = getattr(pkg, "source_id", None)
+        if key and fresh:
+            self.fresh[key] = weakref.ref(pkg)
+        digest = self.loader.pending.get(key) if key else None
+        if key and digest:
+            self._package_digest[pkg] = digest
+            self._packages.setdefault(key, {})[digest] = weakref.ref(pkg)
 
     def save_cell_entries(
         self, context: Any, compiled: set[str], loaded_since: set[str], looked_up: Iterable[str]
@@ -29,7 +57,7 @@ class EntrySaving(PrecompileState):
         if compiled:
             self.save_entries(context)
         # Entries whose precompile failed in torch stay out of bundles (and out of the cache dir).
-        keys = (compiled | loaded_since) - self.refused_keys
+        keys = (compiled | loaded_since) - self.troubles.refused_keys
         empty = self.empty_keys(looked_up)
         records = self.write_digests(keys, empty)
         return keys | empty | {os.path.basename(os.path.dirname(path)) for path in records}, records
@@ -46,10 +74,10 @@ class EntrySaving(PrecompileState):
                 return
             entries, _ = context.create_cache_entries()
         except Exception as exc:  # torch's failure: nothing saved for precompile
-            self._fallback(None, PrecompileStep.COLLECT, exc)
+            self.troubles.fallback(None, PrecompileStep.COLLECT, exc)
             return
         for key, entry in entries.items():
-            if key in self.refused_keys:
+            if key in self.troubles.refused_keys:
                 continue
             if _lacks_a_graph(entry):
                 self._no_graph_to_save(entry)
@@ -57,11 +85,11 @@ class EntrySaving(PrecompileState):
             try:
                 DynamoCache.write(entry, key)
             except Exception as exc:  # this entry is not saved; the function already ran, the others are saved
-                self._fallback(key, PrecompileStep.SAVE, exc)
+                self.troubles.fallback(key, PrecompileStep.SAVE, exc)
                 continue
             if self.recorded.get(key):
-                self.entry_digest[key] = next(reversed(self.recorded[key]))
-            if len(self.codes.get(key, {})) > 1:
+                self.loader.entry_digest[key] = next(reversed(self.recorded[key]))
+            if len(self.loader.codes.get(key, {})) > 1:
                 self._save_siblings(context, key)
 
     def _no_graph_to_save(self, entry: Any) -> None:
@@ -71,9 +99,10 @@ class EntrySaving(PrecompileState):
 
         name = getattr(entry.dynamo, "fn_name", None) or "a function"
         counters[COUNTER_GROUP]["precompile_bypass"] += 1
-        self._log_filter.bypass_reasons.append(f"{NO_GRAPH_REASON} `{name}`")  # torch's words: the front ends explain
+        # torch's words: the front ends explain
+        self.troubles.log_filter.bypass_reasons.append(f"{NO_GRAPH_REASON} `{name}`")
 
-    def _package_recorded(self, pkg: Any) -> None:
+    def package_recorded(self, pkg: Any) -> None:
         """torch recorded PKG's entry for saving, under its key, replacing the entry of any other package of the
         same code (each `torch.compile` of one class, at two sizes, makes a package): the entry saved holds what
         every package of that code compiled. It is kept under its code too (the last one last)."""
@@ -90,7 +119,7 @@ class EntrySaving(PrecompileState):
         try:
             entry = merged_entry([e for e in by_package.values() if e.device_type == entry.device_type])
         except Exception as exc:  # the other packages' graphs compile again where this entry is restored
-            self._tell(key, PrecompileStep.MERGE, exc)
+            self.troubles.tell(key, PrecompileStep.MERGE, exc)
         else:
             entries[key] = entry
         by_code = self.recorded.setdefault(key, {})
@@ -109,7 +138,7 @@ class EntrySaving(PrecompileState):
                 if entry is not None:
                     DynamoCache.write(entry, sibling)
             except Exception as exc:  # that code compiles again where it is restored; the others are saved
-                self._tell(sibling, PrecompileStep.SAVE, exc)
+                self.troubles.tell(sibling, PrecompileStep.SAVE, exc)
 
     def _traced_nothing(self, key: str, digest: str) -> bool:
         """Whether the package torch made for this code of KEY holds no compiled frame (as `empty_keys`)."""
@@ -125,7 +154,7 @@ class EntrySaving(PrecompileState):
 
         saved = getattr(PrecompileContext, "_dynamo_cache_entries", {})
         out = set()
-        for key in set(looked_up) - self.refused_keys - saved.keys():
+        for key in set(looked_up) - self.troubles.refused_keys - saved.keys():
             pkg = self.fresh[key]() if key in self.fresh else None
             codes = getattr(pkg, "_codes", None) if pkg is not None else None
             if isinstance(codes, dict) and not any(getattr(code, "guarded_codes", True) for code in codes.values()):
@@ -137,45 +166,46 @@ class EntrySaving(PrecompileState):
         (found again on restore, it is no miss); returns the record files written."""
         from torch._dynamo import package
 
+        loader, refused = self.loader, self.troubles.refused_keys
         written = []
         sized = []  # (key, entry_dir) of saved entries whose function's input sizes this kernel remembers
         prefix = package.DynamoCache.path_prefix()
         empty = set(empty)
         places = [
-            (key, os.path.join(prefix, key), self.entry_digest.get(key) or self.pending.get(key), key in empty)
-            for key in (keys | empty) - self.refused_keys
+            (key, os.path.join(prefix, key), loader.entry_digest.get(key) or loader.pending.get(key), key in empty)
+            for key in (keys | empty) - refused
         ]
-        for key in keys - self.refused_keys:
-            if len(self.codes.get(key, {})) > 1:  # several codes under one key: each its own, beside torch's
+        for key in keys - refused:
+            if len(loader.codes.get(key, {})) > 1:  # several codes under one key: each its own, beside torch's
                 places += [
                     (key, entry_records.sibling(prefix, key, digest), digest, self._traced_nothing(key, digest))
-                    for digest in self.codes[key]
+                    for digest in loader.codes[key]
                 ]
         for key, entry_dir, digest, traced_nothing in places:
             has_entry = os.path.exists(os.path.join(entry_dir, "entry"))
             if digest is None or (not has_entry and not traced_nothing):
                 continue
-            guarded = self.dropped.get(key, {})
+            guarded = self.guards.dropped.get(key, {})
             record = {
                 "version": entry_records.RECORD_VERSION,
                 "digest": digest,
                 "guarded": dict(sorted(guarded.items())),
-                "dispatch_keys": dict(sorted(self.dispatch_keys.get(key, {}).items())),
+                "dispatch_keys": dict(sorted(self.guards.dispatch_keys.get(key, {}).items())),
             }
             if not has_entry:
                 record["empty"] = True
                 os.makedirs(entry_dir, exist_ok=True)
-            if key in self.functions:  # which function, and a digest per part: where a later edit differs
-                record["function"] = self.functions[key][0]
-                record["parts"] = self.codes.get(key, {}).get(digest) or self.functions[key][1]
+            if key in loader.functions:  # which function, and a digest per part: where a later edit differs
+                record["function"] = loader.functions[key][0]
+                record["parts"] = loader.codes.get(key, {}).get(digest) or loader.functions[key][1]
             written.append(entry_records.write_record(entry_dir, record))
-            if has_entry and self.code_ids.get(key) is not None:
+            if has_entry and loader.code_ids.get(key) is not None:
                 sized.append((key, entry_dir))
         for key, entry_dir in sized:
             try:
-                sizes = frame_sizes.save(entry_dir, self.code_ids[key])
+                sizes = frame_sizes.save(entry_dir, loader.code_ids[key])
             except Exception as exc:  # a later recompile in a restored kernel may then compile afresh
-                self._tell(key, PrecompileStep.SAVE_SIZES, exc)
+                self.troubles.tell(key, PrecompileStep.SAVE_SIZES, exc)
             else:
                 written += [sizes] if sizes else []
         return written
