@@ -18,7 +18,7 @@ and not timed: it is per-process work that no bundle carries (see the README's l
 
   python -m benchmarks zoo --device cuda --out benchmarks/results/zoo_gpu.json
   ZOO_MODELS=gpt2,timm_vit_tiny ZOO_PROFILE=DIR python -m benchmarks zoo ...   # some models; profile the restores
-  ZOO_VERBOSE=1 python -m benchmarks zoo ...   # also print what each cell says (restores, fallbacks)
+  ZOO_VERBOSE=1 python -m benchmarks zoo ...   # also print what each cell says (restores, fallbacks, with tracebacks)
 """
 
 from __future__ import annotations
@@ -65,6 +65,13 @@ def run_case(case: str, device: str) -> list[dict]:
         from jupyter_compile_cache.core.options import CellOptions
 
         session = jcc.get_session()
+        if os.environ.get("ZOO_VERBOSE"):  # a fallback's whole traceback, for the bug report
+            import logging
+
+            from jupyter_compile_cache.torch_adapter.precompile_troubles import LOGGER
+
+            logging.basicConfig()
+            logging.getLogger(LOGGER).setLevel(logging.DEBUG)
         # What `%load_ext` starts in the background while a notebook's first cells run (imports, Triton's hash, the
         # CPU ISA probe): per-process work, done before the first model, not timed, like the imports above.
         session.prewarm.start()

@@ -13,6 +13,9 @@ from .layers import COUNTER_GROUP
 from .miss_reasons import MissReason, PrecompileStep, PrecompileTrouble
 from .torch_logs import FILTERED_LOGGERS, TorchLogFilter
 
+# The whole traceback of a failure told in one line, for a bug report: logging.getLogger(LOGGER).setLevel("DEBUG")
+LOGGER = "jupyter_compile_cache.precompile"
+
 
 class Troubles:
     """What went wrong under the guard's steps, told once each; the functions refused; torch's log lines filtered."""
@@ -44,6 +47,7 @@ class Troubles:
         from torch._dynamo.utils import counters
 
         counters[COUNTER_GROUP]["precompile_fallback"] += 1
+        logging.getLogger(LOGGER).debug("precompile fell back at %s for %s", step.value, key, exc_info=exc)
         if key:
             self.refused_keys.add(key)
             set_aside(key)
