@@ -310,7 +310,8 @@ class Configuration:
 @dataclass
 class WarmingTemplate:
     """A warm kernel template still warming up: kernels started meanwhile start cold, and the next one after it is
-    ready is forked. `step`: "quiet" (waiting for a quiet machine, at most `quiet_wait` s) or "importing"."""
+    ready is forked. `step`: "quiet" (waiting for a quiet machine, at most `quiet_wait` s), "importing" (on idle CPU
+    time) or "importing_busy" (at a low priority: the machine stayed busy)."""
 
     pid: int
     rss_bytes: int | None

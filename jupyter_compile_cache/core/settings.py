@@ -88,7 +88,7 @@ def _user_cache_dir() -> str:
 
 
 @dataclass(frozen=True)
-class Setting:
+class SettingDeclaration:
     """One setting, declared once. `check` takes the variable's text or a value set (`%config`, the API) and
     returns the value to use, or raises a ValueError saying why not; `default` is the value when the variable is
     unset or refused (a callable: worked out then); `shown_default` and `does` are its row in the docs' table."""
@@ -104,30 +104,30 @@ class Setting:
 
 _PREFIX = "JUPYTER_COMPILE_CACHE_"
 _TIMEOUT = _seconds(float, "a positive number of seconds")
-SETTINGS: tuple[Setting, ...] = (
-    Setting("store_dir", STORE_DIR_ENV, Unicode, _directory, _user_cache_dir,
+SETTINGS: tuple[SettingDeclaration, ...] = (
+    SettingDeclaration("store_dir", STORE_DIR_ENV, Unicode, _directory, _user_cache_dir,
             "the user cache dir (`~/.cache/jupyter_compile_cache`; never `/tmp`)", "the local store"),
-    Setting("hub", _PREFIX + "HUB", Unicode, _hub, "", "none",
+    SettingDeclaration("hub", _PREFIX + "HUB", Unicode, _hub, "", "none",
             "the shared hub: `redis://`, `rediss://` (TLS), `redis+cluster://`, `unix://`, `s3://bucket/prefix` (S3 or "
             "an S3-compatible store), `gs://bucket/prefix`, `az://container/prefix`, `https://host/path` (read-only, "
             "what `hub publish` wrote), or a shared folder `file:///path`; `%compile_cache hub URL|off` sets it"),
-    Setting("namespace", _PREFIX + "NAMESPACE", Unicode, check_namespace, "default", "`default`",
+    SettingDeclaration("namespace", _PREFIX + "NAMESPACE", Unicode, check_namespace, "default", "`default`",
             "the namespace on the hub"),
-    Setting("secret", _PREFIX + "SECRET", Unicode, str, "", "none",
+    SettingDeclaration("secret", _PREFIX + "SECRET", Unicode, str, "", "none",
             "team secret: pushed bundles are signed, pulled ones must verify"),
-    Setting("hub_ttl", _PREFIX + "HUB_TTL", Int, _seconds(int, "0 (no expiry) or more seconds"), 0,
+    SettingDeclaration("hub_ttl", _PREFIX + "HUB_TTL", Int, _seconds(int, "0 (no expiry) or more seconds"), 0,
             "0 (until `gc` or `rm`)", "seconds a pushed bundle lives on the hub"),
-    Setting("hub_connect_timeout", _PREFIX + "HUB_CONNECT_TIMEOUT", Float, _TIMEOUT, 2.0, "2 s",
+    SettingDeclaration("hub_connect_timeout", _PREFIX + "HUB_CONNECT_TIMEOUT", Float, _TIMEOUT, 2.0, "2 s",
             "how long to wait for the hub to accept"),
-    Setting("hub_timeout", _PREFIX + "HUB_TIMEOUT", Float, _TIMEOUT, 10.0, "10 s",
+    SettingDeclaration("hub_timeout", _PREFIX + "HUB_TIMEOUT", Float, _TIMEOUT, 10.0, "10 s",
             "how long to wait for any one hub reply"),
-    Setting("hub_chunk_size", _PREFIX + "HUB_CHUNK_SIZE", Unicode, _chunk_size, "4M", "4M",
+    SettingDeclaration("hub_chunk_size", _PREFIX + "HUB_CHUNK_SIZE", Unicode, _chunk_size, "4M", "4M",
             "the pieces bundles are pushed in (256K-64M)"),
-    Setting("max_size", _PREFIX + "MAX_SIZE", Unicode, _size, "20G", "`20G`",
+    SettingDeclaration("max_size", _PREFIX + "MAX_SIZE", Unicode, _size, "20G", "`20G`",
             "local store cap: least recently used versions are evicted after a save; `gc`'s default"),
-    Setting("precompile", _PREFIX + "PRECOMPILE", Bool, _bool, True, "on",
+    SettingDeclaration("precompile", _PREFIX + "PRECOMPILE", Bool, _bool, True, "on",
             "Dynamo precompile in `%%compile_cache` cells (`--no-precompile` per cell)"),
-    Setting("prewarm", _PREFIX + "PREWARM", Bool, _bool, True, "on",
+    SettingDeclaration("prewarm", _PREFIX + "PREWARM", Bool, _bool, True, "on",
             "at `%load_ext`, import torch's compiler stack and fetch the notebook's bundles from the hub in the "
             "background"),
 )  # fmt: skip
@@ -215,7 +215,7 @@ class CompileCache(Configurable):
             unchanged = ", ".join(f"{section}.{name} stays {value!r}" for name, value in before.items())
             raise SettingRefused(f"{exc}; {unchanged}" if unchanged else str(exc)) from None
 
-    def _from_environment(self, setting: Setting) -> Any:
+    def _from_environment(self, setting: SettingDeclaration) -> Any:
         """SETTING's default: its variable's value, checked, or its default (a bad value is said once)."""
         raw = os.environ.get(setting.variable, "")
         fallback = setting.default() if callable(setting.default) else setting.default

@@ -107,11 +107,11 @@ def _configuration(r: Configuration) -> list[str]:
         lines.append(f"warm kernel templates: none running{where}")
     for w in r.warming:
         memory = human_bytes(w.rss_bytes) if w.rss_bytes is not None else "memory unknown"
-        doing = (
-            f"waiting for a quiet machine (at most {_minutes(w.quiet_wait)}), then importing torch and its compiler"
-            if w.step == "quiet"
-            else "importing torch and its compiler on idle CPU time"
-        )
+        doing = {
+            "quiet": f"waiting for a quiet machine (at most {_minutes(w.quiet_wait)}), then importing torch and its "
+            "compiler",
+            "importing": "importing torch and its compiler on idle CPU time",
+        }.get(w.step, "importing torch and its compiler at a low priority (the machine stayed busy)")
         lines.append(
             f"warm kernel template warming up: pid {w.pid}, {memory}, for {w.age_seconds:.0f} s, {doing}; "
             "kernels started meanwhile start cold, the next one after it is ready is forked"

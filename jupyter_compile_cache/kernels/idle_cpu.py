@@ -1,6 +1,9 @@
 """When and where a warm template warms up: once the machine has been quiet for a moment (its use read from
 /proc/stat), on CPU time no other process wants (a SCHED_IDLE thread), so that it never slows the kernel whose launch
-started it."""
+started it. A machine still busy after the wait (a notebook's own training run on every core) would never give a
+SCHED_IDLE thread a turn: there the warm-up runs at a low priority instead (nice 5), a quarter of a core's share
+against each busy process (2 cores, both busy: torch's import 35 s, against 13 s at the normal priority and more
+than 120 s at nice 19 or SCHED_IDLE)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ from typing import Any
 QUIET_WAIT_ENV = "JUPYTER_COMPILE_CACHE_TEMPLATE_QUIET_WAIT"  # seconds to wait for a quiet machine at most
 QUIET_CORES = 0.3  # the machine's use, in cores, below which a small machine counts as quiet
 QUIET_FOR = 1.0  # seconds it must stay quiet before a template warms up
-QUIET_WAIT_MAX = 60.0  # seconds a template waits for that at most, then warms up anyway (still on idle CPU time)
+QUIET_WAIT_MAX = 20.0  # seconds a template waits for that at most, then warms up anyway (at BUSY_NICE)
+BUSY_NICE = 5  # the warm-up thread's nice value on a machine that stayed busy through the wait
 
 
 def cpu_times() -> tuple[int, int] | None:
@@ -63,15 +67,19 @@ def wait_for_a_quiet_machine(
     return time.monotonic() - start
 
 
-def on_idle_cpu(work: Any) -> Any:
+def on_idle_cpu(work: Any, busy: bool = False) -> Any:
     """`work()` in a thread of the SCHED_IDLE policy (Linux; elsewhere a plain thread): it gets a CPU only when no
-    other process wants it. The policy is the thread's own and ends with it: the main thread, which forks the
-    kernels, keeps the policy the process started with (an unprivileged process could never take it back)."""
+    other process wants it; on a BUSY machine (never quiet while we waited) at nice BUSY_NICE instead. The policy is
+    the thread's own and ends with it: the main thread, which forks the kernels, keeps the policy the process started
+    with (an unprivileged process could never take it back)."""
     outcome: dict[str, Any] = {}
 
     def run() -> None:
-        with contextlib.suppress(AttributeError, OSError):  # no SCHED_IDLE here: at the normal priority
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread
+        with contextlib.suppress(AttributeError, OSError):  # neither here: at the normal priority
+            if busy:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BUSY_NICE)  # this thread's nice value
+            else:
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # 0: this thread
         try:
             outcome["value"] = work()
         except BaseException as exc:  # raised again in the caller's thread

@@ -243,6 +243,7 @@ class WarmingStep(str, enum.Enum):
 
     QUIET = "quiet"  # waiting for a quiet machine (at most `Warming.quiet_wait` seconds), so as not to slow the kernel
     IMPORTING = "importing"  # importing torch and its compiler, on idle CPU time
+    IMPORTING_BUSY = "importing_busy"  # the same at a low priority: the machine stayed busy through the wait
 
 
 @dataclass

@@ -390,11 +390,11 @@ def main(argv: list[str]) -> int:
         set_here = NVML_CHECK_ENV not in os.environ
         os.environ.setdefault(NVML_CHECK_ENV, "1")
         try:
-            wait_for_a_quiet_machine(most=quiet_wait)
-            state.step = protocol.WarmingStep.IMPORTING
+            busy = wait_for_a_quiet_machine(most=quiet_wait) >= quiet_wait > 0
+            state.step = protocol.WarmingStep.IMPORTING_BUSY if busy else protocol.WarmingStep.IMPORTING
             state.write(warming)
             with EnvironReads() as reads:
-                baseline, kernel_sets = on_idle_cpu(lambda: warm_up(headers))
+                baseline, kernel_sets = on_idle_cpu(lambda: warm_up(headers), busy)
         finally:
             if set_here:
                 os.environ.pop(NVML_CHECK_ENV, None)

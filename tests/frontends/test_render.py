@@ -52,3 +52,17 @@ def test_what_a_layer_switch_changed_is_worded_once_for_the_magic_and_the_panel(
     assert render.switch_line(fx, SwitchScope.KERNEL if value else SwitchScope.OFF) == (
         f"FX graph {'on' if value else 'off'} in this kernel (torch._inductor.config.fx_graph_cache = {value})"
     )
+
+
+def test_config_says_what_a_warming_template_is_doing_at_each_step():
+    from jupyter_compile_cache.core.records import Configuration, Setting, WarmingTemplate
+
+    steps = ("quiet", "importing", "importing_busy")
+    warming = [WarmingTemplate(100 + i, 300_000_000, 12.0, step, 20.0) for i, step in enumerate(steps)]
+    config = Configuration([Setting("hub", "", "default")], "/store", 0, 1 << 30, [], None, warming)
+    lines = [line for line in repr(render.view(config)).splitlines() if line.startswith("warm kernel template warming")]
+    assert [line.split(", ", 3)[3].split(";")[0] for line in lines] == [
+        "waiting for a quiet machine (at most 20 s), then importing torch and its compiler",
+        "importing torch and its compiler on idle CPU time",
+        "importing torch and its compiler at a low priority (the machine stayed busy)",
+    ]

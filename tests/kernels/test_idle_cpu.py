@@ -1,5 +1,6 @@
 """idle_cpu.py: the template's warm-up runs on idle CPU only (its thread has the SCHED_IDLE policy, the forking thread
-keeps its own: a kernel forked from the template runs at the priority a fresh one would), once the machine is quiet."""
+keeps its own: a kernel forked from the template runs at the priority a fresh one would), once the machine is quiet;
+on a machine that stays busy, at a low priority that still gets a share of the CPUs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 
 import pytest
 
-from jupyter_compile_cache.kernels.idle_cpu import QUIET_CORES, on_idle_cpu, wait_for_a_quiet_machine
+from jupyter_compile_cache.kernels.idle_cpu import BUSY_NICE, QUIET_CORES, on_idle_cpu, wait_for_a_quiet_machine
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_IDLE is Linux's")
 
@@ -21,6 +22,25 @@ def test_the_warm_up_runs_under_sched_idle_and_the_forking_thread_keeps_its_poli
     assert policy == os.SCHED_IDLE
     assert name != threading.main_thread().name
     assert os.sched_getscheduler(0) == before  # the main thread, which forks the kernels
+
+
+def test_on_a_machine_that_stayed_busy_the_warm_up_runs_at_a_low_priority_and_gets_its_share():
+    """With every CPU kept busy at the normal priority, SCHED_IDLE work would wait for them to end; the busy form
+    (nice BUSY_NICE, the forking thread's own untouched) gets through a fixed piece of work while they still run."""
+    nice_before = os.getpriority(os.PRIO_PROCESS, 0)
+
+    def work() -> tuple[int, int]:
+        total = sum(i * i for i in range(2_000_000))  # about 0.2 s of one CPU
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), total
+
+    busy = _spin(60, os.cpu_count() or 1)
+    try:
+        nice, _total = on_idle_cpu(work, busy=True)
+        assert all(process.poll() is None for process in busy)  # done while every CPU was still busy
+    finally:
+        _end(busy)
+    assert nice == min(19, nice_before + BUSY_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == nice_before  # the main thread's, as a forked kernel inherits it
 
 
 def test_a_failing_warm_up_raises_in_the_caller():

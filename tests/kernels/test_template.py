@@ -44,6 +44,7 @@ def test_config_shows_a_template_warming_up_with_its_step_and_memory(tmp_path):
         step = {
             WarmingStep.QUIET: "waiting for a quiet machine (at most 45 s), then importing torch and its compiler",
             WarmingStep.IMPORTING: "importing torch and its compiler on idle CPU time",
+            WarmingStep.IMPORTING_BUSY: "importing torch and its compiler at a low priority (the machine stayed busy)",
         }[warming.step]
         assert step in line and "B, for " in line and "none running" not in config.stdout, line
     finally:
