@@ -16,10 +16,7 @@ import statistics
 import tempfile
 import time
 
-from benchmarks.harness import Job, option
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+from benchmarks.harness import CODE_OPTION, Job, checkouts, option
 
 MAGICS = {
     "status": "%compile_cache status",
@@ -55,18 +52,12 @@ def first_magic(code_dir: str, magic: str, work: str) -> float:
         km.shutdown_kernel(now=True)
 
 
-OPTIONS = [
-    option("--code", action="append", default=[], help="LABEL=DIR: another checkout's package to compare (repeatable)"),
-    option("--rounds", type=int, default=3),
-]
+OPTIONS = [CODE_OPTION, option("--rounds", type=int, default=3)]
 
 
 def run(job: Job) -> None:
     args = job.args
-    codes = {"this change": REPO}
-    for spec in args.code:
-        label, _, path = spec.rpartition("=")
-        codes[label or os.path.basename(os.path.abspath(path))] = os.path.abspath(path)
+    codes = checkouts(args.code)
     results: dict[str, dict[str, list[float]]] = {label: {} for label in codes}
     with tempfile.TemporaryDirectory() as work:
         for label, code_dir in codes.items():

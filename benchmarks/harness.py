@@ -32,6 +32,23 @@ def option(*flags: str, **settings: Any) -> Option:
     return Option(flags, settings)
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# `--code LABEL=DIR`: the same benchmark with the package of another checkout (a `git worktree` of an older commit)
+CODE_OPTION = option(
+    "--code", action="append", default=[], help="LABEL=DIR: another checkout's package to compare (repeatable)"
+)
+
+
+def checkouts(specs: list[str]) -> dict[str, str]:
+    """{label: package folder}: this checkout as "this change", then each `--code LABEL=DIR` given."""
+    codes = {"this change": REPO}
+    for spec in specs:
+        label, _, path = spec.rpartition("=")
+        codes[label or os.path.basename(os.path.abspath(path))] = os.path.abspath(path)
+    return codes
+
+
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> str:
     """HEADERS over ROWS (each cell as `str` shows it). ALIGN: one letter per column, 'l' or 'r' (left where
     missing)."""

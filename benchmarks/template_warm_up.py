@@ -19,9 +19,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.harness import Job, option
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.harness import CODE_OPTION, Job, checkouts, option
 
 
 def ready_after(code_dir: str, busy: int, limit: float) -> tuple[float | None, list[tuple[float, str]]]:
@@ -61,7 +59,7 @@ def ready_after(code_dir: str, busy: int, limit: float) -> tuple[float | None, l
 
 
 OPTIONS = [
-    option("--code", action="append", default=[], help="LABEL=DIR: another checkout's package to compare (repeatable)"),
+    CODE_OPTION,
     option("--busy", default="0,2", help="how many processes spin, one run each (comma-separated)"),
     option("--rounds", type=int, default=1),
     option("--limit", type=float, default=180.0, help="seconds to wait for a template at most"),
@@ -70,10 +68,7 @@ OPTIONS = [
 
 def run(job: Job) -> None:
     args = job.args
-    codes = {"this change": REPO}
-    for spec in args.code:
-        label, _, path = spec.rpartition("=")
-        codes[label or os.path.basename(os.path.abspath(path))] = os.path.abspath(path)
+    codes = checkouts(args.code)
     counts = [int(n) for n in args.busy.split(",")]
     results: dict[str, dict[int, list]] = {label: {} for label in codes}
     for busy in counts:
