@@ -23,7 +23,7 @@ from traitlets.config import Configurable
 from ..storage.backends import check_url
 from ..storage.chunks import MAX_CHUNK, MIN_CHUNK
 from ..storage.namespace import check_namespace
-from ..storage.store import STORE_DIR_ENV
+from ..storage.store import STORE_DIR_ENV, user_store_dir
 from ..units import parse_size
 
 _TRUE = ("1", "true", "yes", "on")
@@ -81,12 +81,6 @@ def _bool(value: Any) -> bool:
     return value if isinstance(value, bool) else parse_bool(value)
 
 
-def _user_cache_dir() -> str:
-    import platformdirs
-
-    return platformdirs.user_cache_dir("jupyter_compile_cache", appauthor=False)
-
-
 @dataclass(frozen=True)
 class SettingDeclaration:
     """One setting, declared once. `check` takes the variable's text or a value set (`%config`, the API) and
@@ -105,7 +99,7 @@ class SettingDeclaration:
 _PREFIX = "JUPYTER_COMPILE_CACHE_"
 _TIMEOUT = _seconds(float, "a positive number of seconds")
 SETTINGS: tuple[SettingDeclaration, ...] = (
-    SettingDeclaration("store_dir", STORE_DIR_ENV, Unicode, _directory, _user_cache_dir,
+    SettingDeclaration("store_dir", STORE_DIR_ENV, Unicode, _directory, user_store_dir,
             "the user cache dir (`~/.cache/jupyter_compile_cache`; never `/tmp`)", "the local store"),
     SettingDeclaration("hub", _PREFIX + "HUB", Unicode, _hub, "", "none",
             "the shared hub: `redis://`, `rediss://` (TLS), `redis+cluster://`, `unix://`, `s3://bucket/prefix` (S3 or "

@@ -43,13 +43,16 @@ FETCH_WAIT = 600  # seconds a kernel waits for another kernel of this machine fe
 PAYLOAD_SUFFIXES = {2: ".pack", 1: ".tar.zst"}  # by bundle format
 
 
-def default_store_dir() -> str:
-    env = os.environ.get(STORE_DIR_ENV)
-    if env:
-        return os.path.abspath(os.path.expanduser(env))
+def user_store_dir() -> str:
+    """The store's folder where nothing names one: the user cache dir (never /tmp)."""
     import platformdirs
 
     return platformdirs.user_cache_dir("jupyter_compile_cache", appauthor=False)
+
+
+def default_store_dir() -> str:
+    env = os.environ.get(STORE_DIR_ENV)
+    return os.path.abspath(os.path.expanduser(env)) if env else user_store_dir()
 
 
 RUN_BUILDS = "run-time builds"  # a Removal's version for NAME's kernels built at run time (run_builds.py)

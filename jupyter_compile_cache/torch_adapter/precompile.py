@@ -122,7 +122,7 @@ class PrecompileGuard:
             # again breaks them): the session whose cell runs now. The other installs itself again at its next cell.
             _INSTALLED.uninstall()
         _INSTALLED = self
-        self._patches = precompile_patches.wire(self)
+        self._patches = precompile_patches.wire(self.troubles, self.guards, self.loader, self.installer, self.saver)
         self.troubles.filtering(True)
         self.installed = True
 

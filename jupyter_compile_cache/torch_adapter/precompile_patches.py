@@ -9,22 +9,26 @@ import inspect
 import os
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import precompile_fixes
 from .identity_checks import sha
 from .layers import COUNTER_GROUP
 from .miss_reasons import PrecompileStep
 from .patch import Patch
+from .precompile_guards import GuardBuilder
+from .precompile_install import EntryInstaller
+from .precompile_load import EntryLoader
+from .precompile_save import EntrySaver
+from .precompile_troubles import Troubles
 
-if TYPE_CHECKING:
-    from .precompile import PrecompileGuard
 
-
-def wire(guard: PrecompileGuard) -> list[Patch]:
+def wire(
+    troubles: Troubles, guard_builder: GuardBuilder, loader: EntryLoader, installer: EntryInstaller, saver: EntrySaver
+) -> list[Patch]:
     """The patches, applied: torch's DynamoCache load, CompilePackage's record/install/initialize steps, the guard
-    builder and loaders, and the recompilation reasons, each handing its call to the step of GUARD's that decides,
-    with what that step needs of the others."""
+    builder and loaders, and the recompilation reasons, each handing its call to the step that decides, with what
+    that step needs of the others."""
     from torch._dynamo import convert_frame, guards, package
 
     cache = package.DynamoCache
@@ -43,8 +47,6 @@ def wire(guard: PrecompileGuard) -> list[Patch]:
         "reasons": getattr(convert_frame, "get_and_maybe_log_recompilation_reasons", None),
     }
     signature = inspect.signature(orig["init"])
-    troubles, guards, loader = guard.troubles, guard.guards, guard.loader
-    installer, saver = guard.installer, guard.saver
 
     def load(fn: Any) -> Any:
         return loader.load(fn, orig["load"])
@@ -100,11 +102,12 @@ def wire(guard: PrecompileGuard) -> list[Patch]:
     def recompilation_reasons(cache_entries: Any, frame: Any, *args: Any, **kwargs: Any) -> Any:
         reasons = orig["reasons"](cache_entries, frame, *args, **kwargs)
         with contextlib.suppress(Exception):  # only words for the cell's line: never in torch's way
-            guards.recompiled(frame, list(reasons or ()))
+            guard_builder.recompiled(frame, list(reasons or ()))
         return reasons
 
     def check_function_manager_init(cfm_self: Any, *args: Any, **kwargs: Any) -> None:
-        guards.build(cfm_self, orig["init"], signature, (args, kwargs), installing=installer.installing is not None)
+        installing = installer.installing is not None
+        guard_builder.build(cfm_self, orig["init"], signature, (args, kwargs), installing=installing)
 
     def load_guards_state(state: bytes, *args: Any, **kwargs: Any) -> Any:
         loader.state_sha = sha(state)
@@ -113,9 +116,9 @@ def wire(guard: PrecompileGuard) -> list[Patch]:
     def load_guard_manager(*args: Any, **kwargs: Any) -> Any:
         # the restored entry being installed: its record, and which of its guard states torch is loading
         scope, state_sha = loader.scopes.get(installer.installing or ""), loader.state_sha
-        with guards.saved_dispatch_keys(kwargs.get("guards_state", args[0] if args else None), scope, state_sha):
+        with guard_builder.saved_dispatch_keys(kwargs.get("guards_state", args[0] if args else None), scope, state_sha):
             guard_manager = orig["load_gm"](*args, **kwargs)
-        return guards.with_identity_guard(guard_manager, (args, kwargs), scope, state_sha)
+        return guard_builder.with_identity_guard(guard_manager, (args, kwargs), scope, state_sha)
 
     return [
         *precompile_fixes.patches(),
