@@ -76,6 +76,16 @@ KERNEL_IMPORTS = (
     "tornado.platform.asyncio",
     "tornado.queues",
 )
+# What `%load_ext jupyter_compile_cache` imports (the extension's front end and session): 0.2 s of a forked kernel's
+# first cell on the CPU machine when the template left it to the child.
+EXTENSION_IMPORTS = (
+    "jupyter_compile_cache.core.session",
+    "jupyter_compile_cache.core.settings",
+    "jupyter_compile_cache.frontends.event_wording",
+    "jupyter_compile_cache.frontends.magics",
+    "jupyter_compile_cache.frontends.reporter",
+    "jupyter_compile_cache.kernels.kernel_exit",
+)
 
 
 def seconds_setting(env: dict[str, str], name: str, default: float) -> float:
@@ -108,6 +118,8 @@ def warm_up(headers: Replayer | None = None) -> tuple[set[str], dict[str, str]]:
     kernel_sets = {name: value for name, value in os.environ.items() if before.get(name) != value}
     import torch  # noqa: F401
 
+    for module in EXTENSION_IMPORTS:
+        importlib.import_module(module)
     threads = native_threads()
     from ..torch_adapter import compiler
     from .prewarm import Prewarm
@@ -124,6 +136,15 @@ def warm_up(headers: Replayer | None = None) -> tuple[set[str], dict[str, str]]:
     if lingering:
         raise RuntimeError(f"threads started while warming up did not end: {lingering}")
     return native_threads(), kernel_sets
+
+
+def _imported_from(stem: str, path: str) -> bool:
+    """Whether the module STEM was imported from PATH (a checkout it runs in: the same files, no shadow)."""
+    origin = getattr(sys.modules.get(stem), "__file__", None)
+    if not origin:
+        return False
+    origin = os.path.realpath(origin)
+    return os.path.realpath(path) in (origin, os.path.dirname(origin))
 
 
 def settled_threads(baseline: set[str], timeout: float = SETTLE_SECONDS) -> str | None:
@@ -163,8 +184,7 @@ class Template:
         self.kernels: dict[int, tuple[socket.socket, int | None]] = {}
         self.stamp_checked = time.monotonic()
         self.retired: TemplateProblem | None = None
-        ours = (__package__ or "jupyter_compile_cache").partition(".")[0]  # forgotten by a child: imported anew
-        self.imported = {name.partition(".")[0] for name in sys.modules} - {ours, "__main__"}
+        self.imported = {name.partition(".")[0] for name in sys.modules} - {"__main__"}
         self.path0 = sys.path[0] if sys.path else ""
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 
@@ -288,7 +308,7 @@ class Template:
             return None
         for name in names:
             stem, _, suffix = name.partition(".")
-            if stem not in self.imported:
+            if stem not in self.imported or _imported_from(stem, os.path.join(cwd, name)):
                 continue
             package = os.path.isfile(os.path.join(cwd, name, "__init__.py"))
             if suffix in ("py", "pyc") or suffix.endswith("so") or package:

@@ -20,6 +20,7 @@ import pytest
 from helpers.kernels import process_gone
 from helpers.warm_kernels import RawFrontEnd, end_templates, tiny_wheel, wait_for_template
 
+import jupyter_compile_cache
 from jupyter_compile_cache.kernels import protocol
 from jupyter_compile_cache.kernels.launcher import templates
 from jupyter_compile_cache.kernels.protocol import warming_path
@@ -107,11 +108,13 @@ def test_the_first_start_is_cold_then_every_start_is_forked_and_is_a_fresh_kerne
     assert forked["compiler"] and forked["pid"] not in (template.pid, cold["pid"], other["pid"])
     assert forked["pgid"] == forked["pid"]  # a process group of its own, as jupyter_client gives a kernel
     assert forked["argv"][1:] == ["-f", fe.connection_file] and cold["user"] and not forked["user"]
-    drawn = ("pid", "pgid", "random", "numpy", "torch_seed", "torch_rand", "compiler", "argv", "user")
+    # imported ahead by the template: torch's compiler, and the extension's modules that %load_ext imports
+    drawn = ("pid", "pgid", "random", "numpy", "torch_seed", "torch_rand", "compiler", "extension", "argv", "user")
     assert {k: v for k, v in forked.items() if k not in drawn} == {k: v for k, v in cold.items() if k not in drawn}
     for key in ("random", "numpy", "torch_seed", "torch_rand"):  # random states are drawn anew in each kernel
         assert len({cold[key], forked[key], other[key]}) == 3, key
-    assert forked["env"]["MY_SETTING"] == "launch-env" and not forked["user"] and not forked["extension"]
+    assert forked["env"]["MY_SETTING"] == "launch-env" and not forked["user"] and not cold["extension"]
+    assert forked["extension"] and forked["compiler"]
     assert forked["counters"] == {} and not forked["cuda"]
 
     status = fe.run("%load_ext jupyter_compile_cache\n%compile_cache status")
@@ -221,6 +224,20 @@ def test_a_module_in_the_kernels_folder_that_would_shadow_an_import_means_a_cold
         os.listdir(warm.directory),
     )
     assert fe.value("getattr(__import__('sympy'), 'SHADOW', False)") is True  # as in a fresh kernel there
+    assert fe.shutdown() == 0
+
+    # Our own package, which the template imported ahead of %load_ext: another copy in the folder is a shadow; the
+    # checkout the template imported it from is not.
+    other = tmp_path / "other"
+    (other / "jupyter_compile_cache").mkdir(parents=True)
+    (other / "jupyter_compile_cache" / "__init__.py").write_text("SHADOW = True\n")
+    fe = warm.launch(cwd=str(other))
+    assert fe.start_record()["problem"] == {"trouble": "shadowed", "detail": "jupyter_compile_cache"}
+    assert fe.value("getattr(__import__('jupyter_compile_cache'), 'SHADOW', False)") is True
+    assert fe.shutdown() == 0
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(jupyter_compile_cache.__file__)))
+    fe = warm.launch(cwd=checkout)
+    assert fe.start_record()["how"] == "forked"
     assert fe.shutdown() == 0
 
 
