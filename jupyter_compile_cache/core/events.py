@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from ..failure import Failure
 from ..storage.sources import Place, Skip
 from ..storage.store import UnreadableManifest
 from .records import CellReport, RestoreResult
@@ -239,7 +240,7 @@ class Step(str, enum.Enum):
 @dataclass(frozen=True)
 class StepFailed(Event):
     step: Step
-    error: str  # the exception, as "Type: message" or its message
+    error: Failure
     name: str | None = None  # the bundle
     where: str | None = None  # the store's folder
     errno: int | None = None  # an OSError's: the front end says the usual ones in its words
@@ -266,7 +267,7 @@ class StoodAside(Event):
 
     name: str
     before_body: bool
-    error: str  # the exception, as "Type: message"
+    error: Failure
     level: ClassVar[str] = "warning"
 
 

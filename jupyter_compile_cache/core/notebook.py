@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..failure import Failure
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
 from .machine_fit import MachineFit
@@ -175,7 +176,7 @@ class NotebookStage:
         self.plan: NotebookPlan | None = None  # once staging is done
         self.fetched: set[str] = set()  # names pulled from the hub ahead of their cells
         self.seconds: float | None = None  # how long the staging took
-        self.error: str | None = None
+        self.error: Failure | None = None
         self.thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._state: dict[str, str] = {}  # name -> "queued", "fetching", "done", or "cell" (left to its cell)
@@ -236,7 +237,7 @@ class NotebookStage:
                     self._fetched_event[cell.name].set()
             self.plan = plan(self.session, path, cells, problems)
         except Exception as exc:  # ahead-of-time work: a failure only costs the cells their own fetch, told by status
-            self.error = f"{type(exc).__name__}: {exc}"
+            self.error = Failure.of(exc)
         finally:
             for event in self._fetched_event.values():
                 event.set()

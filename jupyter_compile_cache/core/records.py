@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..failure import Failure
 from ..storage.bundle import FieldMismatch, Manifest
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
 from ..storage.sources import Place, Skip
@@ -266,7 +267,7 @@ class SessionStatus:
     notebook: NotebookPlan | None = None  # the kernel's notebook, once its bundles are staged
     notebook_path: str | None = None  # known, though its plan may still be in the making
     notebook_fetched: int = 0  # bundles pulled from the hub ahead of their cells
-    notebook_error: str | None = None  # why the staging stopped early (its cells fetch their own bundles)
+    notebook_error: Failure | None = None  # why the staging stopped early (its cells fetch their own bundles)
 
 
 @dataclass

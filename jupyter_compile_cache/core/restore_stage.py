@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from ..failure import Failure
 from ..storage import bundle
 from ..storage.bundle import Manifest, matching_versions
 from ..storage.hub import Lease
@@ -130,7 +131,7 @@ class RestoreStage:
                 run_builds = RunBuilds(store.root).install(name, roots)
             except OSError as exc:  # torch builds them again, as without them
                 run_builds = []
-                self.tell(events.StepFailed(events.Step.RUN_BUILDS, str(exc), name, store.root), report)
+                self.tell(events.StepFailed(events.Step.RUN_BUILDS, Failure.of(exc), name, store.root), report)
             result.run_builds = len(run_builds)
             self.restored_paths[name] = found.installed + run_builds
         result.hub_signed_elsewhere = found.wrong_signatures > 0 and from_hub is None
@@ -207,7 +208,7 @@ class RestoreStage:
         try:
             found = stores.search.newest(name, stores.store(opts.store_dir), hub, wanted=wanted, install=install)
         except Exception as exc:  # the restored version stands; this function compiles as plain torch.compile would
-            self.tell(events.StepFailed(events.Step.FIND_ELSEWHERE, str(exc), name))
+            self.tell(events.StepFailed(events.Step.FIND_ELSEWHERE, Failure.of(exc), name))
             return False
         for problem in found.problems:  # a manifest the store could not read (the restore told the rest)
             self.tell(events.ManifestQuarantined(problem))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 
+from ..failure import Failure
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
 from ..storage.run_builds import RunBuilds
@@ -59,7 +60,7 @@ class SaveStage:
             manifest = store.write(manifest, cell_files.files, bar)
         except OSError as exc:
             report.save_failed = True
-            self.tell(events.StepFailed(events.Step.SAVE, str(exc), name, store.root, exc.errno), report)
+            self.tell(events.StepFailed(events.Step.SAVE, Failure.of(exc), name, store.root, exc.errno), report)
             return
         finally:
             bar.close()
@@ -129,7 +130,7 @@ class SaveStage:
         try:
             report.run_builds_kept = RunBuilds(store.root).keep(name, recorded.files.created_files)
         except OSError as exc:
-            self.tell(events.StepFailed(events.Step.RUN_BUILDS, str(exc), name, store.root), report)
+            self.tell(events.StepFailed(events.Step.RUN_BUILDS, Failure.of(exc), name, store.root), report)
 
     def enforce_size_cap(self, store: LocalStore, report: CellReport, quiet: bool) -> None:
         """Evict least recently used versions past `CompileCache.max_size`, after taking torch's build aids out of
@@ -138,7 +139,7 @@ class SaveStage:
         try:
             removals = store.gc(cap, keep=layers.is_compile_result)
         except OSError as exc:
-            self.tell(events.StepFailed(events.Step.EVICT, str(exc), where=store.root), report)
+            self.tell(events.StepFailed(events.Step.EVICT, Failure.of(exc), where=store.root), report)
             return
         slimmed = [r for r in removals if r.kept is not None]
         if slimmed:
@@ -163,7 +164,7 @@ class SaveStage:
         except Exception as exc:  # statistics must never break a cell
             if not self._stats_failed:
                 self._stats_failed = True
-                self.tell(events.StepFailed(events.Step.STATISTICS, str(exc)))
+                self.tell(events.StepFailed(events.Step.STATISTICS, Failure.of(exc)))
         self.tell(events.CellFinished(report), None, opts.quiet)
 
 

@@ -23,6 +23,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from ..failure import Failure
 from ..kernels import header_calls
 from ..kernels.prewarm import Prewarm
 from ..storage.bundle import check_name
@@ -218,7 +219,7 @@ class CompileCacheSession(StoreSession):
 
     def _stand_aside(self, cell: Cell, undo: contextlib.ExitStack, exc: Exception) -> None:
         """Ours failed before the body: it runs without the cache around it, torch's switch as it was."""
-        self.tell(events.StoodAside(cell.name, True, f"{type(exc).__name__}: {exc}"), cell.report)
+        self.tell(events.StoodAside(cell.name, True, Failure.of(exc)), cell.report)
         undo.close()
 
     def _carry_hook(
@@ -233,8 +234,7 @@ class CompileCacheSession(StoreSession):
             carried = process_hook.Carried(opts.precompile_processes)
             carried.start()
         except Exception as exc:  # the processes compile as without it
-            trouble = f"{type(exc).__name__}: {exc}"
-            self.tell(events.StepFailed(events.Step.PROCESS_HOOK, trouble, cell.name), cell.report)
+            self.tell(events.StepFailed(events.Step.PROCESS_HOOK, Failure.of(exc), cell.name), cell.report)
             return None
         ending.callback(carried.discard)  # a body that raised: its processes' records are not read
         body.callback(carried.stop)
@@ -258,7 +258,7 @@ class CompileCacheSession(StoreSession):
                 self.toolchain.save(recorded.files.probe_programs)
             self.save_stage.keep(cell.name, recorded, report, opts, cell.plan.hub)
         except Exception as exc:  # ours failed after the body: its result stands
-            self.tell(events.StoodAside(cell.name, False, f"{type(exc).__name__}: {exc}"), report)
+            self.tell(events.StoodAside(cell.name, False, Failure.of(exc)), report)
 
     def _end(self, cell: Cell) -> None:
         """Every cell whose body ran, whichever way it went: what compiled out of its sight, its wait, its line."""
@@ -277,7 +277,7 @@ class CompileCacheSession(StoreSession):
         try:
             header_calls.keep(calls)
         except Exception as exc:  # a speed-up for kernels to come: they make the checks themselves
-            self.tell(events.StepFailed(events.Step.HEADER_CALLS, f"{type(exc).__name__}: {exc}"), report)
+            self.tell(events.StepFailed(events.Step.HEADER_CALLS, Failure.of(exc)), report)
 
     def _restore_beside(self, cell: Cell) -> Future[list[str]]:
         """NAME's restore from the local store on a thread of its own while the body starts; its future gives the
@@ -287,8 +287,7 @@ class CompileCacheSession(StoreSession):
             try:
                 return self.restore_stage.restore_for_cell(cell.name, cell.opts, cell.report, None).files
             except Exception as exc:
-                trouble = f"{type(exc).__name__}: {exc}"
-                self.tell(events.StepFailed(events.Step.RESTORE_BESIDE, trouble, cell.name), cell.report)
+                self.tell(events.StepFailed(events.Step.RESTORE_BESIDE, Failure.of(exc), cell.name), cell.report)
                 return []
 
         future: Future[list[str]] = Future()
@@ -314,7 +313,7 @@ class CompileCacheSession(StoreSession):
             try:
                 self.toolchain.restore()
             except Exception as exc:  # a speed-up only: the processes probe for themselves
-                self.tell(events.StepFailed(events.Step.PROBE_RESTORE, f"{type(exc).__name__}: {exc}"), report)
+                self.tell(events.StepFailed(events.Step.PROBE_RESTORE, Failure.of(exc)), report)
         report.waited_seconds = self.prewarm.take_waited()  # this cell's wait, IPython's pre-run hook's part included
         prewarm_error = self.prewarm.take_error()
         if prewarm_error is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from ..failure import Failure
 from ..storage.store import LocalStore
 from . import events
 from .bundle_search import BundleSearch
@@ -54,7 +55,7 @@ class StoreSession:
                 listener(event)
             except Exception as exc:  # a broken view must never break the cell: told once, then dropped
                 self.listeners.remove(listener)
-                self.tell(events.StepFailed(events.Step.VIEW, f"{type(exc).__name__}: {exc}"))
+                self.tell(events.StepFailed(events.Step.VIEW, Failure.of(exc)))
 
     def warn(self, message: str, report: CellReport | None = None) -> None:
         self.tell(events.CacheWarning(message), report)

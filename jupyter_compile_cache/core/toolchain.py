@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from ..failure import Failure
 from ..storage import bundle
 from ..storage.bundle import Manifest
 from ..storage.hub import HubError
@@ -67,7 +68,7 @@ class Toolchain:
                 manifest = Manifest.new(digest, now, digest, writer())
                 manifests = [store.write(manifest, {k: v for k, v in members.items() if k})]
             except OSError as exc:
-                self._tell(events.StepFailed(events.Step.PROBE_SAVE, str(exc), where=store.root))
+                self._tell(events.StepFailed(events.Step.PROBE_SAVE, Failure.of(exc), where=store.root))
                 return
         hub = self._hub_policy.for_toolchain()
         if hub is not None:

@@ -11,7 +11,15 @@ from ..core import events
 from ..core.records import RestoreResult
 from ..storage.store import UnreadableManifest
 from ..units import count, human_bytes, speed
-from .wording import OS_ERRORS, cell_summary, cold_start_line, place_text, skip_line, skip_warning
+from .wording import (
+    OS_ERRORS,
+    cell_summary,
+    cold_start_line,
+    failure_text,
+    place_text,
+    skip_line,
+    skip_warning,
+)
 
 if TYPE_CHECKING:  # the torch adapter's records, imported when a reason is worded: a listing imports none of it
     from ..torch_adapter.compiler import TorchProblem
@@ -107,7 +115,7 @@ _LOAD_FIX = {  # by kernel_load_fixes.LoadFix's values: a listing imports nothin
 
 @event_text.register
 def _(event: events.LoadFixFailed) -> str:
-    return _LOAD_FIX[event.trouble.fix].format(error=event.trouble.error)
+    return _LOAD_FIX[event.trouble.fix].format(error=failure_text(event.trouble.error))
 
 
 @event_text.register
@@ -152,9 +160,10 @@ def _(event: events.NoBundleArrived) -> str:
 def _(event: events.StoodAside) -> str:
     if event.before_body:
         return (
-            f"the cache stood aside for {event.name!r} ({event.error}); plain torch.compile runs it, nothing is saved"
+            f"the cache stood aside for {event.name!r} ({failure_text(event.error)}); plain torch.compile runs it, "
+            "nothing is saved"
         )
-    return f"what {event.name!r} compiled was not saved ({event.error}); the cell's result stands"
+    return f"what {event.name!r} compiled was not saved ({failure_text(event.error)}); the cell's result stands"
 
 
 def _bypass_reason(reason: str) -> str:
@@ -280,7 +289,7 @@ _STEP_FAILED = {
 
 @event_text.register
 def _(event: events.StepFailed) -> str:
-    error = OS_ERRORS.get(event.errno or 0, event.error)
+    error = OS_ERRORS.get(event.errno or 0) or failure_text(event.error)
     return _STEP_FAILED[event.step].format(name=event.name, where=event.where, error=error)
 
 
@@ -304,13 +313,13 @@ _PRECOMPILE_STEP = {
 @event_text.register
 def _(event: events.PrecompileFailed) -> str:
     trouble = event.trouble
-    words = _PRECOMPILE_STEP[trouble.step.value]
+    words, error = _PRECOMPILE_STEP[trouble.step.value], failure_text(trouble.error)
     if trouble.fallback:
         return (
-            f"Dynamo precompile failed while {words} ({trouble.error}); this function runs the plain torch.compile "
+            f"Dynamo precompile failed while {words} ({error}); this function runs the plain torch.compile "
             "way (FX graph and AOTAutograd caches still apply)"
         )
-    return words.format(error=trouble.error)
+    return words.format(error=error)
 
 
 @event_text.register

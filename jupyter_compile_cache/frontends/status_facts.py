@@ -46,9 +46,9 @@ def status_facts(status: SessionStatus, short_path: Callable[[str], str] = str) 
         line = notebook_line(s.notebook, s.notebook_fetched)
         facts.append(Fact("notebook", line.split("; not ")[0], line))
     elif s.notebook_error is not None:
-        short = "its bundles were not fetched ahead"
-        full = f"{s.notebook_path}: {short} ({s.notebook_error}); each cell fetches its own"
-        facts.append(Fact("notebook", f"{short}: {s.notebook_error}", full))
+        short, error = "its bundles were not fetched ahead", wording.failure_text(s.notebook_error)
+        full = f"{s.notebook_path}: {short} ({error}); each cell fetches its own"
+        facts.append(Fact("notebook", f"{short}: {error}", full))
     elif s.notebook_path is not None:
         short = "its bundles are still being fetched"
         facts.append(Fact("notebook", short, f"{s.notebook_path}: {short} (status again)"))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import NoHub, NoSuchVersion, NotANotebook, NotFound, NothingFits
 from ..core.plans import CellPlan, NotRestoring, PlanProblem, PlanTrouble
 from ..core.records import BundleRow, CellReport, HubState, LayerState, SwitchScope
+from ..failure import Failure
 from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..kernels.protocol import FIT_TROUBLES, TemplateProblem, TemplateTrouble
 from ..storage.backends.url import redact
@@ -114,6 +115,13 @@ OS_ERRORS = {  # what a failed write says, in words ("[Errno 28] No space left o
     errno.EPERM: "permission denied",
     errno.ENOENT: "no such file",
 }
+
+
+def failure_text(failure: Failure) -> str:
+    """A failure ours met, in one line: "Type: message" (the message's first line, 200 characters at most)."""
+    lines = failure.message.strip().splitlines()
+    message = lines[0][:200] if lines else ""
+    return ": ".join(part for part in (failure.kind, message) if part) or "no message"
 
 
 def error_text(exc: BaseException) -> str:
@@ -391,9 +399,11 @@ def template_problem_text(problem: TemplateProblem | None, refused: bool = False
 def cold_start_line(start: KernelStart) -> str:
     """Why the warm kernel's launcher started this kernel cold, and what it did for the next one."""
     problem = template_problem_text(start.problem, refused=start.cold is Cold.REFUSED)
-    why = _COLD[start.cold].format(detail=start.detail or "no answer", problem=problem) if start.cold else "not forked"
+    detail = failure_text(start.failure) if start.failure else start.detail or "no answer"
+    why = _COLD[start.cold].format(detail=detail, problem=problem) if start.cold else "not forked"
     if start.retired is not None:
         why += f" (the last one retired: {template_problem_text(start.retired)})"
     if start.next is not None:
-        why += _NEXT[start.next].format(detail=start.next_detail)
+        failed = start.next_failure
+        why += _NEXT[start.next].format(detail=failure_text(failed) if failed else "no word from it")
     return why

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..failure import Failure
 from .protocol import TemplateProblem, start_record_path
 
 
@@ -31,7 +32,7 @@ class Next(str, enum.Enum):
 
     KEPT = "kept"  # this launch's own template refused this once: it stays for the next
     WARMING = "warming"  # the template for it is still warming up
-    FAILED = "failed"  # the last template for it could not warm up (next_detail: why)
+    FAILED = "failed"  # the last template for it could not warm up (next_failure: why)
     STARTED = "started"  # one is warming up for the next kernel
     NOT_STARTED = "not_started"  # a template could not be started
 
@@ -43,15 +44,16 @@ class KernelStart:
     template_pid: int | None = None
     cold: Cold | None = None  # why it was not forked
     detail: str = ""
+    failure: Failure | None = None  # LOOKUP_FAILED: what failed
     problem: TemplateProblem | None = None  # the template's trouble, for NO_FIT and REFUSED
     next: Next | None = None  # what happens for the next launch
-    next_detail: str = ""
+    next_failure: Failure | None = None  # Next.FAILED: why the last template could not warm up
     retired: TemplateProblem | None = None  # why the last template for this environment retired, if it did
 
     def to_json(self) -> dict[str, Any]:
         data = dict(vars(self))
-        for key in ("problem", "retired"):
-            data[key] = data[key].to_json() if data[key] is not None else None
+        for key in ("problem", "retired", "failure", "next_failure"):
+            data[key] = data[key].to_json() if hasattr(data[key], "to_json") else data[key]
         return data
 
     @classmethod
@@ -61,6 +63,8 @@ class KernelStart:
         fields["next"] = Next(fields["next"]) if "next" in fields else None
         for key in ("problem", "retired"):
             fields[key] = TemplateProblem.from_json(fields.get(key))
+        for key in ("failure", "next_failure"):
+            fields[key] = Failure.from_json(fields[key]) if key in fields else None
         return cls(**fields)
 
 

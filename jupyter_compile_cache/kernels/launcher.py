@@ -27,6 +27,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from ..failure import Failure
 from . import protocol
 from .kernel_start import Cold, KernelStart, Next, write_start
 from .protocol import KERNEL_MODULE, KernelRequest, TemplateProblem, read_answer, send_request
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             if kernel is None:
                 _start_template_if_needed(directory, env, stamp, why)
         except Exception as exc:  # the templates are a speed-up: whatever fails there, the kernel starts
-            kernel, why = None, KernelStart("cold", cold=Cold.LOOKUP_FAILED, detail=f"{type(exc).__name__}: {exc}")
+            kernel, why = None, KernelStart("cold", cold=Cold.LOOKUP_FAILED, failure=Failure.of(exc))
         if kernel is None:
             kernel = start_cold_kernel(request)
         if kernel is not None:
@@ -227,13 +228,10 @@ def _start_template_if_needed(directory: str, env: dict[str, str], stamp: str, w
     if warming is not None and process_alive(warming.pid):
         why.next = Next.WARMING
         return
-    failed = protocol.failure_path(directory, key)
-    with contextlib.suppress(OSError):
-        if time.time() - os.stat(failed).st_mtime < RETRY_FAILED_AFTER:
-            with open(failed, encoding="utf-8") as f:
-                why.next, why.next_detail = Next.FAILED, f.read().strip()  # the kernel's start line says it
-            return
-        os.unlink(failed)
+    failed = protocol.read_failure(directory, key, RETRY_FAILED_AFTER)
+    if failed is not None:
+        why.next, why.next_failure = Next.FAILED, failed  # the kernel's start line says it
+        return
     retired = protocol.retired_path(directory, key)
     with contextlib.suppress(OSError):
         with contextlib.suppress(ValueError), open(retired, encoding="utf-8") as f:

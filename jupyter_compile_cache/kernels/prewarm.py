@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..failure import Failure
 from ..torch_adapter import compiler
 
 IDLE_QUIET = 0.5  # seconds with no cell running before work no cell waits for starts
@@ -51,7 +52,7 @@ class Prewarm:
         self.listing = listing
         self.created: list[str] = []  # cache files the ISA probe wrote (compiled test programs)
         self.waited = 0.0  # seconds cells waited for it, not yet reported
-        self.error: str | None = None  # why it stopped early, until a cell tells it (`take_error`)
+        self.error: Failure | None = None  # why it stopped early, until a cell tells it (`take_error`)
         self.started = 0.0
         # No cell runs (IPython's pre/post_run_cell hooks), since when: work no cell waits for goes then.
         self.follows_cells = False  # whether IPython tells it when cells run (a script's process: never)
@@ -108,7 +109,7 @@ class Prewarm:
                 self._wait_for_idle(until=lambda: id(last) in self.needed)
                 later()
         except Exception as exc:  # prewarming is an optimisation: a failure only costs time later, told once
-            self.error = f"{type(exc).__name__}: {exc}"
+            self.error = Failure.of(exc)
         finally:
             self.hashed.set()
             self.probed.set()
@@ -168,7 +169,7 @@ class Prewarm:
                 self.after_probe(self.created)
         self.probed.set()
 
-    def take_error(self) -> str | None:
+    def take_error(self) -> Failure | None:
         """Why the work stopped early, once (the next cell tells it), or None."""
         error, self.error = self.error, None
         return error

@@ -29,8 +29,11 @@ import os
 import socket
 import struct
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
+
+from ..failure import Failure
 
 # The modules each process runs as `python -m MODULE`.
 _PACKAGE = __name__.rpartition(".")[0]
@@ -278,6 +281,27 @@ class Warming:
 def failure_path(directory: str, launch_key: str) -> str:
     """Why the last warm-up for this key failed: launches start cold and say so, until it is old enough to retry."""
     return os.path.join(directory, f"{launch_key}.failed")
+
+
+def write_failure(directory: str, launch_key: str, exc: BaseException) -> None:
+    with contextlib.suppress(OSError), open(failure_path(directory, launch_key), "w", encoding="utf-8") as f:
+        json.dump(Failure.of(exc).to_json(), f)
+
+
+def read_failure(directory: str, launch_key: str, retry_after: float) -> Failure | None:
+    """Why the last warm-up for this key failed, unless that is RETRY_AFTER seconds old (the file is then removed)."""
+    path = failure_path(directory, launch_key)
+    try:
+        if time.time() - os.stat(path).st_mtime >= retry_after:
+            os.unlink(path)
+            return None
+        with open(path, encoding="utf-8") as f:
+            written = f.read()
+    except OSError:
+        return None
+    with contextlib.suppress(ValueError):  # an older template wrote the text alone
+        return Failure.from_json(json.loads(written))
+    return Failure.from_json(written)
 
 
 def retired_path(directory: str, launch_key: str) -> str:

@@ -127,7 +127,7 @@ def warm_up(headers: Replayer | None = None) -> tuple[set[str], dict[str, str]]:
     prewarm = Prewarm()
     prewarm.run_here(gpu=False, idle_work=True)  # all of it runs here; the order only matters to a kernel's cells
     if prewarm.error and not compiler.compiler_imported():  # a failed CPU probe only costs a cell time
-        raise RuntimeError(prewarm.error)
+        raise RuntimeError(prewarm.error.message)
     if headers is not None and compiler.compiler_imported():
         headers.replay_new()
     gc.collect()
@@ -421,9 +421,7 @@ def main(argv: list[str]) -> int:
         names = {n for n in reads.names | set(start_env) if n in reads.names or read_natively(n)}
         selecting = {n: start_env.get(n) for n in sorted(names) if not per_launch(n) and n != NVML_CHECK_ENV}
     except BaseException as exc:  # said in the failure file: the launcher tells the kernel's user why it started cold
-        failed = protocol.failure_path(directory, launch_key)
-        with contextlib.suppress(OSError), open(failed, "w", encoding="utf-8") as f:
-            f.write(f"{type(exc).__name__}: {exc}")
+        protocol.write_failure(directory, launch_key, exc)
         with contextlib.suppress(OSError):
             os.unlink(warming)
         return 1

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..failure import Failure
 from .patch import Patch
 
 
@@ -37,7 +38,7 @@ class LoadFix(str, enum.Enum):
 @dataclass(frozen=True)
 class LoadFixTrouble:
     fix: LoadFix
-    error: str  # "TypeName: message"
+    error: Failure
 
 
 def cache_load_patches(warn: Callable[[LoadFixTrouble], None]) -> list[Patch]:
@@ -56,7 +57,7 @@ def _once(warn: Callable[[LoadFixTrouble], None]) -> Callable[[LoadFix, Exceptio
     def tell(fix: LoadFix, exc: Exception) -> None:
         if not told:
             told.append(fix)
-            warn(LoadFixTrouble(fix, f"{type(exc).__name__}: {exc}"))
+            warn(LoadFixTrouble(fix, Failure.of(exc)))
 
     return tell
 

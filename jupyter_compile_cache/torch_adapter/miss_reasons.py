@@ -8,6 +8,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from ..failure import Failure
+
 # The bypass reason (torch's words, then the function) of an entry the save left out for want of its compiled graph.
 NO_GRAPH_REASON = "Backend not found for"
 
@@ -101,5 +103,5 @@ class PrecompileTrouble:
     """STEP failed for one function; `fallback`: it runs the plain torch.compile way (else only time is lost)."""
 
     step: PrecompileStep
-    error: str  # "Type: message" for a fallback, else the error's message
+    error: Failure
     fallback: bool

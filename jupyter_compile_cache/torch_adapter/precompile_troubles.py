@@ -8,6 +8,7 @@ import logging
 import warnings
 from collections.abc import Callable
 
+from ..failure import Failure
 from .installed_entries import set_aside
 from .layers import COUNTER_GROUP
 from .miss_reasons import MissReason, PrecompileStep, PrecompileTrouble
@@ -54,14 +55,13 @@ class Troubles:
             if key in self._told:
                 return
             self._told.add(key)
-        message = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        self.warn(PrecompileTrouble(step, f"{type(exc).__name__}: {message}", fallback=True))
+        self.warn(PrecompileTrouble(step, Failure.of(exc), fallback=True))
 
     def tell(self, key: str, step: PrecompileStep, exc: BaseException) -> None:
         """Once per function and step, a failure that costs time later but changes no answer."""
         if f"{key}:{step.value}" not in self._told:
             self._told.add(f"{key}:{step.value}")
-            self.warn(PrecompileTrouble(step, str(exc), fallback=False))
+            self.warn(PrecompileTrouble(step, Failure.of(exc), fallback=False))
 
     def filtering(self, on: bool) -> None:
         """torch's log lines about precompile go through our filter while the guard is installed."""

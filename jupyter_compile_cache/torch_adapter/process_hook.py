@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..failure import Failure
+
 RECORDS_ENV = "JUPYTER_COMPILE_CACHE_PROCESS_RECORDS"  # the folder each process writes its record into
 PRECOMPILE_ENV = "JUPYTER_COMPILE_CACHE_PROCESS_PRECOMPILE"  # "1": the processes load and save precompile entries
 START_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "process_start")
@@ -85,7 +87,7 @@ class Carried:
         from .miss_reasons import PrecompileStep, PrecompileTrouble
 
         out = ProcessesShare(precompile=self.precompile)
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[str, Failure]] = set()
         try:
             names = sorted(os.listdir(self.records))
         except OSError:
@@ -97,7 +99,9 @@ class Carried:
                 counts = [int(record.get(key, 0)) for key in ("hits", "traced", "stale")]
                 bypassed = [str(reason) for reason in record.get("bypassed", [])]
                 used = [str(path) for path in record.get("used", [])]
-                troubles = [(str(t["step"]), str(t["error"]), bool(t.get("fallback"))) for t in record["troubles"]]
+                troubles = [
+                    (str(t["step"]), Failure.from_json(t["error"]), bool(t.get("fallback"))) for t in record["troubles"]
+                ]
                 layers = {
                     str(layer): {str(kind): int(number) for kind, number in counts.items()}
                     for layer, counts in record.get("layers", {}).items()
@@ -253,8 +257,8 @@ class _Process:
     def _trouble(self, trouble: Any) -> None:
         self._failed(trouble.step, trouble.error, trouble.fallback)
 
-    def _failed(self, step: Any, error: str, fallback: bool) -> None:
-        self.troubles.append({"step": step.value, "error": error, "fallback": fallback})
+    def _failed(self, step: Any, error: Failure, fallback: bool) -> None:
+        self.troubles.append({"step": step.value, "error": error.to_json(), "fallback": fallback})
 
     def begin(self) -> None:
         from .miss_reasons import PrecompileStep
@@ -286,7 +290,7 @@ class _Process:
             compiler.set_caching_precompile(True)
             self.snapshot = CellSnapshot.take(self.guard)
         except Exception as exc:  # the plain path: torch as it was
-            self._failed(PrecompileStep.START_IN_PROCESS, f"{type(exc).__name__}: {exc}", True)
+            self._failed(PrecompileStep.START_IN_PROCESS, Failure.of(exc), True)
             self._undo()
 
     def _undo(self) -> None:
@@ -298,7 +302,7 @@ class _Process:
 
             compiler.set_caching_precompile(False)
         except Exception as exc:  # the switch could not be read back either: said beside the first failure
-            self._failed(PrecompileStep.START_IN_PROCESS, f"{type(exc).__name__}: {exc}", True)
+            self._failed(PrecompileStep.START_IN_PROCESS, Failure.of(exc), True)
         for patch in reversed(self.patches):
             patch.undo()
         self.patches = []
@@ -325,7 +329,7 @@ class _Process:
                     record["stale"] = share.stale_rejected
                     record["bypassed"] = self.guard.new_bypass_reasons()
             except Exception as exc:  # this process's entries are not saved; its work is done
-                self._failed(PrecompileStep.SAVE, f"{type(exc).__name__}: {exc}", False)
+                self._failed(PrecompileStep.SAVE, Failure.of(exc), False)
         if self.used is not None:
             record["used"] = sorted(self.used.used())
         record["troubles"] = self.troubles
@@ -350,5 +354,5 @@ def failed_to_arm(records: str | None, exc: BaseException) -> None:
     from .miss_reasons import PrecompileStep  # the standard library only: safe where the hook failed
 
     if records:
-        trouble = {"step": PrecompileStep.START_IN_PROCESS.value, "error": f"{type(exc).__name__}: {exc}"}
+        trouble = {"step": PrecompileStep.START_IN_PROCESS.value, "error": Failure.of(exc).to_json()}
         _write_record(records, {"carried": False, "troubles": [{**trouble, "fallback": True}]})

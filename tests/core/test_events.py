@@ -7,11 +7,12 @@ import dataclasses
 import logging
 
 from jupyter_compile_cache.core import events
+from jupyter_compile_cache.failure import Failure
 
 
 def test_a_session_without_a_front_end_logs_its_events_as_records_warnings_as_warnings(caplog):
     reporter = events.LoggingReporter()
-    warning = events.StepFailed(events.Step.SAVE, "disk full", "net", "/s")
+    warning = events.StepFailed(events.Step.SAVE, Failure("OSError", "disk full"), "net", "/s")
     restored = events.Restored("net", "hub", "file:///share", False, 8, 376_627, 1.5, 0.4)
     with caplog.at_level(logging.INFO, logger="jupyter_compile_cache"):
         reporter(warning)

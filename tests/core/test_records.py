@@ -7,6 +7,7 @@ import json
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellReport, RestoreResult
 from jupyter_compile_cache.core.settings import EnvProblem
+from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.storage.sources import Place, Skip, SkipKind
 from jupyter_compile_cache.torch_adapter.miss_reasons import (
     MissCause,
@@ -24,13 +25,13 @@ def test_a_report_with_every_kind_of_warning_and_miss_reason_is_kept_as_json_and
         events.HubUnavailable("redis://h:1/0", "timed out"),
         events.HubRefusal("redis://h:1/0", "not permitted", "write"),
         events.SkippedVersion("net", skip),
-        events.StoodAside("net", True, "OSError: disk full"),
+        events.StoodAside("net", True, Failure("OSError", "disk full")),
         events.CompiledWhileLoading("net"),
         events.NotPushedSignedElsewhere("net"),
         events.NotListed(hub, ("a", "b")),
         events.BadEnvironment(EnvProblem("JUPYTER_COMPILE_CACHE_HUB_TTL", "not a number", "0")),
-        events.PrecompileFailed(PrecompileTrouble(PrecompileStep.LOAD, "IndexError: 3", True)),
-        *[events.StepFailed(step, "disk full", "net", "/s", 28) for step in events.Step],
+        events.PrecompileFailed(PrecompileTrouble(PrecompileStep.LOAD, Failure("IndexError", "3"), True)),
+        *[events.StepFailed(step, Failure("OSError", "disk full"), "net", "/s", 28) for step in events.Step],
     ]
     assert all(event.level == "warning" for event in warnings)
     report = CellReport(
@@ -44,7 +45,7 @@ def test_a_report_with_every_kind_of_warning_and_miss_reason_is_kept_as_json_and
     assert kept["warnings"][-1] == {
         "event": "StepFailed",
         "step": "view",
-        "error": "disk full",
+        "error": {"kind": "OSError", "message": "disk full"},
         "name": "net",
         "where": "/s",
         "errno": 28,

@@ -12,6 +12,7 @@ from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.options import CellOptions
 from jupyter_compile_cache.core.records import RUN_BUILDS
 from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.frontends import tables, wording
 from jupyter_compile_cache.storage.sources import Place
 from jupyter_compile_cache.torch_adapter import fingerprint
@@ -294,7 +295,7 @@ def test_a_failure_of_ours_around_the_body_is_told_once_and_the_body_runs_as_wit
         assert ran == [not before and PrecompileGuard.available()] and report.ok
         assert err.getvalue().count("(RuntimeError: ours broke)") == 1 and said in err.getvalue(), err.getvalue()
         stood_aside = [e for e in told if isinstance(e, StoodAside)]
-        assert stood_aside == [StoodAside("net", before, "RuntimeError: ours broke")]
+        assert stood_aside == [StoodAside("net", before, Failure("RuntimeError", "ours broke"))]
         assert [r.name for r in session.history] == ["net"] and session.store().names() == []
         with pytest.raises(ZeroDivisionError):  # the user's own exception is still theirs
             with session.cell("net", CellOptions()):

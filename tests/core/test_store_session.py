@@ -8,6 +8,7 @@ from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.commands import Commands
 from jupyter_compile_cache.core.events import CacheWarning, Step, StepFailed
 from jupyter_compile_cache.core.store_session import StoreSession
+from jupyter_compile_cache.failure import Failure
 
 
 class Collected:
@@ -43,7 +44,7 @@ def test_stores_alone_list_and_tell_without_the_kernels_session(tmp_path):
         said = told.events
         assert said[0] == CacheWarning("first") and said[-1] == CacheWarning("second"), said
         # the broken view was dropped, said once; the working one saw every event
-        assert said.count(StepFailed(Step.VIEW, "RuntimeError: a closed panel")) == 1, said
+        assert said.count(StepFailed(Step.VIEW, Failure("RuntimeError", "a closed panel"))) == 1, said
         assert seen[-1] == CacheWarning("second") and broken not in stores.listeners
     finally:
         stores.close()

@@ -9,6 +9,7 @@ from helpers.worded import INCOMPATIBLE, OMP_DIFFERS, SIGNED
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellReport, RestoreResult
 from jupyter_compile_cache.core.settings import EnvProblem
+from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.frontends import event_wording
 from jupyter_compile_cache.kernels.kernel_start import Cold, KernelStart, Next
 from jupyter_compile_cache.storage import sources
@@ -38,8 +39,8 @@ ALL = [
     events.CollaboratorCompiling("net", "bob@b", 12.0, 0.0),
     events.CollaboratorCompiling("net", "bob@b", 12.0, 30.0),
     events.NoBundleArrived("net"),
-    events.StoodAside("net", True, "OSError: disk full"),
-    events.StoodAside("net", False, "OSError: disk full"),
+    events.StoodAside("net", True, Failure("OSError", "disk full")),
+    events.StoodAside("net", False, Failure("OSError", "disk full")),
     events.PrecompileBypassed("Graph contains named parameters"),
     events.CompiledOutsideCell("Net.forward"),
     events.CompiledOutsideCell(""),
@@ -51,10 +52,13 @@ ALL = [
     events.ManifestQuarantined(UNREADABLE),
     events.NotRestored("net", (), (UNREADABLE,)),
     events.CachingPrecompileEverywhere(),
-    *[events.LoadFixFailed(LoadFixTrouble(fix, "RuntimeError: x")) for fix in LoadFix],
-    *[events.StepFailed(step, "disk full", "net", "/s") for step in events.Step],
-    *[events.PrecompileFailed(PrecompileTrouble(step, "OSError: disk full", True)) for step in PrecompileStep],
-    *[events.PrecompileFailed(PrecompileTrouble(step, "disk full", False)) for step in PrecompileStep],
+    *[events.LoadFixFailed(LoadFixTrouble(fix, Failure("RuntimeError", "x"))) for fix in LoadFix],
+    *[events.StepFailed(step, Failure("", "disk full"), "net", "/s") for step in events.Step],
+    *[
+        events.PrecompileFailed(PrecompileTrouble(step, Failure("OSError", "disk full"), True))
+        for step in PrecompileStep
+    ],
+    *[events.PrecompileFailed(PrecompileTrouble(step, Failure("", "disk full"), False)) for step in PrecompileStep],
     events.BuildAidsRemoved(2, 300 << 20),
     events.CompiledWhileLoading("net", watched=True),
     events.CellFinished(CellReport("net", body_seconds=0.5)),
@@ -129,12 +133,12 @@ def test_the_golden_lines():
         "torch.compile does, from torch's own caches, without precompile; a cell that says `torch.compile` or "
         "`.compile(` waits for the compiler"
     )
-    trouble = PrecompileTrouble(PrecompileStep.LOAD, "IndexError: 3", True)
+    trouble = PrecompileTrouble(PrecompileStep.LOAD, Failure("IndexError", "3"), True)
     assert event_wording.event_text(events.PrecompileFailed(trouble)) == (
         "Dynamo precompile failed while loading the saved entry (IndexError: 3); this function runs the plain "
         "torch.compile way (FX graph and AOTAutograd caches still apply)"
     )
-    saved = event_wording.event_text(events.StepFailed(events.Step.SAVE, "disk full", "net", "/s"))
+    saved = event_wording.event_text(events.StepFailed(events.Step.SAVE, Failure("", "disk full"), "net", "/s"))
     assert saved == "could not save bundle 'net' to /s: disk full; the cell's result stands"
 
 

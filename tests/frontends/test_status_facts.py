@@ -9,6 +9,7 @@ import html
 from jupyter_compile_cache.core.commands import Commands
 from jupyter_compile_cache.core.records import CellReport
 from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.frontends import wording
 from jupyter_compile_cache.frontends.panel import Panel, short_path
 from jupyter_compile_cache.frontends.status_facts import status_facts
@@ -26,7 +27,7 @@ def test_status_the_panel_and_the_cell_line_word_each_fact_alike(tmp_path):
             torch_remote="redis://cache:6379/0",
             compiler_loading=1.5,
             notebook_path=str(tmp_path / "team.ipynb"),
-            notebook_error="PermissionError: the notebook went away",
+            notebook_error=Failure("PermissionError", "the notebook went away"),
         )
         facts = status_facts(status, short_path)  # the panel's paths from ~, their middles left out
         assert [f.label for f in facts] == [

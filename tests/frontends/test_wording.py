@@ -9,6 +9,7 @@ from helpers.worded import HUB, IDLE, INCOMPATIBLE, LOCAL, OMP_DIFFERS, SIGNED
 
 from jupyter_compile_cache.core import events
 from jupyter_compile_cache.core.records import CellReport
+from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.frontends import event_wording, wording
 from jupyter_compile_cache.kernels.kernel_start import Cold, KernelStart, Next
 from jupyter_compile_cache.kernels.protocol import TemplateProblem, TemplateTrouble
@@ -122,7 +123,9 @@ def test_how_a_kernel_started():
     # every reason and every next step has its words, and the launcher's record reads back as it was written
     for cold in Cold:
         for next_ in (*Next, None):
-            start = KernelStart("cold", 1.0, cold=cold, detail="d", next=next_, next_detail="e", retired=IDLE)
+            start = KernelStart(
+                "cold", 1.0, cold=cold, detail="d", next=next_, next_failure=Failure("E", "e"), retired=IDLE
+            )
             line = wording.kernel_start_line(start)
             assert "None" not in line and "{" not in line and "(the last one retired: idle)" in line, line
             assert KernelStart.from_json(json.loads(json.dumps(start.to_json()))) == start

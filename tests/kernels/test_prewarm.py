@@ -8,6 +8,7 @@ import time
 
 from jupyter_compile_cache.core.options import CellOptions
 from jupyter_compile_cache.core.session import CompileCacheSession
+from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.kernels.prewarm import Prewarm
 
 
@@ -20,7 +21,7 @@ def test_a_failure_in_the_background_is_kept_for_the_next_cell_once():
     prewarm.before_probe = _unreadable_toolchain
     prewarm.run_here(gpu=False)  # the probe first, as without a GPU (with one, it waits for an idle moment)
     assert prewarm.imported.is_set()  # the imports were done before it failed: cells need not wait
-    assert prewarm.take_error() == "PermissionError: [Errno 13] Permission denied: 'toolchain'"
+    assert prewarm.take_error() == Failure("PermissionError", "[Errno 13] Permission denied: 'toolchain'")
     assert prewarm.take_error() is None
 
 

@@ -10,7 +10,9 @@ import socket
 
 import pytest
 
+from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.kernels import protocol
+from jupyter_compile_cache.kernels.kernel_start import Cold, KernelStart, Next
 from jupyter_compile_cache.kernels.protocol import Ending, KernelRequest
 
 
@@ -86,3 +88,19 @@ def test_a_template_problem_crosses_as_json_and_what_is_not_one_reads_as_none():
         assert protocol.TemplateProblem.from_json(json.loads(json.dumps(problem.to_json()))) == problem
     for junk in (None, "idle", {"trouble": "a newer trouble"}, {"detail": "x"}, [1]):
         assert protocol.TemplateProblem.from_json(junk) is None
+
+
+def test_why_a_warm_up_failed_is_read_back_until_it_is_old_enough_to_retry(tmp_path):
+    folder = str(tmp_path)
+    assert protocol.read_failure(folder, "key", retry_after=60) is None
+    protocol.write_failure(folder, "key", ImportError("no module named 'torch'"))
+    assert protocol.read_failure(folder, "key", retry_after=60) == Failure("ImportError", "no module named 'torch'")
+    start = KernelStart("cold", cold=Cold.NONE_YET, next=Next.FAILED, next_failure=Failure("ImportError", "no torch"))
+    assert KernelStart.from_json(json.loads(json.dumps(start.to_json()))) == start
+    with open(protocol.failure_path(folder, "key"), "w") as f:
+        f.write("RuntimeError: older")
+    assert protocol.read_failure(folder, "key", retry_after=60) == Failure(
+        "", "RuntimeError: written by an older template"
+    )
+    assert protocol.read_failure(folder, "key", retry_after=0) is None  # old enough: retried, and forgotten
+    assert not os.path.exists(protocol.failure_path(folder, "key"))

@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.torch_adapter.miss_reasons import PrecompileStep
 from jupyter_compile_cache.torch_adapter.precompile_troubles import LOGGER, Troubles
 
@@ -23,7 +24,7 @@ def test_a_fallback_is_told_once_refuses_the_function_and_logs_its_traceback(cap
             except IndexError as exc:
                 troubles.fallback("key", PrecompileStep.INSTALL, exc)
     assert [(t.step, t.error, t.fallback) for t in told] == [
-        (PrecompileStep.INSTALL, "IndexError: list index out of range", True)
+        (PrecompileStep.INSTALL, Failure("IndexError", "list index out of range"), True)
     ]
     assert troubles.refused_keys == {"key"}
     (first, _second) = [r for r in caplog.records if r.name == LOGGER]

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.torch_adapter import process_hook
 from jupyter_compile_cache.torch_adapter.miss_reasons import PrecompileStep
 
@@ -35,8 +36,8 @@ def test_the_environment_is_the_cells_only_while_its_body_runs(monkeypatch):
 
 def test_the_records_are_summed_a_cut_short_one_is_not_counted_and_each_trouble_is_told_once():
     carried = process_hook.Carried(precompile=True)
-    trouble = {"step": "install", "error": "NameError: x", "fallback": True}
-    starting = {"step": "start_in_process", "error": "E: y", "fallback": True}
+    trouble = {"step": "install", "error": {"kind": "NameError", "message": "x"}, "fallback": True}
+    starting = {"step": "start_in_process", "error": "y", "fallback": True}  # a record of another version's
     records = [
         {
             "carried": True,
@@ -67,8 +68,8 @@ def test_the_records_are_summed_a_cut_short_one_is_not_counted_and_each_trouble_
     assert (out.processes, out.hits, out.traced, out.stale, out.bypassed) == (2, 3, 3, 1, ["no graph"])
     assert out.layers == {"fx_graph": {"hits": 3, "misses": 3}, "aot_autograd": {"misses": 1}}
     assert [(t.step, t.error, t.fallback) for t in out.troubles] == [
-        (PrecompileStep.INSTALL, "NameError: x", True),
-        (PrecompileStep.START_IN_PROCESS, "E: y", True),
+        (PrecompileStep.INSTALL, Failure("NameError", "x"), True),
+        (PrecompileStep.START_IN_PROCESS, Failure("", "y"), True),
     ]
     assert not os.path.exists(carried.records)
 
@@ -176,5 +177,5 @@ def test_a_process_that_could_not_start_the_hook_or_has_no_precompile_leaves_a_r
     out = carried.collect()
     assert (out.processes, out.torch_without_precompile) == (0, "2.9.1")
     assert [(t.step, t.error, t.fallback) for t in out.troubles] == [
-        (PrecompileStep.START_IN_PROCESS, "RuntimeError: no finder", True)
+        (PrecompileStep.START_IN_PROCESS, Failure("RuntimeError", "no finder"), True)
     ]
