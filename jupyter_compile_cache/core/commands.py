@@ -41,7 +41,6 @@ from .records import (
     Removed,
     Setting,
     StoreStatistics,
-    TimeSaved,
     VersionFit,
     WarmingTemplate,
     WarmTemplate,
@@ -204,25 +203,6 @@ class Commands(CompilerCommands):
             bundles=names,
             zeroed=zero,
         )
-
-    def time_saved(self) -> TimeSaved:
-        """Estimated compile time saved: per restored cell (cold time in the bundle minus this run), per layer."""
-        from ..torch_adapter import layers
-
-        per_layer = {layer.name: 0.0 for layer in layers.LAYERS}
-        cells = []
-        for report in self.session.history:
-            saving = report.saving()
-            if saving is None:
-                continue
-            cells.append(saving)
-            saved = saving.saved
-            hits = {name: counts.get("hits", 0) for name, counts in report.layers.items()}
-            total_hits = sum(hits.values())
-            for name, count in hits.items():
-                if total_hits:
-                    per_layer[name] = per_layer.get(name, 0.0) + saved * count / total_hits
-        return TimeSaved(per_layer, cells, sum(c.saved for c in cells))
 
     # -- changes --------------------------------------------------------------------------------------------------
     def push(

@@ -7,7 +7,7 @@ import os
 import platform
 from typing import TYPE_CHECKING
 
-from .records import DeviceSummary, LayerState, SessionStatus, SwitchScope
+from .records import DeviceSummary, LayerState, SessionStatus, SwitchScope, TimeSaved
 from .store_session import StoreSession
 
 if TYPE_CHECKING:
@@ -95,7 +95,27 @@ class CompilerCommands:
             notebook_path=session.notebook.path,
             notebook_fetched=len(session.notebook.fetched),
             notebook_error=session.notebook.error,
+            time_saved=self.time_saved(),
         )
+
+    def time_saved(self) -> TimeSaved:
+        """Estimated compile time saved: per restored cell (cold time in the bundle minus this run), per layer."""
+        from ..torch_adapter import layers
+
+        per_layer = {layer.name: 0.0 for layer in layers.LAYERS}
+        cells = []
+        for report in self.kernel.history:
+            saving = report.saving()
+            if saving is None:
+                continue
+            cells.append(saving)
+            saved = saving.saved
+            hits = {name: counts.get("hits", 0) for name, counts in report.layers.items()}
+            total_hits = sum(hits.values())
+            for name, count in hits.items():
+                if total_hits:
+                    per_layer[name] = per_layer.get(name, 0.0) + saved * count / total_hits
+        return TimeSaved(per_layer, cells, sum(c.saved for c in cells))
 
     def device(self) -> DeviceSummary:
         """This kernel's GPU (name, compute capability, memory in use / total) or CPU (model, ISA)."""

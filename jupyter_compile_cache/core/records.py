@@ -268,6 +268,7 @@ class SessionStatus:
     notebook_path: str | None = None  # known, though its plan may still be in the making
     notebook_fetched: int = 0  # bundles pulled from the hub ahead of their cells
     notebook_error: Failure | None = None  # why the staging stopped early (its cells fetch their own bundles)
+    time_saved: TimeSaved | None = None  # this kernel's estimate
 
 
 @dataclass

@@ -29,14 +29,14 @@ from ..core.commands import COMMAND_ERRORS, Commands
 from ..core.errors import NotFound
 from ..core.events import CellFinished, Event
 from ..core.options import CellOptions, GcOptions, RemoveOptions
-from ..core.records import BundleRow, Removed, RestoreResult, SessionStatus, TimeSaved
+from ..core.records import BundleRow, LayerState, Removed, RestoreResult, SessionStatus
 from ..core.session import CompileCacheSession
 from ..units import count, human_bytes
 from . import render, wording
 from .bar_chart import GREEN, GREY, RED, bar_chart_svg
 from .event_wording import event_text, restore_line
 from .status_facts import status_facts
-from .tables import age, elide, removal_lines
+from .tables import STATUS_HEADERS, age, elide, removal_lines, status_rows
 
 ONE_LINE = "white-space: nowrap; overflow: hidden; text-overflow: ellipsis"
 
@@ -60,8 +60,8 @@ def _cell(text: Any, title: str | None = None, align: str = "left", color: str |
     return f'<div class="jcc-cell" style="{style}" title="{hover}"{attrs}>{html.escape(value)}</div>'
 
 
-def _count_cell(n: int, color_if_any: str) -> str:
-    return _cell(n, align="right", color=color_if_any if n else GREY)
+def _count_cell(n: int, color_if_any: str, bold: bool = False) -> str:
+    return _cell(n, align="right", color=color_if_any if n else GREY, bold=bold)
 
 
 class Panel:
@@ -203,13 +203,12 @@ class Panel:
 
     def _show(self, status: SessionStatus) -> None:
         self._status = status
-        saved = self.commands.time_saved()
-        self.header.value = self._header_html(status, saved)
-        self._layers(status, saved)
+        self.header.value = self._header_html(status)
+        self._layers(status)
         self._bundles(self.commands.bundles(hub=False) + self._hub_rows, hub=status.hub.url is not None)
-        self.chart.value = bar_chart_svg(saved.cells)
+        self.chart.value = bar_chart_svg(status.time_saved.cells if status.time_saved else [])
 
-    def _header_html(self, status: SessionStatus, saved: TimeSaved) -> str:
+    def _header_html(self, status: SessionStatus) -> str:
         dev = self.commands.device()
         shown_device = None
         if dev.kind == "gpu":
@@ -228,7 +227,6 @@ class Panel:
             ("device", shown_device or device, device),
             ("versions", versions, None),
             *((f.label, f.short, f.full) for f in status_facts(status, short_path)),
-            ("time saved", f"{saved.total:.1f} s of compiling this session (estimate)", None),
         ]
         body = "".join(
             f"<tr><td style='{ONE_LINE}; color: {GREY}; padding-right: 12px; width: 7.5em'>{html.escape(key)}</td>"
@@ -237,51 +235,41 @@ class Panel:
         )
         return f"<table class='jcc-facts' style='table-layout: fixed; width: 100%; border-spacing: 0'>{body}</table>"
 
-    def _layers(self, status: SessionStatus, saved: TimeSaved) -> None:
+    def _layers(self, status: SessionStatus) -> None:
+        """The status table (tables.status_rows), a toggle for its "enabled" column; counts in colour, hover texts."""
         w = self._w
         cells: list[Any] = [self._html(_cell(h, bold=True, align=a)) for h, _wd, a in _LAYER_HEADERS]
-        for row in status.layers:
-            toggle = self.toggles.get(row.layer)
-            if toggle is None:
-                toggle = w.Checkbox(value=bool(row.enabled), indent=False, layout=w.Layout(width="auto"))
-                toggle.observe(self._guarded(lambda change, name=row.layer: self._toggled(name, change)), "value")
-                self.toggles[row.layer] = toggle
-            toggle.disabled = not row.supported or row.switch is None
-            if toggle.value != bool(row.enabled):
-                toggle.value = bool(row.enabled)
-            switch = row.switch.rsplit(".", 1)[-1] if row.switch else "always on"  # the whole on hover
-            cells += [
-                toggle,
-                self._html(_cell(row.title, title=f"{row.title}: {wording.enabled_text(row)}")),
-                self._html(_cell(row.store_files, align="right")),
-                self._html(_cell(human_bytes(row.store_bytes), align="right", data={"bytes": row.store_bytes})),
-                self._html(_count_cell(row.hits, GREEN)),
-                self._html(_count_cell(row.misses, RED)),
-                self._html(_count_cell(row.bypasses, RED)),
-                self._html(_cell(f"{saved.per_layer.get(row.layer, 0.0):.1f} s", align="right")),
-                self._html(_cell(switch, title=wording.switch_text(row), color=GREY)),
-            ]
-        other = status.store_other_bytes
-        total_hits = sum(r.hits for r in status.layers)
-        total_misses = sum(r.misses for r in status.layers)
-        for title, files, size, kind, hits, misses in (
-            ("other files (no layer's)", "", other, "other", None, None),
-            ("total: the local store", sum(r.store_files for r in status.layers), status.store_bytes, "total",
-             total_hits, total_misses),
-        ):  # fmt: skip
-            bold = kind == "total"
-            cells += [
-                w.HTML(""),
-                self._html(_cell(title, bold=bold)),
-                self._html(_cell(files, align="right", bold=bold)),
-                self._html(_cell(human_bytes(size), align="right", bold=bold, data={kind: size})),
-                self._html(_count_cell(hits, GREEN) if hits is not None else ""),
-                self._html(_count_cell(misses, RED) if misses is not None else ""),
-                w.HTML(""),
-                self._html(_cell(f"{saved.total:.1f} s", align="right", bold=True) if bold else ""),
-                w.HTML(""),
-            ]
+        for row, store_bytes, values in status_rows(status):
+            total = row is None and values[1].startswith("total")
+            for header, value in zip(STATUS_HEADERS, values):
+                _h, _wd, align = _LAYER_LOOK[header]
+                if header == "enabled":
+                    cells.append(self._toggle(row) if row is not None else w.HTML(""))
+                elif header == "layer" and row is not None:
+                    cells.append(self._html(_cell(value, title=f"{value}: {wording.enabled_text(row)}")))
+                elif header in ("hits", "misses", "bypasses") and value != "":
+                    cells.append(self._html(_count_cell(value, GREEN if header == "hits" else RED, bold=total)))
+                elif header == "in store":
+                    kind = "bytes" if row is not None else "total" if total else "other"
+                    cells.append(self._html(_cell(value, align=align, bold=total, data={kind: store_bytes})))
+                elif header == "torch switch" and row is not None:  # its last name; the whole on hover
+                    short = row.switch.rsplit(".", 1)[-1] if row.switch else "always on"
+                    cells.append(self._html(_cell(short, title=value, color=GREY)))
+                else:
+                    cells.append(self._html(_cell(value, align=align, bold=total)))
         self.layer_box.children = cells
+
+    def _toggle(self, row: LayerState) -> Any:
+        toggle = self.toggles.get(row.layer)
+        if toggle is None:
+            w = self._w
+            toggle = w.Checkbox(value=bool(row.enabled), indent=False, layout=w.Layout(width="auto"))
+            toggle.observe(self._guarded(lambda change, name=row.layer: self._toggled(name, change)), "value")
+            self.toggles[row.layer] = toggle
+        toggle.disabled = not row.supported or row.switch is None
+        if toggle.value != bool(row.enabled):
+            toggle.value = bool(row.enabled)
+        return toggle
 
     def _bundles(self, rows: list[BundleRow], hub: bool) -> None:
         w = self._w
@@ -421,19 +409,21 @@ class Panel:
         self.update()
 
 
-# (header, width, alignment): the toggle, then the layer's name, its files and bytes in the store, this kernel's
-# counts, the time saved and torch's switch (its last name; the whole name on hover).
-_LAYER_HEADERS = (
-    ("on", "max-content", "left"),
-    ("layer", "minmax(170px, 1fr)", "left"),
-    ("files", "max-content", "right"),
-    ("in store", "max-content", "right"),
-    ("hits", "max-content", "right"),
-    ("misses", "max-content", "right"),
-    ("bypasses", "max-content", "right"),
-    ("saved", "max-content", "right"),
-    ("torch switch", "minmax(200px, 1fr)", "left"),
-)
+# The status table's columns (tables.STATUS_HEADERS), each as the panel shows it: (header, width, alignment).
+_LAYER_LOOK = {
+    "enabled": ("on", "max-content", "left"),
+    "layer": ("layer", "minmax(170px, 1fr)", "left"),
+    "store files": ("files", "max-content", "right"),
+    "in store": ("in store", "max-content", "right"),
+    "cache dir entries": ("cache dir", "max-content", "right"),
+    "cache dir": ("", "max-content", "right"),
+    "hits": ("hits", "max-content", "right"),
+    "misses": ("misses", "max-content", "right"),
+    "bypasses": ("bypasses", "max-content", "right"),
+    "saved": ("saved", "max-content", "right"),
+    "torch switch": ("torch switch", "minmax(200px, 1fr)", "left"),
+}
+_LAYER_HEADERS = tuple(_LAYER_LOOK[header] for header in STATUS_HEADERS)
 _LAYER_COLUMNS = tuple((h, wd) for h, wd, _a in _LAYER_HEADERS)
 _BUNDLE_HEADERS = (  # the text columns as wide as their longest text, up to a share of the room left
     ("name", "minmax(110px, max-content)", "left"),

@@ -55,6 +55,9 @@ def status_facts(status: SessionStatus, short_path: Callable[[str], str] = str) 
     refusals = wording.precompile_refusals(s.stale_rejected, s.precompile_fallbacks)
     if refusals:
         facts.append(Fact("precompile", refusals, refusals + " this session"))
+    if s.time_saved is not None:
+        saved = f"{s.time_saved.total:.1f} s of compiling this session (estimate)"
+        facts.append(Fact("time saved", saved, saved))
     return facts
 
 

@@ -16,7 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.plans import NotebookPlan
-from ..core.records import RUN_BUILDS, BundleExplanation, Removal, SessionStatus, StoreStatistics, short_id
+from ..core.records import (
+    RUN_BUILDS,
+    BundleExplanation,
+    LayerState,
+    Removal,
+    SessionStatus,
+    StoreStatistics,
+    short_id,
+)
 from ..storage.sources import Place
 from ..units import count, human_bytes
 from . import wording
@@ -158,36 +166,47 @@ class _View:
         return pre + _html_table(self.headers, self.rows())
 
 
+STATUS_HEADERS = (
+    "enabled", "layer", "store files", "in store", "cache dir entries", "cache dir", "hits", "misses", "bypasses",
+    "saved", "torch switch",
+)  # fmt: skip
+
+
+def status_rows(status: SessionStatus) -> list[tuple[LayerState | None, int, list[Any]]]:
+    """The status table, for the CLI, `%compile_cache status` and the panel alike: a row per layer, then the store's
+    files of no layer and its total (no LayerState); each with its bytes in the store."""
+    saved = status.time_saved
+
+    def seconds(value: float) -> str:
+        return f"{value:.1f} s" if saved is not None else ""
+
+    layers = status.layers
+    rows: list[tuple[LayerState | None, int, list[Any]]] = [
+        (row, row.store_bytes, [
+            wording.enabled_text(row), row.title, row.store_files, human_bytes(row.store_bytes), row.entries,
+            human_bytes(row.bytes), row.hits, row.misses, row.bypasses,
+            seconds(saved.per_layer.get(row.layer, 0.0) if saved else 0.0), wording.switch_text(row),
+        ])
+        for row in layers
+    ]  # fmt: skip
+    other = status.store_other_bytes
+    rows.append((None, other, ["", "other files (no layer's)", "", human_bytes(other), *[""] * 7]))
+    totals = [sum(getattr(r, name) for r in layers) for name in ("entries", "bytes", "hits", "misses", "bypasses")]
+    rows.append((None, status.store_bytes, [
+        "", "total: the local store", sum(r.store_files for r in layers), human_bytes(status.store_bytes), totals[0],
+        human_bytes(totals[1]), *totals[2:], seconds(saved.total if saved else 0.0), "",
+    ]))  # fmt: skip
+    return rows
+
+
 class StatusView(_View):
-    headers = (
-        "layer", "enabled", "store files", "in store", "cache dir entries", "cache dir", "hits", "misses", "bypasses",
-        "torch switch",
-    )  # fmt: skip
+    headers = STATUS_HEADERS
 
     def preamble(self) -> list[str]:
         return [f"{fact.label}: {fact.full}" for fact in status_facts(self.data)]
 
     def rows(self) -> list[list[Any]]:
-        out = []
-        for row in self.data.layers:
-            out.append(
-                [
-                    row.title,
-                    wording.enabled_text(row),
-                    row.store_files,
-                    human_bytes(row.store_bytes),
-                    row.entries,
-                    human_bytes(row.bytes),
-                    row.hits,
-                    row.misses,
-                    row.bypasses,
-                    wording.switch_text(row),
-                ]
-            )
-        d: SessionStatus = self.data
-        out.append(["other files (no layer's)", "", "", human_bytes(d.store_other_bytes), "", "", "", "", "", ""])
-        out.append(["total: the local store", "", "", human_bytes(d.store_bytes), "", "", "", "", "", ""])
-        return out
+        return [cells for _layer, _bytes, cells in status_rows(self.data)]
 
 
 class BundleTable(_View):

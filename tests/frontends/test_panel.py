@@ -13,6 +13,7 @@ from jupyter_compile_cache.core.options import CellOptions
 from jupyter_compile_cache.core.records import short_id
 from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.frontends.panel import Panel
+from jupyter_compile_cache.frontends.tables import STATUS_HEADERS, StatusView
 
 
 def _grid_rows(grid):
@@ -26,10 +27,10 @@ def _grid_rows(grid):
 
 
 def _row(panel, title):
-    """A layer's row: [title, files, in store, hits, misses, bypasses, saved, switch]."""
+    """A layer's row, by the status table's headers (its "enabled" cell: the toggle)."""
     for row in _grid_rows(panel.layer_box):
         if row[1] == title:
-            return row[1:]
+            return dict(zip(STATUS_HEADERS, row))
     raise AssertionError(title)
 
 
@@ -65,18 +66,25 @@ def test_toggle_flips_torchs_switch_and_says_so(session):
 def test_panel_refreshes_after_a_cell_and_delete_needs_confirmation(session):
     panel = Panel(session)
     assert "no bundles yet" in panel.bundle_note.value and _bundle_names(panel) == []
-    misses_before = _row(panel, "FX graph")[4]
+    misses_before = _row(panel, "FX graph")["misses"]
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
     with session.cell("paneltest", CellOptions(quiet=True)), torch.no_grad():
         torch.compile(model)(torch.randn(4, 16))
     # the session listener updated the panel: new counters and the new bundle
-    assert _row(panel, "FX graph")[4] != misses_before or _row(panel, "Dynamo precompile")[4] != "0"
+    assert _row(panel, "FX graph")["misses"] != misses_before or _row(panel, "Dynamo precompile")["misses"] != "0"
     assert _bundle_names(panel) == ["paneltest"] and "no bundles yet" not in panel.bundle_note.value
     # the layers' files in the store add up to the store's size, with the archive headers
     rows = {row[1]: row for row in _grid_rows(panel.layer_box)}
     sizes = [int(re.search(r'data-(?:bytes|other|total)="(\d+)"', c.value).group(1))
              for c in panel.layer_box.children if re.search(r'data-(?:bytes|other|total)="', str(c.value))]  # fmt: skip
     assert sum(sizes[:-1]) == sizes[-1] == session.store().usage()[0] > 0, (sizes, rows)
+    # one status table: the panel's is `status`'s, but for the toggles and the switches' last names
+    status = Commands(session).status(wait=True)
+    shown = [{h: str(v) for h, v in zip(STATUS_HEADERS, row) if h not in ("enabled", "torch switch")}
+             for row in _grid_rows(panel.layer_box)]  # fmt: skip
+    told = [{h: str(v) for h, v in zip(STATUS_HEADERS, row) if h not in ("enabled", "torch switch")}
+            for row in StatusView(status).rows()]  # fmt: skip
+    assert shown == told and told[-1]["layer"] == "total: the local store" and told[-1]["saved"].endswith(" s")
     panel.bundle_buttons[("local", "paneltest", session.store().versions("paneltest")[0].version, "delete")].click()
     assert session.store().versions("paneltest")  # not yet: asks first
     yes, _no = panel.confirm_buttons

@@ -32,18 +32,18 @@ def test_status_the_panel_and_the_cell_line_word_each_fact_alike(tmp_path):
         facts = status_facts(status, short_path)  # the panel's paths from ~, their middles left out
         assert [f.label for f in facts] == [
             "torch's cache", "local store", "hub", "kernel", "torch's remote caches", "torch's compiler", "notebook",
-            "precompile",
+            "precompile", "time saved",
         ]  # fmt: skip
 
         text = repr(StatusView(status))  # `status` says each fact whole
         assert [f"{f.label}: {f.full}" for f in status_facts(status)] == text.split("\n")[: len(facts)]
-        header = html.unescape(Panel(session)._header_html(status, commands.time_saved()))
+        header = html.unescape(Panel(session)._header_html(status))
         for fact in facts:
             assert f">{fact.label}<" in header and f">{fact.short}<" in header and f"title='{fact.full}'" in header
 
         refusals = "2 stale precompile entries refused (code changed); 1 function fell back from precompile to plain "
         refusals += "torch.compile"
-        assert facts[-1].short == refusals
+        assert facts[-2].short == refusals
         cell_line = wording.cell_summary(CellReport("net", stale_rejected=2, precompile_fallbacks=1))
         assert refusals in cell_line, cell_line
     finally:

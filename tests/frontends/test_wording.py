@@ -214,7 +214,7 @@ def test_a_layer_and_a_bundle_version_read_alike_in_the_panel_and_the_clis_table
         assert (wording.enabled_text(layer), wording.switch_text(layer)) == ("on (%%compile_cache cells)", "a.b.switch")
 
         panel = Panel(session)
-        panel._layers(status, commands.time_saved())
+        panel._layers(status)
         panel._bundles([row], hub=True)
         shown = html.unescape(" ".join(str(c.value) for c in [*panel.layer_box.children, *panel.bundle_box.children]
                                        if isinstance(getattr(c, "value", None), str)))  # fmt: skip
