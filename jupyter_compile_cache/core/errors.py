@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..storage.backends.base import HubError as HubError  # a hub that failed: each front end tells it
 from ..storage.sources import Place, Skip
 
 

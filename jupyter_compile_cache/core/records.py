@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..failure import Failure
+from ..storage.backends.url import redact as redact  # the front ends show hub URLs through the records
 from ..storage.bundle import FieldMismatch, Manifest
 from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
 from ..storage.sources import Place, Skip

@@ -34,10 +34,9 @@ from typing import Any
 
 from .._version import __version__
 from ..core.commands import COMMAND_ERRORS, Commands
-from ..core.errors import NotFound, NothingFits
+from ..core.errors import HubError, NotFound, NothingFits
 from ..core.records import HubCheck
 from ..core.store_session import StoreSession
-from ..storage.backends.base import HubError
 from . import arguments, hub_commands, render, store_commands, wording
 from .reporter import TextReporter, TransferBar
 

@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import NoHub, NoSuchVersion, NotANotebook, NotFound, NothingFits
 from ..core.plans import CellPlan, NotRestoring, PlanProblem, PlanTrouble
-from ..core.records import BundleRow, CellReport, HubState, LayerState, SwitchScope
+from ..core.records import BundleRow, CellReport, HubState, LayerState, SwitchScope, redact
 from ..failure import Failure
 from ..kernels.kernel_start import Cold, KernelStart, Next
 from ..kernels.protocol import FIT_TROUBLES, TemplateProblem, TemplateTrouble
-from ..storage.backends.url import redact
 from ..storage.bundle import FieldMismatch
 from ..storage.sources import Place, Skip, SkipKind
 from ..units import count, human_bytes, speed
