@@ -10,6 +10,10 @@ real kernel through jupyter_client:
 | `ours_today` | the plain kernel | `%%compile_cache`, restored from the local store |
 | `ours_warm` | the warm kernel spec (`install-kernel`), through jupyter_client | `%%compile_cache`, restored |
 | `ours_raw` | the same spec, its argv launched raw (as VS Code does) | `%%compile_cache`, restored |
+| `plain_nothing` | the plain kernel, three cells that import nothing | `z = 3` |
+
+`plain_nothing` is the floor of any restart through jupyter_client (the old kernel's exit, a Python with ipykernel,
+the client's reconnect): a forked kernel should be ready within a few hundredths of a second of it.
 
 `ours_raw` does what a raw front end does: a connection file with new ports, the spec's argv run as a process, a
 plain `BlockingKernelClient`; a restart is a shutdown request, the process's exit, and a new launch.
@@ -50,6 +54,7 @@ CALL = "with torch.no_grad():\n    y = {call}\nfloat(y.sum())"
 VARIANTS = {
     "plain_eager": (None, "import torch", CALL.format(call="model(x)")),
     "torch_warm": (None, "import torch", CALL.format(call="torch.compile(model)(x)")),
+    "plain_nothing": (None, "x = 1", "z = 3"),
     "ours_today": (
         None,
         "import torch\n%load_ext jupyter_compile_cache",
@@ -226,7 +231,7 @@ def measure(name: str, device: str, rounds: int, pause: float, work: str) -> dic
     kernel_name, first, third = VARIANTS[name]
     env = environment(name, work)
     fe = RawFrontEnd(kernel_name, env, work) if name == "ours_raw" else JupyterClientFrontEnd(kernel_name, env)
-    cells = [first, f"DEVICE = {device!r}\n" + MODEL, third]
+    cells = [first, "y = 2" if name == "plain_nothing" else f"DEVICE = {device!r}\n" + MODEL, third]
     fe.start()
     result: dict = {"variant": name, "rounds": [], "template_ready_s": []}
     try:
