@@ -239,8 +239,8 @@ class Panel:
         """The status table (tables.status_rows), a toggle for its "enabled" column; counts in colour, hover texts."""
         w = self._w
         cells: list[Any] = [self._html(_cell(h, bold=True, align=a)) for h, _wd, a in _LAYER_HEADERS]
-        for row, store_bytes, values in status_rows(status):
-            total = row is None and values[1].startswith("total")
+        for kind, row, store_bytes, values in status_rows(status):
+            total = kind == "total"
             for header, value in zip(STATUS_HEADERS, values):
                 _h, _wd, align = _LAYER_LOOK[header]
                 if header == "enabled":
@@ -250,8 +250,8 @@ class Panel:
                 elif header in ("hits", "misses", "bypasses") and value != "":
                     cells.append(self._html(_count_cell(value, GREEN if header == "hits" else RED, bold=total)))
                 elif header == "in store":
-                    kind = "bytes" if row is not None else "total" if total else "other"
-                    cells.append(self._html(_cell(value, align=align, bold=total, data={kind: store_bytes})))
+                    data = {"bytes" if row is not None else kind: store_bytes}
+                    cells.append(self._html(_cell(value, align=align, bold=total, data=data)))
                 elif header == "torch switch" and row is not None:  # its last name; the whole on hover
                     short = row.switch.rsplit(".", 1)[-1] if row.switch else "always on"
                     cells.append(self._html(_cell(short, title=value, color=GREY)))

@@ -13,7 +13,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.plans import NotebookPlan
 from ..core.records import (
@@ -172,17 +172,24 @@ STATUS_HEADERS = (
 )  # fmt: skip
 
 
-def status_rows(status: SessionStatus) -> list[tuple[LayerState | None, int, list[Any]]]:
+class StatusRow(NamedTuple):
+    kind: str  # "layer", "other" (the store's files of no layer) or "total" (the store)
+    layer: LayerState | None
+    store_bytes: int
+    cells: list[Any]  # by STATUS_HEADERS
+
+
+def status_rows(status: SessionStatus) -> list[StatusRow]:
     """The status table, for the CLI, `%compile_cache status` and the panel alike: a row per layer, then the store's
-    files of no layer and its total (no LayerState); each with its bytes in the store."""
+    files of no layer and its total."""
     saved = status.time_saved
 
     def seconds(value: float) -> str:
         return f"{value:.1f} s" if saved is not None else ""
 
     layers = status.layers
-    rows: list[tuple[LayerState | None, int, list[Any]]] = [
-        (row, row.store_bytes, [
+    rows = [
+        StatusRow("layer", row, row.store_bytes, [
             wording.enabled_text(row), row.title, row.store_files, human_bytes(row.store_bytes), row.entries,
             human_bytes(row.bytes), row.hits, row.misses, row.bypasses,
             seconds(saved.per_layer.get(row.layer, 0.0) if saved else 0.0), wording.switch_text(row),
@@ -190,9 +197,9 @@ def status_rows(status: SessionStatus) -> list[tuple[LayerState | None, int, lis
         for row in layers
     ]  # fmt: skip
     other = status.store_other_bytes
-    rows.append((None, other, ["", "other files (no layer's)", "", human_bytes(other), *[""] * 7]))
+    rows.append(StatusRow("other", None, other, ["", "other files (no layer's)", "", human_bytes(other), *[""] * 7]))
     totals = [sum(getattr(r, name) for r in layers) for name in ("entries", "bytes", "hits", "misses", "bypasses")]
-    rows.append((None, status.store_bytes, [
+    rows.append(StatusRow("total", None, status.store_bytes, [
         "", "total: the local store", sum(r.store_files for r in layers), human_bytes(status.store_bytes), totals[0],
         human_bytes(totals[1]), *totals[2:], seconds(saved.total if saved else 0.0), "",
     ]))  # fmt: skip
@@ -206,7 +213,7 @@ class StatusView(_View):
         return [f"{fact.label}: {fact.full}" for fact in status_facts(self.data)]
 
     def rows(self) -> list[list[Any]]:
-        return [cells for _layer, _bytes, cells in status_rows(self.data)]
+        return [row.cells for row in status_rows(self.data)]
 
 
 class BundleTable(_View):

@@ -135,8 +135,9 @@ def _run_kernel(args: list[str], forked: bool = False) -> None:
     from .kernel_exit import stop_compile_workers_on_shutdown
 
     ours = (__package__ or "jupyter_compile_cache").partition(".")[0]
-    for name in [n for n in sys.modules if not forked and (n == ours or n.startswith(f"{ours}."))]:
-        del sys.modules[name]
+    if not forked:
+        for name in [n for n in sys.modules if n == ours or n.startswith(f"{ours}.")]:
+            del sys.modules[name]
     if forked and "ipykernel.kernelapp" in sys.modules:
         # The one module the template imports that reads a launch's own variables when imported: IPKernelApp's
         # defaults take JPY_PARENT_PID (the front end's pid) and JPY_INTERRUPT_EVENT. Imported in the template, before
