@@ -283,9 +283,9 @@ def failure_path(directory: str, launch_key: str) -> str:
     return os.path.join(directory, f"{launch_key}.failed")
 
 
-def write_failure(directory: str, launch_key: str, exc: BaseException) -> None:
+def write_failure(directory: str, launch_key: str, failure: Failure) -> None:
     with contextlib.suppress(OSError), open(failure_path(directory, launch_key), "w", encoding="utf-8") as f:
-        json.dump(Failure.of(exc).to_json(), f)
+        json.dump(failure.to_json(), f)
 
 
 def read_failure(directory: str, launch_key: str, retry_after: float) -> Failure | None:

@@ -35,6 +35,7 @@ import threading
 import time
 from typing import Any
 
+from ..failure import Failure
 from . import protocol
 from .header_calls import Replayer
 from .idle_cpu import (
@@ -88,6 +89,14 @@ EXTENSION_IMPORTS = (
 )
 
 
+class WarmUpFailed(Exception):
+    """The warm-up's own work failed: its Failure as it was (type and message), for the failure file."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
 def seconds_setting(env: dict[str, str], name: str, default: float) -> float:
     try:
         return max(0.0, float(env.get(name, default)))
@@ -127,7 +136,7 @@ def warm_up(headers: Replayer | None = None) -> tuple[set[str], dict[str, str]]:
     prewarm = Prewarm()
     prewarm.run_here(gpu=False, idle_work=True)  # all of it runs here; the order only matters to a kernel's cells
     if prewarm.error and not compiler.compiler_imported():  # a failed CPU probe only costs a cell time
-        raise RuntimeError(prewarm.error.message)
+        raise WarmUpFailed(prewarm.error)
     if headers is not None and compiler.compiler_imported():
         headers.replay_new()
     gc.collect()
@@ -421,7 +430,8 @@ def main(argv: list[str]) -> int:
         names = {n for n in reads.names | set(start_env) if n in reads.names or read_natively(n)}
         selecting = {n: start_env.get(n) for n in sorted(names) if not per_launch(n) and n != NVML_CHECK_ENV}
     except BaseException as exc:  # said in the failure file: the launcher tells the kernel's user why it started cold
-        protocol.write_failure(directory, launch_key, exc)
+        failure = exc.failure if isinstance(exc, WarmUpFailed) else Failure.of(exc)
+        protocol.write_failure(directory, launch_key, failure)
         with contextlib.suppress(OSError):
             os.unlink(warming)
         return 1

@@ -117,7 +117,11 @@ def test_the_first_start_is_cold_then_every_start_is_forked_and_is_a_fresh_kerne
     assert forked["extension"] and forked["compiler"]
     assert forked["counters"] == {} and not forked["cuda"]
 
-    status = fe.run("%load_ext jupyter_compile_cache\n%compile_cache status")
+    ours = "sorted(m for m in sys.modules if m.startswith('jupyter_compile_cache'))"
+    before = fe.value(ours, "import sys\n")
+    fe.run("%load_ext jupyter_compile_cache")
+    assert fe.value(ours) == before  # the template imported what %load_ext imports (EXTENSION_IMPORTS)
+    status = fe.run("%compile_cache status")
     assert f"kernel: forked from a warm template (pid {template.pid}) in" in status, status
     # A compiled function in the forked kernel gives eager's answer (C++ build, compile workers, the ISA probe's
     # result inherited from the template).

@@ -93,7 +93,7 @@ def test_a_template_problem_crosses_as_json_and_what_is_not_one_reads_as_none():
 def test_why_a_warm_up_failed_is_read_back_until_it_is_old_enough_to_retry(tmp_path):
     folder = str(tmp_path)
     assert protocol.read_failure(folder, "key", retry_after=60) is None
-    protocol.write_failure(folder, "key", ImportError("no module named 'torch'"))
+    protocol.write_failure(folder, "key", Failure.of(ImportError("no module named 'torch'")))
     assert protocol.read_failure(folder, "key", retry_after=60) == Failure("ImportError", "no module named 'torch'")
     start = KernelStart("cold", cold=Cold.NONE_YET, next=Next.FAILED, next_failure=Failure("ImportError", "no torch"))
     assert KernelStart.from_json(json.loads(json.dumps(start.to_json()))) == start
