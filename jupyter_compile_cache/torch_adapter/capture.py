@@ -128,12 +128,14 @@ def all_files(roots: dict[str, str]) -> list[str]:
     return list(listing(roots))
 
 
-def _mapped_libraries() -> set[str]:
+def _mapped_libraries(roots: tuple[str, ...]) -> set[str]:
+    """The libraries under ROOTS this process has loaded (torch's own thousands of mappings are not split)."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            return {line.split(None, 5)[5].strip() for line in f if line.count(" ") >= 5 and ".so" in line}
+            lines = [line for line in f if ".so" in line and any(root in line for root in roots)]
     except OSError:
         return set()
+    return {path for line in lines if line.count(" ") >= 5 and (path := line.split(None, 5)[5].strip()).startswith(roots)}
 
 
 def _is_keyed(path: str, roots: dict[str, str]) -> bool:
@@ -309,7 +311,7 @@ class UsedFiles:
         return dirs
 
     def start(self) -> None:
-        self._libs_before = _mapped_libraries()
+        self._libs_before = _mapped_libraries(self._roots())
         # torch opens its files under the cache dir as its variable names it, which may be a symlink to the real
         # root (a cache dir on a scratch disk): both spellings are watched, and what is opened is resolved.
         self._recorder.start(tuple(r + os.sep for r in {*self.dirs(), *_torch_named_roots()}))
@@ -326,8 +328,10 @@ class UsedFiles:
         """The real paths opened, and the libraries loaded under the roots, since `start` (stops it)."""
         self.stop()
         opened = {os.path.realpath(p) for p in self._recorder.opened}
-        roots = tuple(root + os.sep for root in self.dirs())
-        return opened | {p for p in _mapped_libraries() - self._libs_before if p.startswith(roots)}
+        return opened | (_mapped_libraries(self._roots()) - self._libs_before)
+
+    def _roots(self) -> tuple[str, ...]:
+        return tuple(root + os.sep for root in self.dirs())
 
 
 class CellCapture:

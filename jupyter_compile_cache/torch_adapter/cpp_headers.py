@@ -34,6 +34,10 @@ class HeaderCall:
 # Inductor's settings that torch's C++ builder reads (cpp_builder.py): the compiler, its flags, AOT Inductor's.
 BUILDER_SETTINGS = ("cpp.", "cpp_", "aot_inductor.", "test_configs.")
 
+# The calls made in this process (and, in a forked kernel, in its template), by their arguments: torch answers them
+# from its cache, so they are not kept again (the config's digest alone costs 15 ms, in a restored cell's time).
+_made: set[bytes] = set()
+
 
 def config_digest() -> str:
     """A digest of Inductor's settings that its C++ builder reads. Not all of them: a compile patches others (the
@@ -52,7 +56,6 @@ def recording(sink: Callable[[HeaderCall], None]) -> Patch | None:
     original = getattr(codecache, "_precompile_header", None)
     if original is None or not hasattr(original, "cache_info"):
         return None
-    seen: set[bytes] = set()
 
     @functools.wraps(original)
     def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -61,8 +64,8 @@ def recording(sink: Callable[[HeaderCall], None]) -> Patch | None:
             arguments = pickle.dumps((args, kwargs))
         except Exception:  # an argument that does not pickle: this call is not kept, torch's answer stands
             return result
-        if arguments not in seen:
-            seen.add(arguments)
+        if arguments not in _made:
+            _made.add(arguments)
             sink(HeaderCall(arguments, config_digest()))
         return result
 
@@ -89,5 +92,6 @@ def replay(calls: list[HeaderCall]) -> int:
             check(*args, **kwargs)
         except Exception:  # recorded by another torch, or a compiler gone since: nothing made, nothing lost
             continue
+        _made.add(call.arguments)
         made += 1
     return made

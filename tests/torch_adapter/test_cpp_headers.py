@@ -1,6 +1,6 @@
 """torch_adapter/cpp_headers.py: torch's precompiled-header check, recorded in one process while a real CPU model
 compiles, made again in a fresh process (as a template does), where torch's own call for the same model then finds
-its answer; a call recorded under another Inductor config is not made; the recording comes off exactly."""
+its answer and is not recorded again; a call recorded under another Inductor config is not made; the recording comes off exactly."""
 
 from __future__ import annotations
 
@@ -42,9 +42,12 @@ calls = [cpp_headers.HeaderCall(base64.b64decode(a), c) for a, c in json.load(sy
 import torch._inductor.codecache as codecache
 made = cpp_headers.replay(calls)
 before = codecache._precompile_header.cache_info()
+kept = []
+patch = cpp_headers.recording(kept.append)
 {COMPILE}
+patch.undo()
 after = codecache._precompile_header.cache_info()
-print(json.dumps([made, before.currsize, after.hits - before.hits, after.misses - before.misses]))
+print(json.dumps([made, before.currsize, after.hits - before.hits, after.misses - before.misses, len(kept)]))
 """
 
 
@@ -65,13 +68,15 @@ def test_a_call_recorded_in_one_process_answers_torchs_own_call_in_another(torch
     assert recorded, "compiling a CPU model made no header check"
     assert all(config == recorded[0][1] for _, config in recorded)
 
-    made, cached, hits, misses = json.loads(_python(REPLAY, torch_env, json.dumps(recorded)))
+    made, cached, hits, misses, kept = json.loads(_python(REPLAY, torch_env, json.dumps(recorded)))
     assert made == len(recorded) and cached == len(recorded)
     assert hits >= 1 and misses == 0  # torch's call while compiling found the answer the replay made
+    assert kept == 0  # a call the replay made is not recorded again (a forked kernel's cell skips the config digest)
 
     elsewhere = [[arguments, "another-config"] for arguments, _ in recorded]
-    made, cached, hits, misses = json.loads(_python(REPLAY, torch_env, json.dumps(elsewhere)))
+    made, cached, hits, misses, kept = json.loads(_python(REPLAY, torch_env, json.dumps(elsewhere)))
     assert (made, cached) == (0, 0) and misses >= 1  # made under another config: torch computes its own
+    assert kept == misses  # and each of torch's own calls is recorded, for the next template
 
 
 def test_the_config_digest_follows_the_cpp_builders_settings_and_no_others():
