@@ -24,37 +24,6 @@ if TYPE_CHECKING:  # the launcher's and the torch adapter's records: a listing i
     from ..torch_adapter.kernel_load_fixes import LoadFixTrouble
     from ..torch_adapter.miss_reasons import PrecompileTrouble
 
-__all__ = [
-    "CellFinished",
-    "CollaboratorCompiling",
-    "CompiledOutsideCell",
-    "NoTorchRemote",
-    "Event",
-    "Evicted",
-    "HubRefusal",
-    "HubUnavailable",
-    "LoggingReporter",
-    "NoBundleArrived",
-    "NoTeamSecret",
-    "NotRestored",
-    "PrecompileBypassed",
-    "Reporter",
-    "Restored",
-    "StoodAside",
-    "Transfer",
-    "CacheWarning",
-    "PlainKernel",
-    "SkippedVersion",
-    "BadEnvironment",
-    "Moving",
-    "PrecompileFailed",
-    "NotListed",
-    "CompiledWhileLoading",
-    "NotPushedSignedElsewhere",
-    "StepFailed",
-    "Step",
-]
-
 
 class Event:
     level: ClassVar[str] = "info"  # "info": left out of --quiet cells; "warning": always told

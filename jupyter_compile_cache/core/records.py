@@ -10,16 +10,25 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..failure import Failure
-from ..storage.backends.url import redact as redact  # the front ends show hub URLs through the records
+
+# The records of the layers below that the front ends word, handed on here: a front end imports core only.
+from ..kernels.kernel_start import Cold as Cold
+from ..kernels.kernel_start import KernelStart
+from ..kernels.kernel_start import Next as Next
+from ..kernels.protocol import FIT_TROUBLES as FIT_TROUBLES
+from ..kernels.protocol import TemplateProblem as TemplateProblem
+from ..kernels.protocol import TemplateTrouble as TemplateTrouble
+from ..storage.backends.url import redact as redact
 from ..storage.bundle import FieldMismatch, Manifest
-from ..storage.bundle import short_id as short_id  # the front ends show ids through the records
+from ..storage.bundle import short_id as short_id
 from ..storage.sources import Place, Skip
+from ..storage.sources import SkipKind as SkipKind
 from ..storage.store import RUN_BUILDS as RUN_BUILDS  # a Removal of kernels built at run time
 from ..storage.store import Removal
+from ..storage.store import UnreadableManifest as UnreadableManifest
 from .plans import NotebookPlan
 
-if TYPE_CHECKING:  # the launcher's record, and the torch adapter's: neither is imported for a listing
-    from ..kernels.kernel_start import KernelStart
+if TYPE_CHECKING:  # the torch adapter's records: not imported for a listing
     from ..torch_adapter.miss_reasons import MissReason
     from ..torch_adapter.process_hook import ProcessesShare
 

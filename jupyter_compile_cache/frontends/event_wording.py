@@ -8,8 +8,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from ..core import events
-from ..core.records import RestoreResult
-from ..storage.store import UnreadableManifest
+from ..core.records import RestoreResult, UnreadableManifest
 from ..units import count, human_bytes, speed
 from .wording import (
     OS_ERRORS,

@@ -35,8 +35,8 @@ from ..units import count, human_bytes
 from . import render, wording
 from .bar_chart import GREEN, GREY, RED, bar_chart_svg
 from .event_wording import event_text, restore_line
-from .status_facts import status_facts
 from .tables import STATUS_HEADERS, age, elide, removal_lines, status_rows
+from .wording import status_facts
 
 ONE_LINE = "white-space: nowrap; overflow: hidden; text-overflow: ellipsis"
 

@@ -32,7 +32,7 @@ from ..core.records import (
 )
 from ..units import count, human_bytes, speed
 from . import tables, wording
-from .status_facts import hub_line
+from .wording import hub_line
 
 if TYPE_CHECKING:
     from ..torch_adapter.layers import Layer

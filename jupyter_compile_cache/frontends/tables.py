@@ -20,15 +20,15 @@ from ..core.records import (
     RUN_BUILDS,
     BundleExplanation,
     LayerState,
+    Place,
     Removal,
     SessionStatus,
     StoreStatistics,
     short_id,
 )
-from ..storage.sources import Place
 from ..units import count, human_bytes
 from . import wording
-from .status_facts import plan_headline, status_facts
+from .wording import plan_headline, status_facts
 
 
 def age(ts: float | None) -> str:

@@ -135,7 +135,8 @@ def _mapped_libraries(roots: tuple[str, ...]) -> set[str]:
             lines = [line for line in f if ".so" in line and any(root in line for root in roots)]
     except OSError:
         return set()
-    return {path for line in lines if line.count(" ") >= 5 and (path := line.split(None, 5)[5].strip()).startswith(roots)}
+    paths = (line.split(None, 5)[5].strip() for line in lines if line.count(" ") >= 5)
+    return {path for path in paths if path.startswith(roots)}
 
 
 def _is_keyed(path: str, roots: dict[str, str]) -> bool:

@@ -1,16 +1,24 @@
 """wording.py: a cell's report, skips, mismatches, miss reasons, a kernel's start and where a command looked, each in
-its words, with figures said one way (the events' sentences: test_event_wording.py)."""
+its words, with figures said one way (the events' sentences: test_event_wording.py); the session's state worded once
+for `status` (the CLI's and the magic's text), the panel's header and the cell's last line, from a real session's
+status record."""
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import json
 
 from helpers.worded import HUB, IDLE, INCOMPATIBLE, LOCAL, OMP_DIFFERS, SIGNED
 
 from jupyter_compile_cache.core import events
+from jupyter_compile_cache.core.commands import Commands
 from jupyter_compile_cache.core.records import CellReport
+from jupyter_compile_cache.core.session import CompileCacheSession
 from jupyter_compile_cache.failure import Failure
 from jupyter_compile_cache.frontends import event_wording, wording
+from jupyter_compile_cache.frontends.panel import Panel, short_path
+from jupyter_compile_cache.frontends.tables import StatusView
 from jupyter_compile_cache.kernels.kernel_start import Cold, KernelStart, Next
 from jupyter_compile_cache.kernels.protocol import TemplateProblem, TemplateTrouble
 from jupyter_compile_cache.storage import sources
@@ -224,5 +232,39 @@ def test_a_layer_and_a_bundle_version_read_alike_in_the_panel_and_the_clis_table
         status_text = re.sub(r"\s+", " ", repr(StatusView(status)))
         assert "on (%%compile_cache cells)" in status_text and "a.b.switch" in status_text
         assert fits in html.unescape(BundleTable([row])._repr_html_())
+    finally:
+        session.close()
+
+
+def test_status_the_panel_and_the_cell_line_word_each_fact_alike(tmp_path):
+    session = CompileCacheSession(store_dir=str(tmp_path / "store"))
+    try:
+        commands = Commands(session)
+        status = dataclasses.replace(
+            commands.status(wait=True),
+            stale_rejected=2,
+            precompile_fallbacks=1,
+            torch_remote="redis://cache:6379/0",
+            compiler_loading=1.5,
+            notebook_path=str(tmp_path / "team.ipynb"),
+            notebook_error=Failure("PermissionError", "the notebook went away"),
+        )
+        facts = wording.status_facts(status, short_path)  # the panel's paths from ~, their middles left out
+        assert [f.label for f in facts] == [
+            "torch's cache", "local store", "hub", "kernel", "torch's remote caches", "torch's compiler", "notebook",
+            "precompile", "time saved",
+        ]  # fmt: skip
+
+        text = repr(StatusView(status))  # `status` says each fact whole
+        assert [f"{f.label}: {f.full}" for f in wording.status_facts(status)] == text.split("\n")[: len(facts)]
+        header = html.unescape(Panel(session)._header_html(status))
+        for fact in facts:
+            assert f">{fact.label}<" in header and f">{fact.short}<" in header and f"title='{fact.full}'" in header
+
+        refusals = "2 stale precompile entries refused (code changed); 1 function fell back from precompile to plain "
+        refusals += "torch.compile"
+        assert facts[-2].short == refusals
+        cell_line = wording.cell_summary(CellReport("net", stale_rejected=2, precompile_fallbacks=1))
+        assert refusals in cell_line, cell_line
     finally:
         session.close()

@@ -1,6 +1,7 @@
 """torch_adapter/cpp_headers.py: torch's precompiled-header check, recorded in one process while a real CPU model
 compiles, made again in a fresh process (as a template does), where torch's own call for the same model then finds
-its answer and is not recorded again; a call recorded under another Inductor config is not made; the recording comes off exactly."""
+its answer and is not recorded again; a call recorded under another Inductor config is not made; the recording comes
+off exactly."""
 
 from __future__ import annotations
 
