@@ -30,6 +30,7 @@ at most, so memory stays flat whatever the bundle's size.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -115,6 +116,14 @@ class Hub:
             exc.values,
         )
 
+    @contextlib.contextmanager
+    def _as_this_user(self, action: str) -> Iterator[None]:
+        """A refusal of the hub inside is told in the user's terms (`_refused`)."""
+        try:
+            yield
+        except HubRefused as exc:
+            raise self._refused(exc, action) from None
+
     def _manifest_key(self, name: str, fp: str, version: str) -> str:
         return f"{self._prefix(name)}:manifest:{fp}:{version}"
 
@@ -162,19 +171,15 @@ class Hub:
     def holds(self, manifest: Manifest) -> bool:
         """Whether the hub has MANIFEST's version committed: one request (its manifest's key), no listing."""
         key = self._manifest_key(manifest.name, manifest.fingerprint_id, manifest.version)
-        try:
+        with self._as_this_user("read"):
             return not self.backend.missing([key])
-        except HubRefused as exc:
-            raise self._refused(exc, "read") from None
 
     def versions(self, name: str) -> list[Manifest]:
         """Committed versions of NAME, newest first (signatures are checked by the caller, who reports them). A
         manifest this user may not read is skipped; when it may read none, that is a HubRefused."""
-        try:
+        with self._as_this_user("read"):
             keys = self.backend.list(f"{self._prefix(name)}:manifest:")
             values = self._readable(keys)  # the refused ones are skipped like expired ones
-        except HubRefused as exc:
-            raise self._refused(exc, "read") from None
         out = []
         for key, raw in zip(keys, values):
             if raw is None or len(raw) > MAX_MANIFEST_BYTES:  # expired or removed since the listing; or hostile
@@ -237,22 +242,17 @@ class Hub:
             return expected
 
         done = 0
-        try:
-            with file_copy.ordered(place, received(), AHEAD) as placing:
-                for placed in placing:
-                    done += placed
-                    if progress:
-                        progress(done, manifest.payload_bytes)
-        except HubRefused as exc:
-            raise self._refused(exc, "read") from None
+        with self._as_this_user("read"), file_copy.ordered(place, received(), AHEAD) as placing:
+            for placed in placing:
+                done += placed
+                if progress:
+                    progress(done, manifest.payload_bytes)
 
     # -- writing ------------------------------------------------------------------------------------------------
     def push(self, manifest: Manifest, payload_path: str, progress: Progress | None = None) -> Manifest:
         """Upload the chunks, then commit the signed manifest. Returns the manifest as pushed."""
-        try:
+        with self._as_this_user("write"):
             return self._push(manifest, payload_path, progress)
-        except HubRefused as exc:
-            raise self._refused(exc, "write") from None
 
     def _push(self, manifest: Manifest, payload_path: str, progress: Progress | None) -> Manifest:
         size, orphan_ttl = self.config.chunk_size, self.config.orphan_ttl
@@ -328,28 +328,21 @@ class Hub:
         version cannot be pulled."""
         count = len(manifest.chunk_sha256 or [])
         keys = [self._chunk_key(manifest.name, manifest.fingerprint_id, manifest.version, i) for i in range(count)]
-        try:
+        with self._as_this_user("read"):
             return len(self.backend.missing(keys))
-        except HubRefused as exc:
-            raise self._refused(exc, "read") from None
 
     def remove(self, name: str, version: str | None = None, dry_run: bool = False) -> list[Removal]:
         """Delete one version or all of NAME; returns what went (with `dry_run`, what would go)."""
-        try:
-            return self._remove(name, version, dry_run)
-        except HubRefused as exc:
-            raise self._refused(exc, "write") from None
-
-    def _remove(self, name: str, version: str | None, dry_run: bool) -> list[Removal]:
         removed = []
-        for manifest in self.versions(name):
-            if version not in (None, manifest.version):
-                continue
-            removed.append(Removal(name, manifest.version, manifest.payload_bytes))
-            if not dry_run:
-                self._delete_version(manifest)
-        if not dry_run and not self.versions(name):
-            self._forget(name)
+        with self._as_this_user("write"):
+            for manifest in self.versions(name):
+                if version not in (None, manifest.version):
+                    continue
+                removed.append(Removal(name, manifest.version, manifest.payload_bytes))
+                if not dry_run:
+                    self._delete_version(manifest)
+            if not dry_run and not self.versions(name):
+                self._forget(name)
         return removed
 
     def _forget(self, name: str) -> None:
@@ -378,39 +371,28 @@ class Hub:
         what would go)."""
         if keep < 1:
             raise ValueError(f"keep must be 1 or more, not {keep}: to delete every version of a name, use rm")
-        try:
-            return self._gc(keep, dry_run, keep_member, progress)
-        except HubRefused as exc:
-            raise self._refused(exc, "write") from None
-
-    def _gc(
-        self,
-        keep: int,
-        dry_run: bool,
-        keep_member: Callable[[str], bool] | None,
-        progress: Callable[[Manifest], Progress] | None,
-    ) -> list[Removal]:
         removed, slimmed = [], []
-        for name in self.names():
-            seen: dict[str, int] = {}
-            left = 0
-            for manifest in self.versions(name):
-                complete = not self.missing_chunks(manifest)  # one whose chunks were evicted helps nobody
-                seen[manifest.fingerprint_id] = seen.get(manifest.fingerprint_id, 0) + complete
-                if complete and seen[manifest.fingerprint_id] <= keep:
-                    left += 1
-                    if keep_member is not None:
-                        slimmed += self._slim(manifest, keep_member, dry_run, progress)
-                    continue
-                removed.append(Removal(name, manifest.version, manifest.payload_bytes))
-                if not dry_run:
-                    self._delete_version(manifest)
-            if not dry_run and not left:
-                self._forget(name)
-        if not dry_run:
-            if not self.backend.expiry_in_place:
-                self._remove_unclaimed_chunks()
-            self.backend.sweep()
+        with self._as_this_user("write"):
+            for name in self.names():
+                seen: dict[str, int] = {}
+                left = 0
+                for manifest in self.versions(name):
+                    complete = not self.missing_chunks(manifest)  # one whose chunks were evicted helps nobody
+                    seen[manifest.fingerprint_id] = seen.get(manifest.fingerprint_id, 0) + complete
+                    if complete and seen[manifest.fingerprint_id] <= keep:
+                        left += 1
+                        if keep_member is not None:
+                            slimmed += self._slim(manifest, keep_member, dry_run, progress)
+                        continue
+                    removed.append(Removal(name, manifest.version, manifest.payload_bytes))
+                    if not dry_run:
+                        self._delete_version(manifest)
+                if not dry_run and not left:
+                    self._forget(name)
+            if not dry_run:
+                if not self.backend.expiry_in_place:
+                    self._remove_unclaimed_chunks()
+                self.backend.sweep()
         return slimmed + removed
 
     def _slim(
