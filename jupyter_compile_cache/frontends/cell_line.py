@@ -33,7 +33,7 @@ class Parser(arguments.Parser):
         raise UsageError(f"{message or ''}\nusage: {self.usage_line()}".strip())
 
 
-@functools.cache  # built once: every cell parses its line (3 ms a build)
+@functools.cache  # built once: every cell parses its line
 def cell_parser() -> Parser:
     p = Parser(prog="%%compile_cache", description="Restore NAME before the cell, run it, save what it compiled.")
     p.add_argument("name", metavar="NAME", help="the bundle: letters, digits, '.', '_', '-'")
