@@ -6,11 +6,12 @@ of NAME whose precompile entry is for a function's code (`install_version_with`)
 
 from __future__ import annotations
 
-import os
+import contextlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO
 
 from ..failure import Failure
 from ..storage import bundle
@@ -18,6 +19,7 @@ from ..storage.bundle import Manifest, matching_versions
 from ..storage.hub import Lease
 from ..storage.run_builds import RunBuilds
 from ..storage.sources import HubSource, Progress, SkipKind, Source
+from ..storage.store import LocalStore
 from ..torch_adapter import capture, fingerprint, layers
 from ..torch_adapter.entry_records import alternate_member
 from ..torch_adapter.precompile import PrecompileGuard
@@ -50,8 +52,6 @@ class RestoreStage:
         self.guard = guard
         self.notebook = notebook  # what the kernel fetched ahead of its cells: a restore from it says so
         self.restored_paths: dict[str, list[str]] = {}  # NAME -> the files its last restore installed
-        # (name, version, cache roots) -> each file this session extracted for it, with its size and mtime then
-        self._installed: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[tuple[str, Any]]] = {}
         self._to_refresh: list[str] = []  # files the last restore wrote, for the precompile guard's refresh
         self._alternates: dict[str, set[str]] = {}  # NAME -> versions whose entries were installed beside its own
 
@@ -101,7 +101,7 @@ class RestoreStage:
         def install(manifest: Manifest, payload: IO[bytes]) -> list[str]:
             bar = None if progress is not None else self.transfer(events.Moving.RESTORE, name, opts.quiet)
             try:
-                return self._install(manifest, payload, roots, progress or bar)
+                return self._install(store, manifest, payload, roots, progress or bar)
             finally:
                 if bar is not None:
                     bar.close()
@@ -159,16 +159,23 @@ class RestoreStage:
             self.guard.refresh(paths)
 
     def _install(
-        self, manifest: Manifest, payload: IO[bytes], roots: dict[str, str], progress: Progress | None = None
+        self,
+        store: LocalStore,
+        manifest: Manifest,
+        payload: IO[bytes],
+        roots: dict[str, str],
+        progress: Progress | None,
     ) -> list[str]:
-        """Extract a version into the cache dirs, unless this session put it there and every file is as it left
-        it (same size, same modification time): restoring NAME and then running its cell passes over it once."""
-        key = (manifest.name, manifest.version, tuple(sorted(roots.items())))
-        stamps = self._installed.get(key)
-        if stamps is not None and all(_stamp(path) == stamp for path, stamp in stamps):
-            return [path for path, _stamp_now in stamps]
+        """Extract a version into the cache dirs, unless its last restore there (this kernel's or one before a
+        restart) left every file it wrote unchanged: restoring NAME and then running its cell, or restarting the
+        kernel, passes over it."""
+        key = json.dumps([manifest.version, sorted(roots.items())])
+        paths = store.installed(manifest.name, key)
+        if paths is not None:
+            return paths
         paths = bundle.extract(payload, manifest, roots, progress, keep=layers.is_compile_result)
-        self._installed[key] = [(path, _stamp(path)) for path in paths]
+        with contextlib.suppress(OSError):  # the next restore extracts it again
+            store.note_installed(manifest.name, key, paths)
         self._to_refresh += paths  # a function this kernel already loaded may have a newer entry here
         return paths
 
@@ -216,11 +223,3 @@ class RestoreStage:
             return False
         tried.add(found.manifest.version)
         return True
-
-
-def _stamp(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns

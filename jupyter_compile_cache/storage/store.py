@@ -7,15 +7,16 @@ Layout of a local store (default: the user cache dir, never /tmp, which tmpfs an
     <root>/bundles/<NAME>/<version>.json      manifest, written last: a version exists once this file exists
     <root>/quarantine/<NAME>/<version>.*      damaged bundles, moved aside with a .reason file
     <root>/runs/<NAME>.json                   what the last run of that cell hit and missed (for `explain`)
+    <root>/installed/<NAME>.json              the files NAME's last restore wrote into the cache dirs, as it left them
     <root>/run_builds/<NAME>/                 Triton kernels torch re-tuned at run time after a restore (run_builds.py)
     <root>/locks/<NAME>@<version>.lock        held by the one kernel of this machine fetching that version
     <root>/stats.json                         what every cell that used this store did, summed (see stats.py)
 
 Versions are named by creation time, fingerprint and a random suffix, so two kernels saving the same NAME at once
 each commit their own complete version. Payloads are not fsynced: a crash can leave a committed version with
-damaged bytes, which its restore detects (every member is hashed on every restore) and quarantines; a store is a
-cache, and ccache and torch's own caches make the same trade. Pruning and eviction take a file lock. The manifest's
-mtime records last use, which drives least-recently-used eviction in `gc`.
+damaged bytes, which its restore detects (every member it writes is hashed) and quarantines; a store is a cache,
+and ccache and torch's own caches make the same trade. Pruning and eviction take a file lock. The manifest's mtime
+records last use, which drives least-recently-used eviction in `gc`.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class LocalStore:
         older than an hour; a live writer's file is never touched. Runs when a process first opens the store.
         Returns the paths removed."""
         removed = []
-        folders = [self.root, os.path.join(self.root, "runs")]
+        folders = [self.root, os.path.join(self.root, "runs"), os.path.join(self.root, "installed")]
         with contextlib.suppress(OSError):
             bundles = os.path.join(self.root, "bundles")
             folders += [os.path.join(bundles, name) for name in os.listdir(bundles)]
@@ -208,7 +209,7 @@ class LocalStore:
     def receive(self, manifest: Manifest) -> Iterator[IO[bytes]]:
         """A file for the payload of `manifest` as it arrives (a hub pull writes each verified chunk at its place),
         beside its final place: committed when the block ends and the payload checks out (a format 1 payload hashed
-        whole; a format 2 one only its length, its members are hashed on every restore), gone otherwise. A payload
+        whole; a format 2 one only its length, its members are hashed as a restore writes them), gone otherwise. A payload
         larger than the free space is refused before a byte is written (a hostile manifest's sizes would fill it)."""
         fd, tmp = self._temp_payload(manifest)
         free = shutil.disk_usage(os.path.dirname(tmp)).free
@@ -317,8 +318,9 @@ class LocalStore:
                 # files; the folder goes only once it is empty.
                 with contextlib.suppress(OSError):
                     os.rmdir(self._name_dir(name))
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._run_path(name))
+                for path in (self._run_path(name), self._installed_path(name)):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(path)
         return targets
 
     def gc(
@@ -432,6 +434,28 @@ class LocalStore:
         except (OSError, ValueError):
             return None
 
+    # -- the files a restore wrote, for the next kernel's restore of the same version ---------------------------
+    def _installed_path(self, name: str) -> str:
+        return os.path.join(self.root, "installed", name + ".json")
+
+    def installed(self, name: str, key: str) -> list[str] | None:
+        """The files NAME's last restore wrote for KEY (its version and cache dirs), where each is still the file it
+        wrote, unchanged (`file_stamp`): a restarted kernel neither copies nor hashes them again. None otherwise."""
+        try:
+            with open(self._installed_path(name), encoding="utf-8") as f:
+                data = json.load(f)
+            if data["key"] != key:
+                return None
+            files = [(str(path), list(stamp)) for path, stamp in data["files"]]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        return [path for path, _ in files] if all(file_stamp(path) == stamp for path, stamp in files) else None
+
+    def note_installed(self, name: str, key: str, paths: list[str]) -> None:
+        path = self._installed_path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _write_json_atomic(path, {"key": key, "files": [[p, file_stamp(p)] for p in paths]}, durable=False)
+
     # -- cumulative statistics (stats.py) ------------------------------------------------------------------------
     def _stats_path(self) -> str:
         return os.path.join(self.root, "stats.json")
@@ -478,6 +502,16 @@ def _remove_leftovers_in(folder: str) -> list[str]:
                 os.unlink(path)
                 removed.append(path)
     return removed
+
+
+def file_stamp(path: str) -> list[int] | None:
+    """What changes whenever a file is written or replaced: its inode, size, and modification and change times
+    (the change time cannot be set back), as ccache's inode cache keys a file."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _write_json_atomic(path: str, data: Any, durable: bool = True) -> None:

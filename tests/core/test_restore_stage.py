@@ -1,10 +1,12 @@
 """restore_stage.py: the newest version that fits is restored and told; a version asked for by id restores alone,
-the others passed over without a word; an id no version has is said once; a restore that installed a version
-passes over it the next time, in a real session over a real store."""
+the others passed over without a word; an id no version has is said once; a version a restore installed
+is passed over by the next restore, in this kernel or after a restart, while its files are untouched; in a real
+session over a real store."""
 
 from __future__ import annotations
 
 import io
+import os
 
 from helpers.store import make_bundle, restored_whole
 
@@ -48,13 +50,23 @@ def test_an_id_no_version_has_is_said_once_with_nothing_restored(tmp_path, monke
     session.close()
 
 
-def test_a_version_this_session_installed_and_nobody_touched_is_passed_over_the_next_time(tmp_path, monkeypatch):
+def test_a_version_installed_and_untouched_is_passed_over_by_the_next_restore_and_the_next_kernel(
+    tmp_path, monkeypatch
+):
     session, _told = _session(tmp_path, monkeypatch)
     make_bundle(session.store(), "net", now=fingerprint.current(with_gpu=False))
     first = session.restore("net")
     paths = session.restore_stage.restored_paths["net"]
-    stamps = {p: open(p, "rb").read() for p in paths}
+    inodes = {p: os.stat(p).st_ino for p in paths}  # an extraction replaces each file: a new inode
     again = session.restore("net")
     assert again.version == first.version and session.restore_stage.restored_paths["net"] == paths
-    assert {p: open(p, "rb").read() for p in paths} == stamps
+    assert {p: os.stat(p).st_ino for p in paths} == inodes
     session.close()
+    restarted, _told = _session(tmp_path, monkeypatch)  # a kernel after a restart, on the same store and cache dir
+    assert restarted.restore("net").version == first.version
+    assert {p: os.stat(p).st_ino for p in paths} == inodes
+    with open(paths[0], "ab") as f:  # written since: the version is extracted again, and whole
+        f.write(b"changed")
+    assert restarted.restore("net").version == first.version and restored_whole(paths)
+    assert os.stat(paths[0]).st_ino != inodes[paths[0]]
+    restarted.close()

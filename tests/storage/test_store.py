@@ -100,11 +100,16 @@ def test_remove_deletes_all_versions(tmp_path):
     store = LocalStore(str(tmp_path / "s"))
     _write(store, tmp_path)
     _write(store, tmp_path)
+    cached = tmp_path / "cache" / "x.so"
+    cached.parent.mkdir()
+    cached.write_bytes(b"restored")
+    store.note_installed("m", "key", [str(cached)])  # what its last restore wrote, for the next one
+    assert store.installed("m", "key") == [str(cached)] and store.installed("m", "other key") is None
     preview = store.remove("m", dry_run=True)
     assert len(preview) == 2 and len(store.versions("m")) == 2  # a dry run removes nothing
     removed = store.remove("m")
     assert removed == preview and sum(r.bytes for r in removed) > 0
-    assert store.versions("m") == [] and store.names() == []
+    assert store.versions("m") == [] and store.names() == [] and store.installed("m", "key") is None
 
 
 def _writer_process(root, src, n):
