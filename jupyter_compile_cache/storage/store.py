@@ -209,8 +209,9 @@ class LocalStore:
     def receive(self, manifest: Manifest) -> Iterator[IO[bytes]]:
         """A file for the payload of `manifest` as it arrives (a hub pull writes each verified chunk at its place),
         beside its final place: committed when the block ends and the payload checks out (a format 1 payload hashed
-        whole; a format 2 one only its length, its members are hashed as a restore writes them), gone otherwise. A payload
-        larger than the free space is refused before a byte is written (a hostile manifest's sizes would fill it)."""
+        whole; a format 2 one only its length, its members are hashed as a restore writes them), gone otherwise. A
+        payload larger than the free space is refused before a byte is written (a hostile manifest's sizes would fill
+        it)."""
         fd, tmp = self._temp_payload(manifest)
         free = shutil.disk_usage(os.path.dirname(tmp)).free
         if manifest.payload_bytes > free:
