@@ -21,7 +21,7 @@ from benchmarks.warm_restart import CALL, MODEL, JupyterClientFrontEnd, environm
 
 CELLS = {
     "import torch, %load_ext": "import torch\n%load_ext jupyter_compile_cache",
-    "the model to the device": "DEVICE = {device!r}\n" + MODEL,
+    "the model to the device": "DEVICE = <device>\n" + MODEL,
     "its first eager call": "with torch.no_grad():\n    _ = model(x)\nfloat(_.sum())",
     "the restored cell": "%%compile_cache restart-bench\n" + CALL.format(call="torch.compile(model)(x)"),
 }
@@ -49,7 +49,7 @@ def run(job: Job) -> None:
 
     args = job.args
     job.meta |= {"device": args.device, "rounds": args.rounds}
-    cells = [code.format(device=args.device) if "{device" in code else code for code in CELLS.values()]
+    cells = [code.replace("<device>", repr(args.device)) for code in CELLS.values()]
     rounds: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="restored-cell-") as work:
         os.makedirs(os.path.join(work, "runtime"), mode=0o700)
